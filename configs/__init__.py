@@ -1,0 +1,1 @@
+"""Packaged defaults (default.toml) and, later, agent hook templates."""

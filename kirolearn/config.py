@@ -1,0 +1,76 @@
+"""Settings: packaged defaults, then ``$KIROLEARN_HOME/config.toml``, then environment.
+
+Only keys present in ``configs/default.toml`` exist; an unknown key or a value of
+the wrong type in the user's file is a ConfigError naming it, so a typo never
+silently does nothing. Environment overrides are ``KIROLEARN_<SECTION>_<KEY>``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from kirolearn import paths
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def defaults() -> dict[str, dict[str, Any]]:
+    text = resources.files("kirolearn.configs").joinpath("default.toml").read_text("utf-8")
+    return tomllib.loads(text)
+
+
+def _coerce(name: str, default: Any, value: Any) -> Any:
+    if isinstance(default, bool):
+        if isinstance(value, str):
+            lowered = value.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+        if isinstance(value, bool):
+            return value
+    elif isinstance(default, int | float):
+        try:
+            number = type(default)(value) if isinstance(value, str) else value
+        except ValueError:
+            number = None
+        if isinstance(number, int | float) and not isinstance(number, bool):
+            if isinstance(default, int) and not float(number).is_integer():
+                raise ConfigError(f"{name}: expected an integer, got {value!r}")
+            if number < 0:
+                raise ConfigError(f"{name}: must not be negative, got {value!r}")
+            return type(default)(number)
+    elif isinstance(default, str) and isinstance(value, str):
+        return value
+    raise ConfigError(f"{name}: expected {type(default).__name__}, got {value!r}")
+
+
+def load(base: Path | None = None, environ: dict[str, str] | None = None) -> dict:
+    """The effective settings as ``{section: {key: value}}``."""
+    settings = defaults()
+    environ = os.environ if environ is None else environ
+    user_file = (base or paths.home()) / "config.toml"
+    if user_file.exists():
+        try:
+            user = tomllib.loads(user_file.read_text("utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{user_file}: {exc}") from exc
+        for section, values in user.items():
+            if section not in settings or not isinstance(values, dict):
+                raise ConfigError(f"{user_file}: unknown section [{section}]")
+            for key, value in values.items():
+                if key not in settings[section]:
+                    raise ConfigError(f"{user_file}: unknown setting {section}.{key}")
+                settings[section][key] = _coerce(f"{section}.{key}", settings[section][key], value)
+    for section, values in settings.items():
+        for key in values:
+            env_name = f"KIROLEARN_{section}_{key}".upper()
+            if env_name in environ:
+                values[key] = _coerce(env_name, values[key], environ[env_name])
+    return settings

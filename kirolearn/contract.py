@@ -1,0 +1,310 @@
+"""Wire contract v1: events and memory records, and the checks that guard them.
+
+Standard library only, because every shim imports this module on every hook.
+Validation collects *every* violation as a field-level error instead of
+stopping at the first, so a client sees all that is wrong with one event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+SCHEMA_VERSION = 1
+EVENT_KINDS = ("prompt", "tool_use", "session_summary", "note")
+BODY_TYPES = ("text", "message", "json")
+OBSERVATION_TYPES = ("tool_use", "decision", "error", "discovery", "pattern", "session_summary")
+MAX_BODY_BYTES = 1024 * 1024  # serialized body cap, enforced by ingest
+TRUNCATE_BODY_BYTES = 512 * 1024  # shims truncate to this before sending
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+ULID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
+RECORD_ID_RE = re.compile(r"^mr_[0-9A-HJKMNP-TV-Z]{26}$")
+NAMESPACE_RE = re.compile(r"^/actor/[^/]+/project/[^/]+/$")
+CONTENT_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+SURFACE_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+
+
+# --- identifiers ---------------------------------------------------------------------------
+
+
+def new_ulid(timestamp_ms: int | None = None) -> str:
+    """A ULID: 48 bits of Unix milliseconds then 80 random bits, Crockford base32."""
+    ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    value = (ms << 80) | int.from_bytes(os.urandom(10), "big")
+    chars = []
+    for _ in range(26):
+        chars.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def ulid_timestamp_ms(ulid: str) -> int:
+    """The millisecond timestamp carried in the first ten characters of a ULID."""
+    value = 0
+    for ch in ulid[:10]:
+        value = value * 32 + _CROCKFORD.index(ch)
+    return value
+
+
+def new_record_id() -> str:
+    return "mr_" + new_ulid()
+
+
+def is_ulid(value: Any) -> bool:
+    # The first character caps the value at 2**128 - 1.
+    return isinstance(value, str) and bool(ULID_RE.match(value)) and value[0] <= "7"
+
+
+# --- bodies ----------------------------------------------------------------------------------
+
+
+def canonical_json(value: Any) -> str:
+    """The one serialization used for size limits and hashes (stable across processes)."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def body_size(body: Any) -> int:
+    return len(canonical_json(body).encode("utf-8"))
+
+
+def content_hash(body: Any) -> str:
+    return "sha256:" + hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+
+
+def parse_valid_time(value: str) -> datetime:
+    """ISO 8601 with an explicit offset; a naive time is ambiguous and rejected."""
+    parsed = datetime.fromisoformat(value)
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise ValueError("needs a UTC offset, e.g. 2026-01-31T09:30:00+00:00")
+    return parsed
+
+
+def now_iso() -> str:
+    return datetime.now().astimezone().isoformat(timespec="milliseconds")
+
+
+# --- validation ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FieldError:
+    field: str
+    message: str
+    code: str = "invalid"  # "too_large" for the body size cap
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+class ContractError(ValueError):
+    """One or more fields violate the v1 contract; ``errors`` lists each of them."""
+
+    def __init__(self, errors: list[FieldError]):
+        self.errors = errors
+        super().__init__("; ".join(str(e) for e in errors))
+
+
+def _check_str(errors: list[FieldError], obj: dict, field: str, lo: int, hi: int,
+               prefix: str = "", required: bool = True) -> None:
+    name = prefix + field
+    if field not in obj or obj[field] is None:
+        if required:
+            errors.append(FieldError(name, "is required"))
+        return
+    value = obj[field]
+    if not isinstance(value, str):
+        errors.append(FieldError(name, f"must be a string, got {type(value).__name__}"))
+    elif not lo <= len(value) <= hi:
+        errors.append(FieldError(name, f"must be {lo}–{hi} characters, got {len(value)}"))
+
+
+def _check_time(errors: list[FieldError], obj: dict, field: str) -> None:
+    value = obj.get(field)
+    if not isinstance(value, str):
+        errors.append(FieldError(field, "must be an ISO 8601 string with offset"))
+        return
+    try:
+        parse_valid_time(value)
+    except ValueError as exc:
+        errors.append(FieldError(field, f"is not ISO 8601 with offset ({exc})"))
+
+
+def _check_body(errors: list[FieldError], body: Any) -> None:
+    if not isinstance(body, dict):
+        errors.append(FieldError("body", "must be an object with a 'type'"))
+        return
+    kind = body.get("type")
+    if kind not in BODY_TYPES:
+        errors.append(FieldError("body.type", f"must be one of {', '.join(BODY_TYPES)}"))
+        return
+    allowed = {"text": {"type", "content"}, "message": {"type", "turns"}, "json": {"type", "data"}}
+    extra = set(body) - allowed[kind]
+    if extra:
+        errors.append(FieldError("body", f"unexpected field(s) for {kind}: {sorted(extra)}"))
+    if kind == "text":
+        if not isinstance(body.get("content"), str):
+            errors.append(FieldError("body.content", "must be a string"))
+    elif kind == "message":
+        turns = body.get("turns")
+        if not isinstance(turns, list) or not turns:
+            errors.append(FieldError("body.turns", "must be a list with at least one turn"))
+        else:
+            for i, turn in enumerate(turns):
+                if not isinstance(turn, dict):
+                    errors.append(FieldError(f"body.turns[{i}]", "must be an object"))
+                    continue
+                for key in ("role", "content"):
+                    if not isinstance(turn.get(key), str):
+                        errors.append(FieldError(f"body.turns[{i}].{key}", "must be a string"))
+    elif "data" not in body:
+        errors.append(FieldError("body.data", "is required"))
+    if not errors:
+        try:
+            size = body_size(body)
+        except (TypeError, ValueError) as exc:
+            errors.append(FieldError("body", f"is not JSON-serializable: {exc}"))
+            return
+        if size > MAX_BODY_BYTES:
+            errors.append(FieldError(
+                "body", f"serialized body is {size} bytes; the limit is {MAX_BODY_BYTES}",
+                "too_large"))
+
+
+EVENT_FIELDS = {
+    "event_id", "kind", "body", "namespace", "actor_id", "session_id", "valid_time",
+    "source", "schema_version", "content_hash", "parent_event_id",
+}
+
+
+def validate_event(event: Any) -> dict:
+    """Check an event against contract v1 and return it; raise ContractError otherwise."""
+    if not isinstance(event, dict):
+        raise ContractError([FieldError("event", "must be an object")])
+    errors: list[FieldError] = []
+    extra = set(event) - EVENT_FIELDS
+    if extra:
+        errors.append(FieldError("event", f"unknown field(s): {sorted(extra)}"))
+    if not is_ulid(event.get("event_id")):
+        errors.append(FieldError("event_id", "must be a ULID (26 Crockford base32 characters)"))
+    if event.get("kind") not in EVENT_KINDS:
+        errors.append(FieldError("kind", f"must be one of {', '.join(EVENT_KINDS)}"))
+    if "body" not in event:
+        errors.append(FieldError("body", "is required"))
+    else:
+        _check_body(errors, event["body"])
+    namespace = event.get("namespace")
+    if not isinstance(namespace, str) or not NAMESPACE_RE.match(namespace):
+        errors.append(FieldError("namespace", "must look like /actor/<user>/project/<id>/"))
+    _check_str(errors, event, "actor_id", 1, 128)
+    _check_str(errors, event, "session_id", 1, 128)
+    _check_time(errors, event, "valid_time")
+    source = event.get("source")
+    if not isinstance(source, dict):
+        errors.append(FieldError("source", "must be an object"))
+    else:
+        extra = set(source) - {"surface", "version", "client_id", "project_path"}
+        if extra:
+            errors.append(FieldError("source", f"unknown field(s): {sorted(extra)}"))
+        surface = source.get("surface")
+        if not isinstance(surface, str) or not SURFACE_RE.match(surface):
+            errors.append(FieldError("source.surface", "must be a short lowercase name"))
+        _check_str(errors, source, "version", 1, 64, "source.")
+        _check_str(errors, source, "client_id", 1, 255, "source.")
+        _check_str(errors, source, "project_path", 1, 2048, "source.", required=False)
+    version = event.get("schema_version")
+    if version != SCHEMA_VERSION or isinstance(version, bool):
+        errors.append(FieldError("schema_version", f"must be {SCHEMA_VERSION}"))
+    digest = event.get("content_hash")
+    if digest is not None and (not isinstance(digest, str) or not CONTENT_HASH_RE.match(digest)):
+        errors.append(FieldError("content_hash", "must be sha256:<64 lowercase hex>"))
+    parent = event.get("parent_event_id")
+    if parent is not None and not is_ulid(parent):
+        errors.append(FieldError("parent_event_id", "must be a ULID"))
+    if errors:
+        raise ContractError(errors)
+    return event
+
+
+RECORD_FIELDS = {
+    "record_id", "namespace", "title", "summary", "facts", "concepts", "files_touched",
+    "observation_type", "strategy", "source_event_ids", "created_at",
+}
+
+
+def _check_str_list(errors: list[FieldError], obj: dict, field: str, item_max: int,
+                    count_max: int) -> None:
+    items = obj.get(field, [])
+    if not isinstance(items, list):
+        errors.append(FieldError(field, "must be a list of strings"))
+        return
+    if len(items) > count_max:
+        errors.append(FieldError(field, f"at most {count_max} items, got {len(items)}"))
+    for i, item in enumerate(items):
+        if not isinstance(item, str) or not 1 <= len(item) <= item_max:
+            errors.append(FieldError(f"{field}[{i}]", f"must be a string of 1–{item_max} chars"))
+
+
+def validate_record(record: Any) -> dict:
+    """Check a memory record against contract v1 and return it."""
+    if not isinstance(record, dict):
+        raise ContractError([FieldError("record", "must be an object")])
+    errors: list[FieldError] = []
+    extra = set(record) - RECORD_FIELDS
+    if extra:
+        errors.append(FieldError("record", f"unknown field(s): {sorted(extra)}"))
+    record_id = record.get("record_id")
+    if not isinstance(record_id, str) or not RECORD_ID_RE.match(record_id):
+        errors.append(FieldError("record_id", "must be mr_ followed by a ULID"))
+    namespace = record.get("namespace")
+    if not isinstance(namespace, str) or not NAMESPACE_RE.match(namespace):
+        errors.append(FieldError("namespace", "must look like /actor/<user>/project/<id>/"))
+    _check_str(errors, record, "title", 1, 200)
+    _check_str(errors, record, "summary", 1, 4000)
+    _check_str(errors, record, "strategy", 1, 64)
+    _check_str_list(errors, record, "facts", 500, 100)
+    _check_str_list(errors, record, "concepts", 100, 100)
+    _check_str_list(errors, record, "files_touched", 500, 500)
+    if record.get("observation_type") not in OBSERVATION_TYPES:
+        errors.append(FieldError("observation_type",
+                                 f"must be one of {', '.join(OBSERVATION_TYPES)}"))
+    sources = record.get("source_event_ids")
+    if not isinstance(sources, list) or not sources or not all(is_ulid(s) for s in sources):
+        errors.append(FieldError("source_event_ids", "must be a non-empty list of ULIDs"))
+    _check_time(errors, record, "created_at")
+    if errors:
+        raise ContractError(errors)
+    return record
+
+
+# --- builders ------------------------------------------------------------------------------
+
+
+def make_event(kind: str, body: dict, *, namespace: str, actor_id: str, session_id: str,
+               surface: str, version: str, client_id: str, project_path: str | None = None,
+               parent_event_id: str | None = None, valid_time: str | None = None) -> dict:
+    """Assemble a v1 event with a fresh ULID, the current time and the body's hash."""
+    source = {"surface": surface, "version": version, "client_id": client_id}
+    if project_path:
+        source["project_path"] = project_path
+    event = {
+        "event_id": new_ulid(),
+        "kind": kind,
+        "body": body,
+        "namespace": namespace,
+        "actor_id": actor_id,
+        "session_id": session_id,
+        "valid_time": valid_time or now_iso(),
+        "source": source,
+        "schema_version": SCHEMA_VERSION,
+        "content_hash": content_hash(body),
+    }
+    if parent_event_id:
+        event["parent_event_id"] = parent_event_id
+    return event

@@ -1,0 +1,406 @@
+"""The SQLite database: schema migrations, and every query that touches it.
+
+Only the storage process writes (one connection, WAL, ``BEGIN IMMEDIATE``).
+Readers (retrieval, the CLI's stats and export) open ``mode=ro`` connections,
+which WAL lets run beside the writer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kirolearn import contract
+
+
+class MigrationError(RuntimeError):
+    pass
+
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (1, "init", """
+CREATE TABLE events (
+    event_id TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('prompt', 'tool_use', 'session_summary', 'note')),
+    session_id TEXT NOT NULL,
+    actor_id TEXT NOT NULL,
+    valid_time TEXT NOT NULL,
+    valid_ms INTEGER NOT NULL,
+    transaction_time TEXT NOT NULL,
+    body_json TEXT NOT NULL,
+    source_json TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    parent_event_id TEXT,
+    project_path TEXT,
+    schema_version INTEGER NOT NULL
+) STRICT;
+CREATE INDEX events_namespace_time ON events (namespace, valid_ms);
+CREATE INDEX events_session_time ON events (session_id, valid_ms);
+CREATE INDEX events_content_hash ON events (content_hash);
+
+CREATE TABLE memory_records (
+    id INTEGER PRIMARY KEY,
+    record_id TEXT NOT NULL UNIQUE,
+    namespace TEXT NOT NULL,
+    title TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    facts_json TEXT NOT NULL,
+    facts_text TEXT NOT NULL,
+    concepts_json TEXT NOT NULL,
+    files_touched_json TEXT NOT NULL,
+    observation_type TEXT NOT NULL CHECK (observation_type IN
+        ('tool_use', 'decision', 'error', 'discovery', 'pattern', 'session_summary')),
+    strategy TEXT NOT NULL,
+    source_event_ids_json TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    batch_id TEXT
+) STRICT;
+CREATE INDEX memory_records_namespace ON memory_records (namespace, created_at);
+
+CREATE VIRTUAL TABLE memory_records_fts USING fts5 (
+    title, summary, facts_text,
+    content = 'memory_records', content_rowid = 'id',
+    tokenize = 'porter unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER memory_records_ai AFTER INSERT ON memory_records BEGIN
+    INSERT INTO memory_records_fts (rowid, title, summary, facts_text)
+    VALUES (new.id, new.title, new.summary, new.facts_text);
+END;
+CREATE TRIGGER memory_records_ad AFTER DELETE ON memory_records BEGIN
+    INSERT INTO memory_records_fts (memory_records_fts, rowid, title, summary, facts_text)
+    VALUES ('delete', old.id, old.title, old.summary, old.facts_text);
+END;
+CREATE TRIGGER memory_records_au AFTER UPDATE ON memory_records BEGIN
+    INSERT INTO memory_records_fts (memory_records_fts, rowid, title, summary, facts_text)
+    VALUES ('delete', old.id, old.title, old.summary, old.facts_text);
+    INSERT INTO memory_records_fts (rowid, title, summary, facts_text)
+    VALUES (new.id, new.title, new.summary, new.facts_text);
+END;
+CREATE VIRTUAL TABLE memory_records_fts_vocab USING fts5vocab (memory_records_fts, 'row');
+
+CREATE TABLE extraction_batches (
+    batch_id TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('ready', 'leased', 'done', 'failed')),
+    reason TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    lease_expires_ms INTEGER,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    done_ms INTEGER,
+    record_count INTEGER
+) STRICT;
+CREATE INDEX extraction_batches_state ON extraction_batches (state, lease_expires_ms);
+
+CREATE TABLE extraction_buffer (
+    event_id TEXT PRIMARY KEY REFERENCES events (event_id),
+    namespace TEXT NOT NULL,
+    bytes INTEGER NOT NULL,
+    added_ms INTEGER NOT NULL,
+    batch_id TEXT REFERENCES extraction_batches (batch_id)
+) STRICT;
+CREATE INDEX extraction_buffer_batch ON extraction_buffer (batch_id, namespace);
+
+CREATE TABLE retrievals (
+    id INTEGER PRIMARY KEY,
+    prompt_event_id TEXT,
+    namespace TEXT,
+    record_ids_json TEXT NOT NULL,
+    latency_ms REAL NOT NULL,
+    outcome TEXT NOT NULL CHECK (outcome IN ('ok', 'empty', 'fallback', 'timeout', 'error')),
+    created_at TEXT NOT NULL
+) STRICT;
+CREATE INDEX retrievals_prompt ON retrievals (prompt_event_id);
+"""),
+]
+
+
+def _checksum(sql: str) -> str:
+    return hashlib.sha256(sql.encode()).hexdigest()
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def connect_writer(path: Path) -> sqlite3.Connection:
+    """The single writer connection: WAL, full sync, migrations applied."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        path.touch(mode=0o600)
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA busy_timeout=5000")
+    migrate(conn)
+    for suffix in ("-wal", "-shm"):
+        side = Path(str(path) + suffix)
+        if side.exists():
+            side.chmod(0o600)
+    return conn
+
+
+def connect_reader(path: Path) -> sqlite3.Connection:
+    """A read-only connection; raises sqlite3.OperationalError if there is no database."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None,
+                           check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout=5000")
+    return conn
+
+
+def migrate(conn: sqlite3.Connection) -> list[int]:
+    """Apply pending migrations in order, each in its own transaction."""
+    conn.execute("""CREATE TABLE IF NOT EXISTS _migrations (
+        version INTEGER PRIMARY KEY, name TEXT NOT NULL, checksum TEXT NOT NULL,
+        applied_at TEXT NOT NULL) STRICT""")
+    applied = {v: c for v, c in conn.execute("SELECT version, checksum FROM _migrations")}
+    known = {v for v, _, _ in MIGRATIONS}
+    newer = sorted(set(applied) - known)
+    if newer:
+        raise MigrationError(f"database has migration(s) {newer} this kirolearn does not know; "
+                             "it was written by a newer version")
+    done = []
+    for version, name, sql in MIGRATIONS:
+        if version in applied:
+            if applied[version] != _checksum(sql):
+                raise MigrationError(f"migration {version:04d}_{name} differs from the one applied")
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _statements(sql):
+                conn.execute(statement)
+            conn.execute("INSERT INTO _migrations VALUES (?, ?, ?, ?)",
+                         (version, name, _checksum(sql), utc_now()))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        done.append(version)
+    return done
+
+
+def _statements(script: str) -> Iterator[str]:
+    """Split a script into complete statements (triggers contain semicolons)."""
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip():
+                yield buffer
+            buffer = ""
+
+
+# --- events ----------------------------------------------------------------------------------
+
+def event_row(event: dict) -> tuple:
+    valid = contract.parse_valid_time(event["valid_time"])
+    return (
+        event["event_id"], event["namespace"], event["kind"], event["session_id"],
+        event["actor_id"], event["valid_time"], int(valid.timestamp() * 1000), utc_now(),
+        contract.canonical_json(event["body"]), contract.canonical_json(event["source"]),
+        event["content_hash"], event.get("parent_event_id"),
+        event["source"].get("project_path"), event["schema_version"],
+    )
+
+
+def insert_event(conn: sqlite3.Connection, event: dict, dedup_window_ms: int) -> str:
+    """Insert one (validated, scrubbed, hashed) event inside the caller's transaction.
+
+    Returns 'stored' or 'duplicate': the same event_id, or the same content in the
+    same namespace, session and kind within the dedup window (a retried hook).
+    """
+    row = event_row(event)
+    if conn.execute("SELECT 1 FROM events WHERE event_id = ?", (row[0],)).fetchone():
+        return "duplicate"
+    if dedup_window_ms > 0 and conn.execute(
+        "SELECT 1 FROM events WHERE content_hash = ? AND namespace = ? AND session_id = ?"
+        " AND kind = ? AND valid_ms BETWEEN ? AND ? LIMIT 1",
+        (row[10], row[1], row[3], row[2], row[6] - dedup_window_ms, row[6] + dedup_window_ms),
+    ).fetchone():
+        return "duplicate"
+    conn.execute("INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
+    conn.execute("INSERT INTO extraction_buffer VALUES (?, ?, ?, ?, NULL)",
+                 (row[0], row[1], len(row[8]), now_ms()))
+    return "stored"
+
+
+EVENT_COLUMNS = ("event_id, kind, body_json, namespace, actor_id, session_id, valid_time,"
+                 " source_json, schema_version, content_hash, parent_event_id")
+
+
+def event_from_row(row: tuple) -> dict:
+    event = {
+        "event_id": row[0], "kind": row[1], "body": json.loads(row[2]), "namespace": row[3],
+        "actor_id": row[4], "session_id": row[5], "valid_time": row[6],
+        "source": json.loads(row[7]), "schema_version": row[8], "content_hash": row[9],
+    }
+    if row[10]:
+        event["parent_event_id"] = row[10]
+    return event
+
+
+def iter_events(conn: sqlite3.Connection, namespace: str | None = None) -> Iterator[dict]:
+    sql = f"SELECT {EVENT_COLUMNS} FROM events"
+    args: tuple = ()
+    if namespace:
+        sql += " WHERE namespace = ?"
+        args = (namespace,)
+    for row in conn.execute(sql + " ORDER BY valid_ms, event_id", args):
+        yield event_from_row(row)
+
+
+# --- memory records ----------------------------------------------------------------------------
+
+RECORD_COLUMNS = ("record_id, namespace, title, summary, facts_json, concepts_json,"
+                  " files_touched_json, observation_type, strategy, source_event_ids_json,"
+                  " created_at")
+
+
+def insert_record(conn: sqlite3.Connection, record: dict, batch_id: str | None = None) -> None:
+    facts = record.get("facts", [])
+    conn.execute(
+        "INSERT INTO memory_records (record_id, namespace, title, summary, facts_json,"
+        " facts_text, concepts_json, files_touched_json, observation_type, strategy,"
+        " source_event_ids_json, created_at, batch_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (record["record_id"], record["namespace"], record["title"], record["summary"],
+         json.dumps(facts), " ".join(facts), json.dumps(record.get("concepts", [])),
+         json.dumps(record.get("files_touched", [])), record["observation_type"],
+         record["strategy"], json.dumps(record["source_event_ids"]), record["created_at"],
+         batch_id),
+    )
+
+
+def record_from_row(row: tuple) -> dict:
+    return {
+        "record_id": row[0], "namespace": row[1], "title": row[2], "summary": row[3],
+        "facts": json.loads(row[4]), "concepts": json.loads(row[5]),
+        "files_touched": json.loads(row[6]), "observation_type": row[7], "strategy": row[8],
+        "source_event_ids": json.loads(row[9]), "created_at": row[10],
+    }
+
+
+def iter_records(conn: sqlite3.Connection, namespace: str | None = None) -> Iterator[dict]:
+    sql = f"SELECT {RECORD_COLUMNS} FROM memory_records"
+    args: tuple = ()
+    if namespace:
+        sql += " WHERE namespace = ?"
+        args = (namespace,)
+    for row in conn.execute(sql + " ORDER BY created_at, record_id", args):
+        yield record_from_row(row)
+
+
+# --- extraction buffer and batches -----------------------------------------------------------
+
+def pending_by_namespace(conn: sqlite3.Connection) -> dict[str, tuple[int, int]]:
+    """For each namespace with unbatched events: (pending bytes, newest event's added_ms)."""
+    return {ns: (size, newest) for ns, size, newest in conn.execute(
+        "SELECT namespace, SUM(bytes), MAX(added_ms) FROM extraction_buffer"
+        " WHERE batch_id IS NULL GROUP BY namespace")}
+
+
+def form_batch(conn: sqlite3.Connection, namespace: str, reason: str) -> str | None:
+    """Move the namespace's pending events into a new ready batch (caller's transaction)."""
+    batch_id = contract.new_ulid()
+    conn.execute("INSERT INTO extraction_batches (batch_id, namespace, state, reason, created_ms)"
+                 " VALUES (?, ?, 'ready', ?, ?)", (batch_id, namespace, reason, now_ms()))
+    moved = conn.execute("UPDATE extraction_buffer SET batch_id = ? WHERE namespace = ?"
+                         " AND batch_id IS NULL", (batch_id, namespace)).rowcount
+    if not moved:
+        conn.execute("DELETE FROM extraction_batches WHERE batch_id = ?", (batch_id,))
+        return None
+    return batch_id
+
+
+def due_batches(conn: sqlite3.Connection, now: int, limit: int) -> list[tuple[str, str, int]]:
+    """Batches to hand out: ready ones, and leased ones whose lease has expired."""
+    return conn.execute(
+        "SELECT batch_id, namespace, attempts FROM extraction_batches WHERE state = 'ready'"
+        " OR (state = 'leased' AND lease_expires_ms < ?) ORDER BY created_ms LIMIT ?",
+        (now, limit)).fetchall()
+
+
+def batch_events(conn: sqlite3.Connection, batch_id: str) -> list[dict]:
+    rows = conn.execute(
+        f"SELECT {', '.join('e.' + c.strip() for c in EVENT_COLUMNS.split(','))}"
+        " FROM extraction_buffer b JOIN events e ON e.event_id = b.event_id"
+        " WHERE b.batch_id = ? ORDER BY e.valid_ms, e.event_id", (batch_id,))
+    return [event_from_row(r) for r in rows]
+
+
+def complete_batch(conn: sqlite3.Connection, batch_id: str, records: Iterable[dict]) -> int | None:
+    """Commit a batch's records and mark it done, atomically; None if it was already done."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        state = conn.execute("SELECT state FROM extraction_batches WHERE batch_id = ?",
+                             (batch_id,)).fetchone()
+        if state is None or state[0] in ("done", "failed"):
+            conn.execute("ROLLBACK")
+            return None
+        count = 0
+        for record in records:
+            insert_record(conn, record, batch_id)
+            count += 1
+        conn.execute("UPDATE extraction_batches SET state = 'done', done_ms = ?, record_count = ?,"
+                     " lease_expires_ms = NULL WHERE batch_id = ?", (now_ms(), count, batch_id))
+        conn.execute("DELETE FROM extraction_buffer WHERE batch_id = ?", (batch_id,))
+        conn.execute("COMMIT")
+        return count
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+# --- retrieval log ---------------------------------------------------------------------------
+
+def log_retrieval(conn: sqlite3.Connection, prompt_event_id: str | None, namespace: str | None,
+                  record_ids: list[str], latency_ms: float, outcome: str) -> None:
+    conn.execute("INSERT INTO retrievals (prompt_event_id, namespace, record_ids_json, latency_ms,"
+                 " outcome, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                 (prompt_event_id, namespace, json.dumps(record_ids), latency_ms, outcome,
+                  utc_now()))
+
+
+# --- stats -------------------------------------------------------------------------------------
+
+def stats(conn: sqlite3.Connection) -> dict:
+    """Counts per namespace: events by kind, records, buffered events, open batches."""
+    namespaces: dict[str, dict] = {}
+
+    def entry(ns: str) -> dict:
+        return namespaces.setdefault(ns, {"namespace": ns, "events": {}, "events_total": 0,
+                                          "records": 0, "pending_events": 0,
+                                          "pending_batches": 0})
+
+    for ns, kind, count in conn.execute(
+            "SELECT namespace, kind, COUNT(*) FROM events GROUP BY namespace, kind"):
+        entry(ns)["events"][kind] = count
+        entry(ns)["events_total"] += count
+    for ns, count in conn.execute(
+            "SELECT namespace, COUNT(*) FROM memory_records GROUP BY namespace"):
+        entry(ns)["records"] = count
+    for ns, count in conn.execute(
+            "SELECT namespace, COUNT(*) FROM extraction_buffer WHERE batch_id IS NULL"
+            " GROUP BY namespace"):
+        entry(ns)["pending_events"] = count
+    for ns, count in conn.execute(
+            "SELECT namespace, COUNT(*) FROM extraction_batches"
+            " WHERE state IN ('ready', 'leased') GROUP BY namespace"):
+        entry(ns)["pending_batches"] = count
+    rows = sorted(namespaces.values(), key=lambda n: n["namespace"])
+    totals = {
+        "events": sum(n["events_total"] for n in rows),
+        "records": sum(n["records"] for n in rows),
+        "pending_events": sum(n["pending_events"] for n in rows),
+        "pending_batches": sum(n["pending_batches"] for n in rows),
+    }
+    return {"namespaces": rows, "totals": totals}

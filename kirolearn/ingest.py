@@ -1,0 +1,271 @@
+"""Ingest role: the only door for events.
+
+For each event it validates the v1 contract, checks a supplied ``content_hash``
+against the body, scrubs ``<private>`` spans and secrets, stamps the hash of the
+scrubbed body (dedup key), and hands it to storage. The client's reply is sent
+only after storage acknowledges a committed transaction. For a ``prompt`` sent
+with ``retrieve: true`` the retrieval request goes out at the same time, under
+the retrieval budget: a late answer is dropped and the reply says "stored, no
+context" rather than make the shim wait past its own timeout.
+
+Ingest never blocks on a downstream role: it talks to storage and retrieval over
+DEALER sockets with request ids, so many requests can be in flight and storage
+can commit them as one group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+
+import zmq
+
+from kirolearn import contract, paths, privacy, protocol, role, transport
+
+Code = protocol.ErrorCode
+
+
+@dataclass
+class Pending:
+    """A client request waiting for storage (and maybe retrieval)."""
+
+    envelope: list[bytes]
+    request_id: str
+    op: str
+    results: list[dict | None]  # one per event; None until storage answers
+    storage_deadline: float
+    event: dict | None = None  # the prompt, when retrieval was asked for
+    retrieval: dict | None = None
+    retrieval_deadline: float = 0.0
+    retrieval_started: float = 0.0
+    storage_done: bool = False
+    storage_slots: list[int] = field(default_factory=list)  # result indexes sent to storage
+
+
+class Ingest(role.Role):
+    role = "ingest"
+    tick_interval_s = 0.01
+
+    def setup(self) -> None:
+        self.budget_s = self.settings["retrieval"]["budget_ms"] / 1000
+        self.limit = self.settings["retrieval"]["limit"]
+        self.storage_timeout_s = self.settings["ingest"]["storage_timeout_ms"] / 1000
+        self.front = self.bind(zmq.ROUTER, paths.endpoint("ingest", self.base), self._on_client)
+        self.storage = transport.make_socket(self.ctx, zmq.DEALER,
+                                             connect=paths.endpoint("storage", self.base))
+        self.retrieval = transport.make_socket(self.ctx, zmq.DEALER,
+                                               connect=paths.endpoint("retrieval", self.base))
+        self.add_socket(self.storage, self._on_storage)
+        self.add_socket(self.retrieval, self._on_retrieval)
+        self.by_storage_id: dict[str, Pending] = {}
+        self.by_retrieval_id: dict[str, Pending] = {}
+        self.accepted = 0
+
+    def control_status(self) -> dict:
+        return {"in_flight": len(self.by_storage_id), "accepted": self.accepted}
+
+    # -- clients ----------------------------------------------------------------------------
+
+    def _on_client(self, sock: zmq.Socket) -> None:
+        for _ in range(1000):  # bounded so the other sockets get their turn
+            envelope, request, error = transport.recv_request(sock)
+            if error is not None:
+                self.log.warning("bad request: %s", error["error"]["reason"])
+                transport.send_reply(sock, envelope, error)
+            elif request is not None:
+                self._handle(envelope, request)
+            if not sock.poll(0, zmq.POLLIN):
+                return
+
+    def _handle(self, envelope: list[bytes], request: dict) -> None:
+        op, body, rid = request["op"], request["body"], request["id"]
+        if op == "ping":
+            transport.send_reply(self.front, envelope, protocol.reply_ok(rid, {"role": self.role}))
+        elif self.stopping:
+            transport.send_reply(self.front, envelope, protocol.reply_error(
+                rid, Code.SHUTTING_DOWN, "ingest is stopping"))
+        elif op == "put_event":
+            self._put(envelope, rid, op, [body.get("event")],
+                      retrieve=body.get("retrieve") is True)
+        elif op == "put_events":
+            events = body.get("events")
+            if not isinstance(events, list):
+                transport.send_reply(self.front, envelope, protocol.reply_error(
+                    rid, Code.BAD_REQUEST, "'events' must be a list"))
+            else:
+                self._put(envelope, rid, op, events, retrieve=False)
+        else:
+            transport.send_reply(self.front, envelope, protocol.reply_error(
+                rid, Code.UNKNOWN_OP, f"ingest does not serve {op!r}"))
+
+    def _put(self, envelope: list[bytes], rid: str, op: str, events: list, retrieve: bool) -> None:
+        now = time.monotonic()
+        pending = Pending(envelope, rid, op, [None] * len(events), now + self.storage_timeout_s)
+        clean = []
+        for index, event in enumerate(events):
+            try:
+                clean.append(prepare(event))
+                pending.storage_slots.append(index)
+            except contract.ContractError as exc:
+                pending.results[index] = rejection(event, exc)
+        if op == "put_event" and pending.results[0] is not None:
+            rejected = pending.results[0]
+            too_large = any(e["code"] == "too_large" for e in rejected["errors"])
+            transport.send_reply(self.front, envelope, protocol.reply_error(
+                rid, Code.TOO_LARGE if too_large else Code.INVALID_EVENT, rejected["reason"],
+                {"errors": rejected["errors"]}))
+            return
+        if not clean:
+            self._reply(pending)
+            return
+        message = protocol.request("put_events", {"events": clean})
+        try:
+            self.storage.send_multipart([b"", protocol.pack(message)], flags=zmq.NOBLOCK)
+        except zmq.Again:
+            transport.send_reply(self.front, envelope, protocol.reply_error(
+                rid, Code.UNAVAILABLE, "storage is not accepting events"))
+            return
+        self.by_storage_id[message["id"]] = pending
+        self.accepted += len(clean)
+        if retrieve and clean[0]["kind"] == "prompt":
+            self._ask_retrieval(pending, clean[0], now)
+
+    def _ask_retrieval(self, pending: Pending, event: dict, now: float) -> None:
+        message = protocol.request("search", {
+            "event": event, "namespace": event["namespace"], "limit": self.limit,
+            "budget_ms": self.budget_s * 1000})
+        pending.event = event
+        pending.retrieval_started = now
+        pending.retrieval_deadline = now + self.budget_s
+        try:
+            self.retrieval.send_multipart([b"", protocol.pack(message)], flags=zmq.NOBLOCK)
+            self.by_retrieval_id[message["id"]] = pending
+        except zmq.Again:
+            pending.retrieval = empty_retrieval(0.0, "error")
+
+    # -- downstream replies -----------------------------------------------------------------
+
+    def _read_reply(self, sock: zmq.Socket) -> dict | None:
+        frames = sock.recv_multipart()
+        try:
+            return protocol.parse_reply(frames[-1])
+        except protocol.DecodeError as exc:
+            self.log.warning("dropped a malformed reply: %s", exc)
+            return None
+
+    def _on_storage(self, sock: zmq.Socket) -> None:
+        while sock.poll(0, zmq.POLLIN):
+            reply = self._read_reply(sock)
+            pending = self.by_storage_id.pop(reply.get("id"), None) if reply else None
+            if pending is None:
+                continue  # late reply for a request already answered as unavailable
+            if reply["ok"]:
+                for slot, result in zip(pending.storage_slots, reply["body"]["results"],
+                                        strict=True):
+                    pending.results[slot] = result
+                pending.storage_done = True
+                self._maybe_reply(pending)
+            else:
+                error = reply["error"]
+                transport.send_reply(self.front, pending.envelope, protocol.reply_error(
+                    pending.request_id, Code(error["code"]), error["reason"]))
+                self.by_retrieval_id = {k: v for k, v in self.by_retrieval_id.items()
+                                        if v is not pending}
+
+    def _on_retrieval(self, sock: zmq.Socket) -> None:
+        while sock.poll(0, zmq.POLLIN):
+            reply = self._read_reply(sock)
+            pending = self.by_retrieval_id.pop(reply.get("id"), None) if reply else None
+            if pending is None:
+                continue  # arrived after the budget: never injected anywhere
+            latency = (time.monotonic() - pending.retrieval_started) * 1000
+            if reply["ok"]:
+                body = reply["body"]
+                pending.retrieval = {"context": body.get("context", ""),
+                                     "record_ids": body.get("record_ids", []),
+                                     "latency_ms": round(latency, 3),
+                                     "outcome": body.get("outcome", "ok")}
+            else:
+                pending.retrieval = empty_retrieval(latency, "error")
+            self._log_retrieval(pending)
+            self._maybe_reply(pending)
+
+    def _log_retrieval(self, pending: Pending) -> None:
+        r = pending.retrieval
+        message = protocol.request("log_retrieval", {
+            "prompt_event_id": pending.event["event_id"], "namespace": pending.event["namespace"],
+            "record_ids": r["record_ids"], "latency_ms": r["latency_ms"], "outcome": r["outcome"]})
+        # Best effort: the reply is read and dropped as an unknown id.
+        with contextlib.suppress(zmq.Again):
+            self.storage.send_multipart([b"", protocol.pack(message)], flags=zmq.NOBLOCK)
+
+    def _maybe_reply(self, pending: Pending) -> None:
+        if pending.storage_done and (pending.event is None or pending.retrieval is not None):
+            self._reply(pending)
+
+    def _reply(self, pending: Pending) -> None:
+        if pending.op == "put_event":
+            body = dict(pending.results[0])
+            if pending.event is not None:
+                body["retrieval"] = pending.retrieval
+            reply = protocol.reply_ok(pending.request_id, body)
+        else:
+            reply = protocol.reply_ok(pending.request_id, {"results": pending.results})
+        transport.send_reply(self.front, pending.envelope, reply)
+
+    # -- deadlines ------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        for rid, pending in list(self.by_retrieval_id.items()):
+            if now >= pending.retrieval_deadline:
+                del self.by_retrieval_id[rid]
+                pending.retrieval = empty_retrieval((now - pending.retrieval_started) * 1000,
+                                                    "timeout")
+                self._log_retrieval(pending)
+                self._maybe_reply(pending)
+        for rid, pending in list(self.by_storage_id.items()):
+            if now >= pending.storage_deadline:
+                del self.by_storage_id[rid]
+                self.log.warning("storage did not acknowledge in time; told the client")
+                transport.send_reply(self.front, pending.envelope, protocol.reply_error(
+                    pending.request_id, Code.UNAVAILABLE, "storage did not acknowledge in time"))
+
+    def drain(self) -> None:
+        """Give in-flight requests a moment to be acknowledged before exiting."""
+        deadline = time.monotonic() + min(2.0, self.storage_timeout_s)
+        while self.by_storage_id and time.monotonic() < deadline:
+            if self.storage.poll(50, zmq.POLLIN):
+                self._on_storage(self.storage)
+            self.tick()
+
+
+def prepare(event: object) -> dict:
+    """Validate, verify the hash, scrub, and re-hash one event (raises ContractError)."""
+    contract.validate_event(event)
+    body = event["body"]
+    claimed = event.get("content_hash")
+    if claimed is not None and claimed != contract.content_hash(body):
+        raise contract.ContractError([contract.FieldError(
+            "content_hash", "does not match the body (sha256 of its canonical JSON)")])
+    clean = dict(event)
+    clean["body"] = privacy.scrub(body)
+    clean["content_hash"] = contract.content_hash(clean["body"])
+    return clean
+
+
+def rejection(event: object, exc: contract.ContractError) -> dict:
+    event_id = event.get("event_id") if isinstance(event, dict) else None
+    return {"event_id": event_id if isinstance(event_id, str) else None, "status": "rejected",
+            "reason": str(exc),
+            "errors": [{"field": e.field, "message": e.message, "code": e.code}
+                       for e in exc.errors]}
+
+
+def empty_retrieval(latency_ms: float, outcome: str) -> dict:
+    return {"context": "", "record_ids": [], "latency_ms": round(latency_ms, 3), "outcome": outcome}
+
+
+if __name__ == "__main__":
+    role.main(Ingest)

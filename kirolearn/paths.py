@@ -1,0 +1,72 @@
+"""Where kirolearn keeps its files and sockets. Standard library only.
+
+Everything lives under ``KIROLEARN_HOME`` (default ``~/.kirolearn``): the
+database, ``run/`` (sockets, pidfile), ``logs/`` and ``spool/``. ipc socket
+paths must stay under libzmq's ~107-byte limit, so when the home is too deep the
+runtime directory moves to ``/tmp/kirolearn-<uid>-<hash>`` (still 0700, still
+unique to the home).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+IPC_PATH_MAX = 100  # a little under libzmq's limit, for the longest socket name
+ROLES = ("storage", "retrieval", "ingest", "extraction")
+
+
+def home() -> Path:
+    return Path(os.environ.get("KIROLEARN_HOME") or Path.home() / ".kirolearn").absolute()
+
+
+def db_path(base: Path | None = None) -> Path:
+    return (base or home()) / "kirolearn.db"
+
+
+def log_dir(base: Path | None = None) -> Path:
+    return (base or home()) / "logs"
+
+
+def spool_dir(base: Path | None = None) -> Path:
+    return (base or home()) / "spool"
+
+
+def runtime_dir(base: Path | None = None) -> Path:
+    base = base or home()
+    run = base / "run"
+    if len(str(run)) + len("/extraction-999.ctl") <= IPC_PATH_MAX:
+        return run
+    digest = hashlib.sha256(str(base).encode()).hexdigest()[:12]
+    return Path("/tmp") / f"kirolearn-{os.getuid()}-{digest}"
+
+
+def pidfile(base: Path | None = None) -> Path:
+    return runtime_dir(base) / "supervisor.pid"
+
+
+def endpoint(name: str, base: Path | None = None) -> str:
+    """``ipc://`` address of a named socket: a role's service ('ingest', 'storage',
+    'retrieval', 'batches', 'records') or a process's control socket ('<process>.ctl')."""
+    suffix = "" if name.endswith(".ctl") else ".sock"
+    return f"ipc://{runtime_dir(base) / name}{suffix}"
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create path (mode 0700) or tighten it; refuse one owned by somebody else."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.stat()
+    if info.st_uid != os.getuid():
+        raise PermissionError(f"{path} belongs to another user; refusing to use it")
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        path.chmod(0o700)
+    return path
+
+
+def ensure_layout(base: Path | None = None) -> Path:
+    base = base or home()
+    for directory in (base, runtime_dir(base), log_dir(base), spool_dir(base)):
+        ensure_private_dir(directory)
+    return base

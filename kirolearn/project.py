@@ -1,0 +1,116 @@
+"""Which project a directory belongs to: the one function every component uses.
+
+Shims, the MCP server and the CLI must agree on a namespace, or memories saved
+through one are invisible to another. So the rule lives here, once:
+
+1. ``KIROLEARN_PROJECT`` (a directory, or a plain name) wins when set.
+2. Otherwise walk up from ``realpath(cwd)`` to the nearest directory holding a
+   marker, never inspecting ``$HOME`` itself and never going above it.
+3. No marker, or cwd is ``$HOME`` or outside it: the global project, ``$HOME``.
+
+A git worktree (its ``.git`` is a file pointing into another repository's
+``.git/worktrees/``) maps to the main checkout, so all worktrees share memory.
+Standard library only: shims import this on every hook.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+MARKERS = (
+    ".kiro", ".git", "package.json", "Cargo.toml", "pyproject.toml", "setup.py", "go.mod",
+    "pom.xml", "build.gradle", "build.gradle.kts", "Gemfile", "composer.json", "mix.exs",
+    "deno.json", "deno.jsonc",
+)
+
+
+@dataclass(frozen=True)
+class Project:
+    root: str  # absolute path recorded as source.project_path
+    project_id: str  # sha256 hex of the root (or of the explicit name)
+    is_global: bool
+
+    def namespace(self, actor_id: str) -> str:
+        return namespace_for(actor_id, self.project_id)
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def actor_id() -> str:
+    """The OS user name, safe to embed in a namespace."""
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):
+        name = os.environ.get("USER") or os.environ.get("USERNAME") or "unknown"
+    return (name.replace("/", "_") or "unknown")[:128]
+
+
+def namespace_for(actor: str, project_id: str) -> str:
+    return f"/actor/{actor}/project/{project_id}/"
+
+
+def _main_worktree(git_file: Path) -> Path | None:
+    """For a worktree's ``.git`` file, the main checkout it belongs to."""
+    try:
+        text = git_file.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    if not text.startswith("gitdir:"):
+        return None
+    gitdir = Path(text[len("gitdir:"):].strip())
+    if not gitdir.is_absolute():
+        gitdir = git_file.parent / gitdir
+    gitdir = Path(os.path.realpath(gitdir))
+    # <main>/.git/worktrees/<name> carries a 'commondir' pointing back to <main>/.git
+    commondir_file = gitdir / "commondir"
+    try:
+        common = Path(commondir_file.read_text(encoding="utf-8").strip())
+    except OSError:
+        return None
+    if not common.is_absolute():
+        common = gitdir / common
+    common = Path(os.path.realpath(common))
+    return common.parent if common.name == ".git" else None
+
+
+def find_root(cwd: str | os.PathLike, home: str | os.PathLike) -> tuple[Path, bool]:
+    """The nearest marked ancestor of cwd below home; (home, True) when there is none."""
+    home_path = Path(os.path.realpath(home))
+    start = Path(os.path.realpath(cwd))
+    if start == home_path or home_path not in start.parents:
+        return home_path, True
+    for directory in (start, *start.parents):
+        if directory == home_path:
+            break
+        for marker in MARKERS:
+            candidate = directory / marker
+            if not os.path.lexists(candidate):
+                continue
+            if marker == ".git" and candidate.is_file():
+                main = _main_worktree(candidate)
+                if main is not None:
+                    return main, False
+            return directory, False
+    return home_path, True
+
+
+def resolve_project(cwd: str | os.PathLike | None = None, *, home: str | None = None,
+                    override: str | None = None) -> Project:
+    """The project for cwd, honouring ``KIROLEARN_PROJECT`` (see module docstring)."""
+    cwd = os.getcwd() if cwd is None else cwd
+    home = home if home is not None else os.path.expanduser("~")
+    override = os.environ.get("KIROLEARN_PROJECT") if override is None else override
+    if override:
+        if os.path.isdir(override):
+            root = os.path.realpath(override)
+            return Project(root, sha256_hex(root), False)
+        root, _ = find_root(cwd, home)
+        return Project(str(root), sha256_hex("name:" + override), False)
+    root, is_global = find_root(cwd, home)
+    return Project(str(root), sha256_hex(str(root)), is_global)

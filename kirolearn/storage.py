@@ -1,0 +1,230 @@
+"""Storage role: the single SQLite writer.
+
+Sockets (all bound here):
+- ``storage`` ROUTER: ``put_events`` from ingest (acknowledged only after the
+  transaction commits), ``log_retrieval``, ``ping``. Requests that are already
+  queued are committed together in one transaction (group commit), so a burst
+  costs one fsync instead of one per event.
+- ``batches`` PUSH: ready extraction batches, leased to whichever worker pulls.
+- ``records`` PULL: a worker's records for a batch, committed together with the
+  batch's completion. A batch already done is ignored, so a batch whose lease
+  expired and was handed out twice is still committed once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+
+import zmq
+
+from kirolearn import contract, db, paths, protocol, role, transport
+
+MAX_BATCH_ATTEMPTS = 5
+
+
+class Storage(role.Role):
+    role = "storage"
+    tick_interval_s = 0.25
+
+    def setup(self) -> None:
+        cfg = self.settings["storage"]
+        self.dedup_window_ms = int(self.settings["ingest"]["dedup_window_s"] * 1000)
+        self.idle_ms = int(cfg["batch_idle_s"] * 1000)
+        self.max_bytes = cfg["batch_max_bytes"]
+        self.lease_ms = int(cfg["lease_s"] * 1000)
+        self.group_max = max(1, cfg["group_commit_max"])
+        self.conn = db.connect_writer(paths.db_path(self.base))
+        self.turn_ended: set[str] = set()
+        self.service = self.bind(zmq.ROUTER, paths.endpoint("storage", self.base), self._on_request)
+        self.batches = self.bind(zmq.PUSH, paths.endpoint("batches", self.base), hwm=4)
+        self.bind(zmq.PULL, paths.endpoint("records", self.base), self._on_records)
+        self.events_stored = 0
+
+    def control_status(self) -> dict:
+        return {"events_stored": self.events_stored}
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _on_request(self, sock: zmq.Socket) -> None:
+        """Read every request already queued (up to group_max) and answer them together."""
+        pending: list[tuple[list[bytes], dict]] = []
+        while len(pending) < self.group_max:
+            envelope, request, error = transport.recv_request(sock)
+            if error is not None:
+                self.log.warning("bad request: %s", error["error"]["reason"])
+                transport.send_reply(sock, envelope, error)
+            elif request is not None:
+                pending.append((envelope, request))
+            if not sock.poll(0, zmq.POLLIN):
+                break
+        puts = [(env, req) for env, req in pending if req["op"] == "put_events"]
+        replies = self._commit_puts(puts) if puts else []
+        for env, req in pending:
+            if req["op"] != "put_events":
+                replies.append((env, self._handle_other(req)))
+        for env, reply in replies:
+            transport.send_reply(sock, env, reply)
+
+    def _commit_puts(self, puts: list[tuple[list[bytes], dict]]) -> list[tuple[list[bytes], dict]]:
+        replies = []
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            for env, req in puts:
+                events = req["body"].get("events")
+                if not isinstance(events, list):
+                    replies.append((env, protocol.reply_error(
+                        req["id"], protocol.ErrorCode.BAD_REQUEST, "'events' must be a list")))
+                    continue
+                results = []
+                for event in events:
+                    results.append(self._put_one(event))
+                replies.append((env, protocol.reply_ok(req["id"], {"results": results})))
+            self.conn.execute("COMMIT")
+        except Exception as exc:
+            self.conn.execute("ROLLBACK")
+            self.log.exception("commit failed")
+            return [(env, protocol.reply_error(req["id"], protocol.ErrorCode.INTERNAL,
+                                               f"storage commit failed: {exc}"))
+                    for env, req in puts]
+        for _env, reply in replies:
+            for result in reply.get("body", {}).get("results", []):
+                if result["status"] == "stored":
+                    self.events_stored += 1
+                    if result.get("turn_end"):
+                        self.turn_ended.add(result.pop("namespace"))
+                    result.pop("turn_end", None)
+                    result.pop("namespace", None)
+        return replies
+
+    def _put_one(self, event: object) -> dict:
+        """Insert one event inside the open transaction (savepoint per event).
+
+        Ingest has validated, scrubbed and hashed the event; only ingest can reach
+        this socket (0700 runtime directory), so a shape error here is a bug
+        upstream, reported per event rather than failing the whole group.
+        """
+        event_id = event.get("event_id") if isinstance(event, dict) else None
+        self.conn.execute("SAVEPOINT put")
+        try:
+            status = db.insert_event(self.conn, event, self.dedup_window_ms)
+            self.conn.execute("RELEASE put")
+        except (sqlite3.IntegrityError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            self.conn.execute("ROLLBACK TO put")
+            self.conn.execute("RELEASE put")
+            return {"event_id": event_id, "status": "rejected", "reason": str(exc)}
+        result = {"event_id": event_id, "status": status}
+        if status == "stored" and event["kind"] == "session_summary":
+            result["turn_end"] = True
+            result["namespace"] = event["namespace"]
+        return result
+
+    def _handle_other(self, req: dict) -> dict:
+        op, body = req["op"], req["body"]
+        if op == "ping":
+            return protocol.reply_ok(req["id"], {"role": self.role})
+        if op == "log_retrieval":
+            try:
+                db.log_retrieval(self.conn, body.get("prompt_event_id"), body.get("namespace"),
+                                 list(body.get("record_ids") or []),
+                                 float(body.get("latency_ms", 0.0)), str(body.get("outcome")))
+            except (sqlite3.Error, TypeError, ValueError) as exc:
+                return protocol.reply_error(req["id"], protocol.ErrorCode.BAD_REQUEST, str(exc))
+            return protocol.reply_ok(req["id"])
+        return protocol.reply_error(req["id"], protocol.ErrorCode.UNKNOWN_OP,
+                                    f"storage does not serve {op!r}")
+
+    # -- extraction batches ---------------------------------------------------------------------
+
+    def tick(self) -> None:
+        try:
+            self._form_batches()
+            self._dispatch_batches()
+        except sqlite3.Error:
+            self.log.exception("batch bookkeeping failed; will retry")
+
+    def _form_batches(self) -> None:
+        now = db.now_ms()
+        ready = []
+        for namespace, (size, newest) in db.pending_by_namespace(self.conn).items():
+            if namespace in self.turn_ended:
+                ready.append((namespace, "turn_end"))
+            elif size >= self.max_bytes:
+                ready.append((namespace, "size"))
+            elif now - newest >= self.idle_ms:
+                ready.append((namespace, "idle"))
+        self.turn_ended.clear()
+        if not ready:
+            return
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            for namespace, reason in ready:
+                db.form_batch(self.conn, namespace, reason)
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    def _dispatch_batches(self) -> None:
+        now = db.now_ms()
+        for batch_id, namespace, attempts in db.due_batches(self.conn, now, limit=16):
+            if attempts >= MAX_BATCH_ATTEMPTS:
+                self.log.error("batch %s failed %d times; giving up on it (its events stay stored)",
+                               batch_id, attempts)
+                self.conn.execute("UPDATE extraction_batches SET state = 'failed'"
+                                  " WHERE batch_id = ?", (batch_id,))
+                continue
+            events = db.batch_events(self.conn, batch_id)
+            message = {"batch_id": batch_id, "namespace": namespace, "events": events}
+            try:
+                self.batches.send(protocol.pack(message), flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return  # no worker ready; try again next tick
+            self.conn.execute(
+                "UPDATE extraction_batches SET state = 'leased', lease_expires_ms = ?,"
+                " attempts = attempts + 1 WHERE batch_id = ?", (now + self.lease_ms, batch_id))
+            if attempts:
+                self.log.warning("batch %s lease expired; handed out again", batch_id)
+
+    def _on_records(self, sock: zmq.Socket) -> None:
+        try:
+            message = protocol.unpack(sock.recv())
+        except protocol.DecodeError as exc:
+            self.log.warning("dropped a malformed records message: %s", exc)
+            return
+        batch_id = message.get("batch_id")
+        records = message.get("records")
+        if not isinstance(batch_id, str) or not isinstance(records, list):
+            self.log.warning("dropped a records message without batch_id/records")
+            return
+        valid = []
+        for record in records:
+            try:
+                valid.append(contract.validate_record(record))
+            except contract.ContractError as exc:
+                self.log.warning("batch %s: dropped an invalid record: %s", batch_id, exc)
+        count = db.complete_batch(self.conn, batch_id, valid)
+        if count is None:
+            self.log.info("batch %s was already committed; ignored a second result", batch_id)
+        else:
+            self.log.info("batch %s committed with %d record(s)", batch_id, count)
+
+    # -- stop -----------------------------------------------------------------------------------
+
+    def drain(self) -> None:
+        """Commit whatever requests are still queued before the socket closes."""
+        while self.service.poll(0, zmq.POLLIN):
+            self._on_request(self.service)
+
+    def teardown(self) -> None:
+        conn = getattr(self, "conn", None)
+        if conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            conn.close()
+        for name in ("storage", "batches", "records"):
+            role._unlink(paths.endpoint(name, self.base)[len("ipc://"):])
+
+
+if __name__ == "__main__":
+    role.main(Storage)

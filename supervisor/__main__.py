@@ -1,0 +1,52 @@
+"""``python -m kirolearn.supervisor``: the daemon process that ``kirolearn start`` launches."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import logging.handlers
+import os
+import sys
+
+from kirolearn.supervisor.arbiter import RET_PIDFILE, AlreadyRunning, Arbiter
+
+from kirolearn import config, paths
+from kirolearn.role import RET_CONFIG
+
+
+def run_daemon(workers: int | None, foreground: bool) -> int:
+    os.umask(0o077)  # logs, database and sockets are the user's alone
+    base = paths.home()
+    paths.ensure_layout(base)
+    try:
+        settings = config.load(base)
+    except config.ConfigError as exc:
+        print(f"kirolearn: configuration error: {exc}", file=sys.stderr)
+        return RET_CONFIG
+    handler = logging.handlers.RotatingFileHandler(
+        paths.log_dir(base) / "supervisor.log", maxBytes=settings["logging"]["max_bytes"],
+        backupCount=settings["logging"]["backups"])
+    handlers: list[logging.Handler] = [handler]
+    if foreground:
+        handlers.append(logging.StreamHandler(sys.stderr))
+    logging.basicConfig(
+        level=settings["logging"]["level"].upper(), handlers=handlers, force=True,
+        format="%(asctime)s [%(process)d] [kirolearn.supervisor] [%(levelname)s] %(message)s")
+    workers = workers or settings["extraction"]["workers"]
+    try:
+        return Arbiter(base, settings, workers).run()
+    except AlreadyRunning as exc:
+        print(f"kirolearn: {exc}", file=sys.stderr)
+        return RET_PIDFILE
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="kirolearn.supervisor")
+    parser.add_argument("--extraction-workers", type=int, default=None)
+    parser.add_argument("--foreground", action="store_true")
+    args = parser.parse_args()
+    sys.exit(run_daemon(args.extraction_workers, args.foreground))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,409 @@
+"""The arbiter: starts every role process, watches it, restarts it, stops it.
+
+Process states and wording follow supervisord: STOPPED → STARTING → RUNNING;
+a process that dies before it is RUNNING goes to BACKOFF and is retried with a
+capped exponential delay, and after ``start_retries`` such failures to FATAL,
+which is reported, never looped. A RUNNING process that dies is restarted at
+once (EXITED → STARTING); one that keeps dying (more than ``FLAP_LIMIT`` times
+in ``FLAP_WINDOW_S``) goes FATAL too. RUNNING means: alive for ``start_secs``
+and answering ``ping`` on its control socket.
+
+Stopping walks the roles in reverse dependency order (extraction, ingest,
+retrieval, storage last so it can commit what ingest drained), and each process
+down the ladder: a ``shutdown`` message, then SIGTERM, then SIGKILL.
+
+Before anything binds, the pidfile is locked (a second bind on an ipc path
+would silently steal it from a live daemon); only then are stale socket files
+removed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import logging.handlers
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import zmq
+
+from kirolearn import paths, protocol, transport
+from kirolearn.role import RET_CONFIG
+
+STOPPED, STARTING, RUNNING, BACKOFF, STOPPING, EXITED, FATAL = (
+    "STOPPED", "STARTING", "RUNNING", "BACKOFF", "STOPPING", "EXITED", "FATAL")
+START_ORDER = ("storage", "retrieval", "ingest", "extraction")
+FLAP_LIMIT = 10
+FLAP_WINDOW_S = 60.0
+RET_PIDFILE = 3
+
+log = logging.getLogger("kirolearn.supervisor")
+
+
+class AlreadyRunning(RuntimeError):
+    pass
+
+
+class PidLock:
+    """An exclusive flock on the pidfile, held for the daemon's lifetime."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise AlreadyRunning(
+                f"kirolearn is already running (pid {read_pid(self.path)})") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.ftruncate(self.fd, 0)  # left in place: unlinking a lock file races
+            os.close(self.fd)
+            self.fd = None
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip() or 0) or None
+    except (OSError, ValueError):
+        return None
+
+
+def is_locked(path: Path) -> bool:
+    """Whether a live daemon holds the pidfile lock."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def remove_socket_files(run_dir: Path) -> list[str]:
+    removed = []
+    for pattern in ("*.sock", "*.ctl"):
+        for path in run_dir.glob(pattern):
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return removed
+
+
+@dataclass
+class Process:
+    name: str
+    role: str
+    state: str = STOPPED
+    popen: subprocess.Popen | None = None
+    started: float = 0.0
+    restarts: int = 0
+    fast_failures: int = 0
+    next_start: float = 0.0
+    crashes: list[float] = field(default_factory=list)
+    stop_stage: int = 0
+    stop_deadline: float = 0.0
+    remove_when_stopped: bool = False
+    client: transport.Client | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen and self.popen.poll() is None else None
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+
+class Arbiter:
+    def __init__(self, base: Path, settings: dict, extraction_workers: int):
+        self.base = base
+        self.settings = settings
+        self.sup = settings["supervisor"]
+        self.ctx = zmq.Context()
+        self.ctx.linger = 0
+        self.processes: dict[str, Process] = {}
+        for role in START_ORDER[:-1]:
+            self.processes[role] = Process(role, role)
+        self.workers = 0
+        self._set_workers(extraction_workers)
+        self.signals: list[int] = []
+        self.shutting_down = False
+        self.stop_queue: list[list[str]] = []
+        self.role_loggers: dict[str, logging.Logger] = {}
+
+    # -- logging of children --------------------------------------------------------------
+
+    def _role_logger(self, role: str) -> logging.Logger:
+        if role not in self.role_loggers:
+            logger = logging.getLogger(f"kirolearn.children.{role}")
+            logger.propagate = False
+            logger.setLevel(logging.INFO)
+            handler = logging.handlers.RotatingFileHandler(
+                paths.log_dir(self.base) / f"{role}.log",
+                maxBytes=self.settings["logging"]["max_bytes"],
+                backupCount=self.settings["logging"]["backups"])
+            handler.setFormatter(logging.Formatter("%(message)s"))
+            logger.addHandler(handler)
+            self.role_loggers[role] = logger
+        return self.role_loggers[role]
+
+    def _pipe_output(self, proc: Process, stream) -> None:
+        logger = self._role_logger(proc.role)
+        for line in iter(stream.readline, b""):
+            logger.info(line.decode("utf-8", "replace").rstrip("\n"))
+        stream.close()
+
+    # -- process lifecycle ----------------------------------------------------------------------
+
+    def _set_workers(self, count: int) -> None:
+        names = [n for n, p in self.processes.items()
+                 if p.role == "extraction" and not p.remove_when_stopped]
+        names.sort(key=lambda n: int(n.rsplit("-", 1)[1]))
+        for name in names[count:]:
+            self.processes[name].remove_when_stopped = True
+            self._begin_stop(self.processes[name])
+        index = 1
+        while len(names) < count:
+            name = f"extraction-{index}"
+            if name not in self.processes:
+                self.processes[name] = Process(name, "extraction")
+                names.append(name)
+            index += 1
+        self.workers = count
+
+    def _spawn(self, proc: Process) -> None:
+        env = dict(os.environ, KIROLEARN_HOME=str(self.base), PYTHONUNBUFFERED="1")
+        proc.popen = subprocess.Popen(
+            [sys.executable, "-m", f"kirolearn.{proc.role}", "--name", proc.name],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+        threading.Thread(target=self._pipe_output, args=(proc, proc.popen.stdout),
+                         name=f"log-{proc.name}", daemon=True).start()
+        proc.started = time.monotonic()
+        proc.state = STARTING
+        log.info("spawned: '%s' with pid %d", proc.name, proc.popen.pid)
+
+    def _ping(self, proc: Process) -> bool:
+        if proc.client is None:
+            proc.client = transport.Client(paths.endpoint(f"{proc.name}.ctl", self.base),
+                                           self.ctx, timeout_ms=100)
+        try:
+            return proc.client.call("ping").get("name") == proc.name
+        except (transport.Timeout, protocol.RemoteError, protocol.DecodeError):
+            return False
+
+    def _on_exit(self, proc: Process, now: float) -> None:
+        code = proc.popen.returncode
+        uptime = now - proc.started
+        if proc.client is not None:  # a fresh socket for the next incarnation's pings
+            proc.client.close()
+            proc.client = None
+        if proc.state == STOPPING:
+            log.info("stopped: %s (exit status %s)", proc.name, code)
+            proc.state = STOPPED
+            return
+        log.warning("exited: %s (exit status %s; not expected) after %.1fs", proc.name, code,
+                    uptime)
+        proc.crashes = [t for t in proc.crashes if now - t < FLAP_WINDOW_S] + [now]
+        if code == RET_CONFIG:
+            proc.state = FATAL
+            log.error("gave up: %s entered FATAL state (configuration error; see its log)",
+                      proc.name)
+        elif proc.state == STARTING or uptime < self.sup["start_secs"]:
+            proc.fast_failures += 1
+            if proc.fast_failures > self.sup["start_retries"]:
+                proc.state = FATAL
+                log.error("gave up: %s entered FATAL state, too many start retries too quickly",
+                          proc.name)
+            else:
+                delay = min(self.sup["backoff_max_s"],
+                            self.sup["backoff_base_s"] * 2 ** (proc.fast_failures - 1))
+                proc.next_start = now + delay * random.uniform(0.8, 1.2)
+                proc.state = BACKOFF
+                log.info("%s entered BACKOFF state; retry in %.1fs", proc.name, delay)
+        elif len(proc.crashes) > FLAP_LIMIT:
+            proc.state = FATAL
+            log.error("gave up: %s entered FATAL state, crashed %d times in %ds", proc.name,
+                      len(proc.crashes), FLAP_WINDOW_S)
+        else:
+            proc.state = EXITED
+            proc.restarts += 1
+            self._spawn(proc)
+
+    def _begin_stop(self, proc: Process) -> None:
+        if not proc.alive():
+            proc.state = STOPPED
+            return
+        proc.state = STOPPING
+        proc.stop_stage = 0
+        proc.stop_deadline = time.monotonic() + self.sup["stop_timeout_s"]
+        try:
+            with transport.Client(paths.endpoint(f"{proc.name}.ctl", self.base), self.ctx,
+                                  timeout_ms=200) as client:
+                client.call("shutdown")
+        except (transport.Timeout, protocol.RemoteError, protocol.DecodeError):
+            pass  # the next rungs of the ladder take over
+
+    def _advance_stop(self, proc: Process, now: float) -> None:
+        if now < proc.stop_deadline:
+            return
+        if proc.stop_stage == 0:
+            log.warning("killing '%s' (%d) with SIGTERM", proc.name, proc.popen.pid)
+            proc.popen.send_signal(signal.SIGTERM)
+            proc.stop_stage = 1
+            proc.stop_deadline = now + self.sup["kill_timeout_s"]
+        elif proc.stop_stage == 1:
+            log.warning("killing '%s' (%d) with SIGKILL", proc.name, proc.popen.pid)
+            proc.popen.kill()
+            proc.stop_stage = 2
+            proc.stop_deadline = now + 3600
+
+    def step(self) -> None:
+        """One pass of supervision: reap, restart, promote, and advance stops."""
+        now = time.monotonic()
+        for proc in list(self.processes.values()):
+            if proc.popen is not None and proc.popen.poll() is not None and proc.state in (
+                    STARTING, RUNNING, STOPPING):
+                self._on_exit(proc, now)
+            if proc.state == STOPPED and proc.remove_when_stopped:
+                del self.processes[proc.name]
+            elif proc.state == STOPPING:
+                self._advance_stop(proc, now)
+            elif self.shutting_down:
+                continue
+            elif proc.state == STOPPED or (proc.state == BACKOFF and now >= proc.next_start):
+                self._spawn(proc)
+            elif (proc.state == STARTING and now - proc.started >= self.sup["start_secs"]
+                  and self._ping(proc)):
+                proc.state = RUNNING
+                proc.fast_failures = 0
+                log.info("success: %s entered RUNNING state", proc.name)
+        if self.shutting_down and self.stop_queue:
+            group = self.stop_queue[0]
+            if all(self.processes[n].state in (STOPPED, FATAL, BACKOFF) for n in group
+                   if n in self.processes):
+                self.stop_queue.pop(0)
+                for name in self.stop_queue[0] if self.stop_queue else []:
+                    self._begin_stop(self.processes[name])
+
+    def begin_shutdown(self) -> None:
+        if self.shutting_down:
+            return
+        self.shutting_down = True
+        log.info("stopping all processes")
+        groups = []
+        for role in reversed(START_ORDER):
+            groups.append([n for n, p in self.processes.items() if p.role == role])
+        self.stop_queue = [g for g in groups if g]
+        for name in self.stop_queue[0]:
+            self._begin_stop(self.processes[name])
+
+    def stopped(self) -> bool:
+        return self.shutting_down and not self.stop_queue and not any(
+            p.alive() for p in self.processes.values())
+
+    # -- control ----------------------------------------------------------------------------------
+
+    def status(self) -> dict:
+        now = time.monotonic()
+        roles = []
+        for role in START_ORDER:
+            procs = [p for p in self.processes.values() if p.role == role]
+            procs.sort(key=lambda p: p.name)
+            for p in procs:
+                roles.append({
+                    "role": p.role, "name": p.name, "pid": p.pid, "state": p.state,
+                    "uptime_s": round(now - p.started, 1) if p.alive() else 0.0,
+                    "restarts": p.restarts,
+                })
+        return {"running": True, "pid": os.getpid(), "home": str(self.base),
+                "extraction_workers": self.workers, "roles": roles}
+
+    def handle_control(self, request: dict) -> dict:
+        op, body, rid = request["op"], request["body"], request["id"]
+        if op == "ping":
+            return protocol.reply_ok(rid, {"name": "supervisor", "pid": os.getpid()})
+        if op == "status":
+            return protocol.reply_ok(rid, self.status())
+        if op == "stop":
+            self.begin_shutdown()
+            return protocol.reply_ok(rid)
+        if op == "scale":
+            count = body.get("count")
+            if body.get("role") != "extraction":
+                return protocol.reply_error(rid, protocol.ErrorCode.BAD_REQUEST,
+                                            "only 'extraction' can be scaled")
+            if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 64:
+                return protocol.reply_error(rid, protocol.ErrorCode.BAD_REQUEST,
+                                            "count must be an integer from 1 to 64")
+            if self.shutting_down:
+                return protocol.reply_error(rid, protocol.ErrorCode.SHUTTING_DOWN, "stopping")
+            self._set_workers(count)
+            log.info("scaled extraction to %d worker(s)", count)
+            return protocol.reply_ok(rid, {"extraction_workers": count})
+        return protocol.reply_error(rid, protocol.ErrorCode.UNKNOWN_OP,
+                                    f"supervisor does not serve {op!r}")
+
+    # -- main loop --------------------------------------------------------------------------------
+
+    def _record_signal(self, signum: int, _frame: object) -> None:
+        self.signals.append(signum)
+
+    def run(self) -> int:
+        run_dir = paths.runtime_dir(self.base)
+        lock = PidLock(paths.pidfile(self.base))
+        lock.acquire()  # before any bind: a second daemon must not steal live sockets
+        try:
+            stale = remove_socket_files(run_dir)
+            if stale:
+                log.info("removed stale socket files from a previous run: %s", ", ".join(stale))
+            signal.signal(signal.SIGTERM, self._record_signal)
+            signal.signal(signal.SIGINT, self._record_signal)
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
+            old_umask = os.umask(0o077)
+            control = transport.make_socket(self.ctx, zmq.ROUTER,
+                                            bind=paths.endpoint("supervisor.ctl", self.base))
+            os.umask(old_umask)
+            log.info("supervisor started (pid %d, home %s)", os.getpid(), self.base)
+            while not self.stopped():
+                if control.poll(100, zmq.POLLIN):
+                    envelope, request, error = transport.recv_request(control)
+                    reply = error if request is None else self.handle_control(request)
+                    if reply is not None:
+                        transport.send_reply(control, envelope, reply)
+                if self.signals:
+                    log.info("received signal %d", self.signals[0])
+                    self.signals.clear()
+                    self.begin_shutdown()
+                self.step()
+            log.info("all processes stopped")
+            control.close(linger=0)
+            return 0
+        finally:
+            for proc in self.processes.values():
+                if proc.client is not None:
+                    proc.client.close()
+                if proc.alive():  # only reached on an unexpected error: leave no orphans
+                    proc.popen.kill()
+                    proc.popen.wait()
+            self.ctx.destroy(linger=0)
+            remove_socket_files(run_dir)
+            lock.release()

@@ -1,0 +1,367 @@
+"""The ``kirolearn`` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import tenacity
+from kirolearn.supervisor.arbiter import (
+    FATAL,
+    RET_PIDFILE,
+    RUNNING,
+    START_ORDER,
+    is_locked,
+    read_pid,
+    remove_socket_files,
+)
+
+from kirolearn import __version__, config, db, paths, protocol, transport
+
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 60.0
+IMPORT_CHUNK = 500
+EXIT_NOT_RUNNING = 3  # like LSB's "program is not running"
+
+
+def _settings() -> dict:
+    try:
+        return config.load(paths.home())
+    except config.ConfigError as exc:
+        raise click.ClickException(f"configuration error: {exc}") from exc
+
+
+def _running() -> bool:
+    return is_locked(paths.pidfile())
+
+
+def _supervisor(op: str, body: dict | None = None, timeout_ms: int = 2000) -> dict:
+    with transport.Client(paths.endpoint("supervisor.ctl"), timeout_ms=timeout_ms) as client:
+        return client.call(op, body)
+
+
+def _wait_until_ready(daemon: subprocess.Popen) -> dict:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    status: dict = {}
+    while time.monotonic() < deadline:
+        code = daemon.poll()
+        if code == RET_PIDFILE:
+            raise click.ClickException("kirolearn is already running")
+        if code is not None:
+            raise click.ClickException(
+                f"the supervisor exited with status {code}; see {paths.log_dir()}/supervisor.log")
+        try:
+            status = _supervisor("status", timeout_ms=300)
+        except (transport.Timeout, protocol.RemoteError):
+            time.sleep(0.05)
+            continue
+        states = {r["state"] for r in status["roles"]}
+        if states == {RUNNING} or FATAL in states:
+            return status
+        time.sleep(0.05)
+    return status
+
+
+def _print_status(status: dict) -> None:
+    click.echo(f"kirolearn {__version__} running (supervisor pid {status['pid']},"
+               f" home {status['home']})")
+    click.echo(f"{'NAME':<16}{'STATE':<10}{'PID':>8}{'UPTIME':>10}{'RESTARTS':>10}")
+    for r in status["roles"]:
+        pid = r["pid"] or "-"
+        click.echo(f"{r['name']:<16}{r['state']:<10}{pid!s:>8}{r['uptime_s']:>9.1f}s"
+                   f"{r['restarts']:>10}")
+
+
+@click.group()
+@click.version_option(__version__, prog_name="kirolearn")
+def cli() -> None:
+    """Long-term memory for AI coding agents.
+
+    Everything lives under KIROLEARN_HOME (default ~/.kirolearn).
+    """
+
+
+@cli.command()
+@click.option("--foreground", is_flag=True, help="Run in this terminal instead of detaching.")
+@click.option("--extraction-workers", type=click.IntRange(1, 64), default=None,
+              help="Extraction worker processes (default: extraction.workers).")
+def start(foreground: bool, extraction_workers: int | None) -> None:
+    """Start the daemon and wait until every role is RUNNING.
+
+    \b
+    Example:
+        kirolearn start --extraction-workers 2
+    """
+    settings = _settings()
+    workers = extraction_workers or settings["extraction"]["workers"]
+    paths.ensure_layout()
+    if _running():
+        raise click.ClickException(
+            f"kirolearn is already running (pid {read_pid(paths.pidfile())})")
+    if foreground:
+        from kirolearn.supervisor.__main__ import run_daemon
+
+        sys.exit(run_daemon(workers, foreground=True))
+    with open(paths.log_dir() / "supervisor.out", "ab") as out:
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "kirolearn.supervisor", "--extraction-workers", str(workers)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+    status = _wait_until_ready(daemon)
+    if not status or any(r["state"] != RUNNING for r in status["roles"]):
+        if status:
+            _print_status(status)
+        raise click.ClickException(
+            f"not every role reached RUNNING; see the logs in {paths.log_dir()}")
+    _print_status(status)
+
+
+def _stop() -> bool:
+    """Stop the daemon if it runs; returns whether it was running."""
+    pidfile = paths.pidfile()
+    if not _running():
+        remove_socket_files(paths.runtime_dir())
+        return False
+    try:
+        _supervisor("stop")
+    except (transport.Timeout, protocol.RemoteError):
+        pid = read_pid(pidfile)
+        if pid:  # the supervisor is wedged; its roles stop when it goes
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while _running():
+        if time.monotonic() > deadline:
+            pid = read_pid(pidfile)
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5
+        time.sleep(0.05)
+    remove_socket_files(paths.runtime_dir())
+    return True
+
+
+@cli.command()
+def stop() -> None:
+    """Stop the daemon: extraction, ingest, retrieval, then storage after it drains."""
+    click.echo("kirolearn stopped" if _stop() else "kirolearn is not running")
+
+
+@cli.command()
+@click.option("--extraction-workers", type=click.IntRange(1, 64), default=None)
+@click.pass_context
+def restart(ctx: click.Context, extraction_workers: int | None) -> None:
+    """Stop the daemon if it runs, then start it."""
+    _stop()
+    ctx.invoke(start, foreground=False, extraction_workers=extraction_workers)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(as_json: bool) -> None:
+    """Each role process: pid, state, uptime and restarts (exit 3 when not running)."""
+    try:
+        result = _supervisor("status") if _running() else None
+    except (transport.Timeout, protocol.RemoteError):
+        result = None
+    if result is None:
+        if as_json:
+            click.echo(json.dumps({"running": False, "roles": []}))
+        else:
+            click.echo("kirolearn is not running")
+        sys.exit(EXIT_NOT_RUNNING)
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        _print_status(result)
+
+
+@cli.command()
+@click.argument("role", type=click.Choice(["extraction"]))
+@click.argument("count", type=click.IntRange(1, 64))
+def scale(role: str, count: int) -> None:
+    """Change the number of extraction workers while running.
+
+    \b
+    Example:
+        kirolearn scale extraction 4
+    """
+    if not _running():
+        raise click.ClickException("kirolearn is not running")
+    _supervisor("scale", {"role": role, "count": count})
+    click.echo(f"{role}: {count} worker(s)")
+
+
+def _log_files(role: str | None) -> list[Path]:
+    names = [role] if role else ["supervisor", *START_ORDER]
+    return [paths.log_dir() / f"{name}.log" for name in names]
+
+
+@cli.command()
+@click.argument("role", required=False, type=click.Choice(["supervisor", *START_ORDER]))
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
+@click.option("-n", "--lines", default=50, show_default=True, help="Lines of history per log.")
+def logs(role: str | None, follow: bool, lines: int) -> None:
+    """Show the daemon's logs (all roles, or one).
+
+    \b
+    Example:
+        kirolearn logs storage -f
+    """
+    files = _log_files(role)
+    positions: dict[Path, int] = {}
+    for path in files:
+        if not path.exists():
+            continue
+        text = path.read_text("utf-8", errors="replace").splitlines()
+        prefix = "" if role else f"{path.stem}: "
+        for line in text[-lines:] if lines else []:
+            click.echo(prefix + line)
+        positions[path] = path.stat().st_size
+    while follow:
+        time.sleep(0.2)
+        for path in files:
+            if not path.exists():
+                continue
+            size = path.stat().st_size
+            start_at = positions.get(path, 0)
+            if size < start_at:  # rotated
+                start_at = 0
+            if size > start_at:
+                with path.open("rb") as handle:
+                    handle.seek(start_at)
+                    chunk = handle.read().decode("utf-8", errors="replace")
+                prefix = "" if role else f"{path.stem}: "
+                for line in chunk.splitlines():
+                    click.echo(prefix + line)
+                positions[path] = size
+
+
+def _read_lines(stream) -> Iterator[tuple[int, str]]:
+    for number, line in enumerate(stream, start=1):
+        if line.strip():
+            yield number, line
+
+
+def _send_chunk(client: transport.Client, events: list) -> list[dict]:
+    """put_events with retries: a restarted ingest or storage is waited for, and a
+    retried chunk's already-stored events come back as duplicates."""
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_delay(60),
+        wait=tenacity.wait_exponential_jitter(initial=0.1, max=2),
+        retry=tenacity.retry_if_exception(
+            lambda e: isinstance(e, transport.Timeout) or (
+                isinstance(e, protocol.RemoteError) and e.code in (
+                    protocol.ErrorCode.UNAVAILABLE, protocol.ErrorCode.SHUTTING_DOWN,
+                    protocol.ErrorCode.INTERNAL))),
+        reraise=True)
+    return retrying(client.call, "put_events", {"events": events})["results"]
+
+
+@cli.command(name="import")
+@click.argument("file", type=click.File("r", encoding="utf-8"))
+def import_(file) -> None:
+    """Send v1 events (JSON Lines; '-' for stdin) through ingest.
+
+    Reports how many were stored, duplicate or rejected, with the reason for each
+    rejected line. Exits 1 if any line was rejected.
+
+    \b
+    Example:
+        kirolearn export > backup.jsonl && kirolearn import backup.jsonl
+    """
+    if not _running():
+        raise click.ClickException("kirolearn is not running; start it with 'kirolearn start'")
+    counts = {"stored": 0, "duplicate": 0, "rejected": 0}
+    rejected: list[tuple[int, str]] = []
+
+    def report(line_no: int, status_: str, reason: str = "") -> None:
+        counts[status_] += 1
+        if status_ == "rejected":
+            rejected.append((line_no, reason))
+
+    with transport.Client(paths.endpoint("ingest"), timeout_ms=10_000) as client:
+        chunk: list = []
+        numbers: list[int] = []
+
+        def flush() -> None:
+            if not chunk:
+                return
+            for line_no, result in zip(numbers, _send_chunk(client, chunk), strict=True):
+                report(line_no, result["status"], result.get("reason", ""))
+            chunk.clear()
+            numbers.clear()
+
+        for line_no, line in _read_lines(file):
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                report(line_no, "rejected", f"not JSON: {exc}")
+                continue
+            if isinstance(item, dict) and "record_id" in item:
+                report(line_no, "rejected", "a memory record, not an event (records are"
+                       " rebuilt by extraction)")
+                continue
+            chunk.append(item)
+            numbers.append(line_no)
+            if len(chunk) >= IMPORT_CHUNK:
+                flush()
+        flush()
+    for line_no, reason in sorted(rejected):
+        click.echo(f"line {line_no}: rejected: {reason}", err=True)
+    click.echo(f"stored {counts['stored']}, duplicate {counts['duplicate']},"
+               f" rejected {counts['rejected']}")
+    if counts["rejected"]:
+        sys.exit(1)
+
+
+def _reader():
+    path = paths.db_path()
+    if not path.exists():
+        raise click.ClickException(f"no database at {path} yet; start kirolearn first")
+    return db.connect_reader(path)
+
+
+@cli.command()
+@click.option("--namespace", default=None, help="Only this namespace.")
+def export(namespace: str | None) -> None:
+    """Write events, then memory records, as JSON Lines to stdout.
+
+    \b
+    Example:
+        kirolearn export --namespace /actor/me/project/<id>/ > project.jsonl
+    """
+    conn = _reader()
+    try:
+        for event in db.iter_events(conn, namespace):
+            click.echo(json.dumps(event, ensure_ascii=False))
+        for record in db.iter_records(conn, namespace):
+            click.echo(json.dumps(record, ensure_ascii=False))
+    finally:
+        conn.close()
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def stats(as_json: bool) -> None:
+    """Counts per namespace: events by kind, records, pending extraction work."""
+    conn = _reader()
+    try:
+        result = db.stats(conn)
+    finally:
+        conn.close()
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    t = result["totals"]
+    click.echo(f"events {t['events']}, records {t['records']}, pending events"
+               f" {t['pending_events']}, pending batches {t['pending_batches']}")
+    for ns in result["namespaces"]:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(ns["events"].items())) or "no events"
+        click.echo(f"{ns['namespace']}\n  {kinds}; records {ns['records']};"
+                   f" pending events {ns['pending_events']}, batches {ns['pending_batches']}")
