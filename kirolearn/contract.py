@@ -75,7 +75,12 @@ def body_size(body: Any) -> int:
 
 
 def content_hash(body: Any) -> str:
-    return "sha256:" + hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+    return hash_json(canonical_json(body))
+
+
+def hash_json(encoded: str) -> str:
+    """content_hash of a body already in canonical JSON."""
+    return "sha256:" + hashlib.sha256(encoded.encode("utf-8")).hexdigest()
 
 
 def parse_valid_time(value: str) -> datetime:
@@ -136,14 +141,16 @@ def _check_time(errors: list[FieldError], obj: dict, field: str) -> None:
         errors.append(FieldError(field, f"is not ISO 8601 with offset ({exc})"))
 
 
-def _check_body(errors: list[FieldError], body: Any) -> None:
+def _check_body(errors: list[FieldError], body: Any) -> str | None:
+    """Check a body's shape and size; returns its canonical JSON when it is valid."""
     if not isinstance(body, dict):
         errors.append(FieldError("body", "must be an object with a 'type'"))
-        return
+        return None
     kind = body.get("type")
     if kind not in BODY_TYPES:
         errors.append(FieldError("body.type", f"must be one of {', '.join(BODY_TYPES)}"))
-        return
+        return None
+    before = len(errors)
     allowed = {"text": {"type", "content"}, "message": {"type", "turns"}, "json": {"type", "data"}}
     extra = set(body) - allowed[kind]
     if extra:
@@ -165,16 +172,20 @@ def _check_body(errors: list[FieldError], body: Any) -> None:
                         errors.append(FieldError(f"body.turns[{i}].{key}", "must be a string"))
     elif "data" not in body:
         errors.append(FieldError("body.data", "is required"))
-    if not errors:
-        try:
-            size = body_size(body)
-        except (TypeError, ValueError) as exc:
-            errors.append(FieldError("body", f"is not JSON-serializable: {exc}"))
-            return
-        if size > MAX_BODY_BYTES:
-            errors.append(FieldError(
-                "body", f"serialized body is {size} bytes; the limit is {MAX_BODY_BYTES}",
-                "too_large"))
+    if len(errors) > before:
+        return None
+    try:
+        encoded = canonical_json(body)
+    except (TypeError, ValueError) as exc:
+        errors.append(FieldError("body", f"is not JSON-serializable: {exc}"))
+        return None
+    size = len(encoded.encode("utf-8"))
+    if size > MAX_BODY_BYTES:
+        errors.append(FieldError(
+            "body", f"serialized body is {size} bytes; the limit is {MAX_BODY_BYTES}",
+            "too_large"))
+        return None
+    return encoded
 
 
 EVENT_FIELDS = {
@@ -185,6 +196,12 @@ EVENT_FIELDS = {
 
 def validate_event(event: Any) -> dict:
     """Check an event against contract v1 and return it; raise ContractError otherwise."""
+    check_event(event)
+    return event
+
+
+def check_event(event: Any) -> str:
+    """Validate an event and return its body's canonical JSON (computed once, reused)."""
     if not isinstance(event, dict):
         raise ContractError([FieldError("event", "must be an object")])
     errors: list[FieldError] = []
@@ -195,10 +212,11 @@ def validate_event(event: Any) -> dict:
         errors.append(FieldError("event_id", "must be a ULID (26 Crockford base32 characters)"))
     if event.get("kind") not in EVENT_KINDS:
         errors.append(FieldError("kind", f"must be one of {', '.join(EVENT_KINDS)}"))
+    body_json = None
     if "body" not in event:
         errors.append(FieldError("body", "is required"))
     else:
-        _check_body(errors, event["body"])
+        body_json = _check_body(errors, event["body"])
     namespace = event.get("namespace")
     if not isinstance(namespace, str) or not NAMESPACE_RE.match(namespace):
         errors.append(FieldError("namespace", "must look like /actor/<user>/project/<id>/"))
@@ -229,7 +247,7 @@ def validate_event(event: Any) -> dict:
         errors.append(FieldError("parent_event_id", "must be a ULID"))
     if errors:
         raise ContractError(errors)
-    return event
+    return body_json
 
 
 RECORD_FIELDS = {

@@ -38,11 +38,17 @@ CREATE TABLE events (
     content_hash TEXT NOT NULL,
     parent_event_id TEXT,
     project_path TEXT,
-    schema_version INTEGER NOT NULL
+    schema_version INTEGER NOT NULL,
+    batch_id TEXT  -- the extraction batch it went to; NULL while it waits in the buffer
 ) STRICT;
 CREATE INDEX events_namespace_time ON events (namespace, valid_ms);
-CREATE INDEX events_session_time ON events (session_id, valid_ms);
-CREATE INDEX events_content_hash ON events (content_hash);
+-- Dedup looks for the same content in the same session around the same time; keyed by
+-- session and time, inserts land at the end of their session's range (no random pages).
+CREATE INDEX events_session_time ON events (session_id, valid_ms, content_hash);
+-- The extraction buffer is the set of events not yet in a batch: two partial indexes
+-- keep it cheap (the hot insert path touches only the small pending one).
+CREATE INDEX events_pending ON events (namespace) WHERE batch_id IS NULL;
+CREATE INDEX events_batch ON events (batch_id) WHERE batch_id IS NOT NULL;
 
 CREATE TABLE memory_records (
     id INTEGER PRIMARY KEY,
@@ -97,15 +103,6 @@ CREATE TABLE extraction_batches (
 ) STRICT;
 CREATE INDEX extraction_batches_state ON extraction_batches (state, lease_expires_ms);
 
-CREATE TABLE extraction_buffer (
-    event_id TEXT PRIMARY KEY REFERENCES events (event_id),
-    namespace TEXT NOT NULL,
-    bytes INTEGER NOT NULL,
-    added_ms INTEGER NOT NULL,
-    batch_id TEXT REFERENCES extraction_batches (batch_id)
-) STRICT;
-CREATE INDEX extraction_buffer_batch ON extraction_buffer (batch_id, namespace);
-
 CREATE TABLE retrievals (
     id INTEGER PRIMARY KEY,
     prompt_event_id TEXT,
@@ -142,6 +139,9 @@ def connect_writer(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA busy_timeout=5000")
+    # Index pages (content hashes are random) stay in memory instead of being re-read.
+    conn.execute("PRAGMA cache_size=-65536")
+    conn.execute("PRAGMA mmap_size=268435456")
     migrate(conn)
     for suffix in ("-wal", "-shm"):
         side = Path(str(path) + suffix)
@@ -202,35 +202,37 @@ def _statements(script: str) -> Iterator[str]:
 
 # --- events ----------------------------------------------------------------------------------
 
-def event_row(event: dict) -> tuple:
+def event_row(event: dict, transaction_time: str) -> tuple:
+    """The events row for an event in storage form (``body_json`` instead of ``body``)."""
     valid = contract.parse_valid_time(event["valid_time"])
     return (
         event["event_id"], event["namespace"], event["kind"], event["session_id"],
-        event["actor_id"], event["valid_time"], int(valid.timestamp() * 1000), utc_now(),
-        contract.canonical_json(event["body"]), contract.canonical_json(event["source"]),
-        event["content_hash"], event.get("parent_event_id"),
-        event["source"].get("project_path"), event["schema_version"],
+        event["actor_id"], event["valid_time"], int(valid.timestamp() * 1000), transaction_time,
+        event["body_json"], contract.canonical_json(event["source"]), event["content_hash"],
+        event.get("parent_event_id"), event["source"].get("project_path"),
+        event["schema_version"],
     )
 
 
-def insert_event(conn: sqlite3.Connection, event: dict, dedup_window_ms: int) -> str:
-    """Insert one (validated, scrubbed, hashed) event inside the caller's transaction.
+def insert_event(conn: sqlite3.Connection, event: dict, dedup_window_ms: int,
+                 transaction_time: str | None = None) -> str:
+    """Insert one event (storage form: validated, scrubbed, hashed) in the caller's transaction.
 
     Returns 'stored' or 'duplicate': the same event_id, or the same content in the
     same namespace, session and kind within the dedup window (a retried hook).
     """
-    row = event_row(event)
-    if conn.execute("SELECT 1 FROM events WHERE event_id = ?", (row[0],)).fetchone():
-        return "duplicate"
+    row = event_row(event, transaction_time or utc_now())
     if dedup_window_ms > 0 and conn.execute(
-        "SELECT 1 FROM events WHERE content_hash = ? AND namespace = ? AND session_id = ?"
-        " AND kind = ? AND valid_ms BETWEEN ? AND ? LIMIT 1",
-        (row[10], row[1], row[3], row[2], row[6] - dedup_window_ms, row[6] + dedup_window_ms),
+        "SELECT 1 FROM events INDEXED BY events_session_time WHERE session_id = ?"
+        " AND valid_ms BETWEEN ? AND ? AND content_hash = ? AND namespace = ? AND kind = ?"
+        " AND event_id != ? LIMIT 1",
+        (row[3], row[6] - dedup_window_ms, row[6] + dedup_window_ms, row[10], row[1], row[2],
+         row[0]),
     ).fetchone():
         return "duplicate"
-    conn.execute("INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
-    conn.execute("INSERT INTO extraction_buffer VALUES (?, ?, ?, ?, NULL)",
-                 (row[0], row[1], len(row[8]), now_ms()))
+    if not conn.execute("INSERT OR IGNORE INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,NULL)",
+                        row).rowcount:
+        return "duplicate"  # same event_id
     return "stored"
 
 
@@ -301,11 +303,10 @@ def iter_records(conn: sqlite3.Connection, namespace: str | None = None) -> Iter
 
 # --- extraction buffer and batches -----------------------------------------------------------
 
-def pending_by_namespace(conn: sqlite3.Connection) -> dict[str, tuple[int, int]]:
-    """For each namespace with unbatched events: (pending bytes, newest event's added_ms)."""
-    return {ns: (size, newest) for ns, size, newest in conn.execute(
-        "SELECT namespace, SUM(bytes), MAX(added_ms) FROM extraction_buffer"
-        " WHERE batch_id IS NULL GROUP BY namespace")}
+def pending_by_namespace(conn: sqlite3.Connection) -> dict[str, int]:
+    """Bytes of body waiting in the buffer (not yet in a batch), per namespace."""
+    return dict(conn.execute("SELECT namespace, SUM(length(body_json)) FROM events"
+                             " WHERE batch_id IS NULL GROUP BY namespace"))
 
 
 def form_batch(conn: sqlite3.Connection, namespace: str, reason: str) -> str | None:
@@ -313,7 +314,7 @@ def form_batch(conn: sqlite3.Connection, namespace: str, reason: str) -> str | N
     batch_id = contract.new_ulid()
     conn.execute("INSERT INTO extraction_batches (batch_id, namespace, state, reason, created_ms)"
                  " VALUES (?, ?, 'ready', ?, ?)", (batch_id, namespace, reason, now_ms()))
-    moved = conn.execute("UPDATE extraction_buffer SET batch_id = ? WHERE namespace = ?"
+    moved = conn.execute("UPDATE events SET batch_id = ? WHERE namespace = ?"
                          " AND batch_id IS NULL", (batch_id, namespace)).rowcount
     if not moved:
         conn.execute("DELETE FROM extraction_batches WHERE batch_id = ?", (batch_id,))
@@ -325,15 +326,13 @@ def due_batches(conn: sqlite3.Connection, now: int, limit: int) -> list[tuple[st
     """Batches to hand out: ready ones, and leased ones whose lease has expired."""
     return conn.execute(
         "SELECT batch_id, namespace, attempts FROM extraction_batches WHERE state = 'ready'"
-        " OR (state = 'leased' AND lease_expires_ms < ?) ORDER BY created_ms LIMIT ?",
-        (now, limit)).fetchall()
+        " UNION ALL SELECT batch_id, namespace, attempts FROM extraction_batches"
+        " WHERE state = 'leased' AND lease_expires_ms < ? LIMIT ?", (now, limit)).fetchall()
 
 
 def batch_events(conn: sqlite3.Connection, batch_id: str) -> list[dict]:
-    rows = conn.execute(
-        f"SELECT {', '.join('e.' + c.strip() for c in EVENT_COLUMNS.split(','))}"
-        " FROM extraction_buffer b JOIN events e ON e.event_id = b.event_id"
-        " WHERE b.batch_id = ? ORDER BY e.valid_ms, e.event_id", (batch_id,))
+    rows = conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE batch_id = ?"
+                        " ORDER BY valid_ms, event_id", (batch_id,))
     return [event_from_row(r) for r in rows]
 
 
@@ -352,7 +351,6 @@ def complete_batch(conn: sqlite3.Connection, batch_id: str, records: Iterable[di
             count += 1
         conn.execute("UPDATE extraction_batches SET state = 'done', done_ms = ?, record_count = ?,"
                      " lease_expires_ms = NULL WHERE batch_id = ?", (now_ms(), count, batch_id))
-        conn.execute("DELETE FROM extraction_buffer WHERE batch_id = ?", (batch_id,))
         conn.execute("COMMIT")
         return count
     except BaseException:
@@ -389,8 +387,7 @@ def stats(conn: sqlite3.Connection) -> dict:
             "SELECT namespace, COUNT(*) FROM memory_records GROUP BY namespace"):
         entry(ns)["records"] = count
     for ns, count in conn.execute(
-            "SELECT namespace, COUNT(*) FROM extraction_buffer WHERE batch_id IS NULL"
-            " GROUP BY namespace"):
+            "SELECT namespace, COUNT(*) FROM events WHERE batch_id IS NULL GROUP BY namespace"):
         entry(ns)["pending_events"] = count
     for ns, count in conn.execute(
             "SELECT namespace, COUNT(*) FROM extraction_batches"

@@ -58,7 +58,10 @@ class Ingest(role.Role):
                                                connect=paths.endpoint("retrieval", self.base))
         self.add_socket(self.storage, self._on_storage)
         self.add_socket(self.retrieval, self._on_retrieval)
-        self.by_storage_id: dict[str, Pending] = {}
+        # Events prepared in this pass over the client socket, sent to storage as one
+        # request (one group commit) when the pass ends.
+        self.outbox: list[tuple[Pending, list[dict]]] = []
+        self.by_storage_id: dict[str, list[Pending]] = {}
         self.by_retrieval_id: dict[str, Pending] = {}
         self.accepted = 0
 
@@ -76,7 +79,30 @@ class Ingest(role.Role):
             elif request is not None:
                 self._handle(envelope, request)
             if not sock.poll(0, zmq.POLLIN):
-                return
+                break
+        self._flush()
+
+    def _flush(self) -> None:
+        if not self.outbox:
+            return
+        group, self.outbox = self.outbox, []
+        events = [event for _, clean in group for event in clean]
+        message = protocol.request("put_events", {"events": events})
+        try:
+            self.storage.send_multipart([b"", protocol.pack(message)], flags=zmq.NOBLOCK)
+        except zmq.Again:
+            for pending, _ in group:
+                self._fail(pending, Code.UNAVAILABLE, "storage is not accepting events")
+            return
+        self.by_storage_id[message["id"]] = [pending for pending, _ in group]
+        self.accepted += len(events)
+
+    def _fail(self, pending: Pending, code: int, reason: str) -> None:
+        transport.send_reply(self.front, pending.envelope,
+                             protocol.reply_error(pending.request_id, code, reason))
+        if pending.event is not None:
+            self.by_retrieval_id = {k: v for k, v in self.by_retrieval_id.items()
+                                    if v is not pending}
 
     def _handle(self, envelope: list[bytes], request: dict) -> None:
         op, body, rid = request["op"], request["body"], request["id"]
@@ -103,12 +129,17 @@ class Ingest(role.Role):
         now = time.monotonic()
         pending = Pending(envelope, rid, op, [None] * len(events), now + self.storage_timeout_s)
         clean = []
+        first_body = None
         for index, event in enumerate(events):
             try:
-                clean.append(prepare(event))
-                pending.storage_slots.append(index)
+                stored, body = prepare(event)
             except contract.ContractError as exc:
                 pending.results[index] = rejection(event, exc)
+                continue
+            clean.append(stored)
+            pending.storage_slots.append(index)
+            if first_body is None:
+                first_body = body
         if op == "put_event" and pending.results[0] is not None:
             rejected = pending.results[0]
             too_large = any(e["code"] == "too_large" for e in rejected["errors"])
@@ -119,19 +150,12 @@ class Ingest(role.Role):
         if not clean:
             self._reply(pending)
             return
-        message = protocol.request("put_events", {"events": clean})
-        try:
-            self.storage.send_multipart([b"", protocol.pack(message)], flags=zmq.NOBLOCK)
-        except zmq.Again:
-            transport.send_reply(self.front, envelope, protocol.reply_error(
-                rid, Code.UNAVAILABLE, "storage is not accepting events"))
-            return
-        self.by_storage_id[message["id"]] = pending
-        self.accepted += len(clean)
+        self.outbox.append((pending, clean))
         if retrieve and clean[0]["kind"] == "prompt":
-            self._ask_retrieval(pending, clean[0], now)
+            self._ask_retrieval(pending, {**clean[0], "body": first_body}, now)
 
     def _ask_retrieval(self, pending: Pending, event: dict, now: float) -> None:
+        del event["body_json"]  # retrieval reads the (scrubbed) body as a dict
         message = protocol.request("search", {
             "event": event, "namespace": event["namespace"], "limit": self.limit,
             "budget_ms": self.budget_s * 1000})
@@ -157,21 +181,19 @@ class Ingest(role.Role):
     def _on_storage(self, sock: zmq.Socket) -> None:
         while sock.poll(0, zmq.POLLIN):
             reply = self._read_reply(sock)
-            pending = self.by_storage_id.pop(reply.get("id"), None) if reply else None
-            if pending is None:
+            group = self.by_storage_id.pop(reply.get("id"), None) if reply else None
+            if group is None:
                 continue  # late reply for a request already answered as unavailable
-            if reply["ok"]:
-                for slot, result in zip(pending.storage_slots, reply["body"]["results"],
-                                        strict=True):
-                    pending.results[slot] = result
+            if not reply["ok"]:
+                for pending in group:
+                    self._fail(pending, reply["error"]["code"], reply["error"]["reason"])
+                continue
+            results = iter(reply["body"]["results"])
+            for pending in group:
+                for slot in pending.storage_slots:
+                    pending.results[slot] = next(results)
                 pending.storage_done = True
                 self._maybe_reply(pending)
-            else:
-                error = reply["error"]
-                transport.send_reply(self.front, pending.envelope, protocol.reply_error(
-                    pending.request_id, Code(error["code"]), error["reason"]))
-                self.by_retrieval_id = {k: v for k, v in self.by_retrieval_id.items()
-                                        if v is not pending}
 
     def _on_retrieval(self, sock: zmq.Socket) -> None:
         while sock.poll(0, zmq.POLLIN):
@@ -225,12 +247,12 @@ class Ingest(role.Role):
                                                     "timeout")
                 self._log_retrieval(pending)
                 self._maybe_reply(pending)
-        for rid, pending in list(self.by_storage_id.items()):
-            if now >= pending.storage_deadline:
+        for rid, group in list(self.by_storage_id.items()):
+            if now >= group[0].storage_deadline:
                 del self.by_storage_id[rid]
-                self.log.warning("storage did not acknowledge in time; told the client")
-                transport.send_reply(self.front, pending.envelope, protocol.reply_error(
-                    pending.request_id, Code.UNAVAILABLE, "storage did not acknowledge in time"))
+                self.log.warning("storage did not acknowledge in time; told the clients")
+                for pending in group:
+                    self._fail(pending, Code.UNAVAILABLE, "storage did not acknowledge in time")
 
     def drain(self) -> None:
         """Give in-flight requests a moment to be acknowledged before exiting."""
@@ -241,18 +263,25 @@ class Ingest(role.Role):
             self.tick()
 
 
-def prepare(event: object) -> dict:
-    """Validate, verify the hash, scrub, and re-hash one event (raises ContractError)."""
-    contract.validate_event(event)
-    body = event["body"]
+def prepare(event: object) -> tuple[dict, dict]:
+    """Validate, verify the hash, scrub and re-hash one event (raises ContractError).
+
+    Returns what storage stores (the event with ``body_json``, the scrubbed body's
+    canonical JSON, in place of ``body``) and the scrubbed body itself. The body is
+    serialized once here; storage never re-encodes it.
+    """
+    body_json = contract.check_event(event)
     claimed = event.get("content_hash")
-    if claimed is not None and claimed != contract.content_hash(body):
+    if claimed is not None and claimed != contract.hash_json(body_json):
         raise contract.ContractError([contract.FieldError(
             "content_hash", "does not match the body (sha256 of its canonical JSON)")])
-    clean = dict(event)
-    clean["body"] = privacy.scrub(body)
-    clean["content_hash"] = contract.content_hash(clean["body"])
-    return clean
+    body = privacy.scrub(event["body"])
+    if body != event["body"]:
+        body_json = contract.canonical_json(body)
+    stored = {k: v for k, v in event.items() if k != "body"}
+    stored["body_json"] = body_json
+    stored["content_hash"] = contract.hash_json(body_json)
+    return stored, body
 
 
 def rejection(event: object, exc: contract.ContractError) -> dict:

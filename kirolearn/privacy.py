@@ -7,36 +7,42 @@ new value and never mutates its input.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
 REDACTED = "[REDACTED]"
 _TAG = re.compile(r"<(/?)private>", re.IGNORECASE)
 
-# Whole-match secrets: the match is replaced entirely.
-_SECRETS = [
-    re.compile(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|\Z)",
-               re.DOTALL),
-    re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"),  # AWS access key ids
-    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"),  # GitHub tokens
-    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{40,}\b"),
-    re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}\b"),  # GitLab
-    re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b"),  # Slack
-    re.compile(r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{20,}\b"),  # OpenAI / Anthropic
-    re.compile(r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}\b"),  # Stripe
-    re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"),  # Google API keys
-    re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"),
-    re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),  # JWTs
-]
-# Keyed secrets: the key stays (it says what was there), the value goes.
+# Whole-match secrets, one alternation so a string is scanned once.
+_SECRETS = re.compile("|".join(f"(?:{p})" for p in (
+    r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|\Z)",
+    r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b",  # AWS access key ids
+    r"\bgh[pousr]_[A-Za-z0-9]{30,}\b",  # GitHub tokens
+    r"\bgithub_pat_[A-Za-z0-9_]{40,}\b",
+    r"\bglpat-[A-Za-z0-9_-]{20,}\b",  # GitLab
+    r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b",  # Slack
+    r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{20,}\b",  # OpenAI / Anthropic
+    r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}\b",  # Stripe
+    r"\bAIza[0-9A-Za-z_-]{35}\b",  # Google API keys
+    r"\bnpm_[A-Za-z0-9]{36}\b",
+    r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWTs
+)), re.DOTALL)
+# Keyed secrets: the key stays (it says what was there), the value goes. The match
+# starts at the keyword, so a prefix such as DB_ in DB_PASSWORD stays untouched.
+# Every pattern above and below needs one of these in the lowercased text: one cheap
+# scan lets the (much slower) full patterns skip ordinary strings.
+_CANDIDATE = re.compile(
+    r"akia|asia|abia|acca|gh[pousr]_|github_pat_|glpat-|xox[abposr]-|sk-|[rs]k_|aiza|npm_|eyj"
+    r"|-----begin|pass|pwd|secret|token|api.?key|access.?key|private.?key|bearer|basic|://")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
 _ASSIGNMENT = re.compile(
     r"""(?ix)
-    \b([\w.-]*(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|
-        client[_-]?secret|auth)[\w.-]*)     # the key
+    ((?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key)
+     [\w.-]*)                               # the key, from its keyword on
     (["']?\s*[:=]\s*)                       # separator, maybe after a closing quote
     (?!\[REDACTED\])
-    ("[^"\n]{1,}"|'[^'\n]{1,}'|[^\s"',;]{1,})  # the value
+    ("[^"\n]{6,}"|'[^'\n]{6,}'|[^\s"',;]{6,})  # the value: short ones are counts, not secrets
     """
 )
 _URL_CREDENTIALS = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s:/@]+:)([^\s@/]+)(@)")
@@ -71,15 +77,23 @@ def _redact_private(text: str) -> str:
 
 
 def _redact_secrets(text: str) -> str:
-    for pattern in _SECRETS:
-        text = pattern.sub(REDACTED, text)
+    if not _CANDIDATE.search(text.lower()):
+        return text  # the common case
+    text = _SECRETS.sub(REDACTED, text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
     text = _URL_CREDENTIALS.sub(lambda m: m.group(1) + REDACTED + m.group(3), text)
     return _ASSIGNMENT.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
 
 
-def scrub_text(text: str) -> str:
+def _scrub_text(text: str) -> str:
     return _redact_secrets(_redact_private(text))
+
+
+_scrub_short = functools.lru_cache(maxsize=8192)(_scrub_text)  # JSON keys repeat a lot
+
+
+def scrub_text(text: str) -> str:
+    return _scrub_short(text) if len(text) <= 64 else _scrub_text(text)
 
 
 def scrub(value: Any) -> Any:

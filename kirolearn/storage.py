@@ -35,6 +35,11 @@ class Storage(role.Role):
         self.lease_ms = int(cfg["lease_s"] * 1000)
         self.group_max = max(1, cfg["group_commit_max"])
         self.conn = db.connect_writer(paths.db_path(self.base))
+        # Unbatched events per namespace: [bytes, newest arrival ms], kept in memory so
+        # deciding when a batch is due costs nothing per tick. After a restart the idle
+        # clock starts again from now.
+        self.pending = {ns: [size, db.now_ms()]
+                        for ns, size in db.pending_by_namespace(self.conn).items()}
         self.turn_ended: set[str] = set()
         self.service = self.bind(zmq.ROUTER, paths.endpoint("storage", self.base), self._on_request)
         self.batches = self.bind(zmq.PUSH, paths.endpoint("batches", self.base), hwm=4)
@@ -68,6 +73,8 @@ class Storage(role.Role):
 
     def _commit_puts(self, puts: list[tuple[list[bytes], dict]]) -> list[tuple[list[bytes], dict]]:
         replies = []
+        stored: list[dict] = []
+        transaction_time = db.utc_now()
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             for env, req in puts:
@@ -76,9 +83,7 @@ class Storage(role.Role):
                     replies.append((env, protocol.reply_error(
                         req["id"], protocol.ErrorCode.BAD_REQUEST, "'events' must be a list")))
                     continue
-                results = []
-                for event in events:
-                    results.append(self._put_one(event))
+                results = [self._put_one(event, transaction_time, stored) for event in events]
                 replies.append((env, protocol.reply_ok(req["id"], {"results": results})))
             self.conn.execute("COMMIT")
         except Exception as exc:
@@ -87,17 +92,17 @@ class Storage(role.Role):
             return [(env, protocol.reply_error(req["id"], protocol.ErrorCode.INTERNAL,
                                                f"storage commit failed: {exc}"))
                     for env, req in puts]
-        for _env, reply in replies:
-            for result in reply.get("body", {}).get("results", []):
-                if result["status"] == "stored":
-                    self.events_stored += 1
-                    if result.get("turn_end"):
-                        self.turn_ended.add(result.pop("namespace"))
-                    result.pop("turn_end", None)
-                    result.pop("namespace", None)
+        now = db.now_ms()
+        for event in stored:
+            entry = self.pending.setdefault(event["namespace"], [0, now])
+            entry[0] += len(event["body_json"])
+            entry[1] = now
+            if event["kind"] == "session_summary":
+                self.turn_ended.add(event["namespace"])
+        self.events_stored += len(stored)
         return replies
 
-    def _put_one(self, event: object) -> dict:
+    def _put_one(self, event: object, transaction_time: str, stored: list[dict]) -> dict:
         """Insert one event inside the open transaction (savepoint per event).
 
         Ingest has validated, scrubbed and hashed the event; only ingest can reach
@@ -107,17 +112,15 @@ class Storage(role.Role):
         event_id = event.get("event_id") if isinstance(event, dict) else None
         self.conn.execute("SAVEPOINT put")
         try:
-            status = db.insert_event(self.conn, event, self.dedup_window_ms)
+            status = db.insert_event(self.conn, event, self.dedup_window_ms, transaction_time)
             self.conn.execute("RELEASE put")
         except (sqlite3.IntegrityError, KeyError, TypeError, ValueError, AttributeError) as exc:
             self.conn.execute("ROLLBACK TO put")
             self.conn.execute("RELEASE put")
             return {"event_id": event_id, "status": "rejected", "reason": str(exc)}
-        result = {"event_id": event_id, "status": status}
-        if status == "stored" and event["kind"] == "session_summary":
-            result["turn_end"] = True
-            result["namespace"] = event["namespace"]
-        return result
+        if status == "stored":
+            stored.append(event)
+        return {"event_id": event_id, "status": status}
 
     def _handle_other(self, req: dict) -> dict:
         op, body = req["op"], req["body"]
@@ -146,7 +149,7 @@ class Storage(role.Role):
     def _form_batches(self) -> None:
         now = db.now_ms()
         ready = []
-        for namespace, (size, newest) in db.pending_by_namespace(self.conn).items():
+        for namespace, (size, newest) in self.pending.items():
             if namespace in self.turn_ended:
                 ready.append((namespace, "turn_end"))
             elif size >= self.max_bytes:
@@ -164,6 +167,8 @@ class Storage(role.Role):
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
+        for namespace, _reason in ready:
+            del self.pending[namespace]
 
     def _dispatch_batches(self) -> None:
         now = db.now_ms()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +31,7 @@ from kirolearn import __version__, config, db, paths, protocol, transport
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 60.0
 IMPORT_CHUNK = 500
+IMPORT_IN_FLIGHT = 3
 EXIT_NOT_RUNNING = 3  # like LSB's "program is not running"
 
 
@@ -285,18 +289,26 @@ def import_(file) -> None:
         if status_ == "rejected":
             rejected.append((line_no, reason))
 
-    with transport.Client(paths.endpoint("ingest"), timeout_ms=10_000) as client:
+    local = threading.local()
+    clients: list[transport.Client] = []
+
+    def send(events: list) -> list[dict]:
+        if not hasattr(local, "client"):
+            local.client = transport.Client(paths.endpoint("ingest"), timeout_ms=3000)
+            clients.append(local.client)
+        return _send_chunk(local.client, events)
+
+    # A few chunks in flight at once, so ingest validates one while storage commits another.
+    in_flight: collections.deque = collections.deque()
+
+    def collect_oldest() -> None:
+        numbers, future = in_flight.popleft()
+        for line_no, result in zip(numbers, future.result(), strict=True):
+            report(line_no, result["status"], result.get("reason", ""))
+
+    with concurrent.futures.ThreadPoolExecutor(IMPORT_IN_FLIGHT) as pool:
         chunk: list = []
         numbers: list[int] = []
-
-        def flush() -> None:
-            if not chunk:
-                return
-            for line_no, result in zip(numbers, _send_chunk(client, chunk), strict=True):
-                report(line_no, result["status"], result.get("reason", ""))
-            chunk.clear()
-            numbers.clear()
-
         for line_no, line in _read_lines(file):
             try:
                 item = json.loads(line)
@@ -310,8 +322,16 @@ def import_(file) -> None:
             chunk.append(item)
             numbers.append(line_no)
             if len(chunk) >= IMPORT_CHUNK:
-                flush()
-        flush()
+                in_flight.append((numbers, pool.submit(send, chunk)))
+                chunk, numbers = [], []
+                if len(in_flight) >= IMPORT_IN_FLIGHT:
+                    collect_oldest()
+        if chunk:
+            in_flight.append((numbers, pool.submit(send, chunk)))
+        while in_flight:
+            collect_oldest()
+    for client in clients:
+        client.close()
     for line_no, reason in sorted(rejected):
         click.echo(f"line {line_no}: rejected: {reason}", err=True)
     click.echo(f"stored {counts['stored']}, duplicate {counts['duplicate']},"

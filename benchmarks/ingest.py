@@ -1,0 +1,159 @@
+"""Ingest benchmark: events/s and per-event ack latency through client → ingest → storage
+commit, peak RSS of the daemon, and the bulk path (``kirolearn import``).
+
+Prints one JSON line per configuration (see DESIGN.md §10); progress goes to stderr.
+
+    python benchmarks/ingest.py            # 10,000 events per live config, 100,000 imported
+    python benchmarks/ingest.py --quick    # a smoke run in seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import zmq
+
+from kirolearn import contract, paths, protocol, transport
+
+KL = [sys.executable, "-m", "kirolearn"]
+NAMESPACE = "/actor/bench/project/" + "b" * 64 + "/"
+
+
+def say(*args: object) -> None:
+    print(*args, file=sys.stderr, flush=True)
+
+
+TURN = ("prompt", *["tool_use"] * 8, "session_summary")  # one agent turn
+
+
+def make_events(count: int, tag: str) -> list[dict]:
+    """Turns of a prompt, eight tool uses and a turn summary; every body distinct."""
+    kinds = TURN
+    events = []
+    for i in range(count):
+        kind = kinds[i % len(kinds)]
+        if kind == "tool_use":
+            body = {"type": "json", "data": {
+                "tool_name": "fs_read", "tool_input": {"path": f"src/{tag}/module_{i}.py"},
+                "tool_response": {"success": True, "result": f"def handler_{i}(request):\n"
+                                  "    return render(request, 'index.html')\n" * 4}}}
+        else:
+            body = {"type": "text", "content": f"{tag} {i}: refactor the storage layer to use"
+                    " SQLite WAL mode and keep the migrations forward-only"}
+        events.append(contract.make_event(
+            kind, body, namespace=NAMESPACE, actor_id="bench", session_id=f"s{i // 50}",
+            surface="kiro-cli", version="bench", client_id="bench"))
+    return events
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def live_path(events: list[dict], concurrency: int) -> dict:
+    """Keep `concurrency` put_event requests in flight (like that many shims at once)."""
+    ctx = zmq.Context()
+    sock = transport.make_socket(ctx, zmq.DEALER, connect=paths.endpoint("ingest"))
+    sent: dict[str, float] = {}
+    latencies: list[float] = []
+    statuses: dict[str, int] = {}
+    queue = iter(events)
+    started = time.perf_counter()
+    exhausted = False
+    while True:
+        while not exhausted and len(sent) < concurrency:
+            event = next(queue, None)
+            if event is None:
+                exhausted = True
+                break
+            message = protocol.request("put_event", {"event": event})
+            sent[message["id"]] = time.perf_counter()
+            sock.send_multipart([b"", protocol.pack(message)])
+        if exhausted and not sent:
+            break
+        if not sock.poll(10_000):
+            raise RuntimeError("ingest stopped answering")
+        reply = protocol.parse_reply(sock.recv_multipart()[-1])
+        latencies.append((time.perf_counter() - sent.pop(reply["id"])) * 1000)
+        key = reply["body"].get("status") if reply["ok"] else "error"
+        statuses[key] = statuses.get(key, 0) + 1
+    elapsed = time.perf_counter() - started
+    sock.close(linger=0)
+    ctx.term()
+    if statuses != {"stored": len(events)}:
+        raise RuntimeError(f"unexpected outcomes: {statuses}")
+    return {
+        "events": len(events), "turn_events": len(TURN), "concurrency": concurrency,
+        "events_per_s": round(len(events) / elapsed, 1),
+        "ack_p50_ms": round(statistics.median(latencies), 3),
+        "ack_p99_ms": round(percentile(latencies, 99), 3),
+    }
+
+
+def daemon_memory() -> dict:
+    """Peak resident memory (VmHWM) of each daemon process, summed."""
+    status = json.loads(subprocess.run([*KL, "status", "--json"], capture_output=True,
+                                       text=True, check=True).stdout)
+    pids = [status["pid"]] + [r["pid"] for r in status["roles"] if r["pid"]]
+    peak_kb = {}
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                peak_kb[pid] = int(line.split()[1])
+    return {"daemon_peak_rss_mb": round(sum(peak_kb.values()) / 1024, 1),
+            "largest_process_peak_rss_mb": round(max(peak_kb.values()) / 1024, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=10_000)
+    parser.add_argument("--import-events", type=int, default=100_000)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.events, args.import_events = 500, 2_000
+    home = Path(tempfile.mkdtemp(prefix="kl-bench-", dir="/tmp"))
+    os.environ["KIROLEARN_HOME"] = str(home)
+    # Batches must not form mid-run: this measures ingest and storage, not extraction.
+    os.environ["KIROLEARN_STORAGE_BATCH_IDLE_S"] = "3600"
+    os.environ["KIROLEARN_STORAGE_BATCH_MAX_BYTES"] = str(1 << 40)
+    subprocess.run([*KL, "start"], check=True, stdout=subprocess.DEVNULL)
+    try:
+        for concurrency in args.concurrency:
+            say(f"live path: {args.events} events, {concurrency} in flight")
+            row = {"bench": "ingest", "path": "live"}
+            row.update(live_path(make_events(args.events, f"c{concurrency}"), concurrency))
+            print(json.dumps(row), flush=True)
+        say(f"import path: {args.import_events} events")
+        source = home / "import.jsonl"
+        with source.open("w") as handle:
+            for event in make_events(args.import_events, "import"):
+                handle.write(json.dumps(event) + "\n")
+        started = time.perf_counter()
+        result = subprocess.run([*KL, "import", str(source)], capture_output=True, text=True,
+                                check=True)
+        elapsed = time.perf_counter() - started
+        if not result.stdout.startswith(f"stored {args.import_events},"):
+            raise RuntimeError(result.stdout + result.stderr)
+        row = {"bench": "ingest", "path": "import", "events": args.import_events,
+               "events_per_s": round(args.import_events / elapsed, 1),
+               "elapsed_s": round(elapsed, 2)}
+        row.update(daemon_memory())
+        print(json.dumps(row), flush=True)
+    finally:
+        subprocess.run([*KL, "stop"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["rm", "-rf", str(home)], check=True)
+
+
+if __name__ == "__main__":
+    main()

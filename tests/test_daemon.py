@@ -1,0 +1,196 @@
+"""The real daemon: real processes, real sockets, a real SQLite file in a temp home."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+
+import msgpack
+import pytest
+import zmq
+from conftest import kl, make_event, status, wait_for
+
+from kirolearn import contract, paths, protocol, transport
+from kirolearn.privacy import REDACTED
+
+
+def test_start_status_stop_leaves_nothing_behind(home):
+    result = kl("start", check=True)
+    assert "RUNNING" in result.stdout
+    roles = status()["roles"]
+    assert [r["role"] for r in roles] == ["storage", "retrieval", "ingest", "extraction"]
+    for role in roles:
+        assert role["state"] == "RUNNING" and role["pid"] > 0 and role["restarts"] == 0
+        assert set(role) >= {"role", "pid", "state", "uptime_s", "restarts"}
+    run = paths.runtime_dir(home)
+    assert run.stat().st_mode & 0o777 == 0o700
+    assert all(p.stat().st_mode & 0o077 == 0 for p in run.iterdir())
+    second = kl("start")
+    assert second.returncode != 0 and "already running" in second.stderr
+    kl("stop", check=True)
+    assert kl("status").returncode == 3
+    assert json.loads(kl("status", "--json").stdout) == {"running": False, "roles": []}
+    assert not [p for p in run.iterdir() if p.is_socket()]
+    assert kl("stop").stdout.strip() == "kirolearn is not running"
+
+
+def test_stale_pidfile_and_sockets_from_a_crash_are_cleaned(home):
+    run = paths.runtime_dir(home)
+    paths.ensure_layout(home)
+    (run / "supervisor.pid").write_text("999999\n")  # pid of a daemon that died
+    for name in ("ingest.sock", "storage.sock"):
+        sock = zmq.Context.instance().socket(zmq.REP)
+        sock.bind(f"ipc://{run / name}")
+        sock.close(linger=0)
+        (run / name).touch()  # left behind, as after a SIGKILL
+    kl("start", check=True)
+    try:
+        assert all(r["state"] == "RUNNING" for r in status()["roles"])
+    finally:
+        kl("stop", check=True)
+        zmq.Context.instance().term()
+
+
+def test_put_event_scrubs_stores_and_dedups(ingest, daemon):
+    secret = "AKIAIOSFODNN7EXAMPLE"
+    event = make_event(content=f"deploy with <private>my pin 1234</private> key {secret}")
+    reply = ingest.call("put_event", {"event": event})
+    assert reply == {"event_id": event["event_id"], "status": "stored"}
+    assert ingest.call("put_event", {"event": event})["status"] == "duplicate"
+    conn = sqlite3.connect(paths.db_path(daemon))
+    body, digest = conn.execute("SELECT body_json, content_hash FROM events").fetchone()
+    conn.close()
+    assert "1234" not in body and secret not in body and REDACTED in body
+    assert digest == contract.content_hash(json.loads(body))
+
+
+def test_only_prompts_with_retrieve_get_a_retrieval_answer(ingest):
+    prompt = ingest.call("put_event", {"event": make_event("prompt", "why"), "retrieve": True})
+    assert prompt["status"] == "stored"
+    assert prompt["retrieval"]["context"] == "" and prompt["retrieval"]["latency_ms"] < 500
+    tool = ingest.call("put_event", {"event": make_event("tool_use", "a.py"), "retrieve": True})
+    assert "retrieval" not in tool
+
+
+@pytest.mark.parametrize("change, code, field", [
+    ({"event_id": "bad"}, protocol.ErrorCode.INVALID_EVENT, "event_id"),
+    ({"kind": "chat"}, protocol.ErrorCode.INVALID_EVENT, "kind"),
+    ({"body": {"type": "text", "content": "x" * (1024 * 1024 + 1)}},
+     protocol.ErrorCode.TOO_LARGE, "body"),
+    ({"content_hash": "sha256:" + "0" * 64}, protocol.ErrorCode.INVALID_EVENT, "content_hash"),
+])
+def test_bad_events_get_field_level_errors(ingest, change, code, field):
+    event = make_event()
+    event.update(change)
+    with pytest.raises(protocol.RemoteError) as info:
+        ingest.call("put_event", {"event": event})
+    assert info.value.code == code
+    assert field in [e["field"] for e in info.value.body["errors"]]
+
+
+def test_malformed_frames_get_error_replies_and_nothing_crashes(ingest, daemon, ctx):
+    pids = {r["name"]: r["pid"] for r in status()["roles"]}
+    frames = [b"\xc1garbage", msgpack.packb([1, 2, 3]), msgpack.packb({"v": 7, "id": "x"}),
+              msgpack.packb({"v": 1, "id": "x", "op": "put_event", "body": {"event": 5}}),
+              msgpack.packb({"v": 1, "id": "x", "op": "nope", "body": {}}),
+              b"\x00" * (protocol.MAX_FRAME_BYTES + 10)]
+    for endpoint in ("ingest", "storage", "retrieval", "ingest.ctl", "storage.ctl"):
+        for frame in frames:
+            sock = transport.make_socket(ctx, zmq.REQ, connect=paths.endpoint(endpoint))
+            sock.send(frame)
+            assert sock.poll(3000), f"{endpoint} did not answer a malformed frame"
+            reply = protocol.parse_reply(sock.recv())
+            assert reply["ok"] is False and reply["error"]["code"] in list(protocol.ErrorCode)
+            sock.close(linger=0)
+    assert ingest.call("put_event", {"event": make_event()})["status"] == "stored"
+    assert {r["name"]: r["pid"] for r in status()["roles"]} == pids
+
+
+def test_import_export_stats(daemon, tmp_path):
+    events = [make_event("prompt", f"question {i}") for i in range(5)]
+    lines = [json.dumps(e) for e in events]
+    lines.insert(2, "{not json")
+    lines.insert(4, json.dumps({**events[0], "event_id": "nope"}))
+    lines.append(json.dumps(events[1]))  # repeated line
+    result = kl("import", "-", input="\n".join(lines) + "\n")
+    assert result.returncode == 1
+    assert result.stdout.strip() == "stored 5, duplicate 1, rejected 2"
+    assert "line 3: rejected: not JSON" in result.stderr
+    assert "line 5: rejected: event_id: must be a ULID" in result.stderr
+    stats = json.loads(kl("stats", "--json", check=True).stdout)
+    assert stats["totals"]["events"] == 5
+    assert stats["namespaces"][0]["events"] == {"prompt": 5}
+    exported = [json.loads(line) for line in kl("export", check=True).stdout.splitlines()]
+    assert {e["event_id"] for e in exported if "kind" in e} == {e["event_id"] for e in events}
+    only = kl("export", "--namespace", "/actor/x/project/y/", check=True).stdout
+    assert only == ""
+    again = kl("import", "-", input=kl("export").stdout)
+    assert again.stdout.strip().startswith("stored 0, duplicate 5")
+
+
+def test_import_without_a_daemon_says_so(home):
+    result = kl("import", "-", input="{}\n")
+    assert result.returncode != 0 and "not running" in result.stderr
+
+
+def test_turn_end_batches_become_records(ingest, daemon):
+    prompt = make_event("prompt", "Switch storage to WAL mode")
+    ingest.call("put_event", {"event": prompt})
+    ingest.call("put_event", {"event": make_event("tool_use", "src/db.py")})
+    ingest.call("put_event", {"event": make_event("session_summary", "Enabled WAL in db.py")})
+
+    def records():
+        stats = json.loads(kl("stats", "--json").stdout)
+        return stats["totals"]["records"] == 2 and stats["totals"]["pending_batches"] == 0
+
+    wait_for(records, message="the batch to be extracted")
+    exported = [json.loads(line) for line in kl("export").stdout.splitlines()]
+    titles = sorted(r["title"] for r in exported if "record_id" in r)
+    assert titles == ["Enabled WAL in db.py", "Switch storage to WAL mode"]
+
+
+def test_scale_and_crash_restart(daemon):
+    kl("scale", "extraction", "3", check=True)
+    wait_for(lambda: [r["state"] for r in status()["roles"] if r["role"] == "extraction"]
+             == ["RUNNING"] * 3, message="three workers")
+    victim = next(r for r in status()["roles"] if r["name"] == "extraction-2")
+    os.kill(victim["pid"], signal.SIGKILL)
+    restarted = wait_for(lambda: next(
+        (r for r in status()["roles"] if r["name"] == "extraction-2" and r["restarts"] == 1
+         and r["state"] == "RUNNING"), None), message="extraction-2 to restart")
+    assert restarted["pid"] != victim["pid"]
+    kl("scale", "extraction", "1", check=True)
+    wait_for(lambda: [r["name"] for r in status()["roles"] if r["role"] == "extraction"]
+             == ["extraction-1"], message="scale down")
+    assert kl("scale", "extraction", "0").returncode != 0
+
+
+def test_a_role_that_cannot_start_ends_fatal_not_looping(home):
+    paths.ensure_layout(home)
+    paths.db_path(home).mkdir()  # storage cannot open its database
+    kl("start")
+    try:
+        storage = wait_for(lambda: next(
+            (r for r in status()["roles"] if r["role"] == "storage" and r["state"] == "FATAL"),
+            None), timeout=30, message="storage to go FATAL")
+        assert storage["pid"] is None
+    finally:
+        kl("stop", check=True)
+    log = kl("logs", "supervisor", "-n", "200").stdout
+    assert "storage entered BACKOFF state" in log
+    assert "gave up: storage entered FATAL state" in log
+
+
+def test_configuration_errors_are_reported(home):
+    (home / "config.toml").write_text("[retrieval]\nbudget = 1\n")
+    result = kl("start")
+    assert result.returncode != 0 and "unknown setting retrieval.budget" in result.stderr
+
+
+def test_logs_show_each_role(daemon):
+    out = kl("logs", "-n", "5", check=True).stdout
+    for role in ("supervisor", "storage", "ingest", "retrieval", "extraction"):
+        assert f"{role}: " in out
+    assert "[kirolearn.storage] [INFO] started" in kl("logs", "storage").stdout

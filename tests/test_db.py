@@ -1,0 +1,148 @@
+"""Schema, migrations, and the batch bookkeeping that must never lose or double-commit."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from conftest import NAMESPACE, make_event
+
+from kirolearn import contract, db
+from kirolearn.ingest import prepare
+
+
+@pytest.fixture
+def conn(tmp_path):
+    connection = db.connect_writer(tmp_path / "kirolearn.db")
+    yield connection
+    connection.close()
+
+
+def store(conn, event, window_ms=10_000) -> str:
+    conn.execute("BEGIN IMMEDIATE")
+    status = db.insert_event(conn, prepare(event)[0], window_ms)
+    conn.execute("COMMIT")
+    return status
+
+
+def record_for(event_ids: list[str], title="Use WAL mode") -> dict:
+    return {"record_id": contract.new_record_id(), "namespace": NAMESPACE, "title": title,
+            "summary": "Switched the storage layer to SQLite WAL.", "facts": ["WAL on"],
+            "concepts": [], "files_touched": [], "observation_type": "decision",
+            "strategy": "heuristic", "source_event_ids": event_ids,
+            "created_at": contract.now_iso()}
+
+
+def test_database_is_wal_private_and_migrated(tmp_path, conn):
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert (tmp_path / "kirolearn.db").stat().st_mode & 0o777 == 0o600
+    assert [r[0] for r in conn.execute("SELECT version FROM _migrations")] == [1]
+    assert db.migrate(conn) == []  # idempotent
+    sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'memory_records_fts'"
+                       ).fetchone()[0]
+    assert "porter unicode61 remove_diacritics 2" in sql
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    assert {"events", "memory_records", "memory_records_fts_vocab", "extraction_batches",
+            "retrievals"} <= tables
+
+
+def test_migration_drift_and_newer_databases_are_refused(conn):
+    conn.execute("UPDATE _migrations SET checksum = 'edited' WHERE version = 1")
+    with pytest.raises(db.MigrationError, match="differs"):
+        db.migrate(conn)
+    conn.execute("UPDATE _migrations SET checksum = ? WHERE version = 1",
+                 (db._checksum(db.MIGRATIONS[0][2]),))
+    conn.execute("INSERT INTO _migrations VALUES (99, 'future', 'x', 'now')")
+    with pytest.raises(db.MigrationError, match="newer"):
+        db.migrate(conn)
+
+
+def test_event_id_and_content_window_dedup(conn):
+    first = make_event(content="same words")
+    assert store(conn, first) == "stored"
+    assert store(conn, first) == "duplicate"
+    retried = make_event(content="same words")  # a new id, same content and session
+    assert store(conn, retried) == "duplicate"
+    other_session = make_event(content="same words", session_id="session-2")
+    assert store(conn, other_session) == "stored"
+    later = make_event(content="same words", valid_time="2030-01-01T00:00:00+00:00")
+    assert store(conn, later) == "stored"
+    assert conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 3
+
+
+def test_fts_index_follows_records_through_triggers(conn):
+    event = make_event()
+    store(conn, event)
+    record = record_for([event["event_id"]])
+    conn.execute("BEGIN")
+    db.insert_record(conn, record)
+    conn.execute("COMMIT")
+    hits = conn.execute("SELECT rowid FROM memory_records_fts WHERE memory_records_fts MATCH"
+                        " 'switching'").fetchall()  # porter: switching ~ switched
+    assert len(hits) == 1
+    conn.execute("DELETE FROM memory_records")
+    assert conn.execute("SELECT COUNT(*) FROM memory_records_fts WHERE memory_records_fts"
+                        " MATCH 'wal'").fetchone()[0] == 0
+
+
+def _form(conn, reason="turn_end"):
+    conn.execute("BEGIN IMMEDIATE")
+    batch_id = db.form_batch(conn, NAMESPACE, reason)
+    conn.execute("COMMIT")
+    return batch_id
+
+
+def test_events_arriving_during_extraction_wait_for_the_next_batch(conn):
+    first = make_event(content="one")
+    store(conn, first)
+    batch_id = _form(conn)
+    late = make_event(content="two")
+    store(conn, late)  # arrives while the batch is out with a worker
+    assert [e["event_id"] for e in db.batch_events(conn, batch_id)] == [first["event_id"]]
+    assert db.complete_batch(conn, batch_id, [record_for([first["event_id"]])]) == 1
+    assert db.pending_by_namespace(conn)[NAMESPACE] > 0  # 'two' is still pending
+    second = _form(conn)
+    assert [e["event_id"] for e in db.batch_events(conn, second)] == [late["event_id"]]
+
+
+def test_a_batch_is_committed_once_even_if_two_workers_finish_it(conn):
+    event = make_event()
+    store(conn, event)
+    batch_id = _form(conn)
+    assert db.complete_batch(conn, batch_id, [record_for([event["event_id"]])]) == 1
+    assert db.complete_batch(conn, batch_id, [record_for([event["event_id"]])]) is None
+    assert conn.execute("SELECT COUNT(*) FROM memory_records").fetchone()[0] == 1
+
+
+def test_expired_leases_come_due_again(conn):
+    store(conn, make_event())
+    batch_id = _form(conn)
+    now = db.now_ms()
+    assert [b[0] for b in db.due_batches(conn, now, 10)] == [batch_id]
+    conn.execute("UPDATE extraction_batches SET state = 'leased', lease_expires_ms = ?,"
+                 " attempts = 1", (now + 1000,))
+    assert db.due_batches(conn, now, 10) == []
+    assert [b[0] for b in db.due_batches(conn, now + 1001, 10)] == [batch_id]
+
+
+def test_a_failed_record_insert_rolls_back_the_whole_batch(conn):
+    event = make_event()
+    store(conn, event)
+    batch_id = _form(conn)
+    bad = record_for([event["event_id"]])
+    with pytest.raises(sqlite3.IntegrityError):
+        db.complete_batch(conn, batch_id, [record_for([event["event_id"]]), bad, bad])
+    assert conn.execute("SELECT COUNT(*) FROM memory_records").fetchone()[0] == 0
+    state = conn.execute("SELECT state FROM extraction_batches").fetchone()[0]
+    assert state == "ready"
+
+
+def test_stats_and_export_iterators(conn):
+    store(conn, make_event("prompt", "a"))
+    store(conn, make_event("tool_use", "b.py"))
+    result = db.stats(conn)
+    assert result["totals"]["events"] == 2
+    assert result["namespaces"][0]["events"] == {"prompt": 1, "tool_use": 1}
+    exported = list(db.iter_events(conn))
+    for event in exported:
+        contract.validate_event(event)
