@@ -141,7 +141,6 @@ def connect_writer(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA busy_timeout=5000")
     # Index pages (content hashes are random) stay in memory instead of being re-read.
     conn.execute("PRAGMA cache_size=-65536")
-    conn.execute("PRAGMA mmap_size=268435456")
     migrate(conn)
     for suffix in ("-wal", "-shm"):
         side = Path(str(path) + suffix)
@@ -202,36 +201,52 @@ def _statements(script: str) -> Iterator[str]:
 
 # --- events ----------------------------------------------------------------------------------
 
-def event_row(event: dict, transaction_time: str) -> tuple:
-    """The events row for an event in storage form (``body_json`` instead of ``body``)."""
-    valid = contract.parse_valid_time(event["valid_time"])
-    return (
-        event["event_id"], event["namespace"], event["kind"], event["session_id"],
-        event["actor_id"], event["valid_time"], int(valid.timestamp() * 1000), transaction_time,
-        event["body_json"], contract.canonical_json(event["source"]), event["content_hash"],
-        event.get("parent_event_id"), event["source"].get("project_path"),
-        event["schema_version"],
-    )
+STORED_FIELDS = ("event_id", "namespace", "kind", "session_id", "actor_id", "valid_time",
+                 "valid_ms", "body_json", "source_json", "content_hash", "parent_event_id",
+                 "project_path", "schema_version")
+
+
+def stored_form(event: dict, body_json: str) -> dict:
+    """What ingest hands storage: the events row, encoded, less transaction_time.
+
+    Ingest does all the parsing and encoding so the single writer only writes.
+    """
+    source = event["source"]
+    return {
+        "event_id": event["event_id"], "namespace": event["namespace"], "kind": event["kind"],
+        "session_id": event["session_id"], "actor_id": event["actor_id"],
+        "valid_time": event["valid_time"],
+        "valid_ms": int(contract.parse_valid_time(event["valid_time"]).timestamp() * 1000),
+        "body_json": body_json, "source_json": contract.canonical_json(source),
+        "content_hash": contract.hash_json(body_json),
+        "parent_event_id": event.get("parent_event_id"),
+        "project_path": source.get("project_path"), "schema_version": event["schema_version"],
+    }
+
+
+INSERT_COLUMNS = ", ".join((*STORED_FIELDS[:7], "transaction_time", *STORED_FIELDS[7:]))
 
 
 def insert_event(conn: sqlite3.Connection, event: dict, dedup_window_ms: int,
                  transaction_time: str | None = None) -> str:
-    """Insert one event (storage form: validated, scrubbed, hashed) in the caller's transaction.
+    """Insert one event (in stored_form) inside the caller's transaction.
 
     Returns 'stored' or 'duplicate': the same event_id, or the same content in the
     same namespace, session and kind within the dedup window (a retried hook).
     """
-    row = event_row(event, transaction_time or utc_now())
+    valid_ms = event["valid_ms"]
     if dedup_window_ms > 0 and conn.execute(
         "SELECT 1 FROM events INDEXED BY events_session_time WHERE session_id = ?"
         " AND valid_ms BETWEEN ? AND ? AND content_hash = ? AND namespace = ? AND kind = ?"
         " AND event_id != ? LIMIT 1",
-        (row[3], row[6] - dedup_window_ms, row[6] + dedup_window_ms, row[10], row[1], row[2],
-         row[0]),
+        (event["session_id"], valid_ms - dedup_window_ms, valid_ms + dedup_window_ms,
+         event["content_hash"], event["namespace"], event["kind"], event["event_id"]),
     ).fetchone():
         return "duplicate"
-    if not conn.execute("INSERT OR IGNORE INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,NULL)",
-                        row).rowcount:
+    row = [event[name] for name in STORED_FIELDS]
+    row.insert(7, transaction_time or utc_now())
+    if not conn.execute(f"INSERT OR IGNORE INTO events ({INSERT_COLUMNS}) VALUES"
+                        f" ({', '.join('?' * len(row))})", row).rowcount:
         return "duplicate"  # same event_id
     return "stored"
 
@@ -331,9 +346,14 @@ def due_batches(conn: sqlite3.Connection, now: int, limit: int) -> list[tuple[st
 
 
 def batch_events(conn: sqlite3.Connection, batch_id: str) -> list[dict]:
-    rows = conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE batch_id = ?"
-                        " ORDER BY valid_ms, event_id", (batch_id,))
-    return [event_from_row(r) for r in rows]
+    """A batch's events in time order, in storage form (``body_json``, still encoded):
+    the worker decodes them, which keeps that work off the single writer."""
+    rows = conn.execute(
+        "SELECT event_id, kind, body_json, namespace, session_id, valid_time, parent_event_id"
+        " FROM events WHERE batch_id = ? ORDER BY valid_ms, event_id", (batch_id,))
+    keys = ("event_id", "kind", "body_json", "namespace", "session_id", "valid_time",
+            "parent_event_id")
+    return [dict(zip(keys, row, strict=True)) for row in rows]
 
 
 def complete_batch(conn: sqlite3.Connection, batch_id: str, records: Iterable[dict]) -> int | None:

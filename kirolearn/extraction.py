@@ -97,6 +97,8 @@ class ExtractionWorker(role.Role):
         except (protocol.DecodeError, KeyError) as exc:
             self.log.warning("dropped a malformed batch: %s", exc)
             return
+        for event in events:  # storage sends bodies still encoded
+            event["body"] = json.loads(event.pop("body_json"))
         records = extract(namespace, events)
         self.records.send(protocol.pack({"batch_id": batch_id, "records": records}))
         self.batches_done += 1

@@ -16,14 +16,19 @@ can commit them as one group.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from dataclasses import dataclass, field
 
 import zmq
 
-from kirolearn import contract, paths, privacy, protocol, role, transport
+from kirolearn import contract, db, paths, privacy, protocol, role, transport
 
 Code = protocol.ErrorCode
+# A storage request is sent once this much is waiting (or when no client request is left),
+# so storage commits one group while ingest prepares the next, and frames stay small.
+FLUSH_EVENTS = 200
+FLUSH_BYTES = 1024 * 1024
 
 
 @dataclass
@@ -61,6 +66,7 @@ class Ingest(role.Role):
         # Events prepared in this pass over the client socket, sent to storage as one
         # request (one group commit) when the pass ends.
         self.outbox: list[tuple[Pending, list[dict]]] = []
+        self.outbox_bytes = self.outbox_events = 0
         self.by_storage_id: dict[str, list[Pending]] = {}
         self.by_retrieval_id: dict[str, Pending] = {}
         self.accepted = 0
@@ -78,6 +84,8 @@ class Ingest(role.Role):
                 transport.send_reply(sock, envelope, error)
             elif request is not None:
                 self._handle(envelope, request)
+                if self.outbox_bytes >= FLUSH_BYTES or self.outbox_events >= FLUSH_EVENTS:
+                    self._flush()  # keep storage busy while the next requests are prepared
             if not sock.poll(0, zmq.POLLIN):
                 break
         self._flush()
@@ -86,6 +94,7 @@ class Ingest(role.Role):
         if not self.outbox:
             return
         group, self.outbox = self.outbox, []
+        self.outbox_bytes = self.outbox_events = 0
         events = [event for _, clean in group for event in clean]
         message = protocol.request("put_events", {"events": events})
         try:
@@ -115,12 +124,16 @@ class Ingest(role.Role):
             self._put(envelope, rid, op, [body.get("event")],
                       retrieve=body.get("retrieve") is True)
         elif op == "put_events":
-            events = body.get("events")
-            if not isinstance(events, list):
-                transport.send_reply(self.front, envelope, protocol.reply_error(
-                    rid, Code.BAD_REQUEST, "'events' must be a list"))
-            else:
+            # 'lines' carries events as JSON text (bulk import): parsing untrusted
+            # JSON belongs here, at the door, and spares the client a decode/encode.
+            events, lines = body.get("events"), body.get("lines")
+            if isinstance(lines, list) and all(isinstance(line, str) for line in lines):
+                self._put(envelope, rid, op, [_decode(line) for line in lines], retrieve=False)
+            elif isinstance(events, list):
                 self._put(envelope, rid, op, events, retrieve=False)
+            else:
+                transport.send_reply(self.front, envelope, protocol.reply_error(
+                    rid, Code.BAD_REQUEST, "'events' (or 'lines') must be a list"))
         else:
             transport.send_reply(self.front, envelope, protocol.reply_error(
                 rid, Code.UNKNOWN_OP, f"ingest does not serve {op!r}"))
@@ -151,11 +164,13 @@ class Ingest(role.Role):
             self._reply(pending)
             return
         self.outbox.append((pending, clean))
+        self.outbox_events += len(clean)
+        self.outbox_bytes += sum(len(event["body_json"]) for event in clean)
         if retrieve and clean[0]["kind"] == "prompt":
-            self._ask_retrieval(pending, {**clean[0], "body": first_body}, now)
+            prompt = {k: clean[0][k] for k in ("event_id", "namespace", "kind", "session_id")}
+            self._ask_retrieval(pending, {**prompt, "body": first_body}, now)
 
     def _ask_retrieval(self, pending: Pending, event: dict, now: float) -> None:
-        del event["body_json"]  # retrieval reads the (scrubbed) body as a dict
         message = protocol.request("search", {
             "event": event, "namespace": event["namespace"], "limit": self.limit,
             "budget_ms": self.budget_s * 1000})
@@ -165,7 +180,7 @@ class Ingest(role.Role):
         try:
             self.retrieval.send_multipart([b"", protocol.pack(message)], flags=zmq.NOBLOCK)
             self.by_retrieval_id[message["id"]] = pending
-        except zmq.Again:
+        except (zmq.Again, ValueError, TypeError, OverflowError):  # no peer, or unpackable
             pending.retrieval = empty_retrieval(0.0, "error")
 
     # -- downstream replies -----------------------------------------------------------------
@@ -263,25 +278,40 @@ class Ingest(role.Role):
             self.tick()
 
 
+class _BadLine:
+    """A line of an import that is not JSON: rejected like an invalid event."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+def _decode(line: str) -> object:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        return _BadLine(f"not JSON: {exc}")
+
+
 def prepare(event: object) -> tuple[dict, dict]:
     """Validate, verify the hash, scrub and re-hash one event (raises ContractError).
 
-    Returns what storage stores (the event with ``body_json``, the scrubbed body's
-    canonical JSON, in place of ``body``) and the scrubbed body itself. The body is
-    serialized once here; storage never re-encodes it.
+    Returns what storage stores (``db.stored_form``: the row, with the scrubbed
+    body's canonical JSON) and the scrubbed body itself. The body is serialized
+    once, here; storage never re-encodes it.
     """
+    if isinstance(event, _BadLine):
+        raise contract.ContractError([contract.FieldError("event", event.reason)])
     body_json = contract.check_event(event)
     claimed = event.get("content_hash")
     if claimed is not None and claimed != contract.hash_json(body_json):
         raise contract.ContractError([contract.FieldError(
             "content_hash", "does not match the body (sha256 of its canonical JSON)")])
-    body = privacy.scrub(event["body"])
-    if body != event["body"]:
-        body_json = contract.canonical_json(body)
-    stored = {k: v for k, v in event.items() if k != "body"}
-    stored["body_json"] = body_json
-    stored["content_hash"] = contract.hash_json(body_json)
-    return stored, body
+    body = event["body"]
+    if privacy.may_need_scrub(body_json):
+        body = privacy.scrub(body)
+        if body != event["body"]:
+            body_json = contract.canonical_json(body)
+    return db.stored_form(event, body_json), body
 
 
 def rejection(event: object, exc: contract.ContractError) -> dict:

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 
 import zmq
 
 from kirolearn import contract, db, paths, protocol, role, transport
 
 MAX_BATCH_ATTEMPTS = 5
+BUSY_WINDOW_S = 0.05  # a put this recent means ingest traffic is flowing
+BATCH_WORK_MAX_DEFER_S = 2.0
 
 
 class Storage(role.Role):
@@ -45,6 +48,7 @@ class Storage(role.Role):
         self.batches = self.bind(zmq.PUSH, paths.endpoint("batches", self.base), hwm=4)
         self.bind(zmq.PULL, paths.endpoint("records", self.base), self._on_records)
         self.events_stored = 0
+        self.last_put = self.last_batch_work = 0.0
 
     def control_status(self) -> dict:
         return {"events_stored": self.events_stored}
@@ -100,24 +104,22 @@ class Storage(role.Role):
             if event["kind"] == "session_summary":
                 self.turn_ended.add(event["namespace"])
         self.events_stored += len(stored)
+        self.last_put = time.monotonic()
         return replies
 
     def _put_one(self, event: object, transaction_time: str, stored: list[dict]) -> dict:
-        """Insert one event inside the open transaction (savepoint per event).
+        """Insert one event inside the open transaction.
 
         Ingest has validated, scrubbed and hashed the event; only ingest can reach
-        this socket (0700 runtime directory), so a shape error here is a bug
-        upstream, reported per event rather than failing the whole group.
+        this socket (0700 runtime directory). An event of the wrong shape (a bug
+        upstream) fails before any SQL runs and is rejected alone; a database error
+        fails the whole group, which is rolled back and retried by its clients.
         """
         event_id = event.get("event_id") if isinstance(event, dict) else None
-        self.conn.execute("SAVEPOINT put")
         try:
             status = db.insert_event(self.conn, event, self.dedup_window_ms, transaction_time)
-            self.conn.execute("RELEASE put")
-        except (sqlite3.IntegrityError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            self.conn.execute("ROLLBACK TO put")
-            self.conn.execute("RELEASE put")
-            return {"event_id": event_id, "status": "rejected", "reason": str(exc)}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            return {"event_id": event_id, "status": "rejected", "reason": f"malformed: {exc!r}"}
         if status == "stored":
             stored.append(event)
         return {"event_id": event_id, "status": status}
@@ -140,6 +142,13 @@ class Storage(role.Role):
     # -- extraction batches ---------------------------------------------------------------------
 
     def tick(self) -> None:
+        """Batch bookkeeping, deferred while events are pouring in (acks come first),
+        but never for longer than BATCH_WORK_MAX_DEFER_S."""
+        now = time.monotonic()
+        busy = now - self.last_put < BUSY_WINDOW_S
+        if busy and now - self.last_batch_work < BATCH_WORK_MAX_DEFER_S:
+            return
+        self.last_batch_work = now
         try:
             self._form_batches()
             self._dispatch_batches()

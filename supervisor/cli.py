@@ -32,6 +32,7 @@ READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 60.0
 IMPORT_CHUNK = 500
 IMPORT_IN_FLIGHT = 3
+IMPORT_CHUNK_BYTES = 1024 * 1024  # well under the protocol's frame limit
 EXIT_NOT_RUNNING = 3  # like LSB's "program is not running"
 
 
@@ -252,7 +253,15 @@ def _read_lines(stream) -> Iterator[tuple[int, str]]:
             yield number, line
 
 
-def _send_chunk(client: transport.Client, events: list) -> list[dict]:
+def _is_record(line: str) -> bool:
+    try:
+        item = json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(item, dict) and "record_id" in item
+
+
+def _send_chunk(client: transport.Client, lines: list[str]) -> list[dict]:
     """put_events with retries: a restarted ingest or storage is waited for, and a
     retried chunk's already-stored events come back as duplicates."""
     retrying = tenacity.Retrying(
@@ -264,7 +273,7 @@ def _send_chunk(client: transport.Client, events: list) -> list[dict]:
                     protocol.ErrorCode.UNAVAILABLE, protocol.ErrorCode.SHUTTING_DOWN,
                     protocol.ErrorCode.INTERNAL))),
         reraise=True)
-    return retrying(client.call, "put_events", {"events": events})["results"]
+    return retrying(client.call, "put_events", {"lines": lines})["results"]
 
 
 @cli.command(name="import")
@@ -292,11 +301,11 @@ def import_(file) -> None:
     local = threading.local()
     clients: list[transport.Client] = []
 
-    def send(events: list) -> list[dict]:
+    def send(lines: list[str]) -> list[dict]:
         if not hasattr(local, "client"):
             local.client = transport.Client(paths.endpoint("ingest"), timeout_ms=3000)
             clients.append(local.client)
-        return _send_chunk(local.client, events)
+        return _send_chunk(local.client, lines)
 
     # A few chunks in flight at once, so ingest validates one while storage commits another.
     in_flight: collections.deque = collections.deque()
@@ -307,23 +316,20 @@ def import_(file) -> None:
             report(line_no, result["status"], result.get("reason", ""))
 
     with concurrent.futures.ThreadPoolExecutor(IMPORT_IN_FLIGHT) as pool:
-        chunk: list = []
+        chunk: list[str] = []
         numbers: list[int] = []
+        chunk_bytes = 0
         for line_no, line in _read_lines(file):
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                report(line_no, "rejected", f"not JSON: {exc}")
-                continue
-            if isinstance(item, dict) and "record_id" in item:
+            if '"record_id"' in line and _is_record(line):
                 report(line_no, "rejected", "a memory record, not an event (records are"
                        " rebuilt by extraction)")
                 continue
-            chunk.append(item)
+            chunk.append(line)
             numbers.append(line_no)
-            if len(chunk) >= IMPORT_CHUNK:
+            chunk_bytes += len(line)
+            if len(chunk) >= IMPORT_CHUNK or chunk_bytes >= IMPORT_CHUNK_BYTES:
                 in_flight.append((numbers, pool.submit(send, chunk)))
-                chunk, numbers = [], []
+                chunk, numbers, chunk_bytes = [], [], 0
                 if len(in_flight) >= IMPORT_IN_FLIGHT:
                     collect_oldest()
         if chunk:

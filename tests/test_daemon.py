@@ -117,7 +117,7 @@ def test_import_export_stats(daemon, tmp_path):
     result = kl("import", "-", input="\n".join(lines) + "\n")
     assert result.returncode == 1
     assert result.stdout.strip() == "stored 5, duplicate 1, rejected 2"
-    assert "line 3: rejected: not JSON" in result.stderr
+    assert "line 3: rejected: event: not JSON" in result.stderr
     assert "line 5: rejected: event_id: must be a ULID" in result.stderr
     stats = json.loads(kl("stats", "--json", check=True).stdout)
     assert stats["totals"]["events"] == 5

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kirolearn.privacy import REDACTED, scrub, scrub_text
+from kirolearn.contract import canonical_json
+from kirolearn.privacy import REDACTED, may_need_scrub, scrub, scrub_text
 
 plain = st.text(alphabet=st.characters(blacklist_characters="<>"), max_size=40)
 secret_words = st.text(alphabet="qxzjkvw", min_size=6, max_size=20)  # never in `plain` checks
@@ -66,9 +67,10 @@ SECRETS = [
     ("anthropic sk-ant-api03-" + "Y" * 40, "sk-ant-api03-" + "Y" * 40),
     ("stripe sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc", "4eC39HqLyjWDarjtT1zdp7dc"),
     ("google AIza" + "S" * 35, "AIza" + "S" * 35),
-    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3",
      "eyJzdWIiOiIxMjM0NTY3ODkwIn0"),
-    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----", "MIIEpAIBAAKCAQEA"),
+    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
+     "MIIEpAIBAAKCAQEA"),
     ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjE (cut)", "b3BlbnNzaC1rZXktdjE"),
     ("curl -H 'Authorization: Bearer abcdef123456789'", "abcdef123456789"),
     ("DB_PASSWORD=hunter2hunter2", "hunter2hunter2"),
@@ -97,3 +99,11 @@ def test_secret_corpus_is_redacted(text, secret):
 ])
 def test_ordinary_text_is_left_alone(text):
     assert scrub_text(text) == text
+
+
+@given(st.one_of(st.text(max_size=80), st.sampled_from([t for t, _ in SECRETS])),
+       st.text(max_size=20))
+def test_the_cheap_precheck_never_misses_what_scrub_would_change(value, key):
+    body = {"type": "json", "data": {key: [value, {"k": value}]}}
+    if scrub(body) != body:
+        assert may_need_scrub(canonical_json(body))
