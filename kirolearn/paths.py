@@ -1,7 +1,7 @@
 """Where kirolearn keeps its files and sockets. Standard library only.
 
 Everything lives under ``KIROLEARN_HOME`` (default ``~/.kirolearn``): the
-database, ``run/`` (sockets, pidfile), ``logs/`` and ``spool/``. ipc socket
+database, ``run/`` (sockets, pidfile) and ``logs/``. ipc socket
 paths must stay under libzmq's ~107-byte limit, so when the home is too deep the
 runtime directory moves to ``/tmp/kirolearn-<uid>-<hash>`` (still 0700, still
 unique to the home).
@@ -28,10 +28,6 @@ def db_path(base: Path | None = None) -> Path:
 
 def log_dir(base: Path | None = None) -> Path:
     return (base or home()) / "logs"
-
-
-def spool_dir(base: Path | None = None) -> Path:
-    return (base or home()) / "spool"
 
 
 def runtime_dir(base: Path | None = None) -> Path:
@@ -67,6 +63,6 @@ def ensure_private_dir(path: Path) -> Path:
 
 def ensure_layout(base: Path | None = None) -> Path:
     base = base or home()
-    for directory in (base, runtime_dir(base), log_dir(base), spool_dir(base)):
+    for directory in (base, runtime_dir(base), log_dir(base)):
         ensure_private_dir(directory)
     return base

@@ -1,0 +1,31 @@
+"""The README and docs stay true to the code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kirolearn.supervisor.cli import cli
+
+from kirolearn import protocol
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_every_command_is_in_the_readme():
+    readme = (ROOT / "README.md").read_text()
+    for name in cli.commands:
+        assert f"`kirolearn {name}" in readme, f"kirolearn {name} is not documented"
+
+
+def test_every_error_code_is_in_the_protocol_doc():
+    doc = (ROOT / "docs" / "protocol.md").read_text()
+    for code in protocol.ErrorCode:
+        assert f"| {int(code)} | `{code.name}` |" in doc
+
+
+def test_quick_start_has_the_two_commands_and_ci_runs_the_second():
+    readme = (ROOT / "README.md").read_text()
+    quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    commands = [line for line in quick.splitlines() if line.startswith("python3 -m venv")]
+    assert len(commands) == 2 and commands[0].endswith("kirolearn start")
+    assert commands[1] in (ROOT / ".ci" / "run").read_text()
