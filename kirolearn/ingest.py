@@ -153,6 +153,11 @@ class Ingest(role.Role):
             pending.storage_slots.append(index)
             if first_body is None:
                 first_body = body
+        rejected_count = sum(1 for r in pending.results if r is not None)
+        if rejected_count:
+            first = next(r for r in pending.results if r is not None)
+            self.log.info("%s: rejected %d event(s); first: %s: %s", op, rejected_count,
+                          first["event_id"], first["reason"])
         if op == "put_event" and pending.results[0] is not None:
             rejected = pending.results[0]
             too_large = any(e["code"] == "too_large" for e in rejected["errors"])

@@ -48,10 +48,11 @@ class Storage(role.Role):
         self.batches = self.bind(zmq.PUSH, paths.endpoint("batches", self.base), hwm=4)
         self.bind(zmq.PULL, paths.endpoint("records", self.base), self._on_records)
         self.events_stored = 0
+        self.commits = 0
         self.last_put = self.last_batch_work = 0.0
 
     def control_status(self) -> dict:
-        return {"events_stored": self.events_stored}
+        return {"events_stored": self.events_stored, "commits": self.commits}
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -104,6 +105,7 @@ class Storage(role.Role):
             if event["kind"] == "session_summary":
                 self.turn_ended.add(event["namespace"])
         self.events_stored += len(stored)
+        self.commits += 1
         self.last_put = time.monotonic()
         return replies
 

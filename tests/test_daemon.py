@@ -10,7 +10,7 @@ import sqlite3
 import msgpack
 import pytest
 import zmq
-from conftest import kl, make_event, status, wait_for
+from conftest import kl, make_event, processes_using, status, wait_for
 
 from kirolearn import contract, paths, protocol, transport
 from kirolearn.privacy import REDACTED
@@ -194,3 +194,81 @@ def test_logs_show_each_role(daemon):
     for role in ("supervisor", "storage", "ingest", "retrieval", "extraction"):
         assert f"{role}: " in out
     assert "[kirolearn.storage] [INFO] started" in kl("logs", "storage").stdout
+
+
+def test_concurrent_events_are_committed_in_groups(ingest, daemon, ctx):
+    sock = transport.make_socket(ctx, zmq.DEALER, connect=paths.endpoint("ingest"))
+    ids = []
+    for i in range(300):
+        message = protocol.request("put_event", {"event": make_event(content=f"burst {i}")})
+        ids.append(message["id"])
+        sock.send_multipart([b"", protocol.pack(message)])
+    replies = {}
+    while len(replies) < len(ids):
+        assert sock.poll(5000)
+        reply = protocol.parse_reply(sock.recv_multipart()[-1])
+        replies[reply["id"]] = reply["body"]["status"]
+    sock.close(linger=0)
+    assert set(replies.values()) == {"stored"}
+    with transport.Client(paths.endpoint("storage.ctl"), ctx) as control:
+        counters = control.call("ping")
+    assert counters["events_stored"] == 300
+    assert counters["commits"] < 300 / 3  # acknowledged in groups, not one commit each
+
+
+def test_retrievals_are_logged_for_prompts(ingest, daemon):
+    prompt = make_event("prompt", "what did we decide about WAL?")
+    ingest.call("put_event", {"event": prompt, "retrieve": True})
+
+    def logged():
+        conn = sqlite3.connect(paths.db_path(daemon))
+        try:
+            return conn.execute("SELECT outcome, latency_ms FROM retrievals WHERE"
+                                " prompt_event_id = ?", (prompt["event_id"],)).fetchall()
+        finally:
+            conn.close()
+
+    (outcome, latency), = wait_for(logged, message="the retrieval log row")
+    assert outcome in ("empty", "ok") and latency >= 0
+
+
+def test_an_expired_lease_is_handed_out_again_and_committed_once(home, monkeypatch):
+    monkeypatch.setenv("KIROLEARN_STORAGE_LEASE_S", "1")
+    kl("start", check=True)
+    try:
+        stuck = next(r for r in status()["roles"] if r["role"] == "extraction")
+        os.kill(stuck["pid"], signal.SIGSTOP)  # takes the batch, never answers
+        with transport.Client(paths.endpoint("ingest")) as client:
+            client.call("put_event", {"event": make_event("prompt", "Adopt WAL mode")})
+            client.call("put_event", {"event": make_event("session_summary", "WAL adopted")})
+        kl("scale", "extraction", "2", check=True)
+
+        def records() -> int:
+            return json.loads(kl("stats", "--json").stdout)["totals"]["records"]
+
+        wait_for(lambda: records() == 2, timeout=30, message="the re-leased batch's records")
+        os.kill(stuck["pid"], signal.SIGCONT)  # the stale worker now answers too
+        wait_for(lambda: "already committed" in kl("logs", "storage", "-n", "100").stdout,
+                 timeout=15, message="the late result to be ignored")
+        assert records() == 2
+        assert "lease expired; handed out again" in kl("logs", "storage", "-n", "100").stdout
+    finally:
+        kl("stop", check=True)
+
+
+def test_a_killed_supervisor_takes_its_roles_with_it_and_start_recovers(home):
+    kl("start", check=True)
+    supervisor = status()["pid"]
+    os.kill(supervisor, signal.SIGKILL)
+    wait_for(lambda: not [p for p in processes_using(home) if p != supervisor],
+             timeout=15, message="orphaned roles to exit")
+    assert kl("status").returncode == 3
+    kl("start", check=True)
+    assert all(r["state"] == "RUNNING" for r in status()["roles"])
+    kl("stop", check=True)
+
+
+def test_restart(daemon):
+    before = status()["pid"]
+    kl("restart", check=True)
+    assert status()["pid"] != before
