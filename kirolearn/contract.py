@@ -14,7 +14,7 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 SCHEMA_VERSION = 1
 EVENT_KINDS = ("prompt", "tool_use", "session_summary", "note")
@@ -65,9 +65,13 @@ def is_ulid(value: Any) -> bool:
 # --- bodies ----------------------------------------------------------------------------------
 
 
+_CANONICAL = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
 def canonical_json(value: Any) -> str:
-    """The one serialization used for size limits and hashes (stable across processes)."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    """The one serialization used for size limits and hashes (stable across processes):
+    ``json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))``."""
+    return _CANONICAL.encode(value)
 
 
 def body_size(body: Any) -> int:
@@ -130,15 +134,17 @@ def _check_str(errors: list[FieldError], obj: dict, field: str, lo: int, hi: int
         errors.append(FieldError(name, f"must be {lo}–{hi} characters, got {len(value)}"))
 
 
-def _check_time(errors: list[FieldError], obj: dict, field: str) -> None:
+def _check_time(errors: list[FieldError], obj: dict, field: str) -> int:
+    """Check an ISO 8601 time with offset; returns it as Unix milliseconds (0 if invalid)."""
     value = obj.get(field)
     if not isinstance(value, str):
         errors.append(FieldError(field, "must be an ISO 8601 string with offset"))
-        return
+        return 0
     try:
-        parse_valid_time(value)
+        return int(parse_valid_time(value).timestamp() * 1000)
     except ValueError as exc:
         errors.append(FieldError(field, f"is not ISO 8601 with offset ({exc})"))
+        return 0
 
 
 def _check_body(errors: list[FieldError], body: Any) -> str | None:
@@ -200,8 +206,15 @@ def validate_event(event: Any) -> dict:
     return event
 
 
-def check_event(event: Any) -> str:
-    """Validate an event and return its body's canonical JSON (computed once, reused)."""
+class CheckedEvent(NamedTuple):
+    """What validation computed on the way, for the caller to reuse."""
+
+    body_json: str  # canonical JSON of the body
+    valid_ms: int  # valid_time as Unix milliseconds
+
+
+def check_event(event: Any) -> CheckedEvent:
+    """Validate an event; return its body's canonical JSON and its time (computed once)."""
     if not isinstance(event, dict):
         raise ContractError([FieldError("event", "must be an object")])
     errors: list[FieldError] = []
@@ -222,7 +235,7 @@ def check_event(event: Any) -> str:
         errors.append(FieldError("namespace", "must look like /actor/<user>/project/<id>/"))
     _check_str(errors, event, "actor_id", 1, 128)
     _check_str(errors, event, "session_id", 1, 128)
-    _check_time(errors, event, "valid_time")
+    valid_ms = _check_time(errors, event, "valid_time")
     source = event.get("source")
     if not isinstance(source, dict):
         errors.append(FieldError("source", "must be an object"))
@@ -247,7 +260,7 @@ def check_event(event: Any) -> str:
         errors.append(FieldError("parent_event_id", "must be a ULID"))
     if errors:
         raise ContractError(errors)
-    return body_json
+    return CheckedEvent(body_json, valid_ms)
 
 
 RECORD_FIELDS = {

@@ -25,7 +25,8 @@ class MigrationError(RuntimeError):
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "init", """
 CREATE TABLE events (
-    event_id TEXT PRIMARY KEY,
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,  -- arrival order, never reused
+    event_id TEXT NOT NULL UNIQUE,
     namespace TEXT NOT NULL,
     kind TEXT NOT NULL CHECK (kind IN ('prompt', 'tool_use', 'session_summary', 'note')),
     session_id TEXT NOT NULL,
@@ -38,17 +39,21 @@ CREATE TABLE events (
     content_hash TEXT NOT NULL,
     parent_event_id TEXT,
     project_path TEXT,
-    schema_version INTEGER NOT NULL,
-    batch_id TEXT  -- the extraction batch it went to; NULL while it waits in the buffer
+    schema_version INTEGER NOT NULL
 ) STRICT;
-CREATE INDEX events_namespace_time ON events (namespace, valid_ms);
+-- Ordered by (namespace, seq): a project's events in arrival order, and so its
+-- extraction buffer (every seq past its cursor) and its batches (seq ranges).
+CREATE INDEX events_namespace ON events (namespace);
 -- Dedup looks for the same content in the same session around the same time; keyed by
 -- session and time, inserts land at the end of their session's range (no random pages).
 CREATE INDEX events_session_time ON events (session_id, valid_ms, content_hash);
--- The extraction buffer is the set of events not yet in a batch: two partial indexes
--- keep it cheap (the hot insert path touches only the small pending one).
-CREATE INDEX events_pending ON events (namespace) WHERE batch_id IS NULL;
-CREATE INDEX events_batch ON events (batch_id) WHERE batch_id IS NOT NULL;
+
+-- The extraction buffer of a namespace is its events with seq > last_seq. Forming a
+-- batch moves the cursor; nothing is written per event.
+CREATE TABLE extraction_cursor (
+    namespace TEXT PRIMARY KEY,
+    last_seq INTEGER NOT NULL
+) STRICT;
 
 CREATE TABLE memory_records (
     id INTEGER PRIMARY KEY,
@@ -93,6 +98,8 @@ CREATE VIRTUAL TABLE memory_records_fts_vocab USING fts5vocab (memory_records_ft
 CREATE TABLE extraction_batches (
     batch_id TEXT PRIMARY KEY,
     namespace TEXT NOT NULL,
+    first_seq INTEGER NOT NULL,  -- the batch is the namespace's events with seq in
+    last_seq INTEGER NOT NULL,   -- first_seq..last_seq (inclusive)
     state TEXT NOT NULL CHECK (state IN ('ready', 'leased', 'done', 'failed')),
     reason TEXT NOT NULL,
     created_ms INTEGER NOT NULL,
@@ -206,7 +213,7 @@ STORED_FIELDS = ("event_id", "namespace", "kind", "session_id", "actor_id", "val
                  "project_path", "schema_version")
 
 
-def stored_form(event: dict, body_json: str) -> dict:
+def stored_form(event: dict, body_json: str, valid_ms: int, content_hash: str) -> dict:
     """What ingest hands storage: the events row, encoded, less transaction_time.
 
     Ingest does all the parsing and encoding so the single writer only writes.
@@ -216,15 +223,15 @@ def stored_form(event: dict, body_json: str) -> dict:
         "event_id": event["event_id"], "namespace": event["namespace"], "kind": event["kind"],
         "session_id": event["session_id"], "actor_id": event["actor_id"],
         "valid_time": event["valid_time"],
-        "valid_ms": int(contract.parse_valid_time(event["valid_time"]).timestamp() * 1000),
-        "body_json": body_json, "source_json": contract.canonical_json(source),
-        "content_hash": contract.hash_json(body_json),
+        "valid_ms": valid_ms, "body_json": body_json,
+        "source_json": contract.canonical_json(source), "content_hash": content_hash,
         "parent_event_id": event.get("parent_event_id"),
         "project_path": source.get("project_path"), "schema_version": event["schema_version"],
     }
 
 
-INSERT_COLUMNS = ", ".join((*STORED_FIELDS[:7], "transaction_time", *STORED_FIELDS[7:]))
+INSERT_EVENT_SQL = (f"INSERT OR IGNORE INTO events ({', '.join(STORED_FIELDS)}, transaction_time)"
+                    f" VALUES ({', '.join('?' * (len(STORED_FIELDS) + 1))})")
 
 
 def insert_event(conn: sqlite3.Connection, event: dict, dedup_window_ms: int,
@@ -244,9 +251,8 @@ def insert_event(conn: sqlite3.Connection, event: dict, dedup_window_ms: int,
     ).fetchone():
         return "duplicate"
     row = [event[name] for name in STORED_FIELDS]
-    row.insert(7, transaction_time or utc_now())
-    if not conn.execute(f"INSERT OR IGNORE INTO events ({INSERT_COLUMNS}) VALUES"
-                        f" ({', '.join('?' * len(row))})", row).rowcount:
+    row.append(transaction_time or utc_now())
+    if not conn.execute(INSERT_EVENT_SQL, row).rowcount:
         return "duplicate"  # same event_id
     return "stored"
 
@@ -318,22 +324,33 @@ def iter_records(conn: sqlite3.Connection, namespace: str | None = None) -> Iter
 
 # --- extraction buffer and batches -----------------------------------------------------------
 
+_PENDING = ("FROM events e LEFT JOIN extraction_cursor c ON c.namespace = e.namespace"
+            " WHERE e.seq > COALESCE(c.last_seq, 0) GROUP BY e.namespace")
+
+
 def pending_by_namespace(conn: sqlite3.Connection) -> dict[str, int]:
     """Bytes of body waiting in the buffer (not yet in a batch), per namespace."""
-    return dict(conn.execute("SELECT namespace, SUM(length(body_json)) FROM events"
-                             " WHERE batch_id IS NULL GROUP BY namespace"))
+    return dict(conn.execute(f"SELECT e.namespace, SUM(length(e.body_json)) {_PENDING}"))
 
 
 def form_batch(conn: sqlite3.Connection, namespace: str, reason: str) -> str | None:
-    """Move the namespace's pending events into a new ready batch (caller's transaction)."""
-    batch_id = contract.new_ulid()
-    conn.execute("INSERT INTO extraction_batches (batch_id, namespace, state, reason, created_ms)"
-                 " VALUES (?, ?, 'ready', ?, ?)", (batch_id, namespace, reason, now_ms()))
-    moved = conn.execute("UPDATE events SET batch_id = ? WHERE namespace = ?"
-                         " AND batch_id IS NULL", (batch_id, namespace)).rowcount
-    if not moved:
-        conn.execute("DELETE FROM extraction_batches WHERE batch_id = ?", (batch_id,))
+    """Make the namespace's pending events a new ready batch (caller's transaction).
+
+    Events stored after this (higher seq) stay pending for the next batch.
+    """
+    cursor = conn.execute("SELECT last_seq FROM extraction_cursor WHERE namespace = ?",
+                          (namespace,)).fetchone()
+    first = (cursor[0] if cursor else 0) + 1
+    last = conn.execute("SELECT MAX(seq) FROM events WHERE namespace = ?",
+                        (namespace,)).fetchone()[0]
+    if last is None or last < first:
         return None
+    batch_id = contract.new_ulid()
+    conn.execute("INSERT INTO extraction_batches (batch_id, namespace, first_seq, last_seq,"
+                 " state, reason, created_ms) VALUES (?, ?, ?, ?, 'ready', ?, ?)",
+                 (batch_id, namespace, first, last, reason, now_ms()))
+    conn.execute("INSERT INTO extraction_cursor VALUES (?, ?) ON CONFLICT (namespace)"
+                 " DO UPDATE SET last_seq = excluded.last_seq", (namespace, last))
     return batch_id
 
 
@@ -349,8 +366,10 @@ def batch_events(conn: sqlite3.Connection, batch_id: str) -> list[dict]:
     """A batch's events in time order, in storage form (``body_json``, still encoded):
     the worker decodes them, which keeps that work off the single writer."""
     rows = conn.execute(
-        "SELECT event_id, kind, body_json, namespace, session_id, valid_time, parent_event_id"
-        " FROM events WHERE batch_id = ? ORDER BY valid_ms, event_id", (batch_id,))
+        "SELECT e.event_id, e.kind, e.body_json, e.namespace, e.session_id, e.valid_time,"
+        " e.parent_event_id FROM extraction_batches b JOIN events e INDEXED BY events_namespace"
+        " ON e.namespace = b.namespace AND e.seq BETWEEN b.first_seq AND b.last_seq"
+        " WHERE b.batch_id = ? ORDER BY e.valid_ms, e.event_id", (batch_id,))
     keys = ("event_id", "kind", "body_json", "namespace", "session_id", "valid_time",
             "parent_event_id")
     return [dict(zip(keys, row, strict=True)) for row in rows]
@@ -406,8 +425,7 @@ def stats(conn: sqlite3.Connection) -> dict:
     for ns, count in conn.execute(
             "SELECT namespace, COUNT(*) FROM memory_records GROUP BY namespace"):
         entry(ns)["records"] = count
-    for ns, count in conn.execute(
-            "SELECT namespace, COUNT(*) FROM events WHERE batch_id IS NULL GROUP BY namespace"):
+    for ns, count in conn.execute(f"SELECT e.namespace, COUNT(*) {_PENDING}"):
         entry(ns)["pending_events"] = count
     for ns, count in conn.execute(
             "SELECT namespace, COUNT(*) FROM extraction_batches"

@@ -306,9 +306,10 @@ def prepare(event: object) -> tuple[dict, dict]:
     """
     if isinstance(event, _BadLine):
         raise contract.ContractError([contract.FieldError("event", event.reason)])
-    body_json = contract.check_event(event)
+    body_json, valid_ms = contract.check_event(event)
+    digest = contract.hash_json(body_json)
     claimed = event.get("content_hash")
-    if claimed is not None and claimed != contract.hash_json(body_json):
+    if claimed is not None and claimed != digest:
         raise contract.ContractError([contract.FieldError(
             "content_hash", "does not match the body (sha256 of its canonical JSON)")])
     body = event["body"]
@@ -316,7 +317,8 @@ def prepare(event: object) -> tuple[dict, dict]:
         body = privacy.scrub(body)
         if body != event["body"]:
             body_json = contract.canonical_json(body)
-    return db.stored_form(event, body_json), body
+            digest = contract.hash_json(body_json)
+    return db.stored_form(event, body_json, valid_ms, digest), body
 
 
 def rejection(event: object, exc: contract.ContractError) -> dict:

@@ -23,7 +23,7 @@ from kirolearn import contract, db, paths, protocol, role, transport
 
 MAX_BATCH_ATTEMPTS = 5
 BUSY_WINDOW_S = 0.05  # a put this recent means ingest traffic is flowing
-BATCH_WORK_MAX_DEFER_S = 2.0
+BATCH_WORK_MAX_DEFER_S = 10.0  # extraction waits at most this long behind a burst
 
 
 class Storage(role.Role):
