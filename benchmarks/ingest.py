@@ -99,6 +99,18 @@ def live_path(events: list[dict], concurrency: int) -> dict:
     }
 
 
+def wait_until_quiet(timeout_s: float = 120) -> None:
+    """Let extraction of the live runs finish, so the import is measured on its own."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        stats = json.loads(subprocess.run([*KL, "stats", "--json"], capture_output=True,
+                                          text=True, check=True).stdout)
+        if stats["totals"]["pending_batches"] == 0:
+            return
+        time.sleep(0.5)
+    say("extraction still busy; measuring the import anyway")
+
+
 def daemon_memory() -> dict:
     """Peak resident memory (VmHWM) of each daemon process, summed."""
     status = json.loads(subprocess.run([*KL, "status", "--json"], capture_output=True,
@@ -134,6 +146,7 @@ def main() -> None:
             row = {"bench": "ingest", "path": "live"}
             row.update(live_path(make_events(args.events, f"c{concurrency}"), concurrency))
             print(json.dumps(row), flush=True)
+        wait_until_quiet()
         say(f"import path: {args.import_events} events")
         source = home / "import.jsonl"
         with source.open("w") as handle:

@@ -6,11 +6,13 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
+import time
 
 import msgpack
 import pytest
 import zmq
-from conftest import kl, make_event, processes_using, status, wait_for
+from conftest import KL, kl, make_event, processes_using, status, wait_for
 
 from kirolearn import contract, paths, protocol, transport
 from kirolearn.privacy import REDACTED
@@ -272,3 +274,39 @@ def test_restart(daemon):
     before = status()["pid"]
     kl("restart", check=True)
     assert status()["pid"] != before
+
+
+def test_foreground_stops_cleanly_on_ctrl_c(home):
+    daemon = subprocess.Popen([*KL, "start", "--foreground"], cwd="/tmp",
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: kl("status").returncode == 0 and all(
+            r["state"] == "RUNNING" for r in status()["roles"]), message="foreground start")
+        daemon.send_signal(signal.SIGINT)
+        _, err = daemon.communicate(timeout=30)
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+    assert daemon.returncode == 0
+    assert "success: storage entered RUNNING state" in err
+    assert "stopped: storage (exit status 0)" in err
+    # storage stopped last, after everything that feeds it
+    order = [line.split("stopped: ")[1].split()[0] for line in err.splitlines()
+             if "stopped: " in line]
+    assert order[-1] == "storage" and order.index("ingest") < order.index("storage")
+
+
+def test_logs_follow_prints_new_lines(daemon):
+    follower = subprocess.Popen([*KL, "logs", "storage", "-f", "-n", "0"], cwd="/tmp",
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        with transport.Client(paths.endpoint("ingest")) as client:
+            client.call("put_event", {"event": make_event("prompt", "follow me")})
+            client.call("put_event", {"event": make_event("session_summary", "followed")})
+        line = follower.stdout.readline()  # the batch commit is logged by storage
+        assert "[kirolearn.storage]" in line
+    finally:
+        follower.terminate()
+        follower.communicate()
