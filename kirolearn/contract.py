@@ -21,7 +21,6 @@ EVENT_KINDS = ("prompt", "tool_use", "session_summary", "note")
 BODY_TYPES = ("text", "message", "json")
 OBSERVATION_TYPES = ("tool_use", "decision", "error", "discovery", "pattern", "session_summary")
 MAX_BODY_BYTES = 1024 * 1024  # serialized body cap, enforced by ingest
-TRUNCATE_BODY_BYTES = 512 * 1024  # shims truncate to this before sending
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 ULID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
@@ -72,10 +71,6 @@ def canonical_json(value: Any) -> str:
     """The one serialization used for size limits and hashes (stable across processes):
     ``json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))``."""
     return _CANONICAL.encode(value)
-
-
-def body_size(body: Any) -> int:
-    return len(canonical_json(body).encode("utf-8"))
 
 
 def content_hash(body: Any) -> str:

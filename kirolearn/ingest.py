@@ -63,8 +63,8 @@ class Ingest(role.Role):
                                                connect=paths.endpoint("retrieval", self.base))
         self.add_socket(self.storage, self._on_storage)
         self.add_socket(self.retrieval, self._on_retrieval)
-        # Events prepared in this pass over the client socket, sent to storage as one
-        # request (one group commit) when the pass ends.
+        # Events prepared but not yet sent: one storage request (one group commit) per
+        # pass over the client socket, or sooner once FLUSH_EVENTS/FLUSH_BYTES wait.
         self.outbox: list[tuple[Pending, list[dict]]] = []
         self.outbox_bytes = self.outbox_events = 0
         self.by_storage_id: dict[str, list[Pending]] = {}

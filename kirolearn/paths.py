@@ -15,7 +15,6 @@ import stat
 from pathlib import Path
 
 IPC_PATH_MAX = 100  # a little under libzmq's limit, for the longest socket name
-ROLES = ("storage", "retrieval", "ingest", "extraction")
 
 
 def home() -> Path:

@@ -12,7 +12,6 @@ stops by itself rather than linger as an orphan.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import signal
@@ -151,16 +150,9 @@ class Role:
             self.drain()
         finally:
             self.teardown()
-            control_path = paths.endpoint(f"{self.name}.ctl", self.base)[len("ipc://"):]
-            self.ctx.destroy(linger=0)
-            _unlink(control_path)
+            self.ctx.destroy(linger=0)  # socket files go with the supervisor's cleanup
             self.log.info("stopped")
         return RET_OK
-
-
-def _unlink(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
 
 
 def main(role_class: type[Role], argv: list[str] | None = None) -> None:

@@ -238,8 +238,6 @@ class Storage(role.Role):
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             conn.close()
-        for name in ("storage", "batches", "records"):
-            role._unlink(paths.endpoint(name, self.base)[len("ipc://"):])
 
 
 if __name__ == "__main__":
