@@ -78,12 +78,9 @@ class Ingest(role.Role):
 
     def _on_client(self, sock: zmq.Socket) -> None:
         for _ in range(1000):  # bounded so the other sockets get their turn
-            envelope, request, error = transport.recv_request(sock)
-            if error is not None:
-                self.log.warning("bad request: %s", error["error"]["reason"])
-                transport.send_reply(sock, envelope, error)
-            elif request is not None:
-                self._handle(envelope, request)
+            received = transport.recv_request(sock, self.log)
+            if received is not None:
+                self._handle(*received)
                 if self.outbox_bytes >= FLUSH_BYTES or self.outbox_events >= FLUSH_EVENTS:
                     self._flush()  # keep storage busy while the next requests are prepared
             if not sock.poll(0, zmq.POLLIN):

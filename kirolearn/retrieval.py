@@ -7,8 +7,6 @@ lands behind the same ``search`` operation.
 
 from __future__ import annotations
 
-import time
-
 import zmq
 
 from kirolearn import paths, protocol, role, transport
@@ -21,19 +19,16 @@ class Retrieval(role.Role):
         self.bind(zmq.ROUTER, paths.endpoint("retrieval", self.base), self._on_request)
 
     def _on_request(self, sock: zmq.Socket) -> None:
-        envelope, request, error = transport.recv_request(sock)
-        if request is None:
-            if error:
-                transport.send_reply(sock, envelope, error)
+        received = transport.recv_request(sock, self.log)
+        if received is None:
             return
+        envelope, request = received
         op = request["op"]
         if op == "ping":
             reply = protocol.reply_ok(request["id"], {"role": self.role})
-        elif op == "search":
-            started = time.monotonic()
+        elif op == "search":  # no search yet: every prompt gets no context
             reply = protocol.reply_ok(request["id"], {
-                "context": "", "record_ids": [], "outcome": "empty",
-                "latency_ms": round((time.monotonic() - started) * 1000, 3)})
+                "context": "", "record_ids": [], "outcome": "empty", "latency_ms": 0.0})
         else:
             reply = protocol.reply_error(request["id"], protocol.ErrorCode.UNKNOWN_OP,
                                          f"retrieval does not serve {op!r}")

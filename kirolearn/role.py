@@ -101,11 +101,10 @@ class Role:
         self._signals.append(signum)
 
     def _on_control(self, sock: zmq.Socket) -> None:
-        envelope, request, error = transport.recv_request(sock)
-        if request is None:
-            if error:
-                transport.send_reply(sock, envelope, error)
+        received = transport.recv_request(sock, self.log)
+        if received is None:
             return
+        envelope, request = received
         op = request["op"]
         if op == "ping":
             body = {"name": self.name, "role": self.role, "pid": os.getpid(),

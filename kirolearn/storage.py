@@ -60,12 +60,9 @@ class Storage(role.Role):
         """Read every request already queued (up to group_max) and answer them together."""
         pending: list[tuple[list[bytes], dict]] = []
         while len(pending) < self.group_max:
-            envelope, request, error = transport.recv_request(sock)
-            if error is not None:
-                self.log.warning("bad request: %s", error["error"]["reason"])
-                transport.send_reply(sock, envelope, error)
-            elif request is not None:
-                pending.append((envelope, request))
+            received = transport.recv_request(sock, self.log)
+            if received is not None:
+                pending.append(received)
             if not sock.poll(0, zmq.POLLIN):
                 break
         puts = [(env, req) for env, req in pending if req["op"] == "put_events"]

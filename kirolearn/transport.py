@@ -11,6 +11,7 @@ Rules this module enforces so no caller has to remember them:
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 
 import zmq
@@ -102,17 +103,18 @@ def send_reply(sock: zmq.Socket, envelope: list[bytes], message: dict) -> None:
         sock.send_multipart([*envelope, protocol.pack(message)], flags=zmq.NOBLOCK)
 
 
-def recv_request(sock: zmq.Socket) -> tuple[list[bytes], dict | None, dict | None]:
-    """Read one ROUTER request; returns (envelope, request, error_reply).
-
-    Exactly one of request and error_reply is set, except for frames so broken
-    that no envelope can be told apart (both None): those are dropped.
-    """
+def recv_request(sock: zmq.Socket, log: logging.Logger) -> tuple[list[bytes], dict] | None:
+    """Read one ROUTER request: (routing envelope, request), or None for a malformed one,
+    which has been answered with an error reply (or dropped, if it had no envelope)
+    and logged."""
     frames = sock.recv_multipart()
     if len(frames) < 2:
-        return frames, None, None
+        log.warning("dropped a frame without a routing envelope")
+        return None
     envelope, payload = frames[:-1], frames[-1]
     try:
-        return envelope, protocol.parse_request(payload), None
+        return envelope, protocol.parse_request(payload)
     except protocol.DecodeError as exc:
-        return envelope, None, protocol.reply_error(None, exc.code, exc.reason)
+        log.warning("bad request: %s", exc)
+        send_reply(sock, envelope, protocol.reply_error(None, exc.code, exc.reason))
+        return None

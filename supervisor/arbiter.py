@@ -385,10 +385,10 @@ class Arbiter:
             log.info("supervisor started (pid %d, home %s)", os.getpid(), self.base)
             while not self.stopped():
                 if control.poll(100, zmq.POLLIN):
-                    envelope, request, error = transport.recv_request(control)
-                    reply = error if request is None else self.handle_control(request)
-                    if reply is not None:
-                        transport.send_reply(control, envelope, reply)
+                    received = transport.recv_request(control, log)
+                    if received is not None:
+                        envelope, request = received
+                        transport.send_reply(control, envelope, self.handle_control(request))
                 if self.signals:
                     log.info("received signal %d", self.signals[0])
                     self.signals.clear()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -81,7 +82,7 @@ class SlowServer:
         while not self.stop.is_set():
             if not self.sock.poll(20):
                 continue
-            envelope, request, _ = transport.recv_request(self.sock)
+            envelope, request = transport.recv_request(self.sock, logging.getLogger("test"))
             count += 1
             if count == 1:
                 time.sleep(self.first_delay)
