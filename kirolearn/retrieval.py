@@ -1,8 +1,8 @@
-"""Retrieval role: answers searches for prompt events on read-only SQLite connections.
+"""Retrieval role: answers ``search`` for prompt events, under ingest's deadline.
 
-This first version serves the protocol end to end (``ping``, ``search``) and
-answers every search with an empty result; the lexical search of the seed
-lands behind the same ``search`` operation.
+It serves the protocol end to end (``ping``, ``search``) but searches nothing
+yet: every prompt gets an empty context. The lexical search over the records'
+FTS5 index goes behind the same ``search`` operation.
 """
 
 from __future__ import annotations
