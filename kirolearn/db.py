@@ -409,8 +409,9 @@ def log_retrieval(conn: sqlite3.Connection, prompt_event_id: str | None, namespa
 
 # --- stats -------------------------------------------------------------------------------------
 
-def stats(conn: sqlite3.Connection) -> dict:
-    """Counts per namespace: events by kind, records, buffered events, open batches."""
+def stats(conn: sqlite3.Connection, only: str | None = None) -> dict:
+    """Counts per namespace (or for one): events by kind, records, buffered events,
+    open batches."""
     namespaces: dict[str, dict] = {}
 
     def entry(ns: str) -> dict:
@@ -431,7 +432,8 @@ def stats(conn: sqlite3.Connection) -> dict:
             "SELECT namespace, COUNT(*) FROM extraction_batches"
             " WHERE state IN ('ready', 'leased') GROUP BY namespace"):
         entry(ns)["pending_batches"] = count
-    rows = sorted(namespaces.values(), key=lambda n: n["namespace"])
+    rows = sorted((n for n in namespaces.values() if only is None or n["namespace"] == only),
+                  key=lambda n: n["namespace"])
     totals = {
         "events": sum(n["events_total"] for n in rows),
         "records": sum(n["records"] for n in rows),

@@ -26,7 +26,7 @@ from kirolearn.supervisor.arbiter import (
     remove_socket_files,
 )
 
-from kirolearn import __version__, config, db, paths, protocol, transport
+from kirolearn import __version__, config, db, paths, project, protocol, transport
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 60.0
@@ -353,15 +353,33 @@ def _reader():
     return db.connect_reader(path)
 
 
+def scope_options(command):
+    """--namespace NS or --project DIR (the project DIR belongs to, found the same way
+    the agents' hooks find it)."""
+    command = click.option("--project", type=click.Path(exists=True, file_okay=False),
+                           help="Only the project this directory belongs to.")(command)
+    return click.option("--namespace", default=None, help="Only this namespace.")(command)
+
+
+def _namespace(namespace: str | None, project_dir: str | None) -> str | None:
+    if namespace and project_dir:
+        raise click.UsageError("give --namespace or --project, not both")
+    if project_dir:
+        return project.resolve_project(project_dir).namespace(project.actor_id())
+    return namespace
+
+
 @cli.command()
-@click.option("--namespace", default=None, help="Only this namespace.")
-def export(namespace: str | None) -> None:
+@scope_options
+def export(namespace: str | None, project: str | None) -> None:
     """Write events, then memory records, as JSON Lines to stdout.
 
     \b
-    Example:
-        kirolearn export --namespace /actor/me/project/<id>/ > project.jsonl
+    Examples:
+        kirolearn export > everything.jsonl
+        kirolearn export --project ~/code/app > app.jsonl
     """
+    namespace = _namespace(namespace, project)
     conn = _reader()
     try:
         for event in db.iter_events(conn, namespace):
@@ -373,12 +391,14 @@ def export(namespace: str | None) -> None:
 
 
 @cli.command()
+@scope_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def stats(as_json: bool) -> None:
+def stats(namespace: str | None, project: str | None, as_json: bool) -> None:
     """Counts per namespace: events by kind, records, pending extraction work."""
+    namespace = _namespace(namespace, project)
     conn = _reader()
     try:
-        result = db.stats(conn)
+        result = db.stats(conn, namespace)
     finally:
         conn.close()
     if as_json:

@@ -310,3 +310,35 @@ def test_logs_follow_prints_new_lines(daemon):
     finally:
         follower.terminate()
         follower.communicate()
+
+
+def test_stop_ladder_escalates_to_sigterm_then_sigkill(home, monkeypatch):
+    monkeypatch.setenv("KIROLEARN_SUPERVISOR_STOP_TIMEOUT_S", "0.5")
+    monkeypatch.setenv("KIROLEARN_SUPERVISOR_KILL_TIMEOUT_S", "0.5")
+    kl("start", check=True)
+    worker = next(r for r in status()["roles"] if r["role"] == "extraction")
+    os.kill(worker["pid"], signal.SIGSTOP)  # deaf to the shutdown message and to SIGTERM
+    kl("stop", check=True)
+    log = kl("logs", "supervisor", "-n", "50").stdout
+    assert f"killing 'extraction-1' ({worker['pid']}) with SIGTERM" in log
+    assert f"killing 'extraction-1' ({worker['pid']}) with SIGKILL" in log
+    assert "stopped: storage (exit status 0)" in log
+
+
+def test_export_and_stats_by_project_directory(ingest, daemon, tmp_path, monkeypatch):
+    from kirolearn import project
+
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "pyproject.toml").write_text("")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    scope = project.resolve_project(repo / "src")
+    mine = make_event(content="in the repo", namespace=scope.namespace(project.actor_id()))
+    ingest.call("put_event", {"event": mine})
+    ingest.call("put_event", {"event": make_event(content="elsewhere")})
+    out = kl("export", "--project", str(repo / "src"), check=True).stdout
+    assert [json.loads(line)["event_id"] for line in out.splitlines()] == [mine["event_id"]]
+    stats = json.loads(kl("stats", "--project", str(repo), "--json", check=True).stdout)
+    assert stats["totals"]["events"] == 1
+    both = kl("export", "--project", str(repo), "--namespace", "/actor/a/project/b/")
+    assert both.returncode == 2 and "not both" in both.stderr
