@@ -26,13 +26,13 @@ from kirolearn.supervisor.arbiter import (
     remove_socket_files,
 )
 
-from kirolearn import __version__, config, db, paths, project, protocol, transport
+from kirolearn import __version__, config, contract, db, paths, project, protocol, transport
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 60.0
 IMPORT_CHUNK = 500
 IMPORT_IN_FLIGHT = 3
-IMPORT_CHUNK_BYTES = 1024 * 1024  # well under the protocol's frame limit
+IMPORT_CHUNK_BYTES = 1024 * 1024  # a chunk of lines stays well under the frame limit
 EXIT_NOT_RUNNING = 3  # like LSB's "program is not running"
 
 
@@ -312,28 +312,47 @@ def import_(file) -> None:
 
     def collect_oldest() -> None:
         numbers, future = in_flight.popleft()
-        for line_no, result in zip(numbers, future.result(), strict=True):
+        try:
+            results = future.result()
+        except protocol.RemoteError as exc:  # the whole chunk was refused
+            results = [{"status": "rejected", "reason": str(exc)}] * len(numbers)
+        except transport.Timeout as exc:
+            raise click.ClickException(f"ingest stopped answering ({exc}); the lines before"
+                                       f" line {numbers[0]} were sent") from exc
+        for line_no, result in zip(numbers, results, strict=True):
             report(line_no, result["status"], result.get("reason", ""))
 
     with concurrent.futures.ThreadPoolExecutor(IMPORT_IN_FLIGHT) as pool:
         chunk: list[str] = []
         numbers: list[int] = []
         chunk_bytes = 0
+
+        def submit() -> None:
+            nonlocal chunk, numbers, chunk_bytes
+            if chunk:
+                in_flight.append((numbers, pool.submit(send, chunk)))
+                chunk, numbers, chunk_bytes = [], [], 0
+            if len(in_flight) >= IMPORT_IN_FLIGHT:
+                collect_oldest()
+
         for line_no, line in _read_lines(file):
+            size = len(line.encode("utf-8"))
+            if size > protocol.MAX_FRAME_BYTES // 2:
+                report(line_no, "rejected", f"the line is {size} bytes; an event's body may"
+                       f" be at most {contract.MAX_BODY_BYTES} bytes")
+                continue
             if '"record_id"' in line and _is_record(line):
                 report(line_no, "rejected", "a memory record, not an event (records are"
                        " rebuilt by extraction)")
                 continue
+            if chunk_bytes + size > IMPORT_CHUNK_BYTES:
+                submit()  # a large line travels alone rather than overfill a chunk
             chunk.append(line)
             numbers.append(line_no)
-            chunk_bytes += len(line)
-            if len(chunk) >= IMPORT_CHUNK or chunk_bytes >= IMPORT_CHUNK_BYTES:
-                in_flight.append((numbers, pool.submit(send, chunk)))
-                chunk, numbers, chunk_bytes = [], [], 0
-                if len(in_flight) >= IMPORT_IN_FLIGHT:
-                    collect_oldest()
-        if chunk:
-            in_flight.append((numbers, pool.submit(send, chunk)))
+            chunk_bytes += size
+            if len(chunk) >= IMPORT_CHUNK:
+                submit()
+        submit()
         while in_flight:
             collect_oldest()
     for client in clients:

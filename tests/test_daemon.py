@@ -342,3 +342,14 @@ def test_export_and_stats_by_project_directory(ingest, daemon, tmp_path, monkeyp
     assert stats["totals"]["events"] == 1
     both = kl("export", "--project", str(repo), "--namespace", "/actor/a/project/b/")
     assert both.returncode == 2 and "not both" in both.stderr
+
+
+def test_import_rejects_oversized_lines_alone(daemon):
+    small = make_event(content="fits")
+    big = make_event(content="x" * (1024 * 1024 + 10))  # body over the 1 MiB cap
+    huge = make_event(content="y" * (3 * 1024 * 1024))  # over what a frame may carry
+    lines = [json.dumps(e) for e in (small, big, huge, make_event(content="also fits"))]
+    result = kl("import", "-", input="\n".join(lines) + "\n")
+    assert result.stdout.strip() == "stored 2, duplicate 0, rejected 2", result.stderr
+    assert "line 2: rejected: body: serialized body is" in result.stderr
+    assert "line 3: rejected: the line is" in result.stderr
