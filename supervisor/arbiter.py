@@ -194,7 +194,8 @@ class Arbiter:
         env = dict(os.environ, KIROLEARN_HOME=str(self.base), PYTHONUNBUFFERED="1")
         proc.popen = subprocess.Popen(
             [sys.executable, "-m", f"kirolearn.{proc.role}", "--name", proc.name],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+            cwd=self.base)  # not the caller's cwd: a source checkout there would shadow us
         threading.Thread(target=self._pipe_output, args=(proc, proc.popen.stdout),
                          name=f"log-{proc.name}", daemon=True).start()
         proc.started = time.monotonic()

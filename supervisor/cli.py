@@ -115,9 +115,12 @@ def start(foreground: bool, extraction_workers: int | None) -> None:
 
         sys.exit(run_daemon(workers, foreground=True))
     with open(paths.log_dir() / "supervisor.out", "ab") as out:
+        # cwd: a daemon should not pin the caller's directory, and `python -m` puts the
+        # cwd first on sys.path, where a source checkout would shadow the installed code.
         daemon = subprocess.Popen(
             [sys.executable, "-m", "kirolearn.supervisor", "--extraction-workers", str(workers)],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+            cwd=paths.home())
     status = _wait_until_ready(daemon)
     if not status or any(r["state"] != RUNNING for r in status["roles"]):
         if status:

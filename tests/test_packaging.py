@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -52,3 +55,43 @@ def test_shims_import_only_light_modules():
         "print(sorted(m for m in ('click', 'tenacity', 'asyncio', 'ulid', 'sqlite3')"
         " if m in sys.modules))")
     assert out == "[]"
+
+
+def test_quick_start_install_and_start_in_a_fresh_checkout(tmp_path):
+    """The README's first Quick start command, verbatim, in a copy of this checkout."""
+    root = Path(__file__).parent.parent
+    readme = (root / "README.md").read_text()
+    command = next(line for line in readme.splitlines()
+                   if line.startswith("python3 -m venv") and line.endswith("kirolearn start"))
+    checkout = tmp_path / "checkout"
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                           cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    for name in files:
+        if (root / name).is_file():
+            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / name, checkout / name)
+    home = tmp_path / "h"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("KIROLEARN_", "VIRTUAL_ENV", "PYTHON"))}
+    env["HOME"] = str(home)
+    kirolearn = checkout / ".venv" / "bin" / "kirolearn"
+    try:
+        result = subprocess.run(["bash", "-c", command], cwd=checkout, env=env,
+                                capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        assert "RUNNING" in result.stdout
+        status = subprocess.run([kirolearn, "status", "--json"], cwd=checkout, env=env,
+                                capture_output=True, text=True, check=True)
+        assert json.loads(status.stdout)["home"] == str(home / ".kirolearn")
+    finally:
+        if kirolearn.exists():
+            subprocess.run([kirolearn, "stop"], cwd=checkout, env=env, capture_output=True,
+                           timeout=120)
+    assert not processes_using_home(home)
+
+
+def processes_using_home(home: Path) -> list[int]:
+    from conftest import processes_using
+
+    return processes_using(home / ".kirolearn")
