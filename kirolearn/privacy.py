@@ -11,6 +11,8 @@ import functools
 import re
 from typing import Any
 
+import ahocorasick_rs
+
 REDACTED = "[REDACTED]"
 _TAG = re.compile(r"<(/?)private>", re.IGNORECASE)
 
@@ -30,8 +32,9 @@ _SECRETS = re.compile("|".join(f"(?:{p})" for p in (
 )), re.DOTALL)
 # Keyed secrets: the key stays (it says what was there), the value goes. The match
 # starts at the keyword, so a prefix such as DB_ in DB_PASSWORD stays untouched.
-# Every pattern above and below needs one of these in the lowercased text. Plain
-# substring tests (fast C) let the much slower patterns skip ordinary strings.
+# Every pattern above and below needs one of these in the lowercased text. One
+# Aho-Corasick pass (all needles at once) lets the much slower patterns skip
+# ordinary strings.
 _NEEDLES = (
     "akia", "asia", "abia", "acca", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_",
     "glpat-", "xox", "sk-", "sk_", "rk_", "aiza", "npm_", "eyj", "-----begin", "pass", "pwd",
@@ -39,8 +42,11 @@ _NEEDLES = (
 )
 
 
+_NEEDLE_SEARCH = ahocorasick_rs.AhoCorasick(list(_NEEDLES))
+
+
 def _has_needle(lowered: str) -> bool:
-    return any(needle in lowered for needle in _NEEDLES)
+    return bool(_NEEDLE_SEARCH.find_matches_as_indexes(lowered))
 
 
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
