@@ -353,3 +353,15 @@ def test_import_rejects_oversized_lines_alone(daemon):
     assert result.stdout.strip() == "stored 2, duplicate 0, rejected 2", result.stderr
     assert "line 2: rejected: body: serialized body is" in result.stderr
     assert "line 3: rejected: the line is" in result.stderr
+
+
+def test_storage_rejects_malformed_events_alone_and_keeps_going(ingest, daemon, ctx):
+    storage_pid = next(r["pid"] for r in status()["roles"] if r["role"] == "storage")
+    with transport.Client(paths.endpoint("storage"), ctx) as storage:
+        reply = storage.call("put_events", {"events": [5, {"event_id": "x"}]})
+        assert [r["status"] for r in reply["results"]] == ["rejected", "rejected"]
+        with pytest.raises(protocol.RemoteError) as info:
+            storage.call("put_events", {"events": "not a list"})
+        assert info.value.code == protocol.ErrorCode.BAD_REQUEST
+    assert ingest.call("put_event", {"event": make_event()})["status"] == "stored"
+    assert next(r["pid"] for r in status()["roles"] if r["role"] == "storage") == storage_pid
