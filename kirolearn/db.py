@@ -22,6 +22,9 @@ class MigrationError(RuntimeError):
     pass
 
 
+# The records' full-text tokenizer; retrieval tokenizes queries with the same one.
+FTS_TOKENIZE = "porter unicode61 remove_diacritics 2"
+
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "init", """
 CREATE TABLE events (
@@ -120,6 +123,11 @@ CREATE TABLE retrievals (
     created_at TEXT NOT NULL
 ) STRICT;
 CREATE INDEX retrievals_prompt ON retrievals (prompt_event_id);
+"""),
+    (2, "record_namespace_index", """
+-- Search checks the namespace of every full-text match; this narrow index answers
+-- that without reading the wide record rows (half the cost of a search, measured).
+CREATE INDEX memory_records_id_namespace ON memory_records (id, namespace);
 """),
 ]
 

@@ -175,7 +175,8 @@ class Ingest(role.Role):
     def _ask_retrieval(self, pending: Pending, event: dict, now: float) -> None:
         message = protocol.request("search", {
             "event": event, "namespace": event["namespace"], "limit": self.limit,
-            "budget_ms": self.budget_s * 1000})
+            "budget_ms": self.budget_s * 1000,
+            "deadline_ms": time.time() * 1000 + self.budget_s * 1000})
         pending.event = event
         pending.retrieval_started = now
         pending.retrieval_deadline = now + self.budget_s

@@ -1,36 +1,104 @@
-"""Retrieval role: answers ``search`` for prompt events, under ingest's deadline.
+"""Retrieval role: answers ``search`` with memory records and the agent's context block.
 
-It serves the protocol end to end (``ping``, ``search``) but searches nothing
-yet: every prompt gets an empty context. The lexical search over the records'
-FTS5 index goes behind the same ``search`` operation.
+Ingest asks it for every prompt sent with ``retrieve: true``; ``kirolearn search``
+and the MCP server ask it directly. It searches on its own read-only connection
+(WAL lets it read while storage writes; see ``search``). Every search runs under a
+deadline: the request's budget, cut shorter by the sender's ``deadline_ms`` when
+given, so a request that waited in the queue past its sender's patience is answered
+``timeout`` at once instead of being searched for nobody.
 """
 
 from __future__ import annotations
 
+import time
+from collections import Counter
+
 import zmq
 
-from kirolearn import paths, protocol, role, transport
+from kirolearn import paths, protocol, role, search, transport
+
+MAX_LIMIT = 100
+MAX_BUDGET_MS = 60_000
+
+
+class BadSearch(ValueError):
+    pass
+
+
+def parse_search(body: dict, default_limit: int, default_budget_ms: float
+                 ) -> tuple[str, str, int, float, float | None]:
+    """(namespace, query, limit, budget_ms, deadline) from a search request body.
+
+    The query is ``query`` (text) or comes from ``event`` (a prompt: text content,
+    last message turn, or JSON data); the namespace is ``namespace`` or the event's.
+    """
+    event = body.get("event")
+    if "query" in body:
+        query = body["query"]
+        if not isinstance(query, str):
+            raise BadSearch("'query' must be a string")
+    elif isinstance(event, dict):
+        query = search.query_from_body(event.get("body"))
+    else:
+        raise BadSearch("give 'query' (a string) or 'event' (a prompt event)")
+    namespace = body.get("namespace", event.get("namespace") if isinstance(event, dict) else None)
+    if not isinstance(namespace, str) or not namespace:
+        raise BadSearch("'namespace' must be a non-empty string")
+    limit = body.get("limit", default_limit)
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= MAX_LIMIT:
+        raise BadSearch(f"'limit' must be an integer from 0 to {MAX_LIMIT}")
+    budget_ms = body.get("budget_ms", default_budget_ms)
+    if (not isinstance(budget_ms, int | float) or isinstance(budget_ms, bool)
+            or not 0 <= budget_ms <= MAX_BUDGET_MS):
+        raise BadSearch(f"'budget_ms' must be a number from 0 to {MAX_BUDGET_MS}")
+    deadline = None
+    deadline_ms = body.get("deadline_ms")
+    if deadline_ms is not None:
+        if not isinstance(deadline_ms, int | float) or isinstance(deadline_ms, bool):
+            raise BadSearch("'deadline_ms' must be a number (milliseconds since the epoch)")
+        deadline = time.monotonic() + (deadline_ms - time.time() * 1000) / 1000
+    return namespace, query, limit, float(budget_ms), deadline
 
 
 class Retrieval(role.Role):
     role = "retrieval"
 
     def setup(self) -> None:
+        self.default_limit = self.settings["retrieval"]["limit"]
+        self.default_budget_ms = self.settings["retrieval"]["budget_ms"]
+        self.searcher = search.Searcher(paths.db_path(self.base))
+        self.outcomes: Counter[str] = Counter()
         self.bind(zmq.ROUTER, paths.endpoint("retrieval", self.base), self._on_request)
+
+    def teardown(self) -> None:
+        if hasattr(self, "searcher"):
+            self.searcher.close()
+
+    def control_status(self) -> dict:
+        return {"searches": dict(self.outcomes)}
 
     def _on_request(self, sock: zmq.Socket) -> None:
         received = transport.recv_request(sock, self.log)
         if received is None:
             return
         envelope, request = received
-        op = request["op"]
+        op, rid = request["op"], request["id"]
         if op == "ping":
-            reply = protocol.reply_ok(request["id"], {"role": self.role})
-        elif op == "search":  # no search yet: every prompt gets no context
-            reply = protocol.reply_ok(request["id"], {
-                "context": "", "record_ids": [], "outcome": "empty", "latency_ms": 0.0})
+            reply = protocol.reply_ok(rid, {"role": self.role})
+        elif op == "search":
+            try:
+                namespace, query, limit, budget_ms, deadline = parse_search(
+                    request["body"], self.default_limit, self.default_budget_ms)
+            except BadSearch as exc:
+                reply = protocol.reply_error(rid, protocol.ErrorCode.BAD_REQUEST, str(exc))
+            else:
+                result = self.searcher.search(namespace, query, limit, budget_ms, deadline)
+                self.outcomes[result.outcome] += 1
+                if result.error:
+                    self.log.warning("search failed (%s): %s", result.outcome, result.error)
+                reply = protocol.reply_ok(rid, result.as_dict())
         else:
-            reply = protocol.reply_error(request["id"], protocol.ErrorCode.UNKNOWN_OP,
+            reply = protocol.reply_error(rid, protocol.ErrorCode.UNKNOWN_OP,
                                          f"retrieval does not serve {op!r}")
         transport.send_reply(sock, envelope, reply)
 

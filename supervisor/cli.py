@@ -433,3 +433,50 @@ def stats(namespace: str | None, project: str | None, as_json: bool) -> None:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(ns["events"].items())) or "no events"
         click.echo(f"{ns['namespace']}\n  {kinds}; records {ns['records']};"
                    f" pending events {ns['pending_events']}, batches {ns['pending_batches']}")
+
+
+@cli.command(name="search")
+@click.argument("query")
+@scope_options
+@click.option("--limit", type=click.IntRange(1, 100), default=None,
+              help="How many records (default: retrieval.limit).")
+@click.option("--json", "as_json", is_flag=True,
+              help="The records with their scores, the terms searched and the latency.")
+def search_(query: str, namespace: str | None, project: str | None, limit: int | None,
+            as_json: bool) -> None:
+    """Print the context an agent would get for QUERY in this project.
+
+    The search runs in the daemon, exactly as for a prompt (same terms, budget and
+    format). Without --namespace or --project, the project is the one the current
+    directory belongs to.
+
+    \b
+    Examples:
+        kirolearn search "why does the migration fail"
+        kirolearn search pagination --project ~/code/app --json
+    """
+    settings = _settings()
+    if namespace is None and project is None:
+        project = os.getcwd()
+    namespace = _namespace(namespace, project)
+    if not _running():
+        raise click.ClickException("kirolearn is not running; start it with 'kirolearn start'")
+    body = {"query": query, "namespace": namespace,
+            "limit": limit or settings["retrieval"]["limit"]}
+    timeout_ms = int(settings["retrieval"]["budget_ms"]) + 2000
+    try:
+        with transport.Client(paths.endpoint("retrieval"), timeout_ms=timeout_ms) as client:
+            result = client.call("search", body)
+    except (transport.Timeout, protocol.RemoteError) as exc:
+        raise click.ClickException(f"search failed: {exc}") from exc
+    if as_json:
+        result.pop("context")
+        click.echo(json.dumps({"query": query, "namespace": namespace, **result},
+                              ensure_ascii=False))
+        return
+    if result["context"]:
+        click.echo(result["context"])
+    else:
+        click.echo(f"no memories matched ({result['outcome']},"
+                   f" {result['latency_ms']:.1f} ms)", err=True)
+

@@ -1,0 +1,351 @@
+"""Lexical search over memory records, and the context block an agent reads.
+
+The path is the seed's: a query from the prompt's body; whitespace tokens, deduped
+in order; past 32 tokens the 32 rarest by IDF (document frequencies from the index
+itself); each token quoted and the lot joined with OR; BM25 ranking inside one
+namespace; and if FTS5 refuses the expression, an escaped ``LIKE`` substring search,
+newest first. Search never raises: every failure is an empty result with an outcome
+and the latency.
+
+Document frequencies are exact: a token is looked up as the FTS5 tokenizer sees it
+(`Migrations` is `migrat`, `src/app.py` the phrase `src app py`), one-term tokens in
+the fts5vocab table and phrases by counting their matches. A token with nothing
+indexable in it (`?`, `—`) can never match and is left out, as is a second token
+that indexes the same (`Fix`, `fix`).
+
+One addition keeps common words from making search slow. BM25 scores every row that
+matches any term, so a prompt full of words found everywhere would score most of the
+corpus. Once the terms would match more than ``rank_budget`` rows, the most common
+are left out (they weigh least in BM25); if even the rarest term matches more, it is
+ranked over the newest records only, widened until the namespace has enough matches.
+Below the budget nothing changes: small corpora get exactly the seed's results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kirolearn import db
+
+HEADER = "## Prior observations from kirolearn"
+MAX_TERMS = 32
+RANK_BUDGET = 1000  # rows BM25 may score per search (~1.5 µs each on a small machine)
+MAX_TOKENS = 1000  # distinct tokens considered from one prompt (a pasted log can be huge)
+MAX_PHRASE_COUNTS = 32  # phrases counted per search; others are bounded by their rarest term
+TOTAL_TTL_S = 5.0  # how often the record count is re-read
+FREQ_TTL_S = 600.0  # document frequencies are kept this long, or until the count moves 1%
+CACHE_MAX = 50_000
+
+RECORD_FIELDS = ("record_id", "title", "summary", "facts_json", "concepts_json",
+                 "files_touched_json", "observation_type", "strategy", "created_at")
+
+
+def query_from_body(body: object) -> str:
+    """text → its content; message → the last turn's content; json → the data as JSON."""
+    if not isinstance(body, dict):
+        return ""
+    kind = body.get("type")
+    if kind == "text":
+        content = body.get("content")
+    elif kind == "message":
+        turns = body.get("turns")
+        content = turns[-1].get("content") if turns and isinstance(turns[-1], dict) else ""
+    elif kind == "json":
+        content = json.dumps(body.get("data"), ensure_ascii=False)
+    else:
+        content = ""
+    return content if isinstance(content, str) else ""
+
+
+def tokens(query: str) -> list[str]:
+    """Whitespace tokens, empties dropped, deduplicated in order of first appearance.
+
+    NUL characters are removed: FTS5 reads one as the end of the expression.
+    """
+    seen: dict[str, None] = {}
+    for token in query.split():
+        token = token.replace("\x00", "")
+        if token:
+            seen.setdefault(token, None)
+    return list(seen)
+
+
+def quote(token: str) -> str:
+    """A token as an FTS5 string: a phrase, with no operator meaning."""
+    return '"' + token.replace('"', '""') + '"'
+
+
+def fts_expression(terms: list[str]) -> str:
+    return " OR ".join(quote(t) for t in terms)
+
+
+def select_terms(terms: list[str], doc_freq: dict[str, int], total: int,
+                 budget: int = RANK_BUDGET) -> tuple[list[str], int | None]:
+    """Which terms to search for, and how many of the newest records to rank (None: all).
+
+    ``doc_freq`` maps each term to the number of records containing it (0 when
+    unseen); ``total`` is the number of records. Past MAX_TERMS, the terms with the
+    highest IDF ``ln(N / max(df, 1))`` are kept, unseen ones counting as rare. Then,
+    if the kept terms would touch more than ``budget`` rows, the most common are
+    dropped until they fit, keeping at least the rarest; if that one alone does not
+    fit, the window is the share of newest records that holds about ``budget`` of
+    its matches. Kept terms stay in query order.
+    """
+    def idf(term: str) -> float:
+        return math.log(total / max(doc_freq.get(term, 0), 1)) if total else 0.0
+
+    by_rarity = sorted(terms, key=idf, reverse=True)  # stable: ties keep query order
+    kept = set(by_rarity[:MAX_TERMS] if total else terms[:MAX_TERMS])
+    window = None
+    if total > budget:
+        touched = sum(doc_freq.get(t, 0) for t in kept)
+        seen = [t for t in by_rarity if t in kept and doc_freq.get(t, 0)]
+        while touched > budget and len(seen) > 1:  # unseen terms match nothing: keep one seen
+            term = seen.pop()
+            kept.discard(term)
+            touched -= doc_freq[term]
+        if touched > budget:
+            window = math.ceil(total * budget / touched)
+    return [t for t in terms if t in kept], window
+
+
+def context_block(records: list[dict]) -> str:
+    """The fixed format: a header, then per record its title, summary and facts."""
+    if not records:
+        return ""
+    parts = [HEADER]
+    for record in records:
+        parts.append("### " + " ".join(record["title"].split()))
+        if record["summary"].strip():
+            parts.append(record["summary"].strip())
+        facts = [" ".join(fact.split()) for fact in record["facts"]]
+        if any(facts):
+            parts.append("\n".join(f"- {fact}" for fact in facts if fact))
+    return "\n\n".join(parts)
+
+
+@dataclass
+class Result:
+    records: list[dict]  # each with its ``score`` (BM25, lower is better; None from LIKE)
+    outcome: str  # ok | empty | fallback | timeout | error
+    latency_ms: float
+    terms: list[str] = field(default_factory=list)
+    window: int | None = None
+    error: str | None = None
+
+    @property
+    def context(self) -> str:
+        return context_block(self.records)
+
+    @property
+    def record_ids(self) -> list[str]:
+        return [r["record_id"] for r in self.records]
+
+    def as_dict(self) -> dict:
+        return {"context": self.context, "record_ids": self.record_ids, "records": self.records,
+                "outcome": self.outcome, "latency_ms": round(self.latency_ms, 3),
+                "terms": self.terms, "window": self.window}
+
+
+class DeadlinePassed(Exception):
+    pass
+
+
+class Searcher:
+    """Searches one database on its own read-only connection (opened on first use and
+    reopened after a failure), so it reads while the storage role writes."""
+
+    def __init__(self, path: Path, rank_budget: int = RANK_BUDGET):
+        self.path = path
+        self.rank_budget = rank_budget
+        self.conn: sqlite3.Connection | None = None
+        self.deadline = math.inf
+        self._stems: dict[str, tuple[str, ...]] = {}
+        self._doc_freq: dict[tuple[str, ...], int] = {}
+        self._total = 0
+        self._total_at = -math.inf
+        self._freq_total = 0  # the record count when the frequencies were cached
+        self._freq_at = -math.inf
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def search(self, namespace: str, query: str, limit: int, budget_ms: float,
+               deadline: float | None = None) -> Result:
+        """Never raises. ``deadline`` (time.monotonic()) may cut the budget shorter."""
+        started = time.monotonic()
+        self.deadline = started + budget_ms / 1000
+        if deadline is not None:
+            self.deadline = min(self.deadline, deadline)
+        result = Result([], "empty", 0.0)
+        try:
+            if time.monotonic() >= self.deadline:
+                raise DeadlinePassed
+            result = self._search(namespace, query, limit)
+            if time.monotonic() >= self.deadline:
+                raise DeadlinePassed
+        except DeadlinePassed:
+            result = Result([], "timeout", 0.0, result.terms, result.window)
+        except Exception as exc:  # retrieval never breaks a turn
+            timed_out = time.monotonic() >= self.deadline
+            result = Result([], "timeout" if timed_out else "error", 0.0, result.terms,
+                            error=f"{type(exc).__name__}: {exc}")
+            if not timed_out:
+                self.close()  # a broken connection is reopened next time
+        result.latency_ms = (time.monotonic() - started) * 1000
+        return result
+
+    # -- the steps --------------------------------------------------------------------------
+
+    def _search(self, namespace: str, query: str, limit: int) -> Result:
+        raw = tokens(query)[:MAX_TOKENS]
+        if not raw or limit <= 0:
+            return Result([], "empty", 0.0)
+        conn = self._connection()
+        stems = self._token_stems(conn, raw)
+        unique: dict[tuple[str, ...], str] = {}
+        for token in raw:  # a token with nothing to index can never match
+            if stems[token]:
+                unique.setdefault(stems[token], token)
+        candidates = list(unique.values())
+        if not candidates:
+            return Result([], "empty", 0.0)
+        total, doc_freq = self._frequencies(conn, unique)
+        token_freq = {t: doc_freq[stems[t]] for t in candidates}
+        terms, window = select_terms(candidates, token_freq, total, self.rank_budget)
+        try:
+            ids = self._rank(conn, namespace, fts_expression(terms), limit, window)
+        except sqlite3.Error:
+            if time.monotonic() >= self.deadline:
+                raise DeadlinePassed from None
+            ids = self._like(conn, namespace, query, limit)
+            return Result(self._records(conn, ids), "fallback", 0.0, terms, window)
+        records = self._records(conn, ids)
+        return Result(records, "ok" if records else "empty", 0.0, terms, window)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self.conn is None:
+            conn = db.connect_reader(self.path)
+            conn.execute("PRAGMA cache_size=-65536")  # the index pages searches touch stay hot
+            conn.execute(f"CREATE VIRTUAL TABLE temp.query_tokens USING fts5"
+                         f" (token, tokenize = '{db.FTS_TOKENIZE}')")
+            conn.execute("CREATE VIRTUAL TABLE temp.query_tokens_vocab USING fts5vocab"
+                         " (temp, query_tokens, 'instance')")
+            # The budget reaches inside SQLite: a query past the deadline is interrupted.
+            conn.set_progress_handler(lambda: time.monotonic() >= self.deadline, 1000)
+            self.conn = conn
+        return self.conn
+
+    def _token_stems(self, conn: sqlite3.Connection, raw: list[str]) -> dict[str, tuple]:
+        """Each token's index terms, as the FTS5 tokenizer makes them (so `Migrations`
+        → `migrat`, `src/app.py` → `src app py`), by tokenizing it in a temp table."""
+        missing = [t for t in raw if t not in self._stems]
+        if missing:
+            if len(self._stems) > CACHE_MAX:
+                self._stems.clear()
+            conn.execute("DELETE FROM temp.query_tokens")  # in case a search was cut short
+            conn.executemany("INSERT INTO temp.query_tokens (rowid, token) VALUES (?, ?)",
+                             enumerate(missing))
+            found: dict[int, list[tuple[int, str]]] = {}
+            for term, doc, offset in conn.execute(
+                    "SELECT term, doc, offset FROM temp.query_tokens_vocab"):
+                found.setdefault(doc, []).append((offset, term))
+            for index, token in enumerate(missing):
+                self._stems[token] = tuple(term for _, term in sorted(found.get(index, [])))
+        return {t: self._stems[t] for t in raw}
+
+    def _frequencies(self, conn: sqlite3.Connection, phrases: dict[tuple[str, ...], str]
+                     ) -> tuple[int, dict[tuple[str, ...], int]]:
+        """The record count, and how many records each phrase (index terms → its token)
+        matches: one-term phrases from the fts5vocab table, longer ones counted.
+
+        Both mean reading doclists, so they are cached; the cache is dropped when the
+        record count moves by 1% (any change, for a small corpus) or after FREQ_TTL_S.
+        Past MAX_PHRASE_COUNTS new phrases in one search, a phrase's count is taken as
+        its rarest term's (an upper bound).
+        """
+        now = time.monotonic()
+        if now - self._total_at > TOTAL_TTL_S:
+            self._total = conn.execute("SELECT count(*) FROM memory_records").fetchone()[0]
+            self._total_at = now
+            moved = abs(self._total - self._freq_total) > self._freq_total // 100
+            if moved or now - self._freq_at > FREQ_TTL_S or len(self._doc_freq) > CACHE_MAX:
+                self._doc_freq.clear()
+                self._freq_total, self._freq_at = self._total, now
+        terms = {t for phrase in phrases for t in phrase if (t,) not in self._doc_freq}
+        if terms:
+            marks = ",".join("?" * len(terms))
+            found = dict(conn.execute(
+                f"SELECT term, doc FROM memory_records_fts_vocab WHERE term IN ({marks})",
+                list(terms)))
+            for term in terms:
+                self._doc_freq[(term,)] = found.get(term, 0)
+        counted = 0
+        for phrase, token in phrases.items():
+            if phrase in self._doc_freq:
+                continue
+            bound = min(self._doc_freq[(t,)] for t in phrase)
+            if bound and counted < MAX_PHRASE_COUNTS:
+                bound = conn.execute(
+                    "SELECT count(*) FROM memory_records_fts WHERE memory_records_fts MATCH ?",
+                    (quote(token),)).fetchone()[0]
+                counted += 1
+            self._doc_freq[phrase] = bound
+        return self._total, self._doc_freq
+
+    def _rank(self, conn: sqlite3.Connection, namespace: str, expression: str, limit: int,
+              window: int | None) -> list[tuple[int, float]]:
+        """BM25 order within the namespace. With a window, only the newest `window` ids
+        are ranked, widened (x4) while the namespace has too few matches in it."""
+        newest = conn.execute("SELECT max(id) FROM memory_records").fetchone()[0] or 0
+        while True:
+            since = newest - window if window is not None else 0
+            rows = conn.execute(
+                "SELECT mr.id, bm25(memory_records_fts) FROM memory_records_fts"
+                " JOIN memory_records mr INDEXED BY memory_records_id_namespace"
+                " ON mr.id = memory_records_fts.rowid"
+                " WHERE memory_records_fts MATCH ? AND memory_records_fts.rowid > ?"
+                " AND mr.namespace = ?"
+                " ORDER BY bm25(memory_records_fts), mr.id DESC LIMIT ?",
+                (expression, since, namespace, limit)).fetchall()
+            if len(rows) >= limit or since <= 0:
+                return rows
+            window *= 4
+
+    def _like(self, conn: sqlite3.Connection, namespace: str, query: str,
+              limit: int) -> list[tuple[int, None]]:
+        """The query as a literal substring (``%``, ``_`` and ``\\`` escaped), newest first."""
+        escaped = query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        pattern = f"%{escaped}%"
+        rows = conn.execute(
+            "SELECT id, NULL FROM memory_records WHERE namespace = ?1"
+            " AND (title LIKE ?2 ESCAPE '\\' OR summary LIKE ?2 ESCAPE '\\'"
+            " OR facts_text LIKE ?2 ESCAPE '\\') ORDER BY created_at DESC, id DESC LIMIT ?3",
+            (namespace, pattern, limit))
+        return rows.fetchall()
+
+    def _records(self, conn: sqlite3.Connection, ranked: list[tuple]) -> list[dict]:
+        """Full records for the ranked ids (read after ranking: only `limit` rows)."""
+        if not ranked:
+            return []
+        marks = ",".join("?" * len(ranked))
+        rows = {row[0]: row[1:] for row in conn.execute(
+            f"SELECT id, {', '.join(RECORD_FIELDS)} FROM memory_records WHERE id IN ({marks})",
+            [i for i, _ in ranked])}
+        return [{**record_from_row(rows[i]), "score": score} for i, score in ranked if i in rows]
+
+
+def record_from_row(row: tuple) -> dict:
+    (record_id, title, summary, facts, concepts, files, observation_type, strategy,
+     created_at) = row
+    return {"record_id": record_id, "title": title, "summary": summary,
+            "facts": json.loads(facts), "concepts": json.loads(concepts),
+            "files_touched": json.loads(files), "observation_type": observation_type,
+            "strategy": strategy, "created_at": created_at}
