@@ -231,3 +231,17 @@ def short_queries(count: int, seed: int = 13) -> list[str]:
         lambda: rng.choice(FILLER),
     ]
     return [shapes[i % len(shapes)]() for i in range(count)]
+
+
+def known_item_prompts(records: list[dict], count: int, seed: int = 17) -> list[tuple[str, str]]:
+    """(prompt, record_id): a developer coming back to earlier work, naming it among
+    plenty of ordinary words. A useful search puts that record in its top ten."""
+    rng = random.Random(seed)
+    v = Vocabulary(random.Random(7))
+    v.rng = rng
+    out = []
+    for record in rng.sample(records, count):
+        fact = rng.choice(record["facts"])
+        out.append((f"{v.words(12)} {record['title']} {v.words(10)} {fact} {v.words(8)}",
+                    record["record_id"]))
+    return out

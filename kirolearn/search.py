@@ -13,12 +13,14 @@ the fts5vocab table and phrases by counting their matches. A token with nothing
 indexable in it (`?`, `—`) can never match and is left out, as is a second token
 that indexes the same (`Fix`, `fix`).
 
-One addition keeps common words from making search slow. BM25 scores every row that
+Two additions keep common words from making search slow; BM25 scores every row that
 matches any term, so a prompt full of words found everywhere would score most of the
-corpus. Once the terms would match more than ``rank_budget`` rows, the most common
-are left out (they weigh least in BM25); if even the rarest term matches more, it is
-ranked over the newest records only, widened until the namespace has enough matches.
-Below the budget nothing changes: small corpora get exactly the seed's results.
+corpus. While the terms would match more than ``term_budget`` rows between them, the
+most common is left out (it weighs least in BM25, and in measurement leaving such
+words out finds the record a prompt is about more often, not less). And a search left
+with a single common term ranks it over the newest records holding ``window_rows`` of
+its matches, widened until the namespace has enough. Below those sizes nothing
+changes: a small corpus gets exactly the seed's results.
 """
 
 from __future__ import annotations
@@ -33,8 +35,11 @@ from pathlib import Path
 from kirolearn import db
 
 HEADER = "## Prior observations from kirolearn"
+OUTCOMES = ("ok", "empty", "fallback", "timeout", "error")
 MAX_TERMS = 32
-RANK_BUDGET = 1000  # rows BM25 may score per search (~1.5 µs each on a small machine)
+# BM25 scores every row that matches any term (~2 µs each on a small machine):
+TERM_BUDGET = 3000  # rows the terms of one search may match between them
+WINDOW_ROWS = 250  # rows a lone common term may have scored
 MAX_TOKENS = 1000  # distinct tokens considered from one prompt (a pasted log can be huge)
 MAX_PHRASE_COUNTS = 32  # phrases counted per search; others are bounded by their rarest term
 TOTAL_TTL_S = 5.0  # how often the record count is re-read
@@ -85,32 +90,34 @@ def fts_expression(terms: list[str]) -> str:
 
 
 def select_terms(terms: list[str], doc_freq: dict[str, int], total: int,
-                 budget: int = RANK_BUDGET) -> tuple[list[str], int | None]:
+                 term_budget: int = TERM_BUDGET, window_rows: int = WINDOW_ROWS
+                 ) -> tuple[list[str], int | None]:
     """Which terms to search for, and how many of the newest records to rank (None: all).
 
     ``doc_freq`` maps each term to the number of records containing it (0 when
     unseen); ``total`` is the number of records. Past MAX_TERMS, the terms with the
     highest IDF ``ln(N / max(df, 1))`` are kept, unseen ones counting as rare. Then,
-    if the kept terms would touch more than ``budget`` rows, the most common are
-    dropped until they fit, keeping at least the rarest; if that one alone does not
-    fit, the window is the share of newest records that holds about ``budget`` of
-    its matches. Kept terms stay in query order.
+    while the kept terms match more than ``term_budget`` rows between them, the most
+    common is dropped, down to the rarest term that matches anything. A single term
+    that matches more than ``window_rows`` rows is ranked over the newest records
+    only: the share of them that holds about ``window_rows`` of its matches. Kept
+    terms stay in query order.
     """
     def idf(term: str) -> float:
         return math.log(total / max(doc_freq.get(term, 0), 1)) if total else 0.0
 
     by_rarity = sorted(terms, key=idf, reverse=True)  # stable: ties keep query order
     kept = set(by_rarity[:MAX_TERMS] if total else terms[:MAX_TERMS])
-    window = None
-    if total > budget:
-        touched = sum(doc_freq.get(t, 0) for t in kept)
-        seen = [t for t in by_rarity if t in kept and doc_freq.get(t, 0)]
-        while touched > budget and len(seen) > 1:  # unseen terms match nothing: keep one seen
+    seen = [t for t in by_rarity if t in kept and doc_freq.get(t, 0)]
+    touched = sum(doc_freq[t] for t in seen)
+    if total > term_budget:
+        while touched > term_budget and len(seen) > 1:  # unseen terms match nothing
             term = seen.pop()
             kept.discard(term)
             touched -= doc_freq[term]
-        if touched > budget:
-            window = math.ceil(total * budget / touched)
+    window = None
+    if len(seen) == 1 and touched > window_rows and total > window_rows:
+        window = math.ceil(total * window_rows / touched)
     return [t for t in terms if t in kept], window
 
 
@@ -160,9 +167,11 @@ class Searcher:
     """Searches one database on its own read-only connection (opened on first use and
     reopened after a failure), so it reads while the storage role writes."""
 
-    def __init__(self, path: Path, rank_budget: int = RANK_BUDGET):
+    def __init__(self, path: Path, term_budget: int = TERM_BUDGET,
+                 window_rows: int = WINDOW_ROWS):
         self.path = path
-        self.rank_budget = rank_budget
+        self.term_budget = term_budget
+        self.window_rows = window_rows
         self.conn: sqlite3.Connection | None = None
         self.deadline = math.inf
         self._stems: dict[str, tuple[str, ...]] = {}
@@ -219,7 +228,8 @@ class Searcher:
             return Result([], "empty", 0.0)
         total, doc_freq = self._frequencies(conn, unique)
         token_freq = {t: doc_freq[stems[t]] for t in candidates}
-        terms, window = select_terms(candidates, token_freq, total, self.rank_budget)
+        terms, window = select_terms(candidates, token_freq, total, self.term_budget,
+                                     self.window_rows)
         try:
             ids = self._rank(conn, namespace, fts_expression(terms), limit, window)
         except sqlite3.Error:

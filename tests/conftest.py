@@ -61,10 +61,10 @@ def home(monkeypatch):
 
 
 def kl(*args: str, input: str | None = None, timeout: float = 60, check: bool = False,
-       env: dict | None = None) -> subprocess.CompletedProcess:
+       env: dict | None = None, cwd: str = "/tmp") -> subprocess.CompletedProcess:
     """Run the kirolearn CLI as a user would."""
     result = subprocess.run([*KL, *args], input=input, capture_output=True, text=True,
-                            timeout=timeout, env=env, cwd="/tmp")
+                            timeout=timeout, env=env, cwd=cwd)
     if check and result.returncode != 0:
         raise AssertionError(f"kirolearn {' '.join(args)} failed ({result.returncode}):\n"
                              f"{result.stdout}\n{result.stderr}")

@@ -36,7 +36,7 @@ def record_for(event_ids: list[str], title="Use WAL mode") -> dict:
 def test_database_is_wal_private_and_migrated(tmp_path, conn):
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert (tmp_path / "kirolearn.db").stat().st_mode & 0o777 == 0o600
-    assert [r[0] for r in conn.execute("SELECT version FROM _migrations")] == [1]
+    assert [r[0] for r in conn.execute("SELECT version FROM _migrations")] == [1, 2]
     assert db.migrate(conn) == []  # idempotent
     sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'memory_records_fts'"
                        ).fetchone()[0]
@@ -55,6 +55,23 @@ def test_migration_drift_and_newer_databases_are_refused(conn):
     conn.execute("INSERT INTO _migrations VALUES (99, 'future', 'x', 'now')")
     with pytest.raises(db.MigrationError, match="newer"):
         db.migrate(conn)
+
+
+def test_a_database_from_an_older_version_is_migrated_forward(tmp_path, monkeypatch):
+    monkeypatch.setattr(db, "MIGRATIONS", db.MIGRATIONS[:1])
+    old = db.connect_writer(tmp_path / "old.db")
+    old.execute("BEGIN")
+    db.insert_record(old, record_for(["E" * 26]))
+    old.execute("COMMIT")
+    old.close()
+    monkeypatch.undo()
+    conn = db.connect_writer(tmp_path / "old.db")
+    assert [r[0] for r in conn.execute("SELECT version FROM _migrations")] == [1, 2]
+    plan = conn.execute("EXPLAIN QUERY PLAN SELECT namespace FROM memory_records"
+                        " INDEXED BY memory_records_id_namespace WHERE id = 1").fetchall()
+    assert "COVERING INDEX" in plan[0][-1]
+    assert len(list(db.iter_records(conn))) == 1
+    conn.close()
 
 
 def test_event_id_and_content_window_dedup(conn):

@@ -1,0 +1,182 @@
+"""Retrieval benchmark: search latency over a realistic memory corpus, through the daemon.
+
+For each corpus size it writes the records (see corpus.py) into a fresh home, starts
+the daemon, warms it with other prompts (as a running daemon is), then sends each query
+to the retrieval role and reports, per query set:
+
+- search_*: the search as the retrieval role timed it (server side);
+- roundtrip_*: client → daemon → client for that search (what `kirolearn search`, the
+  MCP server and the shims wait for), and floor_* the same round trip for a ping;
+- inline_* (prompts): a prompt event sent to ingest with retrieve=true, answered after
+  it is stored (fsync) and searched: the agent's whole wait;
+- seed_overlap_at_10: the share of the exact seed ranking's top 10 (every term, every
+  record scored) that the budgeted search returns, to show what the row budget changes;
+- known_item_recall_at_10 (prompts): for prompts written about one record (its title
+  and a fact amid ordinary words), how often that record is in the top 10, for the
+  budgeted search and (seed_known_item_recall_at_10) for the exact seed ranking.
+
+Prints one JSON line per records × mode × query set (DESIGN.md §10).
+
+    python benchmarks/retrieval.py            # 10,000 and 100,000 records, 200 queries each
+    python benchmarks/retrieval.py --quick    # a smoke run in seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import corpus
+
+from kirolearn import contract, db, paths, search, transport
+
+KL = [sys.executable, "-m", "kirolearn"]
+NAMESPACES = ["/actor/bench/project/" + c * 64 + "/" for c in "abcd"]
+SEARCHED = NAMESPACES[0]  # the big project: most records, the slowest searches
+
+
+def say(*args: object) -> None:
+    print(*args, file=sys.stderr, flush=True)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def figures(prefix: str, values: list[float]) -> dict:
+    return {f"{prefix}_p50_ms": round(statistics.median(values), 3),
+            f"{prefix}_p99_ms": round(percentile(values, 99), 3)}
+
+
+def build(home: Path, count: int) -> list[dict]:
+    started = time.perf_counter()
+    records = corpus.records(count, NAMESPACES)
+    conn = db.connect_writer(paths.db_path(home))
+    conn.execute("BEGIN")
+    for record in records:
+        db.insert_record(conn, record)
+    conn.execute("COMMIT")
+    conn.close()
+    say(f"  {count} records written in {time.perf_counter() - started:.1f} s")
+    return records
+
+
+def known_item_recall(searcher: search.Searcher, items: list[tuple[str, str]]) -> float:
+    found = sum(record_id in searcher.search(SEARCHED, prompt, 10, 600_000).record_ids
+                for prompt, record_id in items)
+    return round(found / len(items), 3)
+
+
+def timed_calls(client: transport.Client, op: str, bodies: list[dict]) -> tuple[list, list]:
+    """Round trip (ms) and reply of each call, one at a time."""
+    times, replies = [], []
+    for body in bodies:
+        started = time.perf_counter()
+        replies.append(client.call(op, body))
+        times.append((time.perf_counter() - started) * 1000)
+    return times, replies
+
+
+def prompt_event(text: str) -> dict:
+    return contract.make_event("prompt", {"type": "text", "content": text}, namespace=SEARCHED,
+                               actor_id="bench", session_id="bench", surface="kiro-cli",
+                               version="bench", client_id="bench")
+
+
+def peak_rss_mb(role: str) -> float:
+    status = json.loads(subprocess.run([*KL, "status", "--json"], capture_output=True,
+                                       text=True, check=True).stdout)
+    pid = next(r["pid"] for r in status["roles"] if r["role"] == role)
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap: bool) -> None:
+    home = Path(tempfile.mkdtemp(prefix="kl-bench-", dir="/tmp"))
+    os.environ["KIROLEARN_HOME"] = str(home)
+    os.environ["KIROLEARN_STORAGE_BATCH_IDLE_S"] = "3600"  # no extraction mid-run
+    say(f"{count} records")
+    records = build(home, count)
+    known = corpus.known_item_prompts([r for r in records if r["namespace"] == SEARCHED],
+                                      len(query_sets["prompts"]))
+    subprocess.run([*KL, "start"], check=True, stdout=subprocess.DEVNULL)
+    try:
+        retrieval = transport.Client(paths.endpoint("retrieval"), timeout_ms=10_000)
+        ingest = transport.Client(paths.endpoint("ingest"), timeout_ms=10_000)
+        timed_calls(retrieval, "search", [{"query": q, "namespace": SEARCHED} for q in warmup])
+        floor, _ = timed_calls(retrieval, "ping", [{}] * 200)
+        exact = None  # the seed's ranking: every term scored over every record
+        if overlap:
+            exact = search.Searcher(paths.db_path(home), term_budget=10**12, window_rows=10**12)
+        for name, queries in query_sets.items():
+            say(f"  {len(queries)} {name} queries")
+            bodies = [{"query": q, "namespace": SEARCHED} for q in queries]
+            roundtrip, replies = timed_calls(retrieval, "search", bodies)
+            row = {"bench": "retrieval", "records": count, "mode": "lexical", "queries": name,
+                   "count": len(queries)}
+            row.update(figures("search", [r["latency_ms"] for r in replies]))
+            row.update(figures("roundtrip", roundtrip))
+            row.update(figures("floor", floor))
+            row["ratio_to_floor"] = round(row["roundtrip_p50_ms"] / row["floor_p50_ms"], 1)
+            if name == "prompts":
+                inline, answers = timed_calls(ingest, "put_event", [
+                    {"event": prompt_event(q), "retrieve": True} for q in queries])
+                row.update(figures("inline", inline))
+                row["inline_timeouts"] = sum(a["retrieval"]["outcome"] == "timeout"
+                                             for a in answers)
+            for outcome in search.OUTCOMES:
+                row[f"outcome_{outcome}"] = sum(r["outcome"] == outcome for r in replies)
+            row["windowed"] = sum(r["window"] is not None for r in replies)
+            if exact is not None:
+                say("  exact seed ranking, for the overlap")
+                shares = []
+                for query, reply in zip(queries, replies, strict=True):
+                    best = set(exact.search(SEARCHED, query, 10, 600_000).record_ids)
+                    if best:
+                        shares.append(len(best & set(reply["record_ids"])) / len(best))
+                row["seed_overlap_at_10"] = round(statistics.mean(shares), 3) if shares else None
+                if name == "prompts":
+                    budgeted = search.Searcher(paths.db_path(home))
+                    row["known_item_recall_at_10"] = known_item_recall(budgeted, known)
+                    row["seed_known_item_recall_at_10"] = known_item_recall(exact, known)
+                    budgeted.close()
+            row["retrieval_peak_rss_mb"] = peak_rss_mb("retrieval")
+            print(json.dumps(row), flush=True)
+        if exact is not None:
+            exact.close()
+        retrieval.close()
+        ingest.close()
+    finally:
+        subprocess.run([*KL, "stop"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["rm", "-rf", str(home)], check=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--no-overlap", dest="overlap", action="store_false",
+                        help="skip the exact seed ranking (slow at 100,000 records)")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.records, args.queries = [2_000], 40
+    query_sets = {"prompts": corpus.prompts(args.queries),
+                  "short": corpus.short_queries(args.queries)}
+    warmup = corpus.prompts(args.queries, seed=99) + corpus.short_queries(args.queries, seed=98)
+    for count in args.records:
+        run(count, query_sets, warmup, args.overlap)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Retrieval through the real daemon: prompts get context inline, within the budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import time
+
+import pytest
+from conftest import NAMESPACE, kl, make_event, status, wait_for
+
+from kirolearn import db, paths, project, protocol, transport
+
+UUID_RECORD = {
+    "record_id": "R" + "1" * 25, "namespace": NAMESPACE, "title": "Switch user ids to UUID",
+    "summary": "Migrated the users table from integer ids to UUIDs in two steps.",
+    "facts": ["edited `migrations/0042_user_uuid.py` (+48 −3)",
+              "ran `alembic upgrade head` → exit 0"],
+    "concepts": ["database migrations"], "files_touched": ["migrations/0042_user_uuid.py"],
+    "observation_type": "decision", "strategy": "heuristic", "source_event_ids": ["E" * 26],
+    "created_at": "2026-11-01T10:00:00.000+00:00",
+}
+LOGGING_RECORD = {**UUID_RECORD, "record_id": "R" + "2" * 25,
+                  "title": "Decide on structured logging",
+                  "summary": "We log JSON lines with a request id on every line.", "facts": [],
+                  "created_at": "2026-11-02T10:00:00.000+00:00"}
+UUID_CONTEXT = (
+    "## Prior observations from kirolearn\n\n"
+    "### Switch user ids to UUID\n\n"
+    "Migrated the users table from integer ids to UUIDs in two steps.\n\n"
+    "- edited `migrations/0042_user_uuid.py` (+48 −3)\n"
+    "- ran `alembic upgrade head` → exit 0")
+
+
+def seed(home, *records: dict) -> None:
+    """Write records into the home's database, as extraction would have."""
+    conn = db.connect_writer(paths.db_path(home))
+    with conn:
+        conn.execute("BEGIN IMMEDIATE")
+        for record in records:
+            db.insert_record(conn, record)
+    conn.close()
+
+
+def retrieval_log(home, event_id: str) -> list[tuple]:
+    conn = sqlite3.connect(paths.db_path(home))
+    try:
+        return conn.execute("SELECT outcome, record_ids_json, latency_ms FROM retrievals"
+                            " WHERE prompt_event_id = ?", (event_id,)).fetchall()
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def seeded(home):
+    seed(home, UUID_RECORD, LOGGING_RECORD)
+    kl("start", check=True)
+    yield home
+    kl("stop", check=True)
+
+
+@pytest.fixture
+def client(seeded, ctx):
+    with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as c:
+        yield c
+
+
+def test_a_prompt_gets_the_context_block_in_the_same_reply(client, seeded):
+    prompt = make_event("prompt", "migrate the user table to use uuid")
+    reply = client.call("put_event", {"event": prompt, "retrieve": True})
+    assert reply["status"] == "stored"
+    retrieval = reply["retrieval"]
+    assert retrieval["context"].startswith(UUID_CONTEXT)
+    assert retrieval["record_ids"][0] == UUID_RECORD["record_id"]
+    assert retrieval["outcome"] == "ok" and 0 <= retrieval["latency_ms"] < 500
+    row = wait_for(lambda: retrieval_log(seeded, prompt["event_id"]), message="the log row")
+    assert row[0][0] == "ok" and json.loads(row[0][1]) == retrieval["record_ids"]
+
+
+def test_a_message_body_searches_its_last_turn(client):
+    body = {"type": "message", "turns": [{"role": "user", "content": "structured logging?"},
+                                         {"role": "user", "content": "uuid"}]}
+    reply = client.call("put_event", {"event": make_event("prompt", body=body), "retrieve": True})
+    assert reply["retrieval"]["context"] == UUID_CONTEXT
+
+
+def test_an_unrelated_prompt_gets_no_context(client, seeded):
+    prompt = make_event("prompt", "kubernetes helm chart values")
+    reply = client.call("put_event", {"event": prompt, "retrieve": True})
+    assert reply["retrieval"]["context"] == "" and reply["retrieval"]["record_ids"] == []
+    assert reply["retrieval"]["outcome"] == "empty"
+    row = wait_for(lambda: retrieval_log(seeded, prompt["event_id"]), message="the log row")
+    assert row[0][0] == "empty"
+
+
+def test_other_kinds_and_prompts_without_retrieve_never_search(client):
+    for event in (make_event("tool_use", "uuid"), make_event("note", "uuid")):
+        assert "retrieval" not in client.call("put_event", {"event": event, "retrieve": True})
+    assert "retrieval" not in client.call("put_event", {"event": make_event("prompt", "uuid")})
+
+
+def test_another_project_sees_none_of_these_records(client):
+    other = make_event("prompt", "uuid", namespace=NAMESPACE.replace("a" * 64, "a" * 63 + "b"))
+    reply = client.call("put_event", {"event": other, "retrieve": True})
+    assert reply["retrieval"]["context"] == ""
+
+
+def test_a_stalled_retrieval_still_stores_and_never_injects_late(home, ctx, monkeypatch):
+    monkeypatch.setenv("KIROLEARN_RETRIEVAL_BUDGET_MS", "300")
+    seed(home, UUID_RECORD)
+    kl("start", check=True)
+    try:
+        retrieval_pid = next(r["pid"] for r in status()["roles"] if r["role"] == "retrieval")
+        with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as client:
+            os.kill(retrieval_pid, signal.SIGSTOP)  # stalled: reads nothing, answers nothing
+            try:
+                stalled = make_event("prompt", "uuid")
+                started = time.monotonic()
+                reply = client.call("put_event", {"event": stalled, "retrieve": True})
+                elapsed_ms = (time.monotonic() - started) * 1000
+            finally:
+                os.kill(retrieval_pid, signal.SIGCONT)
+            assert reply["status"] == "stored"
+            assert (reply["retrieval"]["context"], reply["retrieval"]["outcome"]) == ("", "timeout")
+            assert 300 <= elapsed_ms < 300 + 200
+            # The stalled search is answered late; the next prompt gets its own answer.
+            unrelated = client.call("put_event", {"event": make_event("prompt", "helm charts"),
+                                                  "retrieve": True})
+            # (a late "timeout" answer taken for this request would show up here)
+            assert unrelated["retrieval"]["outcome"] == "empty"
+            again = client.call("put_event", {"event": make_event("prompt", "uuid ids"),
+                                              "retrieve": True})
+            assert again["retrieval"]["context"] == UUID_CONTEXT
+        assert wait_for(lambda: retrieval_log(home, stalled["event_id"]))[0][0] == "timeout"
+        conn = sqlite3.connect(paths.db_path(home))
+        stored = conn.execute("SELECT count(*) FROM events WHERE event_id = ?",
+                              (stalled["event_id"],)).fetchone()[0]
+        conn.close()
+        assert stored == 1
+    finally:
+        kl("stop", check=True)
+
+
+def test_bad_search_requests_are_refused_and_change_nothing(seeded, ctx):
+    with transport.Client(paths.endpoint("retrieval"), ctx, timeout_ms=5000) as retrieval:
+        for body, words in [({"namespace": NAMESPACE}, "'query'"),
+                            ({"query": 3, "namespace": NAMESPACE}, "'query'"),
+                            ({"query": "uuid"}, "'namespace'"),
+                            ({"query": "uuid", "namespace": NAMESPACE, "limit": 1000}, "'limit'"),
+                            ({"query": "uuid", "namespace": NAMESPACE, "budget_ms": "x"},
+                             "'budget_ms'")]:
+            with pytest.raises(protocol.RemoteError) as caught:
+                retrieval.call("search", body)
+            assert caught.value.code == protocol.ErrorCode.BAD_REQUEST
+            assert words in caught.value.reason
+        found = retrieval.call("search", {"query": "uuid", "namespace": NAMESPACE})
+        assert found["record_ids"] == [UUID_RECORD["record_id"]]
+        expired = retrieval.call("search", {"query": "uuid", "namespace": NAMESPACE,
+                                            "deadline_ms": time.time() * 1000 - 10})
+        assert (expired["outcome"], expired["record_ids"]) == ("timeout", [])
+    assert all(r["restarts"] == 0 for r in status()["roles"])
+
+
+def test_cli_search_prints_what_the_agent_would_see(seeded):
+    result = kl("search", "uuid", "--namespace", NAMESPACE, check=True)
+    assert result.stdout == UUID_CONTEXT + "\n"
+    data = json.loads(kl("search", "user ids", "--namespace", NAMESPACE, "--limit", "1",
+                         "--json", check=True).stdout)
+    assert data["record_ids"] == [UUID_RECORD["record_id"]] and data["outcome"] == "ok"
+    assert data["records"][0]["title"] == UUID_RECORD["title"]
+    assert data["records"][0]["score"] < 0 and data["latency_ms"] >= 0
+    assert data["terms"] == ["user", "ids"] and data["namespace"] == NAMESPACE
+    nothing = kl("search", "kubernetes", "--namespace", NAMESPACE, check=True)
+    assert nothing.stdout == "" and "no memories matched" in nothing.stderr
+
+
+def test_cli_search_defaults_to_the_project_of_the_current_directory(home, tmp_path):
+    user_home = tmp_path / "user"
+    checkout = user_home / "code" / "app"
+    (checkout / "src").mkdir(parents=True)
+    (checkout / ".git").mkdir()
+    env = {**os.environ, "HOME": str(user_home)}
+    namespace = project.resolve_project(checkout, home=str(user_home)).namespace(
+        project.actor_id())
+    assert namespace != project.resolve_project(user_home, home=str(user_home)).namespace(
+        project.actor_id())
+    seed(home, {**UUID_RECORD, "namespace": namespace})
+    kl("start", check=True)
+    try:
+        here = kl("search", "uuid", env=env, cwd=str(checkout / "src"), check=True)
+        assert here.stdout == UUID_CONTEXT + "\n"
+        assert kl("search", "uuid", "--project", str(checkout), env=env,
+                  check=True).stdout == UUID_CONTEXT + "\n"
+        assert kl("search", "uuid", env=env, cwd=str(user_home), check=True).stdout == ""
+        both = kl("search", "uuid", "--project", str(checkout), "--namespace", NAMESPACE)
+        assert both.returncode == 2 and "not both" in both.stderr
+        bad = kl("search", "uuid", "--limit", "0", "--namespace", NAMESPACE)
+        assert bad.returncode == 2 and "--limit" in bad.stderr
+    finally:
+        kl("stop", check=True)
+    down = kl("search", "uuid", "--namespace", NAMESPACE)
+    assert down.returncode == 1 and "not running" in down.stderr

@@ -1,0 +1,298 @@
+"""Search on a real SQLite file: the query builder, the seed's rules, isolation, budgets."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kirolearn import db, search
+
+NS_A = "/actor/tester/project/" + "a" * 64 + "/"
+NS_B = "/actor/tester/project/" + "b" * 64 + "/"
+# Namespaces whose strings are prefixes of others: a LIKE 'ns%' filter would leak.
+NS_SHORT = "/actor/tester/project/abc/"
+NS_LONG = "/actor/tester/project/abcd/"
+NS_NESTED = "/actor/tester/project/abc/x/"
+
+OPERATORS = ['"', "'", "*", "(", ")", "NEAR", "NEAR(", "AND", "OR", "NOT", "^", ":", "-", "+",
+             "{", "}", "title:", "\x00", "\x01", "\n", "\t", "\u200b", "é", "日本", "🙂", "\\",
+             "%", "_", "NEAR/2", '""', '"a" OR "b"']
+query_text = st.one_of(
+    st.text(),
+    st.lists(st.one_of(st.sampled_from(OPERATORS), st.text(max_size=8)), max_size=60)
+    .map(" ".join),
+)
+
+
+def record(n: int, namespace: str = NS_A, title: str = "", summary: str = "",
+           facts: list[str] | None = None, created_at: str | None = None) -> dict:
+    return {"record_id": f"R{n:025d}", "namespace": namespace, "title": title or f"record {n}",
+            "summary": summary, "facts": facts or [], "concepts": ["testing"],
+            "files_touched": [], "observation_type": "discovery", "strategy": "heuristic",
+            "source_event_ids": [f"E{n:025d}"],
+            "created_at": created_at or f"2026-01-01T00:{n // 60 % 60:02d}:{n % 60:02d}+00:00"}
+
+
+def make_db(path, records: list[dict]):
+    conn = db.connect_writer(path)
+    conn.execute("BEGIN")
+    for r in records:
+        db.insert_record(conn, r)
+    conn.execute("COMMIT")
+    conn.close()
+    return path
+
+
+@pytest.fixture
+def corpus_db(tmp_path):
+    records = [
+        record(1, title="Switch user ids to UUID",
+               summary="Migrated the users table from integer ids to UUIDs in two steps.",
+               facts=["edited `migrations/0042_user_uuid.py` (+48 −3)",
+                      "ran `alembic upgrade head` → exit 0"]),
+        record(2, title="Fix flaky pagination test",
+               summary="The cursor was reused between pages; each page now gets a new one.",
+               facts=["edited `tests/test_pages.py` (+5 −2)"]),
+        record(3, title="Decide on structured logging",
+               summary="We log JSON lines with a request id on every line."),
+        record(4, namespace=NS_B, title="Switch user ids to UUID in project B",
+               summary="Same words, other project: must never leak into project A."),
+    ]
+    return make_db(tmp_path / "kirolearn.db", records)
+
+
+@pytest.fixture
+def searcher(corpus_db):
+    s = search.Searcher(corpus_db)
+    yield s
+    s.close()
+
+
+# -- the query builder ---------------------------------------------------------------------------
+
+def test_query_comes_from_the_prompt_body():
+    assert search.query_from_body({"type": "text", "content": "why?"}) == "why?"
+    assert search.query_from_body({"type": "message", "turns": [
+        {"role": "user", "content": "first"}, {"role": "assistant", "content": "last"}]}) == "last"
+    assert search.query_from_body({"type": "json", "data": {"path": "a.py"}}) == '{"path": "a.py"}'
+    assert search.query_from_body({"type": "text", "content": ""}) == ""
+    assert search.query_from_body("not a body") == ""
+
+
+def test_tokens_split_on_whitespace_drop_empties_and_dedupe_in_order():
+    assert search.tokens("  migrate the user\ttable to\nthe  user uuid ") == [
+        "migrate", "the", "user", "table", "to", "uuid"]
+    assert search.tokens("a\x00b \x00") == ["ab"]
+
+
+def test_each_term_is_quoted_and_joined_with_or():
+    assert search.fts_expression(["what's", 'say "hi"', "NOT"]) == (
+        '"what\'s" OR "say ""hi""" OR "NOT"')
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(query_text)
+def test_the_expression_is_valid_fts5_for_any_text(text):
+    conn = sqlite3.connect(":memory:")
+    conn.execute(f"CREATE VIRTUAL TABLE t USING fts5 (a, tokenize = '{db.FTS_TOKENIZE}')")
+    conn.execute("INSERT INTO t VALUES ('migrate the user table')")
+    terms, _ = search.select_terms(search.tokens(text), {}, 0)
+    assert len(terms) <= search.MAX_TERMS and len(set(terms)) == len(terms)
+    if terms:
+        conn.execute("SELECT rowid FROM t WHERE t MATCH ?", (search.fts_expression(terms),))
+    conn.close()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(query_text)
+def test_search_never_falls_back_or_fails_on_any_text(searcher, text):
+    result = searcher.search(NS_A, text, 10, 5000)
+    assert result.outcome in ("ok", "empty"), result.error
+    assert len(result.terms) <= search.MAX_TERMS
+    assert len(set(result.terms)) == len(result.terms)
+    assert all(r["record_id"] != "R0000000000000000000000004" for r in result.records)
+
+
+freqs = st.dictionaries(st.text(min_size=1, max_size=4), st.integers(0, 500), max_size=60)
+
+
+@given(freqs, st.integers(1, 500))
+def test_past_32_terms_the_rarest_are_kept(doc_freq, total):
+    terms = list(doc_freq)
+    kept, window = search.select_terms(terms, doc_freq, total, 10**9, 10**9)
+    assert kept == [t for t in terms if t in kept]  # query order
+    assert len(kept) == min(len(terms), search.MAX_TERMS) and window is None
+    dropped = [t for t in terms if t not in kept]
+    if dropped:  # IDF = ln(N / max(df, 1)): unseen terms (df 0) count as rare
+        assert max(max(doc_freq[t], 1) for t in kept) <= min(max(doc_freq[t], 1) for t in dropped)
+
+
+@given(freqs, st.integers(0, 2000), st.integers(1, 300), st.integers(1, 300))
+def test_common_terms_are_dropped_first_and_a_lone_common_term_is_windowed(
+        doc_freq, total, term_budget, window_rows):
+    terms = list(doc_freq)
+    kept, window = search.select_terms(terms, doc_freq, total, term_budget, window_rows)
+    capped, _ = search.select_terms(terms, doc_freq, total, 10**9, 10**9)
+    assert set(kept) <= set(capped) and kept == [t for t in terms if t in kept]
+    seen = [t for t in kept if doc_freq[t]]
+    touched = sum(doc_freq[t] for t in seen)
+    if total <= term_budget:  # a small corpus gets the seed's terms exactly
+        assert kept == capped
+    else:
+        assert touched <= term_budget or len(seen) == 1
+    assert [t for t in capped if not doc_freq[t]] == [t for t in kept if not doc_freq[t]]
+    for t in set(capped) - set(kept):  # only terms more common than every kept one go
+        assert all(doc_freq[t] >= doc_freq[k] for k in seen)
+    lone_and_common = len(seen) == 1 and touched > window_rows and total > window_rows
+    assert (window is not None) == lone_and_common
+    if window is not None:
+        assert window == math.ceil(total * window_rows / touched)
+
+
+# -- searching -------------------------------------------------------------------------------------
+
+def test_a_prompt_finds_its_records_ranked_and_in_the_fixed_format(searcher):
+    result = searcher.search(NS_A, "migrate the user table to use uuid", 10, 5000)
+    assert result.outcome == "ok"
+    assert result.record_ids[0] == "R0000000000000000000000001"
+    assert "R0000000000000000000000004" not in result.record_ids
+    assert result.terms == ["migrate", "the", "user", "table", "to", "use", "uuid"]
+    scores = [r["score"] for r in result.records]
+    assert scores == sorted(scores)
+    one = searcher.search(NS_A, "UUID", 1, 5000)
+    assert one.context == (
+        "## Prior observations from kirolearn\n\n"
+        "### Switch user ids to UUID\n\n"
+        "Migrated the users table from integer ids to UUIDs in two steps.\n\n"
+        "- edited `migrations/0042_user_uuid.py` (+48 −3)\n"
+        "- ran `alembic upgrade head` → exit 0")
+
+
+def test_stemming_and_punctuation_still_match(searcher):
+    assert searcher.search(NS_A, "what's the migration status?", 10, 5000).record_ids[0] == \
+        "R0000000000000000000000001"
+    assert searcher.search(NS_A, "PAGINATION", 10, 5000).record_ids == [
+        "R0000000000000000000000002"]
+
+
+def test_nothing_to_search_is_empty_without_searching(searcher):
+    for query in ("", "   ", "? — !"):
+        result = searcher.search(NS_A, query, 10, 5000)
+        assert (result.outcome, result.records, result.terms) == ("empty", [], [])
+        assert result.context == ""
+    assert searcher.search(NS_A, "kubernetes helm", 10, 5000).outcome == "empty"
+
+
+def test_a_record_without_summary_or_facts_is_just_its_title():
+    assert search.context_block([{"title": "Multi\nline  title", "summary": " ", "facts": []}]) \
+        == "## Prior observations from kirolearn\n\n### Multi line title"
+    assert search.context_block([]) == ""
+
+
+def test_when_fts5_rejects_the_expression_like_finds_the_literal_text(tmp_path, monkeypatch):
+    path = make_db(tmp_path / "k.db", [
+        record(1, title="progress 100%_done\\ok", summary="older"),
+        record(2, title="progress 100xxdone ok", summary="not a literal match"),
+        record(3, title="progress 100%_done\\ok again", summary="newest"),
+    ])
+    monkeypatch.setattr(search, "fts_expression", lambda terms: '"unterminated')
+    s = search.Searcher(path)
+    result = s.search(NS_A, "100%_done\\ok", 10, 5000)
+    s.close()
+    assert result.outcome == "fallback"
+    assert result.record_ids == ["R0000000000000000000000003", "R0000000000000000000000001"]
+    assert all(r["score"] is None for r in result.records)
+
+
+def test_past_32_terms_the_common_ones_are_dropped(tmp_path):
+    # word wN is in N+1 of 50 records: the higher N, the lower its IDF
+    records = [record(i, summary=" ".join(f"w{n}" for n in range(40) if i <= n))
+               for i in range(50)]
+    s = search.Searcher(make_db(tmp_path / "k.db", records))
+    query = " ".join(f"w{n}" for n in range(40)) + " unseen1 unseen2"
+    result = s.search(NS_A, query, 10, 5000)
+    s.close()
+    assert result.terms == [f"w{n}" for n in range(30)] + ["unseen1", "unseen2"]
+
+
+def test_common_words_are_dropped_and_ranked_over_the_newest_records(tmp_path):
+    # Project B's three records are the oldest; project A's hundred come after.
+    records = [record(200 + i, namespace=NS_B, summary="common", created_at="2025-01-01T00:00:00Z")
+               for i in range(3)]
+    records += [record(i, summary="common words here" + (" rare" if i in (3, 7) else ""))
+                for i in range(1, 101)]
+    path = make_db(tmp_path / "k.db", records)
+    s = search.Searcher(path, term_budget=20, window_rows=20)
+    rare = s.search(NS_A, "common rare words", 10, 5000)
+    assert (rare.terms, rare.window) == (["rare"], None)
+    assert sorted(rare.record_ids) == ["R0000000000000000000000003", "R0000000000000000000000007"]
+    common = s.search(NS_A, "common", 5, 5000)
+    assert common.window == math.ceil(103 * 20 / 103)
+    assert all(int(r[1:]) > 80 for r in common.record_ids)  # only the newest were ranked
+    # None of project B's records is among the newest: the window widens until found.
+    old = s.search(NS_B, "common", 10, 5000)
+    assert sorted(old.record_ids) == [f"R{200 + i:025d}" for i in range(3)]
+    s.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["uuid", "user", "table", "logging", "abc", "x", "shared",
+                                 "project", "tester", "actor", '"', "OR"]), max_size=6),
+       st.sampled_from([1, 3, 1000]))
+def test_a_namespace_never_sees_another_ones_records(tmp_path_factory, words, budget):
+    namespaces = [NS_SHORT, NS_LONG, NS_NESTED, NS_A]
+    path = tmp_path_factory.mktemp("iso") / "k.db"
+    if not path.exists():
+        make_db(path, [record(i, namespace=ns, title=f"shared uuid user table {ns}",
+                              summary="shared logging abc x project tester actor")
+                       for i, ns in enumerate(namespaces * 3)])
+    s = search.Searcher(path, term_budget=budget, window_rows=budget)
+    for ns in namespaces:
+        result = s.search(ns, " ".join(words), 10, 5000)
+        for r in result.records:
+            assert r["record_id"] in {f"R{i:025d}" for i, n in enumerate(namespaces * 3)
+                                      if n == ns}
+    s.close()
+
+
+# -- never throws ------------------------------------------------------------------------------
+
+def test_a_missing_database_is_an_error_result_and_is_retried(tmp_path):
+    s = search.Searcher(tmp_path / "later.db")
+    result = s.search(NS_A, "uuid", 10, 5000)
+    assert result.outcome == "error" and result.records == [] and result.latency_ms >= 0
+    make_db(tmp_path / "later.db", [record(1, title="uuid")])
+    assert s.search(NS_A, "uuid", 10, 5000).outcome == "ok"
+    s.close()
+
+
+def test_a_search_past_its_deadline_returns_nothing(searcher):
+    assert searcher.search(NS_A, "uuid", 10, 0).outcome == "timeout"
+    late = searcher.search(NS_A, "uuid", 10, 5000, deadline=time.monotonic() - 1)
+    assert (late.outcome, late.records) == ("timeout", [])
+
+
+def test_a_slow_query_is_interrupted_at_the_deadline(tmp_path):
+    words = [f"word{n}" for n in range(32)]
+    records = [record(i, summary=" ".join(words), facts=[" ".join(words)] * 4)
+               for i in range(3000)]
+    s = search.Searcher(make_db(tmp_path / "big.db", records), 10**9, 10**9)
+    full = s.search(NS_A, " ".join(words), 10, 60_000)
+    assert full.outcome == "ok" and full.latency_ms > 60, "the query must be slow for this test"
+    cut = s.search(NS_A, " ".join(words), 10, 20)
+    s.close()
+    assert (cut.outcome, cut.records) == ("timeout", [])
+    assert cut.latency_ms < full.latency_ms / 2
+
+
+def test_the_schema_tokenizes_like_the_query_tokenizer(corpus_db):
+    conn = sqlite3.connect(corpus_db)
+    sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'memory_records_fts'").fetchone()
+    conn.close()
+    assert f"tokenize = '{db.FTS_TOKENIZE}'" in sql[0]
