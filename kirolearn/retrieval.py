@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import dataclass
 
 import zmq
 
@@ -25,9 +26,18 @@ class BadSearch(ValueError):
     pass
 
 
-def parse_search(body: dict, default_limit: int, default_budget_ms: float
-                 ) -> tuple[str, str, int, float, float | None]:
-    """(namespace, query, limit, budget_ms, deadline) from a search request body.
+@dataclass
+class SearchRequest:
+    namespace: str
+    query: str
+    limit: int
+    budget_ms: float
+    deadline: float | None  # time.monotonic()
+    with_records: bool
+
+
+def parse_search(body: dict, default_limit: int, default_budget_ms: float) -> SearchRequest:
+    """A search request's body, checked (BadSearch says what is wrong).
 
     The query is ``query`` (text) or comes from ``event`` (a prompt: text content,
     last message turn, or JSON data); the namespace is ``namespace`` or the event's.
@@ -57,7 +67,10 @@ def parse_search(body: dict, default_limit: int, default_budget_ms: float
         if not isinstance(deadline_ms, int | float) or isinstance(deadline_ms, bool):
             raise BadSearch("'deadline_ms' must be a number (milliseconds since the epoch)")
         deadline = time.monotonic() + (deadline_ms - time.time() * 1000) / 1000
-    return namespace, query, limit, float(budget_ms), deadline
+    with_records = body.get("records", False)
+    if not isinstance(with_records, bool):
+        raise BadSearch("'records' must be true or false")
+    return SearchRequest(namespace, query, limit, float(budget_ms), deadline, with_records)
 
 
 class Retrieval(role.Role):
@@ -87,16 +100,17 @@ class Retrieval(role.Role):
             reply = protocol.reply_ok(rid, {"role": self.role})
         elif op == "search":
             try:
-                namespace, query, limit, budget_ms, deadline = parse_search(
-                    request["body"], self.default_limit, self.default_budget_ms)
+                asked = parse_search(request["body"], self.default_limit,
+                                     self.default_budget_ms)
             except BadSearch as exc:
                 reply = protocol.reply_error(rid, protocol.ErrorCode.BAD_REQUEST, str(exc))
             else:
-                result = self.searcher.search(namespace, query, limit, budget_ms, deadline)
+                result = self.searcher.search(asked.namespace, asked.query, asked.limit,
+                                              asked.budget_ms, asked.deadline)
                 self.outcomes[result.outcome] += 1
                 if result.error:
                     self.log.warning("search failed (%s): %s", result.outcome, result.error)
-                reply = protocol.reply_ok(rid, result.as_dict())
+                reply = protocol.reply_ok(rid, result.as_dict(asked.with_records))
         else:
             reply = protocol.reply_error(rid, protocol.ErrorCode.UNKNOWN_OP,
                                          f"retrieval does not serve {op!r}")

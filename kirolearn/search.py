@@ -7,20 +7,21 @@ namespace; and if FTS5 refuses the expression, an escaped ``LIKE`` substring sea
 newest first. Search never raises: every failure is an empty result with an outcome
 and the latency.
 
-Document frequencies are exact: a token is looked up as the FTS5 tokenizer sees it
-(`Migrations` is `migrat`, `src/app.py` the phrase `src app py`), one-term tokens in
-the fts5vocab table and phrases by counting their matches. A token with nothing
-indexable in it (`?`, `—`) can never match and is left out, as is a second token
-that indexes the same (`Fix`, `fix`).
+A token's document frequency is that of what the FTS5 tokenizer makes of it
+(`Migrations` is the term `migrat`, `src/app.py` the phrase `src app py`): one-term
+tokens are read from the fts5vocab table, phrases are counted (up to 32 new ones per
+search; past that a phrase is taken to be as common as its rarest term). A token with
+nothing indexable in it (`?`, `—`) can never match and is left out, as is a second
+token that indexes the same (`Fix` after `fix`).
 
 Two additions keep common words from making search slow; BM25 scores every row that
 matches any term, so a prompt full of words found everywhere would score most of the
 corpus. While the terms would match more than ``term_budget`` rows between them, the
-most common is left out (it weighs least in BM25, and in measurement leaving such
-words out finds the record a prompt is about more often, not less). And a search left
-with a single common term ranks it over the newest records holding ``window_rows`` of
-its matches, widened until the namespace has enough. Below those sizes nothing
-changes: a small corpus gets exactly the seed's results.
+most common is left out (it weighs least in BM25). And a query of one or two common
+words, or a prompt left with one very common word, is ranked over the newest records
+holding a bounded number of its matches, widened until the namespace has enough.
+Below those sizes nothing changes: a small corpus gets exactly the seed's results.
+``benchmarks/retrieval.py`` measures what this changes against the seed's ranking.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ HEADER = "## Prior observations from kirolearn"
 OUTCOMES = ("ok", "empty", "fallback", "timeout", "error")
 MAX_TERMS = 32
 # BM25 scores every row that matches any term (~2 µs each on a small machine):
-TERM_BUDGET = 3000  # rows the terms of one search may match between them
-WINDOW_ROWS = 250  # rows a lone common term may have scored
+TERM_BUDGET = 2000  # rows the terms of one search may match between them
+WINDOW_ROWS = 100  # rows a short query (one or two terms) may match
+SHORT_QUERY_TERMS = 2
 MAX_TOKENS = 1000  # distinct tokens considered from one prompt (a pasted log can be huge)
 MAX_PHRASE_COUNTS = 32  # phrases counted per search; others are bounded by their rarest term
 TOTAL_TTL_S = 5.0  # how often the record count is re-read
@@ -98,10 +100,12 @@ def select_terms(terms: list[str], doc_freq: dict[str, int], total: int,
     unseen); ``total`` is the number of records. Past MAX_TERMS, the terms with the
     highest IDF ``ln(N / max(df, 1))`` are kept, unseen ones counting as rare. Then,
     while the kept terms match more than ``term_budget`` rows between them, the most
-    common is dropped, down to the rarest term that matches anything. A single term
-    that matches more than ``window_rows`` rows is ranked over the newest records
-    only: the share of them that holds about ``window_rows`` of its matches. Kept
-    terms stay in query order.
+    common is dropped, down to the rarest term that matches anything; if that one
+    alone matches more, it is ranked over the newest records only: the share of them
+    that holds about ``term_budget`` of its matches. A short query (one or two terms)
+    gets such a window already past ``window_rows`` matches: two words carry little
+    to rank by beyond their own counts, while three or more rank records by how many
+    of them they share, which needs the whole history. Kept terms stay in query order.
     """
     def idf(term: str) -> float:
         return math.log(total / max(doc_freq.get(term, 0), 1)) if total else 0.0
@@ -109,6 +113,7 @@ def select_terms(terms: list[str], doc_freq: dict[str, int], total: int,
     by_rarity = sorted(terms, key=idf, reverse=True)  # stable: ties keep query order
     kept = set(by_rarity[:MAX_TERMS] if total else terms[:MAX_TERMS])
     seen = [t for t in by_rarity if t in kept and doc_freq.get(t, 0)]
+    rows = window_rows if len(seen) <= SHORT_QUERY_TERMS else term_budget
     touched = sum(doc_freq[t] for t in seen)
     if total > term_budget:
         while touched > term_budget and len(seen) > 1:  # unseen terms match nothing
@@ -116,8 +121,8 @@ def select_terms(terms: list[str], doc_freq: dict[str, int], total: int,
             kept.discard(term)
             touched -= doc_freq[term]
     window = None
-    if len(seen) == 1 and touched > window_rows and total > window_rows:
-        window = math.ceil(total * window_rows / touched)
+    if touched > rows and total > rows:
+        window = math.ceil(total * rows / touched)
     return [t for t in terms if t in kept], window
 
 
@@ -153,10 +158,13 @@ class Result:
     def record_ids(self) -> list[str]:
         return [r["record_id"] for r in self.records]
 
-    def as_dict(self) -> dict:
-        return {"context": self.context, "record_ids": self.record_ids, "records": self.records,
-                "outcome": self.outcome, "latency_ms": round(self.latency_ms, 3),
-                "terms": self.terms, "window": self.window}
+    def as_dict(self, with_records: bool = False) -> dict:
+        reply = {"context": self.context, "record_ids": self.record_ids,
+                 "outcome": self.outcome, "latency_ms": round(self.latency_ms, 3),
+                 "terms": self.terms, "window": self.window}
+        if with_records:
+            reply["records"] = self.records
+        return reply
 
 
 class DeadlinePassed(Exception):
@@ -314,7 +322,9 @@ class Searcher:
               window: int | None) -> list[tuple[int, float]]:
         """BM25 order within the namespace. With a window, only the newest `window` ids
         are ranked, widened (x4) while the namespace has too few matches in it."""
-        newest = conn.execute("SELECT max(id) FROM memory_records").fetchone()[0] or 0
+        newest = 0
+        if window is not None:
+            newest = conn.execute("SELECT max(id) FROM memory_records").fetchone()[0] or 0
         while True:
             since = newest - window if window is not None else 0
             rows = conn.execute(

@@ -462,7 +462,7 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
     if not _running():
         raise click.ClickException("kirolearn is not running; start it with 'kirolearn start'")
     body = {"query": query, "namespace": namespace,
-            "limit": limit or settings["retrieval"]["limit"]}
+            "limit": limit or settings["retrieval"]["limit"], "records": as_json}
     timeout_ms = int(settings["retrieval"]["budget_ms"]) + 2000
     try:
         with transport.Client(paths.endpoint("retrieval"), timeout_ms=timeout_ms) as client:

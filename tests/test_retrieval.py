@@ -150,13 +150,18 @@ def test_bad_search_requests_are_refused_and_change_nothing(seeded, ctx):
                             ({"query": "uuid"}, "'namespace'"),
                             ({"query": "uuid", "namespace": NAMESPACE, "limit": 1000}, "'limit'"),
                             ({"query": "uuid", "namespace": NAMESPACE, "budget_ms": "x"},
-                             "'budget_ms'")]:
+                             "'budget_ms'"),
+                            ({"query": "uuid", "namespace": NAMESPACE, "records": 1},
+                             "'records'")]:
             with pytest.raises(protocol.RemoteError) as caught:
                 retrieval.call("search", body)
             assert caught.value.code == protocol.ErrorCode.BAD_REQUEST
             assert words in caught.value.reason
         found = retrieval.call("search", {"query": "uuid", "namespace": NAMESPACE})
-        assert found["record_ids"] == [UUID_RECORD["record_id"]]
+        assert found["record_ids"] == [UUID_RECORD["record_id"]] and "records" not in found
+        detailed = retrieval.call("search", {"query": "uuid", "namespace": NAMESPACE,
+                                             "records": True})
+        assert detailed["records"][0]["files_touched"] == UUID_RECORD["files_touched"]
         expired = retrieval.call("search", {"query": "uuid", "namespace": NAMESPACE,
                                             "deadline_ms": time.time() * 1000 - 10})
         assert (expired["outcome"], expired["record_ids"]) == ("timeout", [])
