@@ -9,8 +9,10 @@ to the retrieval role and reports, per query set:
   MCP server and the shims wait for), and floor_* the same round trip for a ping;
 - inline_* (prompts): a prompt event sent to ingest with retrieve=true, answered after
   it is stored (fsync) and searched: the agent's whole wait;
-- seed_overlap_at_10: the share of the exact seed ranking's top 10 (every term, every
-  record scored) that the budgeted search returns, to show what the row budget changes;
+- seed_search_* (in this process, after the daemon's run): the exact seed ranking, every
+  term scored over every record, and seed_ratio_p99 how much slower its p99 is;
+- seed_overlap_at_10: the share of the seed ranking's top 10 that the budgeted search
+  returns, to show what the budget changes;
 - known_item_recall_at_10 (prompts): for prompts written about one record (its title
   and a fact amid ordinary words), how often that record is in the top 10, for the
   budgeted search and (seed_known_item_recall_at_10) for the exact seed ranking.
@@ -139,11 +141,15 @@ def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap
             row["windowed"] = sum(r["window"] is not None for r in replies)
             if exact is not None:
                 say("  exact seed ranking, for the overlap")
-                shares = []
+                shares, seed_times = [], []
                 for query, reply in zip(queries, replies, strict=True):
-                    best = set(exact.search(SEARCHED, query, 10, 600_000).record_ids)
-                    if best:
+                    seed = exact.search(SEARCHED, query, 10, 600_000)
+                    seed_times.append(seed.latency_ms)
+                    if seed.records:
+                        best = set(seed.record_ids)
                         shares.append(len(best & set(reply["record_ids"])) / len(best))
+                row.update(figures("seed_search", seed_times))
+                row["seed_ratio_p99"] = round(row["seed_search_p99_ms"] / row["search_p99_ms"], 1)
                 row["seed_overlap_at_10"] = round(statistics.mean(shares), 3) if shares else None
                 if name == "prompts":
                     budgeted = search.Searcher(paths.db_path(home))

@@ -16,12 +16,13 @@ token that indexes the same (`Fix` after `fix`).
 
 Two additions keep common words from making search slow; BM25 scores every row that
 matches any term, so a prompt full of words found everywhere would score most of the
-corpus. While the terms would match more than ``term_budget`` rows between them, the
-most common is left out (it weighs least in BM25). And a query of one or two common
-words, or a prompt left with one very common word, is ranked over the newest records
-holding a bounded number of its matches, widened until the namespace has enough.
-Below those sizes nothing changes: a small corpus gets exactly the seed's results.
-``benchmarks/retrieval.py`` measures what this changes against the seed's ranking.
+corpus. While the terms would match more rows between them than ``term_budget_for``
+the corpus (4% of the records, 2,000 to 4,000), the most common is left out: it
+weighs least in BM25. And a query of one or two common words, or a prompt left with
+one very common word, is ranked over the newest records holding a bounded number of
+its matches, widened until the namespace has enough. Below those sizes nothing
+changes: a small corpus gets exactly the seed's results. ``benchmarks/retrieval.py``
+measures what this changes against the seed's ranking.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ from kirolearn import db
 HEADER = "## Prior observations from kirolearn"
 OUTCOMES = ("ok", "empty", "fallback", "timeout", "error")
 MAX_TERMS = 32
-# BM25 scores every row that matches any term (~2 µs each on a small machine):
-TERM_BUDGET = 2000  # rows the terms of one search may match between them
+# BM25 scores every row that matches any term (~2 µs each on a small machine). The
+# terms of one search may match 4% of the records between them, within these bounds:
+TERM_BUDGET_MIN = 2000
+TERM_BUDGET_MAX = 4000
 WINDOW_ROWS = 100  # rows a short query (one or two terms) may match
 SHORT_QUERY_TERMS = 2
 MAX_TOKENS = 1000  # distinct tokens considered from one prompt (a pasted log can be huge)
@@ -91,8 +94,13 @@ def fts_expression(terms: list[str]) -> str:
     return " OR ".join(quote(t) for t in terms)
 
 
+def term_budget_for(total: int) -> int:
+    """Rows the terms of one search may match between them, for a corpus of `total`."""
+    return min(max(total // 25, TERM_BUDGET_MIN), TERM_BUDGET_MAX)
+
+
 def select_terms(terms: list[str], doc_freq: dict[str, int], total: int,
-                 term_budget: int = TERM_BUDGET, window_rows: int = WINDOW_ROWS
+                 term_budget: int, window_rows: int = WINDOW_ROWS
                  ) -> tuple[list[str], int | None]:
     """Which terms to search for, and how many of the newest records to rank (None: all).
 
@@ -175,8 +183,9 @@ class Searcher:
     """Searches one database on its own read-only connection (opened on first use and
     reopened after a failure), so it reads while the storage role writes."""
 
-    def __init__(self, path: Path, term_budget: int = TERM_BUDGET,
+    def __init__(self, path: Path, term_budget: int | None = None,
                  window_rows: int = WINDOW_ROWS):
+        """``term_budget`` None: ``term_budget_for`` the corpus at hand."""
         self.path = path
         self.term_budget = term_budget
         self.window_rows = window_rows
@@ -236,8 +245,8 @@ class Searcher:
             return Result([], "empty", 0.0)
         total, doc_freq = self._frequencies(conn, unique)
         token_freq = {t: doc_freq[stems[t]] for t in candidates}
-        terms, window = select_terms(candidates, token_freq, total, self.term_budget,
-                                     self.window_rows)
+        budget = self.term_budget or term_budget_for(total)
+        terms, window = select_terms(candidates, token_freq, total, budget, self.window_rows)
         try:
             ids = self._rank(conn, namespace, fts_expression(terms), limit, window)
         except sqlite3.Error:

@@ -479,4 +479,3 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
     else:
         click.echo(f"no memories matched ({result['outcome']},"
                    f" {result['latency_ms']:.1f} ms)", err=True)
-

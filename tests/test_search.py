@@ -101,7 +101,7 @@ def test_the_expression_is_valid_fts5_for_any_text(text):
     conn = sqlite3.connect(":memory:")
     conn.execute(f"CREATE VIRTUAL TABLE t USING fts5 (a, tokenize = '{db.FTS_TOKENIZE}')")
     conn.execute("INSERT INTO t VALUES ('migrate the user table')")
-    terms, _ = search.select_terms(search.tokens(text), {}, 0)
+    terms, _ = search.select_terms(search.tokens(text), {}, 0, search.term_budget_for(0))
     assert len(terms) <= search.MAX_TERMS and len(set(terms)) == len(terms)
     if terms:
         conn.execute("SELECT rowid FROM t WHERE t MATCH ?", (search.fts_expression(terms),))
@@ -189,6 +189,12 @@ def test_nothing_to_search_is_empty_without_searching(searcher):
         assert (result.outcome, result.records, result.terms) == ("empty", [], [])
         assert result.context == ""
     assert searcher.search(NS_A, "kubernetes helm", 10, 5000).outcome == "empty"
+
+
+def test_the_term_budget_grows_with_the_corpus_within_bounds():
+    assert search.term_budget_for(0) == search.term_budget_for(50_000) == 2000
+    assert search.term_budget_for(75_000) == 3000
+    assert search.term_budget_for(100_000) == search.term_budget_for(10**7) == 4000
 
 
 def test_a_record_without_summary_or_facts_is_just_its_title():
