@@ -130,12 +130,26 @@ def start(foreground: bool, extraction_workers: int | None) -> None:
     _print_status(status)
 
 
+def _exited(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:  # a zombie has exited: only its parent's wait is missing
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def _stop() -> bool:
-    """Stop the daemon if it runs; returns whether it was running."""
+    """Stop the daemon if it runs; returns whether it was running (and is now gone)."""
     pidfile = paths.pidfile()
     if not _running():
         remove_socket_files(paths.runtime_dir())
         return False
+    supervisor_pid = read_pid(pidfile)
     try:
         _supervisor("stop")
     except (transport.Timeout, protocol.RemoteError):
@@ -150,6 +164,10 @@ def _stop() -> bool:
                 os.kill(pid, signal.SIGKILL)
             deadline = time.monotonic() + 5
         time.sleep(0.05)
+    # The lock goes just before the process does; "stopped" means nothing is left.
+    deadline = time.monotonic() + 5
+    while supervisor_pid and not _exited(supervisor_pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
     remove_socket_files(paths.runtime_dir())
     return True
 
