@@ -115,6 +115,20 @@ class ContractError(ValueError):
         super().__init__("; ".join(str(e) for e in errors))
 
 
+UNPAIRED_SURROGATE = "must be valid Unicode text, not an unpaired surrogate such as \\ud800"
+
+
+def is_text(value: str) -> bool:
+    """Whether value can be stored as UTF-8 (JSON text may decode to lone surrogates)."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_str(errors: list[FieldError], obj: dict, field: str, lo: int, hi: int,
                prefix: str = "", required: bool = True) -> None:
     name = prefix + field
@@ -127,6 +141,8 @@ def _check_str(errors: list[FieldError], obj: dict, field: str, lo: int, hi: int
         errors.append(FieldError(name, f"must be a string, got {type(value).__name__}"))
     elif not lo <= len(value) <= hi:
         errors.append(FieldError(name, f"must be {lo}–{hi} characters, got {len(value)}"))
+    elif not is_text(value):
+        errors.append(FieldError(name, UNPAIRED_SURROGATE))
 
 
 def _check_time(errors: list[FieldError], obj: dict, field: str) -> int:
@@ -180,7 +196,11 @@ def _check_body(errors: list[FieldError], body: Any) -> str | None:
     except (TypeError, ValueError) as exc:
         errors.append(FieldError("body", f"is not JSON-serializable: {exc}"))
         return None
-    size = len(encoded.encode("utf-8"))
+    try:
+        size = len(encoded.encode("utf-8"))
+    except UnicodeEncodeError:
+        errors.append(FieldError("body", UNPAIRED_SURROGATE))
+        return None
     if size > MAX_BODY_BYTES:
         errors.append(FieldError(
             "body", f"serialized body is {size} bytes; the limit is {MAX_BODY_BYTES}",
@@ -228,6 +248,8 @@ def check_event(event: Any) -> CheckedEvent:
     namespace = event.get("namespace")
     if not isinstance(namespace, str) or not NAMESPACE_RE.match(namespace):
         errors.append(FieldError("namespace", "must look like /actor/<user>/project/<id>/"))
+    elif not is_text(namespace):
+        errors.append(FieldError("namespace", UNPAIRED_SURROGATE))
     _check_str(errors, event, "actor_id", 1, 128)
     _check_str(errors, event, "session_id", 1, 128)
     valid_ms = _check_time(errors, event, "valid_time")
@@ -275,6 +297,8 @@ def _check_str_list(errors: list[FieldError], obj: dict, field: str, item_max: i
     for i, item in enumerate(items):
         if not isinstance(item, str) or not 1 <= len(item) <= item_max:
             errors.append(FieldError(f"{field}[{i}]", f"must be a string of 1–{item_max} chars"))
+        elif not is_text(item):
+            errors.append(FieldError(f"{field}[{i}]", UNPAIRED_SURROGATE))
 
 
 def validate_record(record: Any) -> dict:

@@ -46,7 +46,10 @@ _NEEDLE_SEARCH = ahocorasick_rs.AhoCorasick(list(_NEEDLES))
 
 
 def _has_needle(lowered: str) -> bool:
-    return bool(_NEEDLE_SEARCH.find_matches_as_indexes(lowered))
+    try:
+        return bool(_NEEDLE_SEARCH.find_matches_as_indexes(lowered))
+    except UnicodeEncodeError:  # text with a lone surrogate: look the slow way
+        return any(needle in lowered for needle in _NEEDLES)
 
 
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")

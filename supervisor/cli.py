@@ -474,6 +474,8 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
         kirolearn search pagination --project ~/code/app --json
     """
     settings = _settings()
+    if not contract.is_text(query):
+        raise click.UsageError("QUERY is not valid text in this terminal's encoding")
     if namespace is None and project is None:
         project = os.getcwd()
     namespace = _namespace(namespace, project)

@@ -77,6 +77,12 @@ def _fields(exc: contract.ContractError) -> set[str]:
     ({"content_hash": "md5:abc"}, "content_hash"),
     ({"parent_event_id": "nope"}, "parent_event_id"),
     ({"extra": 1}, "event"),
+    # JSON's "\ud800" decodes to a lone surrogate, which cannot be stored as UTF-8
+    ({"body": {"type": "text", "content": "a\ud800"}}, "body"),
+    ({"actor_id": "me\udfff"}, "actor_id"),
+    ({"namespace": "/actor/\ud800/project/x/"}, "namespace"),
+    ({"source": {"surface": "kiro-cli", "version": "1", "client_id": "\ud800"}},
+     "source.client_id"),
 ])
 def test_each_violation_names_its_field(change, field):
     event = make_event()

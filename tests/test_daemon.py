@@ -116,11 +116,14 @@ def test_import_export_stats(daemon, tmp_path):
     lines.insert(2, "{not json")
     lines.insert(4, json.dumps({**events[0], "event_id": "nope"}))
     lines.append(json.dumps(events[1]))  # repeated line
+    lines.append(json.dumps(make_event("prompt", "half a pair")).replace(
+        "half a pair", "half a pair \\ud800"))  # valid JSON text, not valid Unicode
     result = kl("import", "-", input="\n".join(lines) + "\n")
     assert result.returncode == 1
-    assert result.stdout.strip() == "stored 5, duplicate 1, rejected 2"
+    assert result.stdout.strip() == "stored 5, duplicate 1, rejected 3"
     assert "line 3: rejected: event: not JSON" in result.stderr
     assert "line 5: rejected: event_id: must be a ULID" in result.stderr
+    assert "line 9: rejected: body: must be valid Unicode text" in result.stderr
     stats = json.loads(kl("stats", "--json", check=True).stdout)
     assert stats["totals"]["events"] == 5
     assert stats["namespaces"][0]["events"] == {"prompt": 5}

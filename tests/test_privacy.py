@@ -107,3 +107,8 @@ def test_the_cheap_precheck_never_misses_what_scrub_would_change(value, key):
     body = {"type": "json", "data": {key: [value, {"k": value}]}}
     if scrub(body) != body:
         assert may_need_scrub(canonical_json(body))
+
+
+def test_text_with_a_lone_surrogate_is_still_scrubbed():
+    assert scrub_text("token=abcdefgh \ud800") == f"token={REDACTED} \ud800"
+    assert scrub_text("<private>x\udfff</private>") == REDACTED

@@ -6,10 +6,11 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
 import time
 
 import pytest
-from conftest import NAMESPACE, kl, make_event, status, wait_for
+from conftest import KL, NAMESPACE, kl, make_event, status, wait_for
 
 from kirolearn import db, paths, project, protocol, transport
 
@@ -203,6 +204,9 @@ def test_cli_search_defaults_to_the_project_of_the_current_directory(home, tmp_p
         assert both.returncode == 2 and "not both" in both.stderr
         bad = kl("search", "uuid", "--limit", "0", "--namespace", NAMESPACE)
         assert bad.returncode == 2 and "--limit" in bad.stderr
+        undecodable = subprocess.run([*KL, "search", b"caf\xe9", "--namespace", NAMESPACE],
+                                     capture_output=True, text=True, cwd="/tmp")
+        assert undecodable.returncode == 2 and "not valid text" in undecodable.stderr
     finally:
         kl("stop", check=True)
     down = kl("search", "uuid", "--namespace", NAMESPACE)
