@@ -51,9 +51,6 @@ TOTAL_TTL_S = 5.0  # how often the record count is re-read
 FREQ_TTL_S = 600.0  # document frequencies are kept this long, or until the count moves 1%
 CACHE_MAX = 50_000
 
-RECORD_FIELDS = ("record_id", "title", "summary", "facts_json", "concepts_json",
-                 "files_touched_json", "observation_type", "strategy", "created_at")
-
 
 def query_from_body(body: object) -> str:
     """text → its content; message → the last turn's content; json → the data as JSON."""
@@ -366,15 +363,7 @@ class Searcher:
             return []
         marks = ",".join("?" * len(ranked))
         rows = {row[0]: row[1:] for row in conn.execute(
-            f"SELECT id, {', '.join(RECORD_FIELDS)} FROM memory_records WHERE id IN ({marks})",
+            f"SELECT id, {db.RECORD_COLUMNS} FROM memory_records WHERE id IN ({marks})",
             [i for i, _ in ranked])}
-        return [{**record_from_row(rows[i]), "score": score} for i, score in ranked if i in rows]
-
-
-def record_from_row(row: tuple) -> dict:
-    (record_id, title, summary, facts, concepts, files, observation_type, strategy,
-     created_at) = row
-    return {"record_id": record_id, "title": title, "summary": summary,
-            "facts": json.loads(facts), "concepts": json.loads(concepts),
-            "files_touched": json.loads(files), "observation_type": observation_type,
-            "strategy": strategy, "created_at": created_at}
+        return [{**db.record_from_row(rows[i]), "score": score}
+                for i, score in ranked if i in rows]
