@@ -375,11 +375,12 @@ def batch_events(conn: sqlite3.Connection, batch_id: str) -> list[dict]:
     the worker decodes them, which keeps that work off the single writer."""
     rows = conn.execute(
         "SELECT e.event_id, e.kind, e.body_json, e.namespace, e.session_id, e.valid_time,"
-        " e.parent_event_id FROM extraction_batches b JOIN events e INDEXED BY events_namespace"
+        " e.parent_event_id, e.project_path FROM extraction_batches b"
+        " JOIN events e INDEXED BY events_namespace"
         " ON e.namespace = b.namespace AND e.seq BETWEEN b.first_seq AND b.last_seq"
         " WHERE b.batch_id = ? ORDER BY e.valid_ms, e.event_id", (batch_id,))
     keys = ("event_id", "kind", "body_json", "namespace", "session_id", "valid_time",
-            "parent_event_id")
+            "parent_event_id", "project_path")
     return [dict(zip(keys, row, strict=True)) for row in rows]
 
 

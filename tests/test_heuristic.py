@@ -1,0 +1,184 @@
+"""Golden tests: real agent sessions in, the records a developer would want back out."""
+
+from __future__ import annotations
+
+from conftest import NAMESPACE
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kirolearn import contract, heuristic
+
+ROOT = "/home/dev/shop"
+
+
+def turn_events(*steps: tuple[str, dict], session: str = "s-1") -> list[dict]:
+    """Events as storage hands them to a worker (bodies decoded), in time order."""
+    events = []
+    for kind, body in steps:
+        event = contract.make_event(kind, body, namespace=NAMESPACE, actor_id="dev",
+                                    session_id=session, surface="kiro-cli", version="2.1",
+                                    client_id="laptop", project_path=ROOT)
+        events.append({**event, "project_path": ROOT})
+    return events
+
+
+def text(content: str) -> dict:
+    return {"type": "text", "content": content}
+
+
+def tool(name: str, tool_input: dict, response: object) -> dict:
+    return {"type": "json", "data": {"tool_name": name, "tool_input": tool_input,
+                                     "tool_response": response}}
+
+
+def bash(stdout: str, exit_status: int = 0, stderr: str = "") -> dict:
+    return {"success": exit_status == 0,
+            "result": [{"exit_status": str(exit_status), "stdout": stdout, "stderr": stderr}]}
+
+
+FAILING = """..F..
+=================================== FAILURES ===================================
+____________________________ test_export_without_customer ______________________
+    def test_export_without_customer():
+>       rows = export_invoices([Invoice(id=1, customer=None)])
+src/billing/export.py:42: in export_invoices
+    writer.writerow([row['customer_id'], row['total']])
+E   KeyError: 'customer_id'
+=========================== short test summary info ============================
+FAILED tests/test_export.py::test_export_without_customer - KeyError: 'customer_id'
+1 failed, 4 passed in 0.31s
+"""
+
+KIRO_CLI_SESSION = turn_events(
+    ("prompt", text("The invoice CSV export crashes with a KeyError when an invoice has no"
+                    " customer. Fix it.")),
+    ("tool_use", tool("fs_read", {"operations": [
+        {"mode": "Line", "path": f"{ROOT}/src/billing/export.py"}]},
+        {"success": True, "result": ["def export_invoices(rows): ..."]})),
+    ("tool_use", tool("execute_bash", {"command": "pytest -q tests/test_export.py",
+                                       "summary": "run the export tests"}, bash(FAILING, 1))),
+    ("tool_use", tool("fs_write", {"command": "str_replace",
+                                   "path": f"{ROOT}/src/billing/export.py",
+                                   "old_str": "writer.writerow([row['customer_id'], row['total']])",
+                                   "new_str": "customer = row.get('customer_id') or ''\n"
+                                              "writer.writerow([customer, row['total']])"},
+                      {"success": True, "result": ["ok"]})),
+    ("tool_use", tool("todo_list", {"command": "complete", "completed_indices": [0]},
+                      {"success": True})),
+    ("tool_use", tool("execute_bash", {"command": "pytest -q tests/test_export.py"},
+                      bash("5 passed in 0.28s\n"))),
+    ("session_summary", text("Fixed the crash: export rows without a customer now get an empty"
+                             " customer column instead of raising KeyError. All 5 export tests"
+                             " pass.")),
+)
+
+
+def test_a_kiro_cli_fix_becomes_a_turn_an_error_and_a_summary():
+    records = heuristic.extract(NAMESPACE, KIRO_CLI_SESSION)
+    assert [r["observation_type"] for r in records] == ["tool_use", "error", "session_summary"]
+    turn, error, summary = records
+    assert turn["title"] == ("The invoice CSV export crashes with a KeyError when an invoice"
+                             " has no customer. Fix it.")
+    assert turn["facts"] == [
+        "read `src/billing/export.py`",
+        "ran `pytest -q tests/test_export.py` → exit 1, 1 failed",
+        "edited `src/billing/export.py` (+2 −1)",
+        "ran `pytest -q tests/test_export.py` → exit 0, 5 passed",
+    ]
+    assert turn["files_touched"] == ["src/billing/export.py"]
+    assert "Done: edited 1 file, ran 2 commands (1 failed), read 1 file." in turn["summary"]
+    assert turn["summary"].endswith("All 5 export tests pass.")
+    assert {"billing", "export"} <= set(turn["concepts"])
+    assert turn["source_event_ids"] == [e["event_id"] for e in KIRO_CLI_SESSION]
+    assert error["title"] == "`pytest -q tests/test_export.py` failed"
+    assert "E   KeyError: 'customer_id'" in error["summary"]
+    assert "1 failed, 4 passed" in error["summary"]
+    assert error["files_touched"] == ["src/billing/export.py", "tests/test_export.py"]
+    assert summary["title"].startswith("Fixed the crash: export rows without a customer")
+    for r in records:
+        contract.validate_record(r)
+        assert r["strategy"] == "heuristic" and r["namespace"] == NAMESPACE
+
+
+def test_a_claude_code_change_reads_edits_and_tests():
+    events = turn_events(
+        ("prompt", text("Add retries with backoff to the zmq client")),
+        ("tool_use", tool("Read", {"file_path": f"{ROOT}/kirolearn/transport.py"},
+                          {"type": "text",
+                           "file": {"filePath": f"{ROOT}/kirolearn/transport.py"}})),
+        ("tool_use", tool("Grep", {"pattern": "def call", "path": ROOT}, {"numFiles": 1})),
+        ("tool_use", tool("Edit", {"file_path": f"{ROOT}/kirolearn/transport.py",
+                                   "old_string": "def call(self):\n    return self._send()",
+                                   "new_string": "def call(self):\n    for attempt in range(3):\n"
+                                                 "        ...\n    return self._send()"},
+                          {"filePath": f"{ROOT}/kirolearn/transport.py", "success": True})),
+        ("tool_use", tool("Bash", {"command": "pytest -q tests/test_transport.py",
+                                   "description": "Run transport tests"},
+                          {"stdout": "....\n4 passed in 0.12s\n", "stderr": "",
+                           "interrupted": False, "isImage": False})),
+        ("session_summary", text("Added three attempts with exponential backoff to"
+                                 " `Client.call`; the transport tests pass.")),
+    )
+    turn, summary = heuristic.extract(NAMESPACE, events)
+    assert turn["title"] == "Add retries with backoff to the zmq client"
+    assert turn["facts"] == ["read `kirolearn/transport.py`",
+                             "edited `kirolearn/transport.py` (+4 −2)",
+                             "ran `pytest -q tests/test_transport.py` → 4 passed"]
+    assert summary["observation_type"] == "session_summary"
+
+
+def test_a_failing_tool_without_a_command_is_an_error_too():
+    events = turn_events(("prompt", text("deploy the stack")),
+                         ("tool_use", tool("use_aws", {"service_name": "cloudformation"},
+                                           {"success": False, "error": "AccessDenied: not"
+                                            " authorized to perform DescribeStacks"})))
+    turn, error = heuristic.extract(NAMESPACE, events)
+    assert turn["facts"] == ["`use_aws` failed"]
+    assert error["title"] == "`use_aws` failed" and "AccessDenied" in error["summary"]
+
+
+def test_notes_and_looking_around_make_nothing_of_their_own():
+    events = turn_events(("note", text("session started")))
+    assert heuristic.extract(NAMESPACE, events) == []
+    looking = turn_events(("prompt", text("which files handle billing?")),
+                          ("tool_use", tool("glob", {"pattern": "**/billing/*.py"}, "a.py\nb.py")),
+                          ("tool_use", tool("fs_read", {"operations": [
+                              {"mode": "Directory", "path": f"{ROOT}/src"}]}, {"success": True})),
+                          ("session_summary", text("Billing lives in src/billing/.")))
+    turn, summary = heuristic.extract(NAMESPACE, looking)
+    assert turn["observation_type"] == "discovery" and turn["facts"] == []
+    assert summary["summary"] == "Billing lives in src/billing/."
+    assert turn["files_touched"] == []
+
+
+def test_sessions_in_one_batch_keep_their_own_turns():
+    first = turn_events(("prompt", text("rename the cart module")), session="a")
+    second = turn_events(("prompt", text("why is CI slow?")), session="b")
+    tail = turn_events(("tool_use", tool("execute_bash", {"command": "git mv cart.py basket.py"},
+                                         bash(""))), session="a")
+    records = heuristic.extract(NAMESPACE, [first[0], second[0], tail[0]])
+    by_title = {r["title"]: r for r in records}
+    assert by_title["rename the cart module"]["facts"] == [
+        "ran `git mv cart.py basket.py` → exit 0"]
+    assert by_title["why is CI slow?"]["facts"] == []
+
+
+payload = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=30),
+                       lambda inner: st.lists(inner, max_size=4)
+                       | st.dictionaries(st.sampled_from(["path", "file_path", "command",
+                                                         "result", "stdout", "exit_status",
+                                                         "success", "operations", "old_str",
+                                                         "new_str", "edits", "x"]), inner,
+                                         max_size=5), max_leaves=20)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["prompt", "tool_use", "session_summary", "note"]),
+                          st.text(max_size=40), st.sampled_from(["fs_write", "Bash", "Read", "x"]),
+                          payload, payload), max_size=8))
+def test_any_batch_gives_valid_records(steps):
+    events = turn_events(*[
+        (kind, tool(name, tool_input if isinstance(tool_input, dict) else {"x": tool_input},
+                    response) if kind == "tool_use" else text(words or "x"))
+        for kind, words, name, tool_input, response in steps])
+    for r in heuristic.extract(NAMESPACE, events):
+        contract.validate_record(r)
