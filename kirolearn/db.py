@@ -129,6 +129,10 @@ CREATE INDEX retrievals_prompt ON retrievals (prompt_event_id);
 -- that without reading the wide record rows (half the cost of a search, measured).
 CREATE INDEX memory_records_id_namespace ON memory_records (id, namespace);
 """),
+    (3, "record_title_index", """
+-- A new record with the title of a recent one in its namespace may be its near-duplicate.
+CREATE INDEX memory_records_title ON memory_records (namespace, title);
+"""),
 ]
 
 
@@ -311,6 +315,37 @@ def insert_record(conn: sqlite3.Connection, record: dict, batch_id: str | None =
     )
 
 
+def save_record(conn: sqlite3.Connection, record: dict, batch_id: str | None = None,
+                merge_window_s: float = 0) -> bool:
+    """Insert a record, or merge it into a near-duplicate: a record of the namespace with
+    the same title, type and files, created within ``merge_window_s``. The merged record
+    keeps its id, takes the newer summary and time, and gathers both facts, concepts and
+    source events. Returns whether it merged."""
+    if merge_window_s > 0:
+        files = set(record.get("files_touched", []))
+        for row in conn.execute(
+                "SELECT id, facts_json, concepts_json, source_event_ids_json, files_touched_json"
+                " FROM memory_records WHERE namespace = ? AND title = ? AND observation_type = ?"
+                " AND julianday(created_at) >= julianday('now') - ? ORDER BY id DESC",
+                (record["namespace"], record["title"], record["observation_type"],
+                 merge_window_s / 86400)):
+            if set(json.loads(row[4])) != files:
+                continue
+            facts = list(dict.fromkeys(json.loads(row[1]) + record.get("facts", [])))[:100]
+            concepts = list(dict.fromkeys(json.loads(row[2]) + record.get("concepts", [])))
+            sources = list(dict.fromkeys(json.loads(row[3]) + record["source_event_ids"]))
+            conn.execute(
+                "UPDATE memory_records SET summary = ?, facts_json = ?, facts_text = ?,"
+                " concepts_json = ?, source_event_ids_json = ?, created_at = ?, batch_id = ?"
+                " WHERE id = ?",
+                (record["summary"], json.dumps(facts), " ".join(facts),
+                 json.dumps(concepts[:100]), json.dumps(sources), record["created_at"],
+                 batch_id, row[0]))
+            return True
+    insert_record(conn, record, batch_id)
+    return False
+
+
 def record_from_row(row: tuple) -> dict:
     return {
         "record_id": row[0], "namespace": row[1], "title": row[2], "summary": row[3],
@@ -384,8 +419,10 @@ def batch_events(conn: sqlite3.Connection, batch_id: str) -> list[dict]:
     return [dict(zip(keys, row, strict=True)) for row in rows]
 
 
-def complete_batch(conn: sqlite3.Connection, batch_id: str, records: Iterable[dict]) -> int | None:
-    """Commit a batch's records and mark it done, atomically; None if it was already done."""
+def complete_batch(conn: sqlite3.Connection, batch_id: str, records: Iterable[dict],
+                   merge_window_s: float = 0) -> int | None:
+    """Commit a batch's records (near-duplicates merged, see ``save_record``) and mark it
+    done, atomically; None if it was already done."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         state = conn.execute("SELECT state FROM extraction_batches WHERE batch_id = ?",
@@ -395,7 +432,7 @@ def complete_batch(conn: sqlite3.Connection, batch_id: str, records: Iterable[di
             return None
         count = 0
         for record in records:
-            insert_record(conn, record, batch_id)
+            save_record(conn, record, batch_id, merge_window_s)
             count += 1
         conn.execute("UPDATE extraction_batches SET state = 'done', done_ms = ?, record_count = ?,"
                      " lease_expires_ms = NULL WHERE batch_id = ?", (now_ms(), count, batch_id))

@@ -10,6 +10,7 @@ Records come from the heuristic extractor (``kirolearn.heuristic``).
 from __future__ import annotations
 
 import json
+import time
 
 import zmq
 
@@ -37,12 +38,16 @@ class ExtractionWorker(role.Role):
         except (protocol.DecodeError, KeyError) as exc:
             self.log.warning("dropped a malformed batch: %s", exc)
             return
+        started = time.monotonic()
         for event in events:  # storage sends bodies still encoded
             event["body"] = json.loads(event.pop("body_json"))
         records = heuristic.extract(namespace, events)
         self.records.send(protocol.pack({"batch_id": batch_id, "records": records}))
         self.batches_done += 1
-        self.log.info("batch %s: %d event(s) -> %d record(s)", batch_id, len(events), len(records))
+        self.log.info("batch %s", json.dumps({
+            "batch_id": batch_id, "namespace": namespace, "events": len(events),
+            "records": len(records), "strategy": heuristic.STRATEGY,
+            "duration_ms": round((time.monotonic() - started) * 1000, 1), "outcome": "ok"}))
 
 
 if __name__ == "__main__":

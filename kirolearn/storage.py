@@ -216,7 +216,8 @@ class Storage(role.Role):
                 valid.append(contract.validate_record(record))
             except contract.ContractError as exc:
                 self.log.warning("batch %s: dropped an invalid record: %s", batch_id, exc)
-        count = db.complete_batch(self.conn, batch_id, valid)
+        count = db.complete_batch(self.conn, batch_id, valid,
+                                  self.settings["extraction"]["merge_window_s"])
         if count is None:
             self.log.info("batch %s was already committed; ignored a second result", batch_id)
         else:

@@ -36,7 +36,8 @@ def record_for(event_ids: list[str], title="Use WAL mode") -> dict:
 def test_database_is_wal_private_and_migrated(tmp_path, conn):
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert (tmp_path / "kirolearn.db").stat().st_mode & 0o777 == 0o600
-    assert [r[0] for r in conn.execute("SELECT version FROM _migrations")] == [1, 2]
+    assert [r[0] for r in conn.execute("SELECT version FROM _migrations")] == [
+        m[0] for m in db.MIGRATIONS]
     assert db.migrate(conn) == []  # idempotent
     sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'memory_records_fts'"
                        ).fetchone()[0]
@@ -66,7 +67,8 @@ def test_a_database_from_an_older_version_is_migrated_forward(tmp_path, monkeypa
     old.close()
     monkeypatch.undo()
     conn = db.connect_writer(tmp_path / "old.db")
-    assert [r[0] for r in conn.execute("SELECT version FROM _migrations")] == [1, 2]
+    assert [r[0] for r in conn.execute("SELECT version FROM _migrations")] == [
+        m[0] for m in db.MIGRATIONS]
     plan = conn.execute("EXPLAIN QUERY PLAN SELECT namespace FROM memory_records"
                         " INDEXED BY memory_records_id_namespace WHERE id = 1").fetchall()
     assert "COVERING INDEX" in plan[0][-1]
@@ -129,6 +131,39 @@ def test_a_batch_is_committed_once_even_if_two_workers_finish_it(conn):
     assert db.complete_batch(conn, batch_id, [record_for([event["event_id"]])]) == 1
     assert db.complete_batch(conn, batch_id, [record_for([event["event_id"]])]) is None
     assert conn.execute("SELECT COUNT(*) FROM memory_records").fetchone()[0] == 1
+
+
+def test_a_near_duplicate_record_is_merged_into_the_recent_one(conn):
+    def batch_with(*records: dict) -> None:
+        event = make_event(content=contract.new_ulid())
+        store(conn, event)
+        assert db.complete_batch(conn, _form(conn), records, merge_window_s=3600) == len(records)
+
+    first = {**record_for(["A" * 26]), "title": "run the tests", "facts": ["ran `pytest`"],
+             "files_touched": ["a.py", "b.py"]}
+    again = {**record_for(["B" * 26]), "title": "run the tests", "facts": ["ran `tox`"],
+             "files_touched": ["b.py", "a.py"], "summary": "All green now."}
+    other_files = {**record_for(["C" * 26]), "title": "run the tests", "files_touched": ["c.py"]}
+    batch_with(first)
+    batch_with(again, other_files)
+    rows = list(db.iter_records(conn))
+    assert len(rows) == 2
+    merged = next(r for r in rows if r["record_id"] == first["record_id"])
+    assert merged["facts"] == ["ran `pytest`", "ran `tox`"]
+    assert merged["source_event_ids"] == ["A" * 26, "B" * 26]
+    assert merged["summary"] == "All green now."
+    found = conn.execute("SELECT rowid FROM memory_records_fts WHERE memory_records_fts"
+                         " MATCH 'tox'").fetchall()
+    assert len(found) == 1  # the index follows the merge
+
+
+def test_records_outside_the_window_or_with_merging_off_are_kept_apart(conn):
+    old = {**record_for(["A" * 26]), "created_at": "2020-01-01T00:00:00.000+00:00"}
+    for record, window in ((old, 3600), (record_for(["B" * 26]), 3600),
+                           (record_for(["C" * 26]), 0)):
+        store(conn, make_event(content=contract.new_ulid()))
+        db.complete_batch(conn, _form(conn), [record], merge_window_s=window)
+    assert conn.execute("SELECT COUNT(*) FROM memory_records").fetchone()[0] == 3
 
 
 def test_expired_leases_come_due_again(conn):

@@ -211,3 +211,40 @@ def test_cli_search_defaults_to_the_project_of_the_current_directory(home, tmp_p
         kl("stop", check=True)
     down = kl("search", "uuid", "--namespace", NAMESPACE)
     assert down.returncode == 1 and "not running" in down.stderr
+
+
+def test_a_finished_turn_is_remembered_for_the_next_prompt(home, ctx):
+    """Hooks in, records out, context back: a turn extracted by the daemon is what the
+    next related prompt gets."""
+    def tool(name: str, tool_input: dict, response: dict) -> dict:
+        return {"type": "json", "data": {"tool_name": name, "tool_input": tool_input,
+                                         "tool_response": response}}
+
+    turn = [
+        make_event("prompt", "the CSV export crashes on invoices without a customer"),
+        make_event("tool_use", body=tool(
+            "execute_bash", {"command": "pytest -q tests/test_export.py"},
+            {"success": False, "result": [{"exit_status": "1", "stderr": "",
+                                           "stdout": "E   KeyError: 'customer_id'\n"
+                                                     "1 failed, 4 passed in 0.31s"}]})),
+        make_event("tool_use", body=tool(
+            "fs_write", {"command": "str_replace", "path": "/tmp/project/src/export.py",
+                         "old_str": "row['customer_id']", "new_str": "row.get('customer_id')"},
+            {"success": True, "result": ["ok"]})),
+        make_event("session_summary", "Export rows without a customer get an empty column."),
+    ]
+    kl("start", check=True)
+    try:
+        with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as client:
+            for event in turn:
+                assert client.call("put_event", {"event": event})["status"] == "stored"
+            wait_for(lambda: json.loads(kl("stats", "--json").stdout)["totals"]["records"] >= 3,
+                     timeout=20, message="the turn's records")
+            reply = client.call("put_event", {"event": make_event(
+                "prompt", "why did the invoice export crash?"), "retrieve": True})
+        context = reply["retrieval"]["context"]
+        assert "### the CSV export crashes on invoices without a customer" in context
+        assert "- edited `src/export.py` (+1 −1)" in context
+        assert "- ran `pytest -q tests/test_export.py` → exit 1, 1 failed" in context
+    finally:
+        kl("stop", check=True)
