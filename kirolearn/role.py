@@ -3,8 +3,9 @@
 A role process is started by the supervisor as ``python -m kirolearn.<role>
 --name <process>``. It binds a control socket (``<process>.ctl``) that answers
 ``ping`` (how the supervisor knows it is RUNNING) and ``shutdown`` (the first
-rung of the stop ladder). SIGINT is ignored (the supervisor owns Ctrl-C); the
-first SIGTERM asks for a graceful stop, a second one exits at once. The signal
+rung of the stop ladder). SIGINT is ignored (the supervisor owns Ctrl-C) unless
+the role was started by hand from a terminal (``kirolearn worker``); the first
+SIGTERM asks for a graceful stop, a second one exits at once. The signal
 handler only records the signal; the loop acts on it. A role whose parent dies
 stops by itself rather than linger as an orphan.
 """
@@ -120,8 +121,10 @@ class Role:
                                          f"unknown control operation {op!r}")
         transport.send_reply(sock, envelope, reply)
 
-    def run(self) -> int:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    def run(self, standalone: bool = False) -> int:
+        """Serve until stopped. ``standalone``: started from a terminal, not by the
+        supervisor, so Ctrl-C stops it like SIGTERM."""
+        signal.signal(signal.SIGINT, self._on_signal if standalone else signal.SIG_IGN)
         signal.signal(signal.SIGTERM, self._on_signal)
         self.bind(zmq.ROUTER, paths.endpoint(f"{self.name}.ctl", self.base),
                             self._on_control)

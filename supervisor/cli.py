@@ -499,3 +499,37 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
     else:
         click.echo(f"no memories matched ({result['outcome']},"
                    f" {result['latency_ms']:.1f} ms)", err=True)
+
+
+@cli.group()
+def worker() -> None:
+    """Run a worker in this terminal, attached to a running daemon."""
+
+
+@worker.command(name="extraction")
+@click.option("--connect", "daemon_home", type=click.Path(exists=True, file_okay=False),
+              default=None, help="The daemon's KIROLEARN_HOME (default: this one).")
+def worker_extraction(daemon_home: str | None) -> None:
+    """Take extraction batches from a running daemon beside its own workers.
+
+    Batches are leased, so stopping this worker (Ctrl-C) loses nothing: a batch it
+    had not returned is handed out again.
+
+    \b
+    Example:
+        kirolearn worker extraction --connect /srv/kirolearn
+    """
+    from kirolearn import role
+    from kirolearn.extraction import ExtractionWorker
+
+    base = Path(daemon_home).resolve() if daemon_home else paths.home()
+    if not is_locked(paths.pidfile(base)):
+        raise click.ClickException(f"no kirolearn daemon is running in {base}")
+    try:
+        settings = config.load(base)
+    except config.ConfigError as exc:
+        raise click.ClickException(f"configuration error: {exc}") from exc
+    name = f"worker-{os.getpid()}"
+    role.setup_logging(name, settings["logging"]["level"])
+    sys.exit(ExtractionWorker(name, base, settings).run(standalone=True))
+
