@@ -4,7 +4,9 @@ Workers hold no state: storage leases each batch and commits the returned
 records together with the batch's completion, so a worker may die at any point
 and the batch is simply handed out again when its lease expires.
 
-Records come from the heuristic extractor (``kirolearn.heuristic``).
+Records come from the heuristic extractor (``kirolearn.heuristic``), or from a model
+when ``extraction.strategy`` names one (``kirolearn.llm``), which falls back to the
+heuristic extractor whenever the model cannot be used.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 
 import zmq
 
-from kirolearn import heuristic, paths, protocol, role, transport
+from kirolearn import heuristic, llm, paths, protocol, role, transport
 
 
 class ExtractionWorker(role.Role):
@@ -26,10 +28,16 @@ class ExtractionWorker(role.Role):
         self.add_socket(pull, self._on_batch)
         self.records = transport.make_socket(self.ctx, zmq.PUSH, linger_ms=2000,
                                              connect=paths.endpoint("records", self.base))
+        self.llm = llm.from_settings(self.settings, self.log)
         self.batches_done = 0
 
     def control_status(self) -> dict:
-        return {"batches_done": self.batches_done}
+        status: dict = {"batches_done": self.batches_done}
+        if self.llm is not None:
+            now = time.monotonic()
+            status["llm_budget_left"] = self.llm.budget.left(now)
+            status["breakers_open"] = self.llm.breaker.open(now)
+        return status
 
     def _on_batch(self, sock: zmq.Socket) -> None:
         try:
@@ -41,12 +49,15 @@ class ExtractionWorker(role.Role):
         started = time.monotonic()
         for event in events:  # storage sends bodies still encoded
             event["body"] = json.loads(event.pop("body_json"))
-        records = heuristic.extract(namespace, events)
+        if self.llm is None:
+            records, strategy = heuristic.extract(namespace, events), heuristic.STRATEGY
+        else:
+            records, strategy = self.llm.extract(namespace, events)
         self.records.send(protocol.pack({"batch_id": batch_id, "records": records}))
         self.batches_done += 1
         self.log.info("batch %s", json.dumps({
             "batch_id": batch_id, "namespace": namespace, "events": len(events),
-            "records": len(records), "strategy": heuristic.STRATEGY,
+            "records": len(records), "strategy": strategy,
             "duration_ms": round((time.monotonic() - started) * 1000, 1), "outcome": "ok"}))
 
 

@@ -129,7 +129,11 @@ class Role:
         self.bind(zmq.ROUTER, paths.endpoint(f"{self.name}.ctl", self.base),
                             self._on_control)
         try:
-            self.setup()
+            try:
+                self.setup()
+            except config.ConfigError as exc:  # FATAL at once: a restart will not fix it
+                self.log.error("configuration error: %s", exc)
+                return RET_CONFIG
             self.log.info("started (pid %d)", os.getpid())
             next_tick = time.monotonic()
             while not self.stopping:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -26,7 +27,7 @@ from kirolearn.supervisor.arbiter import (
     remove_socket_files,
 )
 
-from kirolearn import __version__, config, contract, db, paths, project, protocol, transport
+from kirolearn import __version__, config, contract, db, llm, paths, project, protocol, transport
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 60.0
@@ -35,12 +36,16 @@ IMPORT_IN_FLIGHT = 3
 IMPORT_CHUNK_BYTES = 1024 * 1024  # a chunk of lines stays well under the frame limit
 EXIT_NOT_RUNNING = 3  # like LSB's "program is not running"
 
+log = logging.getLogger("kirolearn.cli")
+
 
 def _settings() -> dict:
     try:
-        return config.load(paths.home())
+        settings = config.load(paths.home())
+        llm.from_settings(settings, log)  # refuse an extraction strategy that cannot work
     except config.ConfigError as exc:
         raise click.ClickException(f"configuration error: {exc}") from exc
+    return settings
 
 
 def _running() -> bool:
