@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
+import signal
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import NAMESPACE, kl, wait_for
+from conftest import NAMESPACE, kl, status, wait_for
 from test_heuristic import KIRO_CLI_SESSION
 
 from kirolearn import config, contract, heuristic, llm, paths, transport
@@ -222,6 +224,37 @@ def test_the_daemon_extracts_with_the_configured_model(home, monkeypatch, ctx):
         assert record["strategy"] == "llm-summary"
         assert record["title"] == GOOD["records"][0]["title"]
         assert len(server.requests) == 1
+    finally:
+        kl("stop", check=True)
+        server.close()
+
+
+def test_a_worker_killed_while_the_model_thinks_loses_nothing_and_repeats_nothing(
+        home, monkeypatch, ctx):
+    server = ScriptedEndpoint("openai")
+    server.script = [(200, GOOD, 3.0)] + [(200, GOOD, 0)] * 3  # the first answer comes late
+    for name, value in (("STRATEGY", "openai"), ("LLM_URL", server.url + "/v1"),
+                        ("LLM_MODEL", "scripted")):
+        monkeypatch.setenv(f"KIROLEARN_EXTRACTION_{name}", value)
+    monkeypatch.setenv("KIROLEARN_STORAGE_LEASE_S", "1")
+    kl("start", check=True)
+    try:
+        worker = next(r for r in status()["roles"] if r["role"] == "extraction")
+        with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as client:
+            for event in KIRO_CLI_SESSION:
+                event = {k: v for k, v in event.items() if k != "project_path"}
+                client.call("put_event", {"event": event})
+        wait_for(lambda: server.requests, message="the worker to ask the model")
+        os.kill(worker["pid"], signal.SIGKILL)  # mid-batch: the model has not answered
+
+        def records() -> list[dict]:
+            lines = kl("export", check=True).stdout.splitlines()
+            return [r for r in map(json.loads, lines) if "record_id" in r]
+
+        wait_for(records, timeout=30, message="the re-dispatched batch's records")
+        time.sleep(1.5)  # a second commit of the same batch would show by now
+        assert [r["strategy"] for r in records()] == ["llm-summary"]
+        assert "handed out again" in kl("logs", "storage", "-n", "200").stdout
     finally:
         kl("stop", check=True)
         server.close()
