@@ -195,7 +195,9 @@ def restart(ctx: click.Context, extraction_workers: int | None) -> None:
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(as_json: bool) -> None:
-    """Each role process: pid, state, uptime and restarts (exit 3 when not running)."""
+    """Each role process (pid, state, uptime, restarts), the extraction workers (busy or
+    idle, batches done, model budget and breakers) and what waits for extraction, per
+    project. Exit 3 when not running."""
     try:
         result = _supervisor("status") if _running() else None
     except (transport.Timeout, protocol.RemoteError):
@@ -206,10 +208,62 @@ def status(as_json: bool) -> None:
         else:
             click.echo("kirolearn is not running")
         sys.exit(EXIT_NOT_RUNNING)
+    result["extraction"] = _extraction_status(result)
+    result["pending"] = _pending()
     if as_json:
         click.echo(json.dumps(result))
-    else:
-        _print_status(result)
+        return
+    _print_status(result)
+    ext, pending = result["extraction"], result["pending"]
+    busy = sum(w["busy"] for w in ext["workers"])
+    line = (f"extraction ({ext['strategy']}): {len(ext['workers'])} worker(s), {busy} busy;"
+            f" {sum(w.get('batches_done', 0) for w in ext['workers'])} batch(es) done")
+    budgets = [w["llm_budget_left"] for w in ext["workers"] if "llm_budget_left" in w]
+    if budgets:
+        line += (f"; model budget left this hour: {sum(b['calls'] for b in budgets)} calls,"
+                 f" {sum(b['tokens'] for b in budgets)} tokens")
+    breakers = sorted({ns for w in ext["workers"] for ns in w.get("breakers_open", [])})
+    if breakers:
+        line += f"; breakers open for {', '.join(breakers)}"
+    click.echo(line)
+    click.echo(f"waiting for extraction: {pending['events']} event(s),"
+               f" {pending['batches']} batch(es)")
+    for ns in pending["namespaces"]:
+        click.echo(f"  {ns['namespace']}: {ns['pending_events']} event(s),"
+                   f" {ns['pending_batches']} batch(es)")
+
+
+def _extraction_status(status: dict) -> dict:
+    """Each worker's counters; a worker that does not answer at once is busy with a batch
+    (it answers between batches)."""
+    workers = []
+    for r in status["roles"]:
+        if r["role"] != "extraction" or r["state"] != RUNNING:
+            continue
+        try:
+            with transport.Client(paths.endpoint(f"{r['name']}.ctl"), timeout_ms=150) as c:
+                info = c.call("ping")
+        except (transport.Timeout, protocol.RemoteError):
+            workers.append({"name": r["name"], "busy": True})
+            continue
+        keep = ("batches_done", "llm_budget_left", "breakers_open")
+        workers.append({"name": r["name"], "busy": False,
+                        **{k: info[k] for k in keep if k in info}})
+    return {"strategy": _settings()["extraction"]["strategy"], "workers": workers}
+
+
+def _pending() -> dict:
+    """Events and batches waiting for extraction, per project with any."""
+    conn = _reader()
+    try:
+        stats = db.stats(conn)
+    finally:
+        conn.close()
+    return {"events": stats["totals"]["pending_events"],
+            "batches": stats["totals"]["pending_batches"],
+            "namespaces": [{k: n[k] for k in ("namespace", "pending_events", "pending_batches")}
+                           for n in stats["namespaces"]
+                           if n["pending_events"] or n["pending_batches"]]}
 
 
 @cli.command()

@@ -14,7 +14,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import NAMESPACE, kl, status, wait_for
+from conftest import NAMESPACE, kl, make_event, status, wait_for
 from test_heuristic import KIRO_CLI_SESSION
 
 from kirolearn import config, contract, heuristic, llm, paths, transport
@@ -255,6 +255,46 @@ def test_a_worker_killed_while_the_model_thinks_loses_nothing_and_repeats_nothin
         time.sleep(1.5)  # a second commit of the same batch would show by now
         assert [r["strategy"] for r in records()] == ["llm-summary"]
         assert "handed out again" in kl("logs", "storage", "-n", "200").stdout
+    finally:
+        kl("stop", check=True)
+        server.close()
+
+
+def test_status_shows_busy_workers_the_model_budget_and_what_waits(home, monkeypatch, ctx):
+    server = ScriptedEndpoint("openai")
+    server.script = [(200, GOOD, 2.0)]
+    for name, value in (("STRATEGY", "openai"), ("LLM_URL", server.url + "/v1"),
+                        ("LLM_MODEL", "scripted"), ("LLM_CALLS_PER_HOUR", "50")):
+        monkeypatch.setenv(f"KIROLEARN_EXTRACTION_{name}", value)
+    kl("start", check=True)
+    try:
+        with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as client:
+            for event in KIRO_CLI_SESSION:
+                event = {k: v for k, v in event.items() if k != "project_path"}
+                client.call("put_event", {"event": event})
+            waiting = NAMESPACE.replace("a" * 64, "c" * 64)
+            client.call("put_event", {"event": make_event("prompt", "half a turn",
+                                                          namespace=waiting)})
+        wait_for(lambda: server.requests, message="the worker to ask the model")
+        busy = json.loads(kl("status", "--json", check=True).stdout)
+        assert busy["extraction"]["strategy"] == "openai"
+        assert [w["busy"] for w in busy["extraction"]["workers"]] == [True]
+
+        def idle() -> dict | None:
+            now = json.loads(kl("status", "--json", check=True).stdout)
+            return now if not now["extraction"]["workers"][0]["busy"] else None
+
+        done = wait_for(idle, timeout=15, message="the worker to finish")
+        worker = done["extraction"]["workers"][0]
+        assert worker["batches_done"] == 1 and worker["breakers_open"] == []
+        assert worker["llm_budget_left"]["calls"] == 49
+        assert done["pending"]["events"] == 1
+        assert done["pending"]["namespaces"] == [
+            {"namespace": waiting, "pending_events": 1, "pending_batches": 0}]
+        text = kl("status", check=True).stdout
+        assert "extraction (openai): 1 worker(s), 0 busy; 1 batch(es) done" in text
+        assert "model budget left this hour: 49 calls" in text
+        assert f"  {waiting}: 1 event(s), 0 batch(es)" in text
     finally:
         kl("stop", check=True)
         server.close()
