@@ -210,8 +210,11 @@ def test_the_daemon_extracts_with_the_configured_model(home, monkeypatch, ctx):
     monkeypatch.setenv("KIROLEARN_EXTRACTION_LLM_URL", server.url + "/v1")
     monkeypatch.setenv("KIROLEARN_EXTRACTION_LLM_MODEL", "scripted")
     kl("start", check=True)
+    secrets = make_event("prompt", "deploy with key AKIAIOSFODNN7EXAMPLE and"
+                         " <private>my pin is 4711</private>", session_id="s-0")
     try:
         with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as client:
+            assert client.call("put_event", {"event": secrets})["status"] == "stored"
             for event in KIRO_CLI_SESSION:
                 event = {k: v for k, v in event.items() if k != "project_path"}
                 assert client.call("put_event", {"event": event})["status"] == "stored"
@@ -223,7 +226,10 @@ def test_the_daemon_extracts_with_the_configured_model(home, monkeypatch, ctx):
         (record,) = wait_for(records, timeout=20, message="the model's record")
         assert record["strategy"] == "llm-summary"
         assert record["title"] == GOOD["records"][0]["title"]
-        assert len(server.requests) == 1
+        (request,) = server.requests
+        prompt = request["body"]["messages"][0]["content"]
+        assert "deploy with key" in prompt  # the event went to the model, scrubbed
+        assert "AKIAIOSFODNN7EXAMPLE" not in prompt and "4711" not in prompt
     finally:
         kl("stop", check=True)
         server.close()
