@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -226,6 +227,9 @@ def status(as_json: bool) -> None:
     if breakers:
         line += f"; breakers open for {', '.join(breakers)}"
     click.echo(line)
+    if pending is None:
+        click.echo("waiting for extraction: unknown (the database cannot be read)")
+        return
     click.echo(f"waiting for extraction: {pending['events']} event(s),"
                f" {pending['batches']} batch(es)")
     for ns in pending["namespaces"]:
@@ -249,16 +253,24 @@ def _extraction_status(status: dict) -> dict:
         keep = ("batches_done", "llm_budget_left", "breakers_open")
         workers.append({"name": r["name"], "busy": False,
                         **{k: info[k] for k in keep if k in info}})
-    return {"strategy": _settings()["extraction"]["strategy"], "workers": workers}
-
-
-def _pending() -> dict:
-    """Events and batches waiting for extraction, per project with any."""
-    conn = _reader()
     try:
-        stats = db.stats(conn)
-    finally:
-        conn.close()
+        strategy = _settings()["extraction"]["strategy"]
+    except click.ClickException:  # the file changed since start and is broken now
+        strategy = "unknown"
+    return {"strategy": strategy, "workers": workers}
+
+
+def _pending() -> dict | None:
+    """Events and batches waiting for extraction, per project with any; None when the
+    database cannot be read (status must still report the processes)."""
+    try:
+        conn = _reader()
+        try:
+            stats = db.stats(conn)
+        finally:
+            conn.close()
+    except (click.ClickException, sqlite3.Error):
+        return None
     return {"events": stats["totals"]["pending_events"],
             "batches": stats["totals"]["pending_batches"],
             "namespaces": [{k: n[k] for k in ("namespace", "pending_events", "pending_batches")}

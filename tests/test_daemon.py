@@ -181,6 +181,8 @@ def test_a_role_that_cannot_start_ends_fatal_not_looping(home):
             (r for r in status()["roles"] if r["role"] == "storage" and r["state"] == "FATAL"),
             None), timeout=30, message="storage to go FATAL")
         assert storage["pid"] is None
+        assert json.loads(kl("status", "--json").stdout)["pending"] is None
+        assert "waiting for extraction: unknown" in kl("status").stdout
     finally:
         kl("stop", check=True)
     log = kl("logs", "supervisor", "-n", "200").stdout
