@@ -268,7 +268,7 @@ def test_a_worker_killed_while_the_model_thinks_loses_nothing_and_repeats_nothin
 
 def test_status_shows_busy_workers_the_model_budget_and_what_waits(home, monkeypatch, ctx):
     server = ScriptedEndpoint("openai")
-    server.script = [(200, GOOD, 2.0)]
+    server.script = [(200, GOOD, 4.0)]  # time enough to see the worker busy
     for name, value in (("STRATEGY", "openai"), ("LLM_URL", server.url + "/v1"),
                         ("LLM_MODEL", "scripted"), ("LLM_CALLS_PER_HOUR", "50")):
         monkeypatch.setenv(f"KIROLEARN_EXTRACTION_{name}", value)

@@ -292,8 +292,8 @@ def test_a_slow_query_is_interrupted_at_the_deadline(tmp_path):
                for i in range(3000)]
     s = search.Searcher(make_db(tmp_path / "big.db", records), 10**9, 10**9)
     full = s.search(NS_A, " ".join(words), 10, 60_000)
-    assert full.outcome == "ok" and full.latency_ms > 40, "the query must be slow for this test"
-    cut = s.search(NS_A, " ".join(words), 10, 10)
+    assert full.outcome == "ok" and full.latency_ms > 10, "the query must be slow for this test"
+    cut = s.search(NS_A, " ".join(words), 10, full.latency_ms / 5)  # whatever this machine's speed
     s.close()
     assert (cut.outcome, cut.records) == ("timeout", [])
     assert cut.latency_ms < full.latency_ms / 2
