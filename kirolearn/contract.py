@@ -82,6 +82,25 @@ def hash_json(encoded: str) -> str:
     return "sha256:" + hashlib.sha256(encoded.encode("utf-8")).hexdigest()
 
 
+def body_text(body: object) -> str:
+    """What a body says as text: text → its content; message → the last turn's content;
+    json → the data as JSON (a string as itself). Anything else → ""."""
+    if not isinstance(body, dict):
+        return ""
+    kind = body.get("type")
+    if kind == "text":
+        content = body.get("content")
+    elif kind == "message":
+        turns = body.get("turns")
+        content = turns[-1].get("content") if turns and isinstance(turns[-1], dict) else ""
+    elif kind == "json":
+        data = body.get("data")
+        content = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    else:
+        content = ""
+    return content if isinstance(content, str) else ""
+
+
 def parse_valid_time(value: str) -> datetime:
     """ISO 8601 with an explicit offset; a naive time is ambiguous and rejected."""
     parsed = datetime.fromisoformat(value)

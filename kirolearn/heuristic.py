@@ -18,7 +18,6 @@ names a file, a ``command`` key a command.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -71,16 +70,6 @@ class Turn:
 
 
 # -- reading payloads ---------------------------------------------------------------------
-
-def body_text(body: dict) -> str:
-    if body.get("type") == "text":
-        return str(body.get("content", ""))
-    if body.get("type") == "message":
-        turns = body.get("turns") or []
-        return str(turns[-1].get("content", "")) if turns else ""
-    data = body.get("data")
-    return data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-
 
 def _lines(text: object) -> int:
     return len(str(text).splitlines()) if text else 0
@@ -314,13 +303,14 @@ def extract(namespace: str, events: list[dict]) -> list[dict]:
         session_id, kind, body = event["session_id"], event["kind"], event["body"]
         if kind == "prompt":
             close(session_id)
-            turns[session_id] = Turn(session_id, body_text(body), [], "", [event["event_id"]])
+            turns[session_id] = Turn(session_id, contract.body_text(body), [], "",
+                                     [event["event_id"]])
         elif kind == "tool_use":
             turn = turns.setdefault(session_id, Turn(session_id))
             turn.actions.append(observe(body.get("data")))
             turn.event_ids.append(event["event_id"])
         elif kind == "session_summary":
-            text = body_text(body).strip()
+            text = contract.body_text(body).strip()
             turn = turns.setdefault(session_id, Turn(session_id))
             turn.conclusion = text
             turn.event_ids.append(event["event_id"])

@@ -69,7 +69,7 @@ def build_prompt(events: list[dict]) -> str:
     parts = [INSTRUCTIONS, ""]
     used = len(INSTRUCTIONS)
     for event in events:
-        body = heuristic.body_text(event["body"])
+        body = contract.body_text(event["body"])
         if len(body) > EVENT_CHARS:
             body = body[:EVENT_CHARS] + " [truncated]"
         entry = f"[{event['kind']} {event.get('valid_time', '')}]\n{body}\n"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from kirolearn import paths, protocol, role, search, transport
+from kirolearn import contract, paths, protocol, role, search, transport
 
 MAX_LIMIT = 100
 MAX_BUDGET_MS = 60_000
@@ -48,7 +48,7 @@ def parse_search(body: dict, default_limit: int, default_budget_ms: float) -> Se
         if not isinstance(query, str):
             raise BadSearch("'query' must be a string")
     elif isinstance(event, dict):
-        query = search.query_from_body(event.get("body"))
+        query = contract.body_text(event.get("body"))
     else:
         raise BadSearch("give 'query' (a string) or 'event' (a prompt event)")
     namespace = body.get("namespace", event.get("namespace") if isinstance(event, dict) else None)

@@ -1,11 +1,11 @@
 """Lexical search over memory records, and the context block an agent reads.
 
-The path is the seed's: a query from the prompt's body; whitespace tokens, deduped
-in order; past 32 tokens the 32 rarest by IDF (document frequencies from the index
-itself); each token quoted and the lot joined with OR; BM25 ranking inside one
-namespace; and if FTS5 refuses the expression, an escaped ``LIKE`` substring search,
-newest first. Search never raises: every failure is an empty result with an outcome
-and the latency.
+The path is the seed's: a query from the prompt's body (``contract.body_text``);
+whitespace tokens, deduped in order; past 32 tokens the 32 rarest by IDF (document
+frequencies from the index itself); each token quoted and the lot joined with OR;
+BM25 ranking inside one namespace; and if FTS5 refuses the expression, an escaped
+``LIKE`` substring search, newest first. Search never raises: every failure is an
+empty result with an outcome and the latency.
 
 A token's document frequency is that of what the FTS5 tokenizer makes of it
 (`Migrations` is the term `migrat`, `src/app.py` the phrase `src app py`): one-term
@@ -27,7 +27,6 @@ measures what this changes against the seed's ranking.
 
 from __future__ import annotations
 
-import json
 import math
 import sqlite3
 import time
@@ -50,23 +49,6 @@ MAX_PHRASE_COUNTS = 32  # phrases counted per search; others are bounded by thei
 TOTAL_TTL_S = 5.0  # how often the record count is re-read
 FREQ_TTL_S = 600.0  # document frequencies are kept this long, or until the count moves 1%
 CACHE_MAX = 50_000
-
-
-def query_from_body(body: object) -> str:
-    """text → its content; message → the last turn's content; json → the data as JSON."""
-    if not isinstance(body, dict):
-        return ""
-    kind = body.get("type")
-    if kind == "text":
-        content = body.get("content")
-    elif kind == "message":
-        turns = body.get("turns")
-        content = turns[-1].get("content") if turns and isinstance(turns[-1], dict) else ""
-    elif kind == "json":
-        content = json.dumps(body.get("data"), ensure_ascii=False)
-    else:
-        content = ""
-    return content if isinstance(content, str) else ""
 
 
 def tokens(query: str) -> list[str]:

@@ -200,6 +200,18 @@ def test_a_strategy_that_cannot_work_is_a_configuration_error(change, words):
                           logging.getLogger("test"))
 
 
+def send_session(client: transport.Client) -> None:
+    """The Kiro CLI session through ingest, as its shim would send it."""
+    for event in KIRO_CLI_SESSION:
+        event = {k: v for k, v in event.items() if k != "project_path"}  # batch-side field
+        assert client.call("put_event", {"event": event})["status"] == "stored"
+
+
+def records_exported() -> list[dict]:
+    lines = kl("export", check=True).stdout.splitlines()
+    return [r for r in map(json.loads, lines) if "record_id" in r]
+
+
 def test_the_daemon_extracts_with_the_configured_model(home, monkeypatch, ctx):
     server = ScriptedEndpoint("openai")
     server.script = [(200, GOOD, 0)] * 4
@@ -215,15 +227,9 @@ def test_the_daemon_extracts_with_the_configured_model(home, monkeypatch, ctx):
     try:
         with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as client:
             assert client.call("put_event", {"event": secrets})["status"] == "stored"
-            for event in KIRO_CLI_SESSION:
-                event = {k: v for k, v in event.items() if k != "project_path"}
-                assert client.call("put_event", {"event": event})["status"] == "stored"
+            send_session(client)
 
-        def records() -> list[dict]:
-            lines = kl("export", check=True).stdout.splitlines()
-            return [r for r in map(json.loads, lines) if "record_id" in r]
-
-        (record,) = wait_for(records, timeout=20, message="the model's record")
+        (record,) = wait_for(records_exported, timeout=20, message="the model's record")
         assert record["strategy"] == "llm-summary"
         assert record["title"] == GOOD["records"][0]["title"]
         (request,) = server.requests
@@ -247,19 +253,13 @@ def test_a_worker_killed_while_the_model_thinks_loses_nothing_and_repeats_nothin
     try:
         worker = next(r for r in status()["roles"] if r["role"] == "extraction")
         with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as client:
-            for event in KIRO_CLI_SESSION:
-                event = {k: v for k, v in event.items() if k != "project_path"}
-                client.call("put_event", {"event": event})
+            send_session(client)
         wait_for(lambda: server.requests, message="the worker to ask the model")
         os.kill(worker["pid"], signal.SIGKILL)  # mid-batch: the model has not answered
 
-        def records() -> list[dict]:
-            lines = kl("export", check=True).stdout.splitlines()
-            return [r for r in map(json.loads, lines) if "record_id" in r]
-
-        wait_for(records, timeout=30, message="the re-dispatched batch's records")
+        wait_for(records_exported, timeout=30, message="the re-dispatched batch's records")
         time.sleep(1.5)  # a second commit of the same batch would show by now
-        assert [r["strategy"] for r in records()] == ["llm-summary"]
+        assert [r["strategy"] for r in records_exported()] == ["llm-summary"]
         assert "handed out again" in kl("logs", "storage", "-n", "200").stdout
     finally:
         kl("stop", check=True)
@@ -275,9 +275,7 @@ def test_status_shows_busy_workers_the_model_budget_and_what_waits(home, monkeyp
     kl("start", check=True)
     try:
         with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as client:
-            for event in KIRO_CLI_SESSION:
-                event = {k: v for k, v in event.items() if k != "project_path"}
-                client.call("put_event", {"event": event})
+            send_session(client)
             waiting = NAMESPACE.replace("a" * 64, "c" * 64)
             client.call("put_event", {"event": make_event("prompt", "half a turn",
                                                           namespace=waiting)})

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kirolearn import db, search
+from kirolearn import contract, db, search
 
 NS_A = "/actor/tester/project/" + "a" * 64 + "/"
 NS_B = "/actor/tester/project/" + "b" * 64 + "/"
@@ -76,12 +76,12 @@ def searcher(corpus_db):
 # -- the query builder ---------------------------------------------------------------------------
 
 def test_query_comes_from_the_prompt_body():
-    assert search.query_from_body({"type": "text", "content": "why?"}) == "why?"
-    assert search.query_from_body({"type": "message", "turns": [
+    assert contract.body_text({"type": "text", "content": "why?"}) == "why?"
+    assert contract.body_text({"type": "message", "turns": [
         {"role": "user", "content": "first"}, {"role": "assistant", "content": "last"}]}) == "last"
-    assert search.query_from_body({"type": "json", "data": {"path": "a.py"}}) == '{"path": "a.py"}'
-    assert search.query_from_body({"type": "text", "content": ""}) == ""
-    assert search.query_from_body("not a body") == ""
+    assert contract.body_text({"type": "json", "data": {"path": "a.py"}}) == '{"path": "a.py"}'
+    assert contract.body_text({"type": "text", "content": ""}) == ""
+    assert contract.body_text("not a body") == ""
 
 
 def test_tokens_split_on_whitespace_drop_empties_and_dedupe_in_order():
