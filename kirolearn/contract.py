@@ -3,6 +3,8 @@
 Standard library only, because every shim imports this module on every hook.
 Validation collects *every* violation as a field-level error instead of
 stopping at the first, so a client sees all that is wrong with one event.
+Import cost matters here (a shim pays it on every hook): no dataclasses, and
+patterns are compiled on first use, by the long-lived daemon, not at import.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -23,11 +24,12 @@ OBSERVATION_TYPES = ("tool_use", "decision", "error", "discovery", "pattern", "s
 MAX_BODY_BYTES = 1024 * 1024  # serialized body cap, enforced by ingest
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-ULID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
-RECORD_ID_RE = re.compile(r"^mr_[0-9A-HJKMNP-TV-Z]{26}$")
-NAMESPACE_RE = re.compile(r"^/actor/[^/]+/project/[^/]+/$")
-CONTENT_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-SURFACE_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+# Patterns for re.match (compiled once, on first use, by re's own cache).
+ULID_PATTERN = r"[0-9A-HJKMNP-TV-Z]{26}\Z"
+RECORD_ID_PATTERN = r"mr_[0-9A-HJKMNP-TV-Z]{26}\Z"
+NAMESPACE_PATTERN = r"/actor/[^/]+/project/[^/]+/\Z"
+CONTENT_HASH_PATTERN = r"sha256:[0-9a-f]{64}\Z"
+SURFACE_PATTERN = r"[a-z0-9][a-z0-9._-]{0,63}\Z"
 
 
 # --- identifiers ---------------------------------------------------------------------------
@@ -58,7 +60,7 @@ def new_record_id() -> str:
 
 def is_ulid(value: Any) -> bool:
     # The first character caps the value at 2**128 - 1.
-    return isinstance(value, str) and bool(ULID_RE.match(value)) and value[0] <= "7"
+    return isinstance(value, str) and bool(re.match(ULID_PATTERN, value)) and value[0] <= "7"
 
 
 # --- bodies ----------------------------------------------------------------------------------
@@ -101,6 +103,115 @@ def body_text(body: object) -> str:
     return content if isinstance(content, str) else ""
 
 
+TRUNCATE_BYTES = 512 * 1024  # shims cut bodies to this, well under MAX_BODY_BYTES
+TRUNCATION_MARK = " [truncated by kirolearn]"
+
+
+def body_size(body: Any) -> int:
+    """Bytes of the body's canonical JSON: what the size limits are measured on."""
+    return len(canonical_json(body).encode("utf-8"))
+
+
+def _fit_text(text: str, make: Any, limit: int) -> str | None:
+    """The longest cut of text (plus the mark) for which ``make(cut)`` fits in limit bytes,
+    shortened 10% at a time after a first cut proportional to the excess; None when
+    even the bare mark does not fit."""
+    cut, size = len(text), body_size(make(text))
+    while cut > 0:
+        cut = min(cut - 1, int(cut * min(0.9, limit / size)))
+        candidate = text[:cut] + TRUNCATION_MARK
+        size = body_size(make(candidate))
+        if size <= limit:
+            return candidate
+    candidate = TRUNCATION_MARK.strip()
+    return candidate if body_size(make(candidate)) <= limit else None
+
+
+def _largest_string(value: Any, path: tuple = ()) -> tuple[int, tuple]:
+    """(length, path) of the longest string (key paths only through dicts and lists)."""
+    best = (len(value), path) if isinstance(value, str) else (-1, path)
+    items = value.items() if isinstance(value, dict) else (
+        enumerate(value) if isinstance(value, list) else ())
+    for key, item in items:
+        found = _largest_string(item, (*path, key))
+        if found[0] > best[0]:
+            best = found
+    return best
+
+
+def _replace_at(value: Any, path: tuple, new: Any) -> Any:
+    """A copy of value with the item at path replaced (copies only along the path)."""
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    copy = dict(value) if isinstance(value, dict) else list(value)
+    copy[head] = _replace_at(value[head], rest, new)
+    return copy
+
+
+def _get_at(value: Any, path: tuple) -> Any:
+    for key in path:
+        value = value[key]
+    return value
+
+
+def truncate_body(body: dict, limit: int = TRUNCATE_BYTES) -> dict:
+    """The body itself when it fits in limit bytes, otherwise a trimmed copy marked
+    ``[truncated by kirolearn]``, per shape:
+
+    - text: the content is cut;
+    - message: the last turn's content is cut; a turn that cannot fit even empty is
+      dropped and the one before it is cut (at least one turn is kept);
+    - json: ``tool_response.result`` is cut first (serialized if it is not text),
+      then the longest strings one by one, so the tool name and input survive; as a
+      last resort the data becomes ``{"_truncated": <its JSON, cut>}``.
+    """
+    if body_size(body) <= limit:
+        return body
+    kind = body.get("type")
+    if kind == "text":
+        content = _fit_text(body["content"], lambda c: {"type": "text", "content": c}, limit)
+        return {"type": "text", "content": content or ""}
+    if kind == "message":
+        turns = [dict(turn) for turn in body["turns"]]
+        while True:
+            head = turns[:-1]
+            last = turns[-1]
+            content = _fit_text(str(last.get("content", "")), lambda c, h=head, t=last: {
+                "type": "message", "turns": [*h, {**t, "content": c}]}, limit)
+            if content is not None or len(turns) == 1:
+                turns[-1] = {**last, "content": content or TRUNCATION_MARK.strip()}
+                return {"type": "message", "turns": turns}
+            turns.pop()
+    data = body.get("data")
+    response = data.get("tool_response") if isinstance(data, dict) else None
+    if isinstance(response, dict) and "result" in response:
+        result = response["result"]
+        text = result if isinstance(result, str) else canonical_json(result)
+        def with_result(r: str, d: dict = data) -> dict:
+            return {"type": "json", "data": {**d, "tool_response": {**d["tool_response"],
+                                                                    "result": r}}}
+        fitted = _fit_text(text, with_result, limit)
+        data = with_result(fitted if fitted is not None else "")["data"]
+        if fitted is not None:
+            return {"type": "json", "data": data}
+    for _ in range(64):  # longest strings first; a deep pile of short ones ends below
+        length, path = _largest_string(data)
+        if length <= len(TRUNCATION_MARK):
+            break
+        def with_leaf(v: str, d: Any = data, p: tuple = path) -> dict:
+            return {"type": "json", "data": _replace_at(d, p, v)}
+        fitted = _fit_text(_get_at(data, path), with_leaf, limit)
+        if fitted is not None:
+            return with_leaf(fitted)
+        data = _replace_at(data, path, TRUNCATION_MARK.strip())
+        if body_size({"type": "json", "data": data}) <= limit:
+            return {"type": "json", "data": data}
+    whole = canonical_json(body.get("data"))
+    fitted = _fit_text(whole, lambda w: {"type": "json", "data": {"_truncated": w}}, limit)
+    return {"type": "json", "data": {"_truncated": fitted or ""}}
+
+
 def parse_valid_time(value: str) -> datetime:
     """ISO 8601 with an explicit offset; a naive time is ambiguous and rejected."""
     parsed = datetime.fromisoformat(value)
@@ -116,8 +227,7 @@ def now_iso() -> str:
 # --- validation ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class FieldError:
+class FieldError(NamedTuple):
     field: str
     message: str
     code: str = "invalid"  # "too_large" for the body size cap
@@ -265,7 +375,7 @@ def check_event(event: Any) -> CheckedEvent:
     else:
         body_json = _check_body(errors, event["body"])
     namespace = event.get("namespace")
-    if not isinstance(namespace, str) or not NAMESPACE_RE.match(namespace):
+    if not isinstance(namespace, str) or not re.match(NAMESPACE_PATTERN, namespace):
         errors.append(FieldError("namespace", "must look like /actor/<user>/project/<id>/"))
     elif not is_text(namespace):
         errors.append(FieldError("namespace", UNPAIRED_SURROGATE))
@@ -280,7 +390,7 @@ def check_event(event: Any) -> CheckedEvent:
         if extra:
             errors.append(FieldError("source", f"unknown field(s): {sorted(extra)}"))
         surface = source.get("surface")
-        if not isinstance(surface, str) or not SURFACE_RE.match(surface):
+        if not isinstance(surface, str) or not re.match(SURFACE_PATTERN, surface):
             errors.append(FieldError("source.surface", "must be a short lowercase name"))
         _check_str(errors, source, "version", 1, 64, "source.")
         _check_str(errors, source, "client_id", 1, 255, "source.")
@@ -289,7 +399,8 @@ def check_event(event: Any) -> CheckedEvent:
     if version != SCHEMA_VERSION or isinstance(version, bool):
         errors.append(FieldError("schema_version", f"must be {SCHEMA_VERSION}"))
     digest = event.get("content_hash")
-    if digest is not None and (not isinstance(digest, str) or not CONTENT_HASH_RE.match(digest)):
+    if digest is not None and (not isinstance(digest, str)
+                               or not re.match(CONTENT_HASH_PATTERN, digest)):
         errors.append(FieldError("content_hash", "must be sha256:<64 lowercase hex>"))
     parent = event.get("parent_event_id")
     if parent is not None and not is_ulid(parent):
@@ -329,10 +440,10 @@ def validate_record(record: Any) -> dict:
     if extra:
         errors.append(FieldError("record", f"unknown field(s): {sorted(extra)}"))
     record_id = record.get("record_id")
-    if not isinstance(record_id, str) or not RECORD_ID_RE.match(record_id):
+    if not isinstance(record_id, str) or not re.match(RECORD_ID_PATTERN, record_id):
         errors.append(FieldError("record_id", "must be mr_ followed by a ULID"))
     namespace = record.get("namespace")
-    if not isinstance(namespace, str) or not NAMESPACE_RE.match(namespace):
+    if not isinstance(namespace, str) or not re.match(NAMESPACE_PATTERN, namespace):
         errors.append(FieldError("namespace", "must look like /actor/<user>/project/<id>/"))
     _check_str(errors, record, "title", 1, 200)
     _check_str(errors, record, "summary", 1, 4000)

@@ -11,6 +11,10 @@ context" rather than make the shim wait past its own timeout.
 Ingest never blocks on a downstream role: it talks to storage and retrieval over
 DEALER sockets with request ids, so many requests can be in flight and storage
 can commit them as one group.
+
+It also drains the spool (events a shim could not deliver) when it starts and
+every ``ingest.spool_interval_s``: each file goes through the same door as a
+client's event and is deleted once storage has it (or moved aside if invalid).
 """
 
 from __future__ import annotations
@@ -19,23 +23,28 @@ import contextlib
 import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import zmq
 
-from kirolearn import contract, db, paths, privacy, protocol, role, transport
+from kirolearn import contract, db, paths, privacy, protocol, role, spool, transport
 
 Code = protocol.ErrorCode
 # A storage request is sent once this much is waiting (or when no client request is left),
 # so storage commits one group while ingest prepares the next, and frames stay small.
 FLUSH_EVENTS = 200
 FLUSH_BYTES = 1024 * 1024
+SPOOL_CHUNK = 200  # spool files read per storage request
+# The shim's poll timeout is the whole budget; retrieval gets a little less, so the
+# "stored, no context" answer reaches the shim before it gives up and spools.
+REPLY_RESERVE_S = 0.05
 
 
 @dataclass
 class Pending:
     """A client request waiting for storage (and maybe retrieval)."""
 
-    envelope: list[bytes]
+    envelope: list[bytes] | None  # None: events from the spool, not from a client
     request_id: str
     op: str
     results: list[dict | None]  # one per event; None until storage answers
@@ -46,6 +55,7 @@ class Pending:
     retrieval_started: float = 0.0
     storage_done: bool = False
     storage_slots: list[int] = field(default_factory=list)  # result indexes sent to storage
+    spool_files: list[Path] = field(default_factory=list)  # one per event, from the spool
 
 
 class Ingest(role.Role):
@@ -53,7 +63,10 @@ class Ingest(role.Role):
     tick_interval_s = 0.01
 
     def setup(self) -> None:
-        self.budget_s = self.settings["retrieval"]["budget_ms"] / 1000
+        self.budget_s = max(0.0, self.settings["retrieval"]["budget_ms"] / 1000 - REPLY_RESERVE_S)
+        self.spool_interval_s = self.settings["ingest"]["spool_interval_s"]
+        self.next_spool = 0.0  # drain at start
+        self.spooling = False  # a chunk of the spool is with storage
         self.limit = self.settings["retrieval"]["limit"]
         self.storage_timeout_s = self.settings["ingest"]["storage_timeout_ms"] / 1000
         self.front = self.bind(zmq.ROUTER, paths.endpoint("ingest", self.base), self._on_client)
@@ -72,7 +85,8 @@ class Ingest(role.Role):
         self.accepted = 0
 
     def control_status(self) -> dict:
-        return {"in_flight": len(self.by_storage_id), "accepted": self.accepted}
+        return {"in_flight": len(self.by_storage_id), "accepted": self.accepted,
+                "spool_waiting": len(spool.waiting(self.base))}
 
     # -- clients ----------------------------------------------------------------------------
 
@@ -104,6 +118,11 @@ class Ingest(role.Role):
         self.accepted += len(events)
 
     def _fail(self, pending: Pending, code: int, reason: str) -> None:
+        if pending.envelope is None:  # spooled events stay spooled; try again later
+            self.log.warning("spool: %s; retrying in %ss", reason, self.spool_interval_s)
+            self.spooling = False
+            self.next_spool = time.monotonic() + self.spool_interval_s
+            return
         transport.send_reply(self.front, pending.envelope,
                              protocol.reply_error(pending.request_id, code, reason))
         if pending.event is not None:
@@ -118,8 +137,12 @@ class Ingest(role.Role):
             transport.send_reply(self.front, envelope, protocol.reply_error(
                 rid, Code.SHUTTING_DOWN, "ingest is stopping"))
         elif op == "put_event":
-            self._put(envelope, rid, op, [body.get("event")],
-                      retrieve=body.get("retrieve") is True)
+            retrieve = body.get("retrieve", False)
+            if retrieve not in (True, False, "session"):
+                transport.send_reply(self.front, envelope, protocol.reply_error(
+                    rid, Code.BAD_REQUEST, "'retrieve' must be true, false or \"session\""))
+                return
+            self._put(envelope, rid, op, [body.get("event")], retrieve=retrieve)
         elif op == "put_events":
             # 'lines' carries events as JSON text (bulk import): parsing untrusted
             # JSON belongs here, at the door, and spares the client a decode/encode.
@@ -135,9 +158,11 @@ class Ingest(role.Role):
             transport.send_reply(self.front, envelope, protocol.reply_error(
                 rid, Code.UNKNOWN_OP, f"ingest does not serve {op!r}"))
 
-    def _put(self, envelope: list[bytes], rid: str, op: str, events: list, retrieve: bool) -> None:
+    def _put(self, envelope: list[bytes] | None, rid: str, op: str, events: list,
+             retrieve: bool | str, spool_files: list[Path] | None = None) -> None:
         now = time.monotonic()
-        pending = Pending(envelope, rid, op, [None] * len(events), now + self.storage_timeout_s)
+        pending = Pending(envelope, rid, op, [None] * len(events), now + self.storage_timeout_s,
+                          spool_files=spool_files or [])
         clean = []
         first_body = None
         for index, event in enumerate(events):
@@ -168,15 +193,21 @@ class Ingest(role.Role):
         self.outbox.append((pending, clean))
         self.outbox_events += len(clean)
         self.outbox_bytes += sum(len(event["body_json"]) for event in clean)
-        if retrieve and clean[0]["kind"] == "prompt":
+        if retrieve == "session" or (retrieve is True and clean[0]["kind"] == "prompt"):
             prompt = {k: clean[0][k] for k in ("event_id", "namespace", "kind", "session_id")}
-            self._ask_retrieval(pending, {**prompt, "body": first_body}, now)
+            self._ask_retrieval(pending, {**prompt, "body": first_body}, now,
+                                session=retrieve == "session")
 
-    def _ask_retrieval(self, pending: Pending, event: dict, now: float) -> None:
-        message = protocol.request("search", {
-            "event": event, "namespace": event["namespace"], "limit": self.limit,
-            "budget_ms": self.budget_s * 1000,
-            "deadline_ms": time.time() * 1000 + self.budget_s * 1000})
+    def _ask_retrieval(self, pending: Pending, event: dict, now: float,
+                       session: bool = False) -> None:
+        """Ask for the prompt's context (or, at a session start, the project's)."""
+        if session:
+            message = protocol.request("session_context", {"namespace": event["namespace"]})
+        else:
+            message = protocol.request("search", {
+                "event": event, "namespace": event["namespace"], "limit": self.limit,
+                "budget_ms": self.budget_s * 1000,
+                "deadline_ms": time.time() * 1000 + self.budget_s * 1000})
         pending.event = event
         pending.retrieval_started = now
         pending.retrieval_deadline = now + self.budget_s
@@ -245,6 +276,9 @@ class Ingest(role.Role):
             self._reply(pending)
 
     def _reply(self, pending: Pending) -> None:
+        if pending.envelope is None:
+            self._spool_done(pending)
+            return
         if pending.op == "put_event":
             body = dict(pending.results[0])
             if pending.event is not None:
@@ -254,10 +288,48 @@ class Ingest(role.Role):
             reply = protocol.reply_ok(pending.request_id, {"results": pending.results})
         transport.send_reply(self.front, pending.envelope, reply)
 
+    # -- the spool -------------------------------------------------------------------------
+
+    def _drain_spool(self, now: float) -> None:
+        files = spool.waiting(self.base, SPOOL_CHUNK)
+        if not files:
+            self.next_spool = now + self.spool_interval_s
+            return
+        events = []
+        for path in files:
+            event = spool.read(path)
+            events.append(_BadLine(event) if isinstance(event, str) else event)
+        self.log.info("spool: draining %d event(s)", len(files))
+        self.spooling = True
+        self._put(None, protocol.new_request_id(), "put_events", events, retrieve=False,
+                  spool_files=files)
+        self._flush()
+
+    def _spool_done(self, pending: Pending) -> None:
+        stored = 0
+        for path, result in zip(pending.spool_files, pending.results, strict=True):
+            try:
+                if result["status"] == "rejected":
+                    self.log.warning("spool: %s rejected (%s); moved to %s/", path.name,
+                                     result["reason"], spool.REJECTED)
+                    spool.reject(path, result["reason"])
+                else:
+                    stored += result["status"] == "stored"
+                    path.unlink(missing_ok=True)
+            except OSError as exc:
+                self.log.warning("spool: cannot remove %s: %s", path.name, exc)
+        self.log.info("spool: %d stored, %d already stored or rejected", stored,
+                      len(pending.spool_files) - stored)
+        self.spooling = False
+        full = len(pending.spool_files) >= SPOOL_CHUNK
+        self.next_spool = time.monotonic() + (0 if full else self.spool_interval_s)
+
     # -- deadlines ------------------------------------------------------------------------------
 
     def tick(self) -> None:
         now = time.monotonic()
+        if not self.spooling and not self.stopping and now >= self.next_spool:
+            self._drain_spool(now)
         for rid, pending in list(self.by_retrieval_id.items()):
             if now >= pending.retrieval_deadline:
                 del self.by_retrieval_id[rid]
@@ -282,7 +354,8 @@ class Ingest(role.Role):
 
 
 class _BadLine:
-    """A line of an import that is not JSON: rejected like an invalid event."""
+    """A line of an import (or a spool file) that is not JSON: rejected like an invalid
+    event."""
 
     def __init__(self, reason: str):
         self.reason = reason

@@ -1,7 +1,8 @@
 """Where kirolearn keeps its files and sockets. Standard library only.
 
 Everything lives under ``KIROLEARN_HOME`` (default ``~/.kirolearn``): the
-database, ``run/`` (sockets, pidfile) and ``logs/``. ipc socket
+database, ``run/`` (sockets, pidfile), ``logs/``, ``spool/`` (events a shim could
+not deliver) and ``sessions/`` (each project's current session). ipc socket
 paths must stay under libzmq's ~107-byte limit, so when the home is too deep the
 runtime directory moves to ``/tmp/kirolearn-<uid>-<hash>`` (still 0700, still
 unique to the home).
@@ -9,6 +10,7 @@ unique to the home).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import stat
@@ -29,6 +31,14 @@ def log_dir(base: Path | None = None) -> Path:
     return (base or home()) / "logs"
 
 
+def spool_dir(base: Path | None = None) -> Path:
+    return (base or home()) / "spool"
+
+
+def sessions_dir(base: Path | None = None) -> Path:
+    return (base or home()) / "sessions"
+
+
 def runtime_dir(base: Path | None = None) -> Path:
     base = base or home()
     run = base / "run"
@@ -40,6 +50,26 @@ def runtime_dir(base: Path | None = None) -> Path:
 
 def pidfile(base: Path | None = None) -> Path:
     return runtime_dir(base) / "supervisor.pid"
+
+
+def is_locked(path: Path) -> bool:
+    """Whether a live daemon holds the pidfile lock."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def daemon_running(base: Path | None = None) -> bool:
+    return is_locked(pidfile(base))
 
 
 def endpoint(name: str, base: Path | None = None) -> str:

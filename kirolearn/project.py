@@ -15,11 +15,10 @@ Standard library only: shims import this on every hook.
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 MARKERS = (
     ".kiro", ".git", "package.json", "Cargo.toml", "pyproject.toml", "setup.py", "go.mod",
@@ -28,8 +27,7 @@ MARKERS = (
 )
 
 
-@dataclass(frozen=True)
-class Project:
+class Project(NamedTuple):
     root: str  # absolute path recorded as source.project_path
     project_id: str  # sha256 hex of the root (or of the explicit name)
     is_global: bool
@@ -43,11 +41,17 @@ def sha256_hex(text: str) -> str:
 
 
 def actor_id() -> str:
-    """The OS user name, safe to embed in a namespace."""
-    try:
-        name = getpass.getuser()
-    except (KeyError, OSError):
-        name = os.environ.get("USER") or os.environ.get("USERNAME") or "unknown"
+    """The OS user name, safe to embed in a namespace (getpass.getuser's rule, without
+    the cost of importing getpass on every hook)."""
+    name = next((os.environ[k] for k in ("LOGNAME", "USER", "LNAME", "USERNAME")
+                 if os.environ.get(k)), None)
+    if name is None:
+        try:
+            import pwd
+
+            name = pwd.getpwuid(os.getuid()).pw_name
+        except (ImportError, KeyError):
+            name = "unknown"
     return (name.replace("/", "_") or "unknown")[:128]
 
 

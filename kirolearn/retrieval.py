@@ -1,7 +1,8 @@
 """Retrieval role: answers ``search`` with memory records and the agent's context block.
 
-Ingest asks it for every prompt sent with ``retrieve: true``; ``kirolearn search``
-and the MCP server ask it directly. It searches on its own read-only connection
+Ingest asks it for every prompt sent with ``retrieve: true`` (``search``) and for
+every session start sent with ``retrieve: "session"`` (``session_context``);
+``kirolearn search`` and the MCP server ask it directly. It searches on its own read-only connection
 (WAL lets it read while storage writes; see ``search``). Every search runs under a
 deadline: the request's budget, cut shorter by the sender's ``deadline_ms`` when
 given, so a request that waited in the queue past its sender's patience is answered
@@ -79,6 +80,7 @@ class Retrieval(role.Role):
     def setup(self) -> None:
         self.default_limit = self.settings["retrieval"]["limit"]
         self.default_budget_ms = self.settings["retrieval"]["budget_ms"]
+        self.session_tokens = self.settings["retrieval"]["session_tokens"]
         self.searcher = search.Searcher(paths.db_path(self.base))
         self.outcomes: Counter[str] = Counter()
         self.bind(zmq.ROUTER, paths.endpoint("retrieval", self.base), self._on_request)
@@ -111,10 +113,27 @@ class Retrieval(role.Role):
                 if result.error:
                     self.log.warning("search failed (%s): %s", result.outcome, result.error)
                 reply = protocol.reply_ok(rid, result.as_dict(asked.with_records))
+        elif op == "session_context":
+            reply = self._session_context(rid, request["body"])
         else:
             reply = protocol.reply_error(rid, protocol.ErrorCode.UNKNOWN_OP,
                                          f"retrieval does not serve {op!r}")
         transport.send_reply(sock, envelope, reply)
+
+    def _session_context(self, rid: str, body: dict) -> dict:
+        namespace = body.get("namespace")
+        tokens = body.get("tokens", self.session_tokens)
+        if not isinstance(namespace, str) or not namespace:
+            return protocol.reply_error(rid, protocol.ErrorCode.BAD_REQUEST,
+                                        "'namespace' must be a non-empty string")
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or not 0 <= tokens <= 100_000:
+            return protocol.reply_error(rid, protocol.ErrorCode.BAD_REQUEST,
+                                        "'tokens' must be an integer from 0 to 100000")
+        result = self.searcher.session_context(namespace, tokens)
+        self.outcomes[result.outcome] += 1
+        if result.error:
+            self.log.warning("session context failed: %s", result.error)
+        return protocol.reply_ok(rid, result.as_dict())
 
 
 if __name__ == "__main__":

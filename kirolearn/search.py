@@ -27,6 +27,7 @@ measures what this changes against the seed's ranking.
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 import time
@@ -128,6 +129,52 @@ def context_block(records: list[dict]) -> str:
     return "\n\n".join(parts)
 
 
+SESSION_HEADER = "## This project so far (from kirolearn)"
+SESSION_RECENT = 5  # newest records listed as one line each
+SESSION_TOP = 20  # candidates for the records given in full
+SESSION_LOOKBACK = 500  # recent retrievals counted to find the records that matter most
+
+
+def estimate_tokens(text: str) -> int:
+    """About four characters per token: close enough for English and code."""
+    return (len(text) + 3) // 4
+
+
+def session_block(recent: list[dict], top: list[dict],
+                  token_budget: int) -> tuple[str, list[dict]]:
+    """The session-start context and the records in it: one line per recent record,
+    then the top records in full (the context block's format), as many as fit in
+    token_budget."""
+    included: list[dict] = []
+    if not recent and not top:
+        return "", included
+    parts = [SESSION_HEADER, "Recent work:"]
+    used = estimate_tokens("\n\n".join(parts))
+    lines: list[str] = []
+    for record in recent:
+        first = " ".join(record["summary"].split())
+        line = f"- {record['created_at'][:10]} {' '.join(record['title'].split())}"
+        if first and first != record["title"]:
+            line += f": {first[:160]}" + ("…" if len(first) > 160 else "")
+        if used + estimate_tokens(line) + 1 > token_budget:
+            break
+        lines.append(line)
+        included.append(record)
+        used += estimate_tokens(line) + 1
+    if lines:
+        parts[-1] += "\n" + "\n".join(lines)
+    else:
+        parts.pop()
+    for record in top:
+        section = context_block([record]).split("\n\n", 1)[1]
+        if used + estimate_tokens(section) + 1 > token_budget:
+            continue  # a shorter one further down may still fit
+        parts.append(section)
+        included.append(record)
+        used += estimate_tokens(section) + 1
+    return ("\n\n".join(parts), included) if included else ("", [])
+
+
 @dataclass
 class Result:
     records: list[dict]  # each with its ``score`` (BM25, lower is better; None from LIKE)
@@ -136,10 +183,11 @@ class Result:
     terms: list[str] = field(default_factory=list)
     window: int | None = None
     error: str | None = None
+    block: str | None = None  # the context when it is not the search format (session start)
 
     @property
     def context(self) -> str:
-        return context_block(self.records)
+        return context_block(self.records) if self.block is None else self.block
 
     @property
     def record_ids(self) -> list[str]:
@@ -204,6 +252,47 @@ class Searcher:
                             error=f"{type(exc).__name__}: {exc}")
             if not timed_out:
                 self.close()  # a broken connection is reopened next time
+        result.latency_ms = (time.monotonic() - started) * 1000
+        return result
+
+    def session_context(self, namespace: str, token_budget: int) -> Result:
+        """What an agent starting a session should know: the newest records, then the
+        records retrieved most often lately (decisions and patterns next, newest first),
+        within token_budget. Never raises."""
+        started = time.monotonic()
+        try:
+            conn = self._connection()
+            rows = conn.execute(
+                f"SELECT {db.RECORD_COLUMNS} FROM memory_records WHERE namespace = ?"
+                " ORDER BY created_at DESC, id DESC LIMIT ?", (namespace, SESSION_RECENT))
+            recent = [db.record_from_row(row) for row in rows]
+            counts: dict[str, int] = {}
+            for (ids_json,) in conn.execute(
+                    "SELECT record_ids_json FROM retrievals WHERE namespace = ?"
+                    " ORDER BY id DESC LIMIT ?", (namespace, SESSION_LOOKBACK)):
+                for record_id in json.loads(ids_json):
+                    counts[record_id] = counts.get(record_id, 0) + 1
+            shown = {r["record_id"] for r in recent}
+            wanted = [i for i, _ in sorted(counts.items(), key=lambda kv: -kv[1])
+                      if i not in shown][:SESSION_TOP]
+            marks = ",".join("?" * len(wanted))
+            by_id = {} if not wanted else {
+                row[0]: db.record_from_row(row) for row in conn.execute(
+                    f"SELECT {db.RECORD_COLUMNS} FROM memory_records"
+                    f" WHERE namespace = ? AND record_id IN ({marks})", (namespace, *wanted))}
+            top = [by_id[i] for i in wanted if i in by_id]
+            if len(top) < SESSION_TOP:
+                shown |= set(by_id)
+                top += [r for r in (db.record_from_row(row) for row in conn.execute(
+                    f"SELECT {db.RECORD_COLUMNS} FROM memory_records WHERE namespace = ?"
+                    " AND observation_type IN ('decision', 'pattern')"
+                    " ORDER BY created_at DESC, id DESC LIMIT ?", (namespace, SESSION_TOP)))
+                    if r["record_id"] not in shown][:SESSION_TOP - len(top)]
+            context, included = session_block(recent, top, token_budget)
+            result = Result(included, "ok" if included else "empty", 0.0, block=context)
+        except Exception as exc:  # a session starts with or without its context
+            self.close()
+            result = Result([], "error", 0.0, error=f"{type(exc).__name__}: {exc}", block="")
         result.latency_ms = (time.monotonic() - started) * 1000
         return result
 

@@ -84,22 +84,6 @@ def read_pid(path: Path) -> int | None:
         return None
 
 
-def is_locked(path: Path) -> bool:
-    """Whether a live daemon holds the pidfile lock."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-
-
 def remove_socket_files(run_dir: Path) -> list[str]:
     removed = []
     for pattern in ("*.sock", "*.ctl"):

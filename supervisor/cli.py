@@ -23,12 +23,23 @@ from kirolearn.supervisor.arbiter import (
     RET_PIDFILE,
     RUNNING,
     START_ORDER,
-    is_locked,
     read_pid,
     remove_socket_files,
 )
 
-from kirolearn import __version__, config, contract, db, llm, paths, project, protocol, transport
+from kirolearn import (
+    __version__,
+    config,
+    contract,
+    db,
+    llm,
+    paths,
+    project,
+    protocol,
+    spool,
+    transport,
+)
+from kirolearn import install as install_
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 60.0
@@ -50,7 +61,7 @@ def _settings() -> dict:
 
 
 def _running() -> bool:
-    return is_locked(paths.pidfile())
+    return paths.daemon_running()
 
 
 def _supervisor(op: str, body: dict | None = None, timeout_ms: int = 2000) -> dict:
@@ -594,7 +605,7 @@ def worker_extraction(daemon_home: str | None) -> None:
     from kirolearn.extraction import ExtractionWorker
 
     base = Path(daemon_home).resolve() if daemon_home else paths.home()
-    if not is_locked(paths.pidfile(base)):
+    if not paths.daemon_running(base):
         raise click.ClickException(f"no kirolearn daemon is running in {base}")
     try:
         settings = config.load(base)
@@ -604,3 +615,158 @@ def worker_extraction(daemon_home: str | None) -> None:
     role.setup_logging(name, settings["logging"]["level"])
     sys.exit(ExtractionWorker(name, base, settings).run(standalone=True))
 
+
+
+# -- agent hooks ------------------------------------------------------------------------------
+
+
+def _install_target(project_dir: str | None, global_: bool) -> Path | None:
+    """The project whose agent configuration to change (None: the user's own)."""
+    if project_dir and global_:
+        raise click.UsageError("give --project DIR or --global, not both")
+    if global_:
+        return None
+    if project_dir:
+        return Path(project_dir).resolve()
+    here = project.resolve_project()
+    if here.is_global:
+        raise click.UsageError(
+            "the current directory is in no project; give --project DIR or --global")
+    return Path(here.root)
+
+
+def agent_options(command):
+    command = click.option("--global", "global_", is_flag=True,
+                           help="The user's own configuration, for every project.")(command)
+    command = click.option("--project", "project_dir", default=None,
+                           type=click.Path(exists=True, file_okay=False),
+                           help="The project to configure (default: the current one).")(command)
+    return click.option("--agent", "agents", required=True, multiple=True,
+                        type=click.Choice(install_.AGENTS),
+                        help="The agent to configure (repeat for several).")(command)
+
+
+@cli.command()
+@agent_options
+def install(agents: tuple[str, ...], project_dir: str | None, global_: bool) -> None:
+    """Add kirolearn's hooks to an agent's configuration (merged into what is there; a
+    changed file is backed up to <file>.kirolearn.bak; running it again changes nothing).
+
+    \b
+    Examples:
+        kirolearn install --agent claude-code
+        kirolearn install --agent kiro-cli --global
+    """
+    target = _install_target(project_dir, global_)
+    for agent in agents:
+        try:
+            changes = install_.install(agent, target, Path.home())
+        except (install_.InstallError, OSError) as exc:
+            raise click.ClickException(f"{agent}: {exc}") from exc
+        for change in changes:
+            click.echo(f"{agent}: {change}")
+    if not _running():
+        click.echo("The daemon is not running; the first hook starts it (or: kirolearn start).")
+
+
+@cli.command()
+@agent_options
+def uninstall(agents: tuple[str, ...], project_dir: str | None, global_: bool) -> None:
+    """Remove kirolearn's hooks from an agent's configuration (and nothing else)."""
+    target = _install_target(project_dir, global_)
+    for agent in agents:
+        try:
+            changes = install_.uninstall(agent, target, Path.home())
+        except (install_.InstallError, OSError) as exc:
+            raise click.ClickException(f"{agent}: {exc}") from exc
+        for change in changes:
+            click.echo(f"{agent}: {change}")
+
+
+@cli.command()
+@click.option("--project", "project_dir", default=None,
+              type=click.Path(exists=True, file_okay=False),
+              help="The project whose agent configuration to check (default: the current one).")
+def doctor(project_dir: str | None) -> None:
+    """Check the daemon, its sockets, the database, the spool and each agent's hooks, and
+    say what to fix. Exit 1 when something is wrong."""
+    problems = 0
+
+    def report(ok: bool | None, what: str, detail: str) -> None:
+        nonlocal problems
+        mark = {True: "ok  ", False: "FAIL", None: "note"}[ok]
+        problems += ok is False
+        click.echo(f"{mark}  {what}: {detail}")
+
+    running = _running()
+    report(running, "daemon", f"running (pid {read_pid(paths.pidfile())})" if running
+           else "not running; run: kirolearn start (the first hook also starts it)")
+    if running:
+        try:
+            roles = _supervisor("status")["roles"]
+            bad = [f"{r['name']} {r['state']}" for r in roles if r["state"] != RUNNING]
+            report(not bad, "roles", "all RUNNING" if not bad else
+                   f"{', '.join(bad)}; see: kirolearn logs")
+        except (transport.Timeout, protocol.RemoteError) as exc:
+            report(False, "roles",
+                   f"the supervisor does not answer ({exc}); run: kirolearn restart")
+        try:
+            with transport.Client(paths.endpoint("ingest"), timeout_ms=1000) as client:
+                client.call("ping")
+            report(True, "sockets", f"ingest answers on {paths.endpoint('ingest')}")
+        except (transport.Timeout, protocol.RemoteError) as exc:
+            report(False, "sockets", f"ingest does not answer ({exc}); run: kirolearn restart")
+    report(*_check_database())
+    waiting = len(spool.waiting())
+    if waiting:
+        report(None if running else False, "spool",
+               f"{waiting} event(s) waiting in {paths.spool_dir()}; the daemon stores them"
+               " within seconds of starting")
+    else:
+        report(True, "spool", "empty")
+    scopes: list[tuple[str, Path | None]] = [("user", None)]
+    here = Path(project_dir).resolve() if project_dir else None
+    if here is None and not project.resolve_project().is_global:
+        here = Path(project.resolve_project().root)
+    if here is not None:
+        scopes.insert(0, (f"project {here}", here))
+    installed = 0
+    for agent in install_.AGENTS:
+        for scope, target in scopes:
+            if agent == "kiro-ide" and target is None:
+                continue
+            state, detail = install_.check(agent, target, Path.home())
+            installed += state != "missing"
+            if state != "missing":
+                report(state == "installed", f"{agent} ({scope})", detail)
+    if not installed:
+        report(None, "agents", "no agent has kirolearn's hooks here; run: kirolearn install"
+               " --agent kiro-cli|kiro-ide|claude-code")
+    sys.exit(1 if problems else 0)
+
+
+def _check_database() -> tuple[bool | None, str, str]:
+    path = paths.db_path()
+    if not path.exists():
+        return None, "database", f"{path} does not exist yet (created when the daemon starts)"
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        return False, "database", (f"{path} is readable by others (mode {mode:o});"
+                                   f" run: chmod 600 {path}")
+    try:
+        conn = db.connect_reader(path)
+        try:
+            check = conn.execute("PRAGMA quick_check").fetchone()[0]
+            applied = conn.execute("SELECT max(version) FROM _migrations").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        return False, "database", f"{path} cannot be read ({exc})"
+    if check != "ok":
+        return False, "database", f"{path} is damaged ({check}); restore a backup or export/import"
+    latest = db.MIGRATIONS[-1][0]
+    if applied != latest:
+        return (None if _running() else False), "database", (
+            f"{path} is at schema {applied}, this kirolearn expects {latest};"
+            " it migrates when the daemon starts")
+    return True, "database", f"{path} (schema {applied}, private)"

@@ -1,0 +1,64 @@
+"""The spool: events a shim could not hand to the daemon, one file per event.
+
+A shim writes here when the daemon is down or does not acknowledge in time, so
+a hook never waits and no event is lost; ingest drains the directory when it
+starts and every few seconds after. Each file is ``<event_id>.json``, written to
+a temporary name, flushed to disk and renamed, so a reader never sees half an
+event. A late acknowledgement can mean the event is both stored and spooled:
+storage deduplicates by event id, so draining it again changes nothing.
+Standard library only (shims import this on their slow path).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from kirolearn import paths
+
+SUFFIX = ".json"
+REJECTED = "rejected"  # files ingest could not accept, kept for a person to read
+
+
+def write(event: dict, base: Path | None = None) -> Path:
+    """Spool one event atomically; returns its file."""
+    directory = paths.ensure_private_dir(paths.spool_dir(base))
+    name = f"{event['event_id']}{SUFFIX}"
+    temporary = directory / f".{name}.{os.getpid()}.tmp"
+    data = json.dumps(event, ensure_ascii=False).encode("utf-8")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    final = directory / name
+    os.replace(temporary, final)
+    return final
+
+
+def waiting(base: Path | None = None, limit: int | None = None) -> list[Path]:
+    """Spooled event files, oldest first (ULIDs sort by time)."""
+    try:
+        names = sorted(n for n in os.listdir(paths.spool_dir(base))
+                       if n.endswith(SUFFIX) and not n.startswith("."))
+    except FileNotFoundError:
+        return []
+    directory = paths.spool_dir(base)
+    return [directory / n for n in names[:limit]]
+
+
+def read(path: Path) -> object:
+    """The event in a spool file, or a string saying why it cannot be read."""
+    try:
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        return f"unreadable spool file {path.name}: {exc}"
+
+
+def reject(path: Path, reason: str) -> None:
+    """Move a file ingest cannot accept aside, with the reason next to it."""
+    directory = paths.ensure_private_dir(path.parent / REJECTED)
+    os.replace(path, directory / path.name)
+    (directory / f"{path.name}.reason").write_text(reason + "\n", encoding="utf-8")

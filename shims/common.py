@@ -1,0 +1,276 @@
+"""What every shim does with a hook: build the event, hand it over, print the context.
+
+A shim runs on every hook, inside the agent's turn, so it must be quick and must
+never break the agent:
+
+- it always exits 0; stdout carries the context and nothing else; problems go to
+  stderr, and only when ``KIROLEARN_DEBUG=1``;
+- it waits for the daemon's acknowledgement at most the retrieval budget for a
+  prompt (500 ms, ``KIROLEARN_RETRIEVAL_BUDGET_MS``) and ``EVENT_TIMEOUT_MS`` for
+  anything else;
+- when the daemon is down or does not acknowledge in time, the event goes to the
+  spool (one file, written atomically) and the daemon is started in the
+  background; ingest drains the spool, and a late acknowledgement only makes a
+  duplicate that storage drops by event id.
+
+It imports the standard library, pyzmq, msgpack and kirolearn's dependency-light
+modules only: start-up is most of what a hook costs (``benchmarks/shim.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+import sys
+import time
+from pathlib import Path
+
+import zmq
+
+from kirolearn import __version__, contract, paths, project, protocol, spool
+
+EVENT_TIMEOUT_MS = 200  # an event that is not a prompt: the ack is a group commit away
+SESSION_IDLE_S = 3600  # a surface without a session-start hook starts anew after this
+AUTOSTART_EVERY_S = 10.0  # at most one background start per this many seconds
+STDIN_WAIT_S = 0.05  # how long a shim that may get stdin waits for it
+
+
+def debug(message: str) -> None:
+    if os.environ.get("KIROLEARN_DEBUG", "") not in ("", "0"):
+        print(f"[kirolearn] {message}", file=sys.stderr)
+
+
+def prompt_timeout_ms() -> int:
+    try:
+        return max(1, int(os.environ.get("KIROLEARN_RETRIEVAL_BUDGET_MS", "500")))
+    except ValueError:
+        return 500
+
+
+def run(handler: object, *args: object) -> int:
+    """Call handler(*args); whatever happens, the agent gets exit status 0."""
+    try:
+        handler(*args)  # type: ignore[operator]
+    except BaseException as exc:
+        if os.environ.get("KIROLEARN_DEBUG", "") not in ("", "0"):
+            import traceback
+
+            traceback.print_exc()
+        else:
+            debug(f"{type(exc).__name__}: {exc}")
+    return 0
+
+
+def emit(text: str) -> None:
+    """Write the context to stdout (UTF-8 whatever the locale)."""
+    if text:
+        sys.stdout.buffer.write(text.encode("utf-8"))
+        sys.stdout.buffer.flush()
+
+
+def read_stdin(wait_s: float | None = None) -> str:
+    """All of stdin. With ``wait_s``, give up if nothing arrives in that time (a hook
+    runner may leave stdin open and write nothing); a terminal is never read."""
+    stream = sys.stdin
+    if stream is None or stream.closed:
+        return ""
+    try:
+        if stream.isatty():
+            return ""
+        fd = stream.fileno()
+    except (OSError, ValueError):
+        return ""
+    if wait_s is not None:
+        deadline = time.monotonic() + wait_s
+        chunks = []
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                break
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            deadline = time.monotonic() + wait_s  # data is flowing: keep reading
+        return b"".join(chunks).decode("utf-8", "replace")
+    return stream.buffer.read().decode("utf-8", "replace")
+
+
+def parse_json_object(text: str) -> dict:
+    """The hook payload as a dict; anything else is an empty payload."""
+    try:
+        payload = json.loads(text) if text.strip() else {}
+    except ValueError:
+        debug("stdin is not JSON; ignored")
+        return {}
+    return payload if isinstance(payload, dict) else {}
+
+
+def new_session_id() -> str:
+    """A random (version 4) UUID, without importing uuid."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _sessions_file(base: Path, key: str) -> Path:
+    return paths.sessions_dir(base) / f"{project.sha256_hex(key)[:16]}.json"
+
+
+def load_state(base: Path, key: str) -> dict:
+    """The small state kept between hooks of one session (its id, the last prompt)."""
+    try:
+        state = json.loads(_sessions_file(base, key).read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def save_state(base: Path, key: str, state: dict) -> None:
+    path = _sessions_file(base, key)
+    paths.ensure_private_dir(path.parent)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, json.dumps({**state, "updated": time.time()}).encode("utf-8"))
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+
+
+class Shim:
+    """One hook invocation: who, where, and how to reach the daemon."""
+
+    def __init__(self, surface: str, cwd: str | None = None):
+        self.surface = surface
+        self.base = paths.home()
+        self.cwd = cwd or os.getcwd()
+        self.project = project.resolve_project(self.cwd)
+        self.actor = project.actor_id()
+        self.namespace = self.project.namespace(self.actor)
+
+    def event(self, kind: str, body: dict, session_id: str,
+              parent_event_id: str | None = None) -> dict:
+        return contract.make_event(
+            kind, contract.truncate_body(body), namespace=self.namespace,
+            actor_id=self.actor, session_id=session_id[:128], surface=self.surface,
+            version=__version__, client_id=socket.gethostname()[:255] or "unknown",
+            project_path=self.project.root, parent_event_id=parent_event_id)
+
+    def post(self, event: dict, retrieve: bool | str = False) -> str:
+        """Hand the event to the daemon; return the context it sent back ("" if none).
+        On any failure to deliver, the event is spooled instead."""
+        timeout_ms = prompt_timeout_ms() if retrieve else EVENT_TIMEOUT_MS
+        try:
+            reply = self._request(event, retrieve, timeout_ms)
+        except protocol.RemoteError as exc:
+            if exc.code in (protocol.ErrorCode.INVALID_EVENT, protocol.ErrorCode.TOO_LARGE):
+                debug(f"the daemon refused the event: {exc.reason}")
+                return ""  # spooling it would only be refused again
+            debug(f"the daemon could not take the event ({exc}); spooled")
+            reply = None
+        if reply is None:
+            self._spool(event)
+            return ""
+        retrieval = reply.get("retrieval") or {}
+        context = retrieval.get("context")
+        return context if isinstance(context, str) else ""
+
+    def _request(self, event: dict, retrieve: bool | str, timeout_ms: int) -> dict | None:
+        """The daemon's reply, or None when it is not there or not in time."""
+        address = paths.endpoint("ingest", self.base)
+        if not os.path.exists(address[len("ipc://"):]):
+            debug("the daemon is not running")
+            return None
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.REQ)
+        sock.setsockopt(zmq.LINGER, 0)
+        try:
+            sock.connect(address)
+            message = protocol.request("put_event", {"event": event, "retrieve": retrieve})
+            sock.send(protocol.pack(message))
+            if not sock.poll(timeout_ms, zmq.POLLIN):
+                debug(f"no acknowledgement within {timeout_ms} ms")
+                return None
+            return protocol.reply_body(protocol.parse_reply(sock.recv()))
+        finally:
+            sock.close(linger=0)
+            ctx.term()
+
+    def _spool(self, event: dict) -> None:
+        path = spool.write(event, self.base)
+        debug(f"spooled {path.name}")
+        if os.environ.get("KIROLEARN_AUTOSTART", "1") != "0":
+            start_daemon(self.base)
+
+
+def start_daemon(base: Path) -> None:
+    """Start the daemon in the background unless it runs (or was started just now)."""
+    if paths.daemon_running(base):
+        return
+    marker = paths.spool_dir(base) / ".autostart"
+    try:
+        if time.time() - marker.stat().st_mtime < AUTOSTART_EVERY_S:
+            return
+    except FileNotFoundError:
+        pass
+    marker.touch()
+    import subprocess
+
+    paths.ensure_layout(base)
+    with open(paths.log_dir(base) / "supervisor.out", "ab") as out:
+        subprocess.Popen(
+            [sys.executable, "-m", "kirolearn.supervisor"], stdin=subprocess.DEVNULL,
+            stdout=out, stderr=out, start_new_session=True, cwd=base,
+            env={**os.environ, "KIROLEARN_HOME": str(base)})
+    debug("started the daemon in the background")
+
+
+class Session:
+    """The session a hook belongs to, and the prompt its tool uses follow.
+
+    Kept in ``sessions/<hash of key>.json`` under the home: the key is the agent's
+    own session id where it gives one, otherwise the project (shared by the Kiro
+    CLI and IDE shims, as a user switching between them works on one project).
+    """
+
+    def __init__(self, shim: Shim, key: str):
+        self.base = shim.base
+        self.key = key
+        self.state = load_state(self.base, key)
+
+    def current(self, session_id: str | None = None, fresh: bool = False) -> str:
+        """This session's id: the agent's when given; a new one when fresh, unknown,
+        or idle past SESSION_IDLE_S."""
+        if session_id:
+            self.state["session_id"] = session_id
+        else:
+            idle = time.time() - float(self.state.get("updated", 0) or 0)
+            if fresh or not self.state.get("session_id") or idle > SESSION_IDLE_S:
+                self.state = {"session_id": new_session_id()}
+        return str(self.state["session_id"])
+
+    @property
+    def prompt_event_id(self) -> str | None:
+        value = self.state.get("prompt_event_id")
+        return value if contract.is_ulid(value) else None
+
+    def save(self, prompt_event_id: str | None = None) -> None:
+        if prompt_event_id:
+            self.state["prompt_event_id"] = prompt_event_id
+        save_state(self.base, self.key, self.state)
+
+
+def text_body(content: object) -> dict:
+    return {"type": "text", "content": content if isinstance(content, str) else ""}
+
+
+def tool_body(tool_name: object, tool_input: object, tool_response: object) -> dict:
+    """The one shape of a tool use: ``{tool_name, tool_input, tool_response}``."""
+    name = tool_name if isinstance(tool_name, str) and tool_name else "unknown"
+    return {"type": "json", "data": {"tool_name": name, "tool_input": tool_input,
+                                     "tool_response": tool_response}}
