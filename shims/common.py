@@ -99,13 +99,23 @@ def read_stdin(wait_s: float | None = None) -> str:
 
 
 def parse_json_object(text: str) -> dict:
-    """The hook payload as a dict; anything else is an empty payload."""
+    """The hook payload as a dict; anything else is an empty payload. A JSON escape of
+    a lone surrogate (``"\\ud800"``), which no database can store, becomes "?"."""
     try:
         payload = json.loads(text) if text.strip() else {}
+        if "\\ud" in text.lower():
+            dumped = json.dumps(payload, ensure_ascii=False)
+            payload = json.loads(dumped.encode("utf-8", "replace").decode("utf-8"))
     except ValueError:
         debug("stdin is not JSON; ignored")
         return {}
     return payload if isinstance(payload, dict) else {}
+
+
+def env_text(name: str) -> str:
+    """An environment variable as valid text (bytes that are not UTF-8 become U+FFFD)."""
+    value = os.environ.get(name, "")
+    return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def new_session_id() -> str:

@@ -17,7 +17,6 @@ CLI shim) and a new one starts after an hour without hooks.
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 from kirolearn.shims import common
@@ -26,7 +25,7 @@ SURFACE = "kiro-ide"
 
 
 def payload_text() -> str:
-    text = os.environ.get("USER_PROMPT", "")
+    text = common.env_text("USER_PROMPT")
     if text.strip():
         return text
     payload = common.parse_json_object(common.read_stdin(common.STDIN_WAIT_S))

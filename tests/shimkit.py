@@ -1,0 +1,80 @@
+"""Running the installed shims as an agent does, and reading back what was stored."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import kl
+
+from kirolearn import paths, project, transport
+
+BIN = Path(sys.executable).parent
+ACTOR = "tester"
+
+
+class Workspace:
+    """A user's home holding one git project, as the agents see it."""
+
+    def __init__(self, root: Path):
+        self.home = root / "home"
+        self.project = self.home / "proj"
+        (self.project / ".git").mkdir(parents=True)
+        (self.project / "src").mkdir()
+        found = project.resolve_project(self.project, home=str(self.home), override="")
+        self.root = found.root
+        self.namespace = found.namespace(ACTOR)
+
+    def env(self, **extra: str) -> dict:
+        env = {k: v for k, v in os.environ.items() if k not in ("USER_PROMPT",)}
+        env.update(HOME=str(self.home), USER=ACTOR, LOGNAME=ACTOR, **extra)
+        return env
+
+    def hook(self, script: str, payload: dict | str | None = None, *args: str,
+             cwd: Path | None = None, **env: str) -> tuple[subprocess.CompletedProcess, float]:
+        """Run an installed shim with payload (a dict as JSON) on stdin; returns the
+        finished process and its wall time."""
+        started = time.monotonic()
+        text = json.dumps(payload) if isinstance(payload, dict) else payload or ""
+        result = subprocess.run(
+            [str(BIN / script), *args], input=text,
+            capture_output=True, text=True, timeout=30, cwd=cwd or self.project,
+            env=self.env(**env))
+        return result, time.monotonic() - started
+
+
+def stored_events() -> list[dict]:
+    """Every stored event, oldest first (export also writes the records: left out)."""
+    if not paths.db_path().exists():
+        return []
+    out = kl("export", check=True).stdout
+    lines = [json.loads(line) for line in out.splitlines() if line.strip()]
+    return [line for line in lines if "kind" in line]
+
+
+def wait_events(count: int, timeout: float = 15) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    while True:
+        events = stored_events()
+        if len(events) >= count or time.monotonic() > deadline:
+            return events
+        time.sleep(0.1)
+
+
+def retrieval(op: str, body: dict) -> dict:
+    with transport.Client(paths.endpoint("retrieval"), timeout_ms=5000) as client:
+        return client.call(op, body)
+
+
+def wait_records(namespace: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = json.loads(kl("stats", "--namespace", namespace, "--json", check=True).stdout)
+        if out["namespaces"] and out["namespaces"][0]["records"]:
+            return
+        time.sleep(0.2)
+    raise AssertionError("no memory records were extracted")

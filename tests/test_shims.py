@@ -1,0 +1,218 @@
+"""The installed shims, run as the agents run them, against a real daemon.
+
+Payloads are the ones each agent documents (../shared/reference/hook-payloads.md):
+every hook of every surface is checked for the stored event's kind, body,
+surface, namespace and session, and for the exact stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from shimkit import BIN, Workspace, retrieval, stored_events, wait_events, wait_records
+
+from kirolearn import contract
+
+
+@pytest.fixture
+def ws(tmp_path):
+    return Workspace(tmp_path)
+
+
+def check_event(event: dict, ws: Workspace, kind: str, surface: str, session_id: str) -> None:
+    contract.validate_event(event)
+    assert event["kind"] == kind
+    assert event["source"]["surface"] == surface
+    assert event["source"]["project_path"] == ws.root
+    assert event["namespace"] == ws.namespace
+    assert event["actor_id"] == "tester"
+    assert event["session_id"] == session_id
+
+
+def kiro_cli(ws: Workspace, hook: str, **fields) -> str:
+    result, _ = ws.hook("kirolearn-kiro-cli",
+                        {"hook_event_name": hook, "cwd": str(ws.project), **fields})
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    return result.stdout
+
+
+BASH_USE = {
+    "tool_name": "execute_bash",
+    "tool_input": {"command": "pytest tests/test_client.py", "summary": "run the tests"},
+    "tool_response": {"success": True, "result": [
+        {"exit_status": "0", "stdout": "3 passed in 0.41s\n", "stderr": ""}]},
+}
+
+
+def test_kiro_cli_every_hook(daemon, ws):
+    assert kiro_cli(ws, "agentSpawn") == ""  # nothing remembered yet
+    assert kiro_cli(ws, "userPromptSubmit", prompt="Add retries to the zmq client") == ""
+    assert kiro_cli(ws, "postToolUse", **BASH_USE) == ""
+    assert kiro_cli(ws, "stop", assistant_response="Added retries with backoff.") == ""
+    assert kiro_cli(ws, "stop", assistant_response="") == ""  # posted even when empty
+
+    spawn, prompt, tool, stop, empty_stop = wait_events(5)
+    session = spawn["session_id"]
+    check_event(spawn, ws, "note", "kiro-cli", session)
+    check_event(prompt, ws, "prompt", "kiro-cli", session)
+    assert prompt["body"] == {"type": "text", "content": "Add retries to the zmq client"}
+    check_event(tool, ws, "tool_use", "kiro-cli", session)
+    assert tool["body"] == {"type": "json", "data": BASH_USE}
+    check_event(stop, ws, "session_summary", "kiro-cli", session)
+    assert stop["body"] == {"type": "text", "content": "Added retries with backoff."}
+    assert empty_stop["body"] == {"type": "text", "content": ""}
+    assert tool["parent_event_id"] == stop["parent_event_id"] == prompt["event_id"]
+    assert "parent_event_id" not in prompt
+
+    # The turn is remembered: the next session starts with it, and a prompt on the
+    # same subject gets it back, exactly as retrieval answers.
+    wait_records(ws.namespace)
+    expected = retrieval("session_context", {"namespace": ws.namespace})["context"]
+    assert expected.startswith("## This project so far (from kirolearn)")
+    assert kiro_cli(ws, "agentSpawn") == expected
+    question = "why do zmq client retries matter"
+    expected = retrieval("search", {"query": question, "namespace": ws.namespace})["context"]
+    assert expected.startswith("## Prior observations from kirolearn")
+    assert kiro_cli(ws, "userPromptSubmit", prompt=question) == expected
+    events = stored_events()
+    assert events[-2]["kind"] == "note" and events[-2]["session_id"] != session  # a new one
+
+
+def test_kiro_cli_v3_names_session_id_and_deferred_tool_uses(daemon, ws):
+    assert kiro_cli(ws, "UserPromptSubmit", prompt="list files", session_id="v3-session") == ""
+    deferred = [{"hook_event_name": "postToolUse", "cwd": str(ws.project), **BASH_USE},
+                {"hook_event_name": "postToolUse", "cwd": str(ws.project),
+                 "tool_name": "fs_read", "tool_input": {"path": "src/a.py"},
+                 "tool_response": {"success": True, "result": ["print(1)"]}}]
+    assert kiro_cli(ws, "postToolUse", hook_events=deferred, session_id="v3-session") == ""
+    prompt, first, second = wait_events(3)
+    for event in (prompt, first, second):
+        assert event["session_id"] == "v3-session"
+    assert [first["body"]["data"]["tool_name"], second["body"]["data"]["tool_name"]] == [
+        "execute_bash", "fs_read"]
+    assert first["parent_event_id"] == second["parent_event_id"] == prompt["event_id"]
+
+
+def kiro_ide(ws: Workspace, hook: str, user_prompt: str | None = None,
+             stdin: dict | None = None) -> str:
+    env = {"USER_PROMPT": user_prompt} if user_prompt is not None else {}
+    result, _ = ws.hook("kirolearn-kiro-ide", stdin, hook, **env)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    return result.stdout
+
+
+def test_kiro_ide_every_hook(daemon, ws):
+    assert kiro_ide(ws, "promptSubmit", user_prompt="Refactor the storage layer") == ""
+    # Some IDE versions leave USER_PROMPT empty and put the prompt on stdin instead.
+    assert kiro_ide(ws, "promptSubmit", user_prompt="",
+                    stdin={"hook_event_name": "promptSubmit", "prompt": "Use WAL mode"}) == ""
+    tool = {"toolName": "fsWrite", "toolArgs": {"path": "src/db.py", "text": "x = 1"},
+            "toolResult": "wrote 5 bytes", "toolSuccess": True}
+    assert kiro_ide(ws, "postToolUse", user_prompt=json.dumps(tool)) == ""
+    assert kiro_ide(ws, "postToolUse", user_prompt="not json {") == ""
+    assert kiro_ide(ws, "agentStop", user_prompt="") == ""  # empty: nothing posted
+    assert kiro_ide(ws, "agentStop", user_prompt="Switched the database to WAL.") == ""
+
+    first, second, mapped, unknown, stop = wait_events(5)
+    assert len(stored_events()) == 5
+    session = first["session_id"]
+    check_event(first, ws, "prompt", "kiro-ide", session)
+    assert first["body"]["content"] == "Refactor the storage layer"
+    check_event(second, ws, "prompt", "kiro-ide", session)
+    assert second["body"]["content"] == "Use WAL mode"
+    check_event(mapped, ws, "tool_use", "kiro-ide", session)
+    assert mapped["body"]["data"] == {
+        "tool_name": "fsWrite", "tool_input": {"path": "src/db.py", "text": "x = 1"},
+        "tool_response": {"success": True, "result": "wrote 5 bytes"}}
+    assert unknown["body"]["data"] == {"tool_name": "unknown", "tool_input": {},
+                                       "tool_response": {"result": "not json {"}}
+    check_event(stop, ws, "session_summary", "kiro-ide", session)
+    assert stop["body"]["content"] == "Switched the database to WAL."
+    assert mapped["parent_event_id"] == stop["parent_event_id"] == second["event_id"]
+
+    wait_records(ws.namespace)
+    question = "storage layer WAL mode"
+    expected = retrieval("search", {"query": question, "namespace": ws.namespace})["context"]
+    assert expected
+    assert kiro_ide(ws, "promptSubmit", user_prompt=question) == expected
+
+
+def claude(ws: Workspace, hook: str, session_id: str = "5f1c9a2e-claude", **fields) -> str:
+    payload = {"session_id": session_id, "transcript_path": f"/x/{session_id}.jsonl",
+               "cwd": str(ws.project), "hook_event_name": hook, **fields}
+    result, _ = ws.hook("kirolearn-claude-code", payload)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    return result.stdout
+
+
+def additional_context(hook: str, context: str) -> str:
+    return json.dumps({"hookSpecificOutput": {"hookEventName": hook,
+                                              "additionalContext": context}})
+
+
+def test_claude_code_every_hook(daemon, ws):
+    write = {"tool_name": "Write",
+             "tool_input": {"file_path": str(ws.project / "src/retry.py"), "content": "RETRIES = 3\n"},
+             "tool_response": {"filePath": str(ws.project / "src/retry.py"), "success": True},
+             "tool_use_id": "toolu_01", "duration_ms": 12}
+    assert claude(ws, "SessionStart", source="startup", model="claude-x") == ""
+    assert claude(ws, "UserPromptSubmit", prompt="Add retries to the zmq client",
+                  prompt_id="550e", permission_mode="default") == ""
+    assert claude(ws, "PostToolUse", **write) == ""
+    assert claude(ws, "Stop", stop_hook_active=False,
+                  last_assistant_message="Done. Retries are in src/retry.py.") == ""
+    assert claude(ws, "SessionEnd", reason="other") == ""
+
+    start, prompt, tool, stop, end = wait_events(5)
+    for event, kind in ((start, "note"), (prompt, "prompt"), (tool, "tool_use"),
+                        (stop, "session_summary"), (end, "note")):
+        check_event(event, ws, kind, "claude-code", "5f1c9a2e-claude")
+    assert start["body"]["content"] == "claude-code session started (startup)"
+    assert prompt["body"]["content"] == "Add retries to the zmq client"
+    assert tool["body"]["data"] == {key: write[key] for key in
+                                    ("tool_name", "tool_input", "tool_response")}
+    assert stop["body"]["content"] == "Done. Retries are in src/retry.py."
+    assert end["body"]["content"] == "claude-code session ended (other)"
+    assert tool["parent_event_id"] == stop["parent_event_id"] == prompt["event_id"]
+
+    wait_records(ws.namespace)
+    session = retrieval("session_context", {"namespace": ws.namespace})["context"]
+    assert session
+    assert claude(ws, "SessionStart", "second", source="startup") == additional_context(
+        "SessionStart", session)
+    question = "zmq client retries"
+    expected = retrieval("search", {"query": question, "namespace": ws.namespace})["context"]
+    assert expected
+    assert claude(ws, "UserPromptSubmit", "second", prompt=question) == additional_context(
+        "UserPromptSubmit", expected)
+
+
+def test_a_shim_never_fails_the_agent(daemon, ws):
+    """Garbage in: exit 0, nothing on stdout, nothing on stderr unless debugging."""
+    for script, stdin, args in (("kirolearn-kiro-cli", "not json", ()),
+                                ("kirolearn-kiro-cli", "[1, 2]", ()),
+                                ("kirolearn-kiro-cli", "", ()),
+                                ("kirolearn-claude-code", '{"hook_event_name": 7}', ()),
+                                ("kirolearn-kiro-ide", "", ("noSuchHook",)),
+                                ("kirolearn-kiro-ide", "", ())):
+        result, _ = ws.hook(script, stdin, *args)
+        assert result.returncode == 0, (script, stdin)
+        assert result.stdout == "" and result.stderr == "", (script, stdin, result.stderr)
+    debug, _ = ws.hook("kirolearn-kiro-ide", None, "noSuchHook", KIROLEARN_DEBUG="1")
+    assert debug.returncode == 0 and "unknown hook 'noSuchHook'" in debug.stderr
+    assert stored_events() == []
+    # Text no database can store (a lone surrogate; bytes that are not UTF-8) is
+    # replaced, not refused: the event is kept.
+    result, _ = ws.hook("kirolearn-claude-code", '{"hook_event_name": "Stop",'
+                        ' "last_assistant_message": "a\\ud800b"}')
+    assert result.returncode == 0 and result.stdout == result.stderr == ""
+    raw = subprocess.run([str(BIN / "kirolearn-kiro-ide"), "agentStop"], cwd=ws.project,
+                         env={**ws.env(), "USER_PROMPT": b"caf\xe9".decode("utf-8", "surrogateescape")},
+                         capture_output=True, timeout=30)
+    assert raw.returncode == 0 and raw.stdout == raw.stderr == b""
+    assert [e["body"]["content"] for e in wait_events(2)] == ["a?b", "caf\ufffd"]

@@ -1,0 +1,122 @@
+"""No event is lost because the daemon was down, slow, or answered late."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+from conftest import kl, status, wait_for
+from shimkit import Workspace, stored_events, wait_events
+
+from kirolearn import paths, spool
+
+
+@pytest.fixture
+def ws(tmp_path):
+    return Workspace(tmp_path)
+
+
+HOOKS = [  # one prompt per surface: the hook that waits longest
+    ("kirolearn-kiro-cli", {"hook_event_name": "userPromptSubmit", "prompt": "first"}, ()),
+    ("kirolearn-kiro-ide", None, ("promptSubmit",)),
+    ("kirolearn-claude-code", {"hook_event_name": "UserPromptSubmit", "session_id": "s1",
+                               "prompt": "third"}, ()),
+]
+
+
+def spooled() -> list[dict]:
+    return [json.loads(p.read_text()) for p in spool.waiting()]
+
+
+def test_daemon_down_events_wait_in_the_spool_and_are_stored_once(home, ws):
+    for script, payload, args in HOOKS:
+        if payload is not None:
+            payload = {**payload, "cwd": str(ws.project)}
+        result, elapsed = ws.hook(script, payload, *args, KIROLEARN_AUTOSTART="0",
+                                  USER_PROMPT="second")
+        assert result.returncode == 0
+        assert result.stdout == "" and result.stderr == ""
+        assert elapsed < 0.6, f"{script} took {elapsed:.3f}s with the daemon down"
+    waiting = spooled()
+    assert [e["body"]["content"] for e in waiting] == ["first", "second", "third"]
+    assert all(e["namespace"] == ws.namespace for e in waiting)
+    assert oct(paths.spool_dir().stat().st_mode & 0o777) == "0o700"
+    assert all(oct(p.stat().st_mode & 0o777) == "0o600" for p in spool.waiting())
+    assert not paths.daemon_running()  # autostart was off
+
+    kl("start", check=True)
+    try:
+        events = wait_events(3)
+        assert sorted(e["event_id"] for e in events) == sorted(e["event_id"] for e in waiting)
+        wait_for(lambda: not spool.waiting(), message="the spool to drain")
+        time.sleep(0.5)
+        assert len(stored_events()) == 3  # once each
+    finally:
+        kl("stop", check=True)
+
+
+def test_a_hook_starts_the_daemon_when_it_is_down(home, ws):
+    payload = {"hook_event_name": "UserPromptSubmit", "session_id": "s1", "prompt": "hello",
+               "cwd": str(ws.project)}
+    result, elapsed = ws.hook("kirolearn-claude-code", payload)
+    assert result.returncode == 0 and result.stdout == ""
+    assert elapsed < 0.6
+    try:
+        wait_for(paths.daemon_running, timeout=20, message="the daemon to start")
+        events = wait_events(1, timeout=20)
+        assert [e["body"]["content"] for e in events] == ["hello"]
+        wait_for(lambda: all(r["state"] == "RUNNING" for r in status()["roles"]), timeout=20,
+                 message="every role RUNNING")
+        wait_for(lambda: not spool.waiting(), message="the spool to drain")
+    finally:
+        wait_for(lambda: kl("stop").returncode == 0 and not paths.daemon_running(),
+                 timeout=30, message="the daemon to stop")
+
+
+def test_a_late_acknowledgement_stores_the_event_once(daemon, ws):
+    """Ingest frozen: the shim gives up within its budget and spools the event, which
+    ingest also takes once it runs again. Storage keeps one copy."""
+    ingest = next(r for r in status()["roles"] if r["name"] == "ingest")
+    os.kill(ingest["pid"], signal.SIGSTOP)
+    try:
+        payload = {"hook_event_name": "postToolUse", "cwd": str(ws.project),
+                   "tool_name": "fs_read", "tool_input": {"path": "a.py"},
+                   "tool_response": {"success": True, "result": ["x"]}}
+        result, elapsed = ws.hook("kirolearn-kiro-cli", payload)
+        assert result.returncode == 0 and result.stdout == ""
+        assert elapsed < 0.6
+        assert len(spooled()) == 1
+    finally:
+        os.kill(ingest["pid"], signal.SIGCONT)
+    wait_for(lambda: not spool.waiting(), message="the spool to drain")
+    events = wait_events(1)
+    time.sleep(0.5)
+    assert len(stored_events()) == 1
+    assert events[0]["body"]["data"]["tool_name"] == "fs_read"
+
+
+def test_a_bad_spool_file_is_set_aside_and_the_rest_stored(home, ws):
+    directory = paths.ensure_private_dir(paths.spool_dir())
+    (directory / "01ARZ3NDEKTSV4RRFFQ69G5FAV.json").write_text("{not json")
+    (directory / "01ARZ3NDEKTSV4RRFFQ69G5FAW.json").write_text('{"kind": "prompt"}')
+    result, _ = ws.hook("kirolearn-kiro-cli", {"hook_event_name": "stop", "cwd": str(ws.project),
+                                               "assistant_response": "ok"},
+                        KIROLEARN_AUTOSTART="0")
+    assert result.returncode == 0
+    kl("start", check=True)
+    try:
+        wait_for(lambda: not spool.waiting(), message="the spool to drain")
+        assert [e["body"]["content"] for e in stored_events()] == ["ok"]
+        rejected = sorted(p.name for p in (directory / spool.REJECTED).iterdir())
+        assert rejected == ["01ARZ3NDEKTSV4RRFFQ69G5FAV.json",
+                            "01ARZ3NDEKTSV4RRFFQ69G5FAV.json.reason",
+                            "01ARZ3NDEKTSV4RRFFQ69G5FAW.json",
+                            "01ARZ3NDEKTSV4RRFFQ69G5FAW.json.reason"]
+        reason = (directory / spool.REJECTED / "01ARZ3NDEKTSV4RRFFQ69G5FAV.json.reason")
+        assert "unreadable spool file" in reason.read_text()
+        assert all(r["state"] == "RUNNING" for r in status()["roles"])
+    finally:
+        kl("stop", check=True)
