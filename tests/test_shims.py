@@ -157,7 +157,8 @@ def additional_context(hook: str, context: str) -> str:
 
 def test_claude_code_every_hook(daemon, ws):
     write = {"tool_name": "Write",
-             "tool_input": {"file_path": str(ws.project / "src/retry.py"), "content": "RETRIES = 3\n"},
+             "tool_input": {"file_path": str(ws.project / "src/retry.py"),
+                            "content": "RETRIES = 3\n"},
              "tool_response": {"filePath": str(ws.project / "src/retry.py"), "success": True},
              "tool_use_id": "toolu_01", "duration_ms": 12}
     assert claude(ws, "SessionStart", source="startup", model="claude-x") == ""
@@ -211,8 +212,9 @@ def test_a_shim_never_fails_the_agent(daemon, ws):
     result, _ = ws.hook("kirolearn-claude-code", '{"hook_event_name": "Stop",'
                         ' "last_assistant_message": "a\\ud800b"}')
     assert result.returncode == 0 and result.stdout == result.stderr == ""
+    not_utf8 = b"caf\xe9".decode("utf-8", "surrogateescape")
     raw = subprocess.run([str(BIN / "kirolearn-kiro-ide"), "agentStop"], cwd=ws.project,
-                         env={**ws.env(), "USER_PROMPT": b"caf\xe9".decode("utf-8", "surrogateescape")},
+                         env={**ws.env(), "USER_PROMPT": not_utf8},
                          capture_output=True, timeout=30)
     assert raw.returncode == 0 and raw.stdout == raw.stderr == b""
     assert [e["body"]["content"] for e in wait_events(2)] == ["a?b", "caf\ufffd"]
