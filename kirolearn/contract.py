@@ -9,13 +9,20 @@ patterns are compiled on first use, by the long-lived daemon, not at import.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import time
 from datetime import datetime
 from typing import Any, NamedTuple
+
+try:  # the interpreter's own SHA-256: importing hashlib loads OpenSSL (~5 ms per hook)
+    from _sha2 import sha256  # Python 3.12+
+except ImportError:
+    try:
+        from _sha256 import sha256  # Python 3.11
+    except ImportError:
+        from hashlib import sha256
 
 SCHEMA_VERSION = 1
 EVENT_KINDS = ("prompt", "tool_use", "session_summary", "note")
@@ -24,12 +31,22 @@ OBSERVATION_TYPES = ("tool_use", "decision", "error", "discovery", "pattern", "s
 MAX_BODY_BYTES = 1024 * 1024  # serialized body cap, enforced by ingest
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-# Patterns for re.match (compiled once, on first use, by re's own cache).
+# Patterns, compiled on first use (see _matches).
 ULID_PATTERN = r"[0-9A-HJKMNP-TV-Z]{26}\Z"
 RECORD_ID_PATTERN = r"mr_[0-9A-HJKMNP-TV-Z]{26}\Z"
 NAMESPACE_PATTERN = r"/actor/[^/]+/project/[^/]+/\Z"
 CONTENT_HASH_PATTERN = r"sha256:[0-9a-f]{64}\Z"
 SURFACE_PATTERN = r"[a-z0-9][a-z0-9._-]{0,63}\Z"
+
+
+_COMPILED: dict[str, re.Pattern] = {}
+
+
+def _matches(pattern: str, value: str) -> bool:
+    """Whether value matches pattern, compiling it once, when first needed: compiling
+    at import would cost every hook a few milliseconds."""
+    regex = _COMPILED.get(pattern) or _COMPILED.setdefault(pattern, re.compile(pattern))
+    return regex.match(value) is not None
 
 
 # --- identifiers ---------------------------------------------------------------------------
@@ -60,7 +77,7 @@ def new_record_id() -> str:
 
 def is_ulid(value: Any) -> bool:
     # The first character caps the value at 2**128 - 1.
-    return isinstance(value, str) and bool(re.match(ULID_PATTERN, value)) and value[0] <= "7"
+    return isinstance(value, str) and _matches(ULID_PATTERN, value) and value[0] <= "7"
 
 
 # --- bodies ----------------------------------------------------------------------------------
@@ -81,7 +98,7 @@ def content_hash(body: Any) -> str:
 
 def hash_json(encoded: str) -> str:
     """content_hash of a body already in canonical JSON."""
-    return "sha256:" + hashlib.sha256(encoded.encode("utf-8")).hexdigest()
+    return "sha256:" + sha256(encoded.encode("utf-8")).hexdigest()
 
 
 def body_text(body: object) -> str:
@@ -375,7 +392,7 @@ def check_event(event: Any) -> CheckedEvent:
     else:
         body_json = _check_body(errors, event["body"])
     namespace = event.get("namespace")
-    if not isinstance(namespace, str) or not re.match(NAMESPACE_PATTERN, namespace):
+    if not isinstance(namespace, str) or not _matches(NAMESPACE_PATTERN, namespace):
         errors.append(FieldError("namespace", "must look like /actor/<user>/project/<id>/"))
     elif not is_text(namespace):
         errors.append(FieldError("namespace", UNPAIRED_SURROGATE))
@@ -390,7 +407,7 @@ def check_event(event: Any) -> CheckedEvent:
         if extra:
             errors.append(FieldError("source", f"unknown field(s): {sorted(extra)}"))
         surface = source.get("surface")
-        if not isinstance(surface, str) or not re.match(SURFACE_PATTERN, surface):
+        if not isinstance(surface, str) or not _matches(SURFACE_PATTERN, surface):
             errors.append(FieldError("source.surface", "must be a short lowercase name"))
         _check_str(errors, source, "version", 1, 64, "source.")
         _check_str(errors, source, "client_id", 1, 255, "source.")
@@ -400,7 +417,7 @@ def check_event(event: Any) -> CheckedEvent:
         errors.append(FieldError("schema_version", f"must be {SCHEMA_VERSION}"))
     digest = event.get("content_hash")
     if digest is not None and (not isinstance(digest, str)
-                               or not re.match(CONTENT_HASH_PATTERN, digest)):
+                               or not _matches(CONTENT_HASH_PATTERN, digest)):
         errors.append(FieldError("content_hash", "must be sha256:<64 lowercase hex>"))
     parent = event.get("parent_event_id")
     if parent is not None and not is_ulid(parent):
@@ -440,10 +457,10 @@ def validate_record(record: Any) -> dict:
     if extra:
         errors.append(FieldError("record", f"unknown field(s): {sorted(extra)}"))
     record_id = record.get("record_id")
-    if not isinstance(record_id, str) or not re.match(RECORD_ID_PATTERN, record_id):
+    if not isinstance(record_id, str) or not _matches(RECORD_ID_PATTERN, record_id):
         errors.append(FieldError("record_id", "must be mr_ followed by a ULID"))
     namespace = record.get("namespace")
-    if not isinstance(namespace, str) or not re.match(NAMESPACE_PATTERN, namespace):
+    if not isinstance(namespace, str) or not _matches(NAMESPACE_PATTERN, namespace):
         errors.append(FieldError("namespace", "must look like /actor/<user>/project/<id>/"))
     _check_str(errors, record, "title", 1, 200)
     _check_str(errors, record, "summary", 1, 4000)

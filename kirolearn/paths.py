@@ -1,4 +1,5 @@
-"""Where kirolearn keeps its files and sockets. Standard library only.
+"""Where kirolearn keeps its files and sockets. Standard library (and the contract
+module) only.
 
 Everything lives under ``KIROLEARN_HOME`` (default ``~/.kirolearn``): the
 database, ``run/`` (sockets, pidfile), ``logs/``, ``spool/`` (events a shim could
@@ -11,10 +12,11 @@ unique to the home).
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import stat
 from pathlib import Path
+
+from kirolearn.contract import sha256
 
 IPC_PATH_MAX = 100  # a little under libzmq's limit, for the longest socket name
 
@@ -44,7 +46,7 @@ def runtime_dir(base: Path | None = None) -> Path:
     run = base / "run"
     if len(str(run)) + len("/extraction-999.ctl") <= IPC_PATH_MAX:
         return run
-    digest = hashlib.sha256(str(base).encode()).hexdigest()[:12]
+    digest = sha256(str(base).encode()).hexdigest()[:12]
     return Path("/tmp") / f"kirolearn-{os.getuid()}-{digest}"
 
 

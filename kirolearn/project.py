@@ -10,15 +10,16 @@ through one are invisible to another. So the rule lives here, once:
 
 A git worktree (its ``.git`` is a file pointing into another repository's
 ``.git/worktrees/``) maps to the main checkout, so all worktrees share memory.
-Standard library only: shims import this on every hook.
+Standard library (and the contract module) only: shims import this on every hook.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import NamedTuple
+
+from kirolearn.contract import sha256
 
 MARKERS = (
     ".kiro", ".git", "package.json", "Cargo.toml", "pyproject.toml", "setup.py", "go.mod",
@@ -37,7 +38,7 @@ class Project(NamedTuple):
 
 
 def sha256_hex(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return sha256(text.encode("utf-8")).hexdigest()
 
 
 def actor_id() -> str:

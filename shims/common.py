@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import socket
 import sys
 import time
 from pathlib import Path
@@ -168,7 +167,7 @@ class Shim:
         return contract.make_event(
             kind, contract.truncate_body(body), namespace=self.namespace,
             actor_id=self.actor, session_id=session_id[:128], surface=self.surface,
-            version=__version__, client_id=socket.gethostname()[:255] or "unknown",
+            version=__version__, client_id=os.uname().nodename[:255] or "unknown",
             project_path=self.project.root, parent_event_id=parent_event_id)
 
     def post(self, event: dict, retrieve: bool | str = False) -> str:

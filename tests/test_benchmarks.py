@@ -25,3 +25,19 @@ def test_retrieval_benchmark_quick_run_prints_one_line_per_query_set(home):
         for key in ("search", "roundtrip", "floor", "seed_search"):
             assert 0 < row[f"{key}_p50_ms"] <= row[f"{key}_p99_ms"]
     assert 0 < rows[0]["known_item_recall_at_10"] <= 1 and rows[0]["inline_timeouts"] == 0
+
+
+def test_shim_benchmark_quick_run_compares_each_hook_with_the_floor(home):
+    env = {k: v for k, v in os.environ.items() if k != "KIROLEARN_HOME"}
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "shim.py"), "--quick",
+                             "--runs", "5"], capture_output=True, text=True, timeout=300,
+                            env=env, cwd="/tmp")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["bench"], r["hook"]) for r in rows] == [("shim", "postToolUse"), ("shim", "prompt")]
+    for row in rows:
+        assert 0 < row["floor_p50_ms"] <= row["floor_p99_ms"]
+        assert 0 < row["wall_p50_ms"] <= row["wall_p99_ms"]
+        assert abs(row["ratio_to_floor"] - row["wall_p50_ms"] / row["floor_p50_ms"]) < 0.01
+        assert row["spooled"] == 0  # every hook was acknowledged in time
+    assert rows[1]["prompts_with_context"] == 5

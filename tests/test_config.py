@@ -20,7 +20,7 @@ def test_defaults_load_without_a_user_file(tmp_path):
 def test_user_file_then_environment(tmp_path):
     (tmp_path / "config.toml").write_text("[retrieval]\nbudget_ms = 300\nlimit = 5\n")
     settings = config.load(tmp_path, environ={"KIROLEARN_RETRIEVAL_LIMIT": "7"})
-    assert settings["retrieval"] == {"budget_ms": 300, "limit": 7}
+    assert settings["retrieval"] == {"budget_ms": 300, "limit": 7, "session_tokens": 1000}
 
 
 @pytest.mark.parametrize("text, message", [

@@ -304,3 +304,45 @@ def test_the_schema_tokenizes_like_the_query_tokenizer(corpus_db):
     sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'memory_records_fts'").fetchone()
     conn.close()
     assert f"tokenize = '{db.FTS_TOKENIZE}'" in sql[0]
+
+
+# -- the session-start context ------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.tuples(st.integers(1, 200), st.integers(0, 4000)), max_size=12),
+       budget=st.integers(0, 1500))
+def test_the_session_context_stays_within_its_token_budget(sizes, budget):
+    records = [record(i, title="t" * t, summary="word " * (s // 5)) for i, (t, s)
+               in enumerate(sizes)]
+    context, included = search.session_block(records[:5], records[5:], budget)
+    assert search.estimate_tokens(context) <= budget
+    assert bool(context) == bool(included)
+    for r in included:
+        assert " ".join(r["title"].split()) in context
+
+
+def test_the_session_context_gives_recent_work_then_what_is_retrieved_most(corpus_db):
+    conn = db.connect_writer(corpus_db)
+    conn.execute("BEGIN")
+    for n in range(10, 16):  # newer work pushes the first records out of "recent"
+        db.insert_record(conn, record(n, title=f"Later change {n}", summary=f"Change {n}.",
+                                      created_at=f"2026-02-01T00:00:{n:02d}+00:00"))
+    for _ in range(3):
+        db.log_retrieval(conn, None, NS_A, [f"R{2:025d}"], 1.0, "ok")
+    conn.execute("COMMIT")
+    conn.close()
+    s = search.Searcher(corpus_db)
+    try:
+        result = s.session_context(NS_A, 1000)
+        assert result.outcome == "ok"
+        recent = "\n".join(f"- 2026-02-01 Later change {n}: Change {n}." for n in range(15, 10, -1))
+        assert result.context == (
+            "## This project so far (from kirolearn)\n\nRecent work:\n" + recent
+            + "\n\n### Fix flaky pagination test\n\nThe cursor was reused between pages; each"
+            " page now gets a new one.\n\n- edited `tests/test_pages.py` (+5 −2)")
+        assert result.record_ids[-1] == f"R{2:025d}"  # the one retrieved most, in full
+        assert s.session_context(NS_A, 0).as_dict()["context"] == ""
+        assert s.session_context("/actor/x/project/none/", 1000).outcome == "empty"
+    finally:
+        s.close()

@@ -1,0 +1,128 @@
+"""Shim benchmark: what one hook costs the agent, process start to exit.
+
+Runs the installed ``kirolearn-kiro-cli`` shim as Kiro CLI does (payload on stdin)
+against a running daemon whose project holds the corpus's records, interleaved
+with the floor, ``python -c "import zmq, msgpack"`` (the interpreter and the two
+libraries every shim needs), so both see the same machine noise:
+
+- postToolUse: a tool use, acknowledged after storage commits it;
+- prompt: userPromptSubmit with retrieval, the context printed to stdout.
+
+Bytecode is compiled first, as ``pip install`` does. Prints one JSON line per hook
+(DESIGN.md §10) with wall_p50_ms/wall_p99_ms, the floor's, and ratio_to_floor
+(median over the floor's median).
+
+    python benchmarks/shim.py            # 10,000 records, 100 runs of each
+    python benchmarks/shim.py --quick    # 1,000 records, 15 runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import corpus
+
+import kirolearn
+from kirolearn import db, paths, project
+
+KL = [sys.executable, "-m", "kirolearn"]
+BIN = Path(sys.executable).parent
+TARGETS = {"postToolUse": 1.3, "prompt": 1.5}
+
+
+def say(*args: object) -> None:
+    print(*args, file=sys.stderr, flush=True)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def timed(command: list[str], stdin: str, cwd: Path, env: dict) -> tuple[float, str]:
+    started = time.perf_counter()
+    done = subprocess.run(command, input=stdin, capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=30)
+    elapsed = (time.perf_counter() - started) * 1000
+    if done.returncode != 0:
+        raise SystemExit(f"{command[0]} failed: {done.stderr}")
+    return elapsed, done.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--records", type=int, default=None)
+    parser.add_argument("--runs", type=int, default=None)
+    args = parser.parse_args()
+    count = args.records or (1000 if args.quick else 10_000)
+    runs = args.runs or (15 if args.quick else 100)
+
+    compileall.compile_dir(Path(kirolearn.__file__).parent, quiet=1)
+    with tempfile.TemporaryDirectory(prefix="klb-", dir="/tmp") as scratch:
+        base, user_home = Path(scratch) / "kl", Path(scratch) / "home"
+        proj = user_home / "proj"
+        (proj / ".git").mkdir(parents=True)
+        env = {**os.environ, "KIROLEARN_HOME": str(base), "HOME": str(user_home),
+               "USER": "bench", "LOGNAME": "bench", "KIROLEARN_AUTOSTART": "0"}
+        namespace = project.resolve_project(proj, home=str(user_home), override="").namespace(
+            "bench")
+        paths.ensure_layout(base)
+        conn = db.connect_writer(paths.db_path(base))
+        conn.execute("BEGIN")
+        for record in corpus.records(count, [namespace]):
+            db.insert_record(conn, record)
+        conn.execute("COMMIT")
+        conn.close()
+        say(f"{count} records written; starting the daemon")
+        subprocess.run([*KL, "start"], env=env, check=True, capture_output=True, cwd="/tmp")
+        try:
+            prompts = corpus.prompts(runs)
+            tool = {"hook_event_name": "postToolUse", "cwd": str(proj),
+                    "tool_name": "execute_bash", "tool_input": {"command": "pytest -q"},
+                    "tool_response": {"success": True, "result": [
+                        {"exit_status": "0", "stdout": "12 passed in 0.8s\n", "stderr": ""}]}}
+            shim = [str(BIN / "kirolearn-kiro-cli")]
+            floor = [sys.executable, "-c", "import zmq, msgpack"]
+            times: dict[str, list[float]] = {"floor": [], "postToolUse": [], "prompt": []}
+            with_context = 0
+            for i in range(runs + 3):  # the first three warm the caches
+                f, _ = timed(floor, "", proj, env)
+                t, _ = timed(shim, json.dumps(tool), proj, env)
+                p, out = timed(shim, json.dumps({"hook_event_name": "userPromptSubmit",
+                                                 "cwd": str(proj), "prompt": prompts[i % runs]}),
+                               proj, env)
+                if i >= 3:
+                    times["floor"].append(f)
+                    times["postToolUse"].append(t)
+                    times["prompt"].append(p)
+                    with_context += bool(out)
+        finally:
+            subprocess.run([*KL, "stop"], env=env, capture_output=True, cwd="/tmp")
+        spooled = len(list((base / "spool").glob("*.json"))) if (base / "spool").exists() else 0
+    floor_p50 = statistics.median(times["floor"])
+    for hook, target in TARGETS.items():
+        p50 = statistics.median(times[hook])
+        line = {"bench": "shim", "hook": hook, "surface": "kiro-cli", "records": count,
+                "runs": runs, "wall_p50_ms": round(p50, 2),
+                "wall_p99_ms": round(percentile(times[hook], 99), 2),
+                "floor_p50_ms": round(floor_p50, 2),
+                "floor_p99_ms": round(percentile(times["floor"], 99), 2),
+                "ratio_to_floor": round(p50 / floor_p50, 3), "target_ratio": target,
+                "spooled": spooled}
+        if hook == "prompt":
+            line["prompts_with_context"] = with_context
+        print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""A real agent, end to end: the Claude Code CLI with kirolearn's hooks, run offline.
+
+The CLI (``tests/e2e/package.json``, pinned; installed by the test command) talks
+to a scripted Anthropic Messages API served here on 127.0.0.1, and its own hook
+system runs our installed shim. The first run's hooks must all be stored; on the
+second run, what the first one taught must reach the model: it is in the request
+body the fake API receives.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from conftest import kl
+from shimkit import ACTOR, stored_events, wait_events, wait_records
+
+from kirolearn import project
+
+CLAUDE = Path(__file__).parent / "e2e" / "node_modules" / ".bin" / "claude"
+
+
+class FakeAnthropic(BaseHTTPRequestHandler):
+    """Answers like the Messages API: a Bash tool call first, then "done"."""
+
+    bodies: list[dict]  # set per server
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_HEAD(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        self._json({})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        if not self.path.startswith("/v1/messages") or self.path.startswith(
+                "/v1/messages/count_tokens"):
+            self._json({"input_tokens": 10} if "count_tokens" in self.path else {})
+            return
+        body = json.loads(raw)
+        self.server.bodies.append(body)  # type: ignore[attr-defined]
+        has_bash = any(t.get("name") == "Bash" for t in body.get("tools") or [])
+        answered = any(isinstance(m.get("content"), list) and any(
+            isinstance(b, dict) and b.get("type") == "tool_result" for b in m["content"])
+            for m in body.get("messages", []))
+        if has_bash and not answered:
+            block = {"type": "tool_use", "id": "toolu_01", "name": "Bash", "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(
+                {"command": "echo hello", "description": "Say hello"})}
+            stop = "tool_use"
+        else:
+            block = {"type": "text", "text": ""}
+            delta = {"type": "text_delta", "text": "done"}
+            stop = "end_turn"
+        message = {"id": "msg_01", "type": "message", "role": "assistant",
+                   "model": body.get("model", "claude"), "content": [], "stop_reason": None,
+                   "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}}
+        if not body.get("stream"):
+            final = {**block, **({"input": json.loads(delta["partial_json"])}
+                                 if stop == "tool_use" else {"text": delta["text"]})}
+            self._json({**message, "content": [final], "stop_reason": stop})
+            return
+        events = [
+            ("message_start", {"type": "message_start", "message": message}),
+            ("content_block_start", {"type": "content_block_start", "index": 0,
+                                     "content_block": block}),
+            ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                     "delta": delta}),
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            ("message_delta", {"type": "message_delta", "delta": {
+                "stop_reason": stop, "stop_sequence": None}, "usage": {"output_tokens": 5}}),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+        payload = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(payload.encode())))
+        self.end_headers()
+        self.wfile.write(payload.encode())
+
+    def _json(self, value: dict) -> None:
+        data = json.dumps(value).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def fake_api():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeAnthropic)
+    server.bodies = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+def test_claude_code_remembers_across_runs(daemon, fake_api, tmp_path):
+    assert CLAUDE.exists(), (
+        f"the Claude Code CLI is not installed at {CLAUDE}; run the README's test command"
+        " (it runs: npm ci --prefix tests/e2e)")
+    user_home = tmp_path / "home"
+    proj = user_home / "proj"
+    (proj / ".git").mkdir(parents=True)
+    env = {  # a clean environment: nothing from this machine's user leaks in
+        "HOME": str(user_home), "PATH": "/usr/local/bin:/usr/bin:/bin", "USER": ACTOR,
+        "LOGNAME": ACTOR, "KIROLEARN_HOME": str(daemon),
+        "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{fake_api.server_port}",
+        "ANTHROPIC_API_KEY": "sk-ant-test", "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+    }
+    installed = kl("install", "--agent", "claude-code", "--project", str(proj), env=env,
+                   cwd=str(proj))
+    assert installed.returncode == 0, installed.stderr
+    namespace = project.resolve_project(proj, home=str(user_home)).namespace(ACTOR)
+
+    def claude(prompt: str) -> dict:
+        done = subprocess.run([str(CLAUDE), "-p", prompt, "--output-format", "json",
+                               "--allowedTools", "Bash"], cwd=proj, env=env, text=True,
+                              capture_output=True, timeout=180)
+        assert done.returncode == 0, f"claude failed:\n{done.stdout}\n{done.stderr}"
+        return json.loads(done.stdout)
+
+    first = claude("Say hello with a shell command")
+    assert first["result"] == "done"
+    events = wait_events(5)
+    kinds = [(e["kind"], e["body"].get("content") or e["body"].get("data", {}).get("tool_name"))
+             for e in events]
+    assert kinds == [("note", "claude-code session started (startup)"),
+                     ("prompt", "Say hello with a shell command"),
+                     ("tool_use", "Bash"),
+                     ("session_summary", "done"),
+                     ("note", kinds[-1][1])], kinds
+    assert kinds[-1][1].startswith("claude-code session ended")
+    session = {e["session_id"] for e in events}
+    assert len(session) == 1 and all(e["namespace"] == namespace for e in events)
+    tool = events[2]["body"]["data"]
+    assert tool["tool_input"]["command"] == "echo hello"
+    assert "hello" in json.dumps(tool["tool_response"])
+    assert not any("kirolearn" in json.dumps(b) for b in fake_api.bodies)  # nothing known yet
+
+    wait_records(namespace)
+    seen = len(fake_api.bodies)
+    claude("Say hello again with a shell command")
+    second_run = json.dumps(fake_api.bodies[seen:])
+    assert "## Prior observations from kirolearn" in second_run  # the prompt's context
+    assert "Say hello with a shell command" in second_run  # ... holding the first run
+    assert "## This project so far (from kirolearn)" in second_run  # the session's context
+    assert len(stored_events()) == 10

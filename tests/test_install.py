@@ -1,0 +1,133 @@
+"""kirolearn install / uninstall / doctor on real configuration files."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import kl
+
+from kirolearn import install
+
+USER_SETTINGS = {"model": "opus", "permissions": {"allow": ["Bash(npm test)"]},
+                 "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "notify done"}]}],
+                           "PreToolUse": [{"matcher": "Bash", "hooks": [
+                               {"type": "command", "command": "guard.sh"}]}]}}
+
+
+@pytest.fixture
+def user(tmp_path, home):
+    """A user's home with one git project; the CLI runs there."""
+    (tmp_path / "proj" / ".git").mkdir(parents=True)
+    env = {**os.environ, "HOME": str(tmp_path)}
+    return tmp_path, tmp_path / "proj", env
+
+
+def run(env: dict, cwd: Path, *args: str):
+    return kl(*args, env=env, cwd=str(cwd))
+
+
+def test_claude_code_settings_are_merged_backed_up_and_restored(user):
+    _, proj, env = user
+    settings = proj / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps(USER_SETTINGS))
+    first = run(env, proj, "install", "--agent", "claude-code")
+    assert first.returncode == 0, first.stderr
+    assert "updated" in first.stdout and ".kirolearn.bak" in first.stdout
+    merged = json.loads(settings.read_text())
+    assert merged["model"] == "opus" and merged["permissions"] == USER_SETTINGS["permissions"]
+    assert merged["hooks"]["PreToolUse"] == USER_SETTINGS["hooks"]["PreToolUse"]
+    assert merged["hooks"]["Stop"][0] == USER_SETTINGS["hooks"]["Stop"][0]
+    assert set(merged["hooks"]) == {"PreToolUse", "Stop", "SessionStart", "UserPromptSubmit",
+                                    "PostToolUse", "SessionEnd"}
+    command = merged["hooks"]["UserPromptSubmit"][0]["hooks"][0]["command"]
+    assert os.path.isabs(command) and command.endswith("kirolearn-claude-code")
+    assert os.access(command, os.X_OK)
+    assert json.loads(Path(str(settings) + ".kirolearn.bak").read_text()) == USER_SETTINGS
+
+    before = settings.read_bytes()
+    again = run(env, proj, "install", "--agent", "claude-code")
+    assert again.returncode == 0 and "unchanged" in again.stdout
+    assert settings.read_bytes() == before  # idempotent
+
+    removed = run(env, proj, "uninstall", "--agent", "claude-code")
+    assert removed.returncode == 0, removed.stderr
+    assert json.loads(settings.read_text()) == USER_SETTINGS
+
+
+def test_every_agent_installs_and_uninstalls_cleanly(user):
+    _, proj, env = user
+    result = run(env, proj, "install", "--agent", "kiro-cli", "--agent", "kiro-ide",
+                 "--agent", "claude-code")
+    assert result.returncode == 0, result.stderr
+    agent = json.loads((proj / ".kiro/agents/kirolearn.json").read_text())
+    assert set(agent["hooks"]) == {"agentSpawn", "userPromptSubmit", "postToolUse", "stop"}
+    assert agent["hooks"]["postToolUse"][0]["matcher"] == "*"
+    assert all(entry[0]["command"].endswith("kirolearn-kiro-cli")
+               for entry in agent["hooks"].values())
+    hooks = sorted(p.name for p in (proj / ".kiro/hooks").iterdir())
+    assert hooks == ["kirolearn-prompt.kiro.hook", "kirolearn-stop.kiro.hook",
+                     "kirolearn-tool.kiro.hook"]
+    prompt_hook = json.loads((proj / ".kiro/hooks/kirolearn-prompt.kiro.hook").read_text())
+    assert prompt_hook["when"] == {"type": "promptSubmit"}
+    assert prompt_hook["then"]["type"] == "runCommand"
+    assert prompt_hook["then"]["command"].endswith("kirolearn-kiro-ide promptSubmit")
+
+    doctor = run(env, proj, "doctor")
+    assert doctor.returncode == 1  # the daemon is not running
+    assert "FAIL  daemon: not running; run: kirolearn start" in doctor.stdout
+    for agent_name in install.AGENTS:
+        assert f"ok    {agent_name} (project {proj})" in doctor.stdout
+
+    result = run(env, proj, "uninstall", "--agent", "kiro-cli", "--agent", "kiro-ide",
+                 "--agent", "claude-code")
+    assert result.returncode == 0, result.stderr
+    left = sorted(str(p.relative_to(proj)) for p in proj.rglob("*") if p.is_file())
+    assert left == []
+
+
+def test_global_install_writes_the_users_own_files(user):
+    home, proj, env = user
+    assert run(env, proj, "install", "--agent", "kiro-cli", "--global").returncode == 0
+    assert run(env, proj, "install", "--agent", "claude-code", "--global").returncode == 0
+    assert (home / ".kiro/agents/kirolearn.json").exists()
+    assert "UserPromptSubmit" in json.loads((home / ".claude/settings.json").read_text())["hooks"]
+    refused = run(env, proj, "install", "--agent", "kiro-ide", "--global")
+    assert refused.returncode != 0 and "--project DIR" in refused.stderr
+
+
+def test_a_broken_file_is_left_alone_with_a_clear_error(user):
+    _, proj, env = user
+    settings = proj / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text('{"model": "opus",')
+    result = run(env, proj, "install", "--agent", "claude-code")
+    assert result.returncode != 0
+    assert "is not valid JSON" in result.stderr and str(settings) in result.stderr
+    assert settings.read_text() == '{"model": "opus",'
+    assert not Path(str(settings) + ".kirolearn.bak").exists()
+    doctor = run(env, proj, "doctor")
+    assert f"FAIL  claude-code (project {proj}): {settings} is not valid JSON" in doctor.stdout
+
+
+def test_doctor_says_what_to_fix(user, daemon):
+    _, proj, env = user
+    assert run(env, proj, "install", "--agent", "claude-code").returncode == 0
+    healthy = run(env, proj, "doctor")
+    assert healthy.returncode == 0, healthy.stdout
+    for line in ("ok    daemon: running", "ok    roles: all RUNNING", "ok    sockets: ingest",
+                 "ok    database:", "ok    spool: empty", "ok    claude-code (project"):
+        assert line in healthy.stdout
+    # A hook pointing at a shim that is gone (kirolearn reinstalled elsewhere).
+    settings = proj / ".claude" / "settings.json"
+    config = json.loads(settings.read_text())
+    config["hooks"]["Stop"][0]["hooks"][0]["command"] = "/nowhere/bin/kirolearn-claude-code"
+    settings.write_text(json.dumps(config))
+    broken = run(env, proj, "doctor")
+    assert broken.returncode == 1
+    assert ("FAIL  claude-code (project" in broken.stdout
+            and "/nowhere/bin/kirolearn-claude-code, which is not there" in broken.stdout
+            and "run: kirolearn install --agent claude-code" in broken.stdout)
