@@ -62,6 +62,12 @@ def run(handler: object, *args: object) -> int:
     return 0
 
 
+def run_stdin_hook(handle: object) -> int:
+    """The whole of a shim whose agent sends the hook as JSON on stdin: handle(payload)
+    returns what goes to stdout."""
+    return run(lambda: emit(handle(parse_json_object(read_stdin()))))  # type: ignore[operator]
+
+
 def emit(text: str) -> None:
     """Write the context to stdout (UTF-8 whatever the locale)."""
     if text:

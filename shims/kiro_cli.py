@@ -55,12 +55,8 @@ def handle(payload: dict) -> str:
     return ""
 
 
-def _main() -> None:
-    common.emit(handle(common.parse_json_object(common.read_stdin())))
-
-
 def main() -> int:
-    return common.run(_main)
+    return common.run_stdin_hook(handle)
 
 
 if __name__ == "__main__":

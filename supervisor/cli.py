@@ -657,14 +657,7 @@ def install(agents: tuple[str, ...], project_dir: str | None, global_: bool) -> 
         kirolearn install --agent claude-code
         kirolearn install --agent kiro-cli --global
     """
-    target = _install_target(project_dir, global_)
-    for agent in agents:
-        try:
-            changes = install_.install(agent, target, Path.home())
-        except (install_.InstallError, OSError) as exc:
-            raise click.ClickException(f"{agent}: {exc}") from exc
-        for change in changes:
-            click.echo(f"{agent}: {change}")
+    _change_agents(install_.install, agents, _install_target(project_dir, global_))
     if not _running():
         click.echo("The daemon is not running; the first hook starts it (or: kirolearn start).")
 
@@ -673,10 +666,13 @@ def install(agents: tuple[str, ...], project_dir: str | None, global_: bool) -> 
 @agent_options
 def uninstall(agents: tuple[str, ...], project_dir: str | None, global_: bool) -> None:
     """Remove kirolearn's hooks from an agent's configuration (and nothing else)."""
-    target = _install_target(project_dir, global_)
+    _change_agents(install_.uninstall, agents, _install_target(project_dir, global_))
+
+
+def _change_agents(operation, agents: tuple[str, ...], target: Path | None) -> None:
     for agent in agents:
         try:
-            changes = install_.uninstall(agent, target, Path.home())
+            changes = operation(agent, target, Path.home())
         except (install_.InstallError, OSError) as exc:
             raise click.ClickException(f"{agent}: {exc}") from exc
         for change in changes:
