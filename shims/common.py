@@ -24,6 +24,7 @@ import os
 import select
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import zmq
@@ -48,10 +49,10 @@ def prompt_timeout_ms() -> int:
         return 500
 
 
-def run(handler: object, *args: object) -> int:
-    """Call handler(*args); whatever happens, the agent gets exit status 0."""
+def run(handler: Callable[[], object]) -> int:
+    """Call handler(); whatever happens, the agent gets exit status 0."""
     try:
-        handler(*args)  # type: ignore[operator]
+        handler()
     except BaseException as exc:
         if os.environ.get("KIROLEARN_DEBUG", "") not in ("", "0"):
             import traceback
@@ -62,10 +63,10 @@ def run(handler: object, *args: object) -> int:
     return 0
 
 
-def run_stdin_hook(handle: object) -> int:
+def run_stdin_hook(handle: Callable[[dict], str]) -> int:
     """The whole of a shim whose agent sends the hook as JSON on stdin: handle(payload)
     returns what goes to stdout."""
-    return run(lambda: emit(handle(parse_json_object(read_stdin()))))  # type: ignore[operator]
+    return run(lambda: emit(handle(parse_json_object(read_stdin()))))
 
 
 def emit(text: str) -> None:
