@@ -270,6 +270,28 @@ def uninstall(agent: str, project: Path | None, home: Path) -> list[Change]:
     return changes
 
 
+def our_hooks(agent: str, path: Path, config: dict) -> dict[str, str]:
+    """Our entries in one configuration file: hook name (for the IDE, the file) → command."""
+    found: dict[str, str] = {}
+    hooks = config.get("hooks") if isinstance(config.get("hooks"), dict) else {}
+    if agent == "kiro-cli":
+        for name, entries in hooks.items():
+            for entry in entries if isinstance(entries, list) else []:
+                if isinstance(entry, dict) and is_ours(entry.get("command")):
+                    found[name] = entry["command"]
+    elif agent == "claude-code":
+        for event, groups in hooks.items():
+            for group in groups if isinstance(groups, list) else []:
+                for handler in (group.get("hooks") or []) if isinstance(group, dict) else []:
+                    if isinstance(handler, dict) and is_ours(handler.get("command")):
+                        found[event] = handler["command"]
+    else:
+        command = (config.get("then") or {}).get("command")
+        if is_ours(command) and config.get("enabled") is not False:
+            found[path.name] = command
+    return found
+
+
 def check(agent: str, project: Path | None, home: Path) -> tuple[str, str]:
     """(state, detail) of agent's configuration there: state is "installed",
     "missing" (not installed), or "broken" (with what to fix)."""
@@ -278,50 +300,23 @@ def check(agent: str, project: Path | None, home: Path) -> tuple[str, str]:
         configs = {path: read_json(path) for path in files}
     except InstallError as exc:
         return "broken", str(exc)
-    if all(config is None for config in configs.values()):
+    found = {path: our_hooks(agent, path, config or {}) for path, config in configs.items()}
+    if not any(found.values()):
         return "missing", "not installed"
-    commands: list[str] = []
-    for path, config in configs.items():
-        config = config or {}
-        if agent == "kiro-cli":
-            hooks = config.get("hooks") if isinstance(config.get("hooks"), dict) else {}
-            have = {name for name, entries in hooks.items() if isinstance(entries, list)
-                    and any(isinstance(e, dict) and is_ours(e.get("command")) for e in entries)}
-            commands += [e["command"] for entries in hooks.values() if isinstance(entries, list)
-                         for e in entries if isinstance(e, dict) and is_ours(e.get("command"))]
-            wanted = set(KIRO_CLI_HOOKS)
-        elif agent == "claude-code":
-            hooks = config.get("hooks") if isinstance(config.get("hooks"), dict) else {}
-            have = set()
-            for event, groups in hooks.items():
-                for group in groups if isinstance(groups, list) else []:
-                    for handler in (group.get("hooks") or []) if isinstance(group, dict) else []:
-                        if isinstance(handler, dict) and is_ours(handler.get("command")):
-                            have.add(event)
-                            commands.append(handler["command"])
-            wanted = set(CLAUDE_HOOKS)
-        else:
-            command = (config.get("then") or {}).get("command")
-            wanted = {path.name}
-            have = {path.name} if is_ours(command) and config.get("enabled") is not False else set()
-            commands += [command] if is_ours(command) else []
-        if not have:
-            continue
-        missing = wanted - have
-        if missing:
+    fix = f"run: kirolearn install --agent {agent}"
+    wanted = {"kiro-cli": set(KIRO_CLI_HOOKS), "claude-code": set(CLAUDE_HOOKS)}.get(agent)
+    for path, hooks in found.items():
+        missing = (wanted or {path.name}) - set(hooks)
+        if missing and agent == "kiro-ide":
+            return "broken", f"{path} is missing or disabled; {fix}"
+        if missing and hooks:
             return "broken", (f"{path} lacks the kirolearn hook(s) {', '.join(sorted(missing))};"
-                              f" run: kirolearn install --agent {agent}")
-    missing_files = [p for p, c in configs.items() if agent == "kiro-ide" and c is None]
-    if not commands:
-        return "missing", "not installed"
-    if missing_files:
-        return "broken", (f"{', '.join(str(p) for p in missing_files)} missing;"
-                          f" run: kirolearn install --agent {agent}")
-    for command in commands:
+                              f" {fix}")
+    for command in {c for hooks in found.values() for c in hooks.values()}:
         program = command.split()[0]
         if os.sep in program and not os.access(program, os.X_OK):
-            return "broken", (f"the hook runs {program}, which is not there (kirolearn moved?);"
-                              f" run: kirolearn install --agent {agent}")
+            return "broken", (f"the hook runs {program}, which is not there"
+                              f" (kirolearn moved?); {fix}")
         if os.sep not in program and shutil.which(program) is None:
             return "broken", f"the hook runs {program}, which is not on PATH"
     return "installed", ", ".join(str(p) for p in files)

@@ -131,3 +131,19 @@ def test_doctor_says_what_to_fix(user, daemon):
     assert ("FAIL  claude-code (project" in broken.stdout
             and "/nowhere/bin/kirolearn-claude-code, which is not there" in broken.stdout
             and "run: kirolearn install --agent claude-code" in broken.stdout)
+
+
+def test_doctor_names_a_hook_that_was_removed_by_hand(user):
+    _, proj, env = user
+    assert run(env, proj, "install", "--agent", "claude-code", "--agent", "kiro-ide"
+               ).returncode == 0
+    settings = proj / ".claude" / "settings.json"
+    config = json.loads(settings.read_text())
+    del config["hooks"]["UserPromptSubmit"]
+    settings.write_text(json.dumps(config))
+    (proj / ".kiro/hooks/kirolearn-stop.kiro.hook").unlink()
+    doctor = run(env, proj, "doctor").stdout
+    assert (f"FAIL  claude-code (project {proj}): {settings} lacks the kirolearn hook(s)"
+            " UserPromptSubmit; run: kirolearn install --agent claude-code") in doctor
+    assert (f"FAIL  kiro-ide (project {proj}): {proj}/.kiro/hooks/kirolearn-stop.kiro.hook is"
+            " missing or disabled; run: kirolearn install --agent kiro-ide") in doctor
