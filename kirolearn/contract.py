@@ -80,6 +80,14 @@ def is_ulid(value: Any) -> bool:
     return isinstance(value, str) and _matches(ULID_PATTERN, value) and value[0] <= "7"
 
 
+def is_record_id(value: Any) -> bool:
+    return isinstance(value, str) and _matches(RECORD_ID_PATTERN, value) and value[3] <= "7"
+
+
+def is_namespace(value: Any) -> bool:
+    return isinstance(value, str) and _matches(NAMESPACE_PATTERN, value)
+
+
 # --- bodies ----------------------------------------------------------------------------------
 
 
@@ -456,11 +464,9 @@ def validate_record(record: Any) -> dict:
     extra = set(record) - RECORD_FIELDS
     if extra:
         errors.append(FieldError("record", f"unknown field(s): {sorted(extra)}"))
-    record_id = record.get("record_id")
-    if not isinstance(record_id, str) or not _matches(RECORD_ID_PATTERN, record_id):
+    if not is_record_id(record.get("record_id")):
         errors.append(FieldError("record_id", "must be mr_ followed by a ULID"))
-    namespace = record.get("namespace")
-    if not isinstance(namespace, str) or not _matches(NAMESPACE_PATTERN, namespace):
+    if not is_namespace(record.get("namespace")):
         errors.append(FieldError("namespace", "must look like /actor/<user>/project/<id>/"))
     _check_str(errors, record, "title", 1, 200)
     _check_str(errors, record, "summary", 1, 4000)

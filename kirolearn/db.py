@@ -316,19 +316,20 @@ def insert_record(conn: sqlite3.Connection, record: dict, batch_id: str | None =
 
 
 def save_record(conn: sqlite3.Connection, record: dict, batch_id: str | None = None,
-                merge_window_s: float = 0) -> bool:
+                merge_window_s: float = 0) -> str | None:
     """Insert a record, or merge it into a near-duplicate: a record of the namespace with
-    the same title, type and files, created within ``merge_window_s``. The merged record
+    the same title, type, strategy and files, created within ``merge_window_s``. The merged record
     keeps its id, takes the newer summary and time, and gathers both facts, concepts and
-    source events. Returns whether it merged."""
+    source events. Returns the id of the record it merged into (None: inserted)."""
     if merge_window_s > 0:
         files = set(record.get("files_touched", []))
         for row in conn.execute(
-                "SELECT id, facts_json, concepts_json, source_event_ids_json, files_touched_json"
-                " FROM memory_records WHERE namespace = ? AND title = ? AND observation_type = ?"
+                "SELECT id, facts_json, concepts_json, source_event_ids_json, files_touched_json,"
+                " record_id FROM memory_records WHERE namespace = ? AND title = ?"
+                " AND observation_type = ? AND strategy = ?"
                 " AND julianday(created_at) >= julianday('now') - ? ORDER BY id DESC",
                 (record["namespace"], record["title"], record["observation_type"],
-                 merge_window_s / 86400)):
+                 record["strategy"], merge_window_s / 86400)):
             if set(json.loads(row[4])) != files:
                 continue
             facts = list(dict.fromkeys(json.loads(row[1]) + record.get("facts", [])))[:100]
@@ -341,9 +342,9 @@ def save_record(conn: sqlite3.Connection, record: dict, batch_id: str | None = N
                 (record["summary"], json.dumps(facts), " ".join(facts),
                  json.dumps(concepts[:100]), json.dumps(sources), record["created_at"],
                  batch_id, row[0]))
-            return True
+            return row[5]
     insert_record(conn, record, batch_id)
-    return False
+    return None
 
 
 def record_from_row(row: tuple) -> dict:
@@ -353,6 +354,52 @@ def record_from_row(row: tuple) -> dict:
         "files_touched": json.loads(row[6]), "observation_type": row[7], "strategy": row[8],
         "source_event_ids": json.loads(row[9]), "created_at": row[10],
     }
+
+
+def _in(values: Iterable[str]) -> tuple[str, list[str]]:
+    """An SQL ``IN (?, ?, …)`` list and its arguments."""
+    values = list(values)
+    return "(" + ",".join("?" * len(values)) + ")", values
+
+
+def records_by_id(conn: sqlite3.Connection, record_ids: list[str],
+                  namespaces: Iterable[str]) -> list[dict]:
+    """The records with these ids in these namespaces, in the order asked; ids that are
+    not there are left out."""
+    if not record_ids:
+        return []
+    ids_sql, ids = _in(record_ids)
+    ns_sql, ns = _in(namespaces)
+    found = {row[0]: record_from_row(row) for row in conn.execute(
+        f"SELECT {RECORD_COLUMNS} FROM memory_records WHERE record_id IN {ids_sql}"
+        f" AND namespace IN {ns_sql}", ids + ns)}
+    return [found[i] for i in dict.fromkeys(record_ids) if i in found]
+
+
+def records_around(conn: sqlite3.Connection, record: dict, namespaces: Iterable[str],
+                   before: int, after: int) -> list[dict]:
+    """``before`` records older than ``record`` and ``after`` newer ones, in these
+    namespaces, with it in the middle: oldest first."""
+    ns_sql, ns = _in(namespaces)
+    key = (record["created_at"], record["record_id"])
+    older = conn.execute(
+        f"SELECT {RECORD_COLUMNS} FROM memory_records WHERE namespace IN {ns_sql}"
+        " AND (created_at, record_id) < (?, ?) ORDER BY created_at DESC, record_id DESC"
+        " LIMIT ?", [*ns, *key, before]).fetchall()
+    newer = conn.execute(
+        f"SELECT {RECORD_COLUMNS} FROM memory_records WHERE namespace IN {ns_sql}"
+        " AND (created_at, record_id) > (?, ?) ORDER BY created_at, record_id"
+        " LIMIT ?", [*ns, *key, after]).fetchall()
+    return ([record_from_row(row) for row in reversed(older)] + [record]
+            + [record_from_row(row) for row in newer])
+
+
+def delete_record(conn: sqlite3.Connection, record_id: str, namespaces: Iterable[str]) -> bool:
+    """Delete a record (its full-text entry goes with it, by trigger); whether it was
+    there, in one of these namespaces."""
+    ns_sql, ns = _in(namespaces)
+    return conn.execute(f"DELETE FROM memory_records WHERE record_id = ? AND namespace IN"
+                        f" {ns_sql}", [record_id, *ns]).rowcount > 0
 
 
 def iter_records(conn: sqlite3.Connection, namespace: str | None = None) -> Iterator[dict]:

@@ -15,6 +15,9 @@ can commit them as one group.
 It also drains the spool (events a shim could not deliver) when it starts and
 every ``ingest.spool_interval_s``: each file goes through the same door as a
 client's event and is deleted once storage has it (or moved aside if invalid).
+
+Records saved through MCP (``put_record``) come through this door too, and get the
+same scrub; ``forget`` deletes one. Both are checked here and relayed to storage.
 """
 
 from __future__ import annotations
@@ -82,6 +85,9 @@ class Ingest(role.Role):
         self.outbox_bytes = self.outbox_events = 0
         self.by_storage_id: dict[str, list[Pending]] = {}
         self.by_retrieval_id: dict[str, Pending] = {}
+        # Record writes relayed to storage: its request id → (client envelope, client
+        # request id, deadline).
+        self.relays: dict[str, tuple[list[bytes], str, float]] = {}
         self.accepted = 0
 
     def control_status(self) -> dict:
@@ -154,9 +160,30 @@ class Ingest(role.Role):
             else:
                 transport.send_reply(self.front, envelope, protocol.reply_error(
                     rid, Code.BAD_REQUEST, "'events' (or 'lines') must be a list"))
+        elif op in ("put_record", "forget"):
+            try:
+                relayed = check_put_record(body) if op == "put_record" else check_forget(body)
+            except contract.ContractError as exc:
+                transport.send_reply(self.front, envelope, protocol.reply_error(
+                    rid, Code.BAD_REQUEST, str(exc),
+                    {"errors": [e._asdict() for e in exc.errors]}))
+                return
+            self._relay(envelope, rid, op, relayed)
         else:
             transport.send_reply(self.front, envelope, protocol.reply_error(
                 rid, Code.UNKNOWN_OP, f"ingest does not serve {op!r}"))
+
+    def _relay(self, envelope: list[bytes], rid: str, op: str, body: dict) -> None:
+        """Send a checked request on to storage; its answer goes back to the client."""
+        message = protocol.request(op, body)
+        try:
+            self.storage.send_multipart([b"", protocol.pack(message)], flags=zmq.NOBLOCK)
+        except zmq.Again:
+            transport.send_reply(self.front, envelope, protocol.reply_error(
+                rid, Code.UNAVAILABLE, "storage is not accepting writes"))
+            return
+        self.relays[message["id"]] = (envelope, rid,
+                                      time.monotonic() + self.storage_timeout_s)
 
     def _put(self, envelope: list[bytes] | None, rid: str, op: str, events: list,
              retrieve: bool | str, spool_files: list[Path] | None = None) -> None:
@@ -230,6 +257,10 @@ class Ingest(role.Role):
     def _on_storage(self, sock: zmq.Socket) -> None:
         while sock.poll(0, zmq.POLLIN):
             reply = self._read_reply(sock)
+            if reply and reply.get("id") in self.relays:
+                envelope, rid, _ = self.relays.pop(reply["id"])
+                transport.send_reply(self.front, envelope, {**reply, "id": rid})
+                continue
             group = self.by_storage_id.pop(reply.get("id"), None) if reply else None
             if group is None:
                 continue  # late reply for a request already answered as unavailable
@@ -337,6 +368,11 @@ class Ingest(role.Role):
                                                     "timeout")
                 self._log_retrieval(pending)
                 self._maybe_reply(pending)
+        for sid, (envelope, rid, deadline) in list(self.relays.items()):
+            if now >= deadline:
+                del self.relays[sid]
+                transport.send_reply(self.front, envelope, protocol.reply_error(
+                    rid, Code.UNAVAILABLE, "storage did not answer in time"))
         for rid, group in list(self.by_storage_id.items()):
             if now >= group[0].storage_deadline:
                 del self.by_storage_id[rid]
@@ -390,6 +426,43 @@ def prepare(event: object) -> tuple[dict, dict]:
             body_json = contract.canonical_json(body)
             digest = contract.hash_json(body_json)
     return db.stored_form(event, body_json, valid_ms, digest), body
+
+
+# What a redaction may lengthen (``password=[REDACTED]``), cut back to the contract.
+RECORD_TEXT_LIMITS = {"title": 200, "summary": 4000}
+RECORD_LIST_LIMITS = {"facts": 500, "concepts": 100, "files_touched": 500}
+
+
+def check_put_record(body: dict) -> dict:
+    """A record to save, scrubbed like an event's body and checked against the
+    contract (raises ContractError)."""
+    record = body.get("record")
+    if not isinstance(record, dict):
+        raise contract.ContractError([contract.FieldError("record", "must be an object")])
+    record = dict(record)
+    for field_name, limit in RECORD_TEXT_LIMITS.items():
+        if isinstance(record.get(field_name), str):
+            record[field_name] = privacy.scrub_text(record[field_name])[:limit]
+    for field_name, limit in RECORD_LIST_LIMITS.items():
+        if isinstance(record.get(field_name), list):
+            record[field_name] = [privacy.scrub_text(item)[:limit] if isinstance(item, str)
+                                  else item for item in record[field_name]]
+    return {"record": contract.validate_record(record)}
+
+
+def check_forget(body: dict) -> dict:
+    """Which record to delete, and the namespaces it may be deleted from."""
+    record_id, namespaces = body.get("record_id"), body.get("namespaces")
+    errors = []
+    if not isinstance(record_id, str) or not contract.is_record_id(record_id):
+        errors.append(contract.FieldError("record_id", "must be mr_ followed by a ULID"))
+    if (not isinstance(namespaces, list) or not namespaces
+            or not all(isinstance(n, str) and contract.is_namespace(n) for n in namespaces)):
+        errors.append(contract.FieldError("namespaces", "must be a non-empty list of"
+                                          " namespaces (/actor/<user>/project/<id>/)"))
+    if errors:
+        raise contract.ContractError(errors)
+    return {"record_id": record_id, "namespaces": namespaces}
 
 
 def rejection(event: object, exc: contract.ContractError) -> dict:

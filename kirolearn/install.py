@@ -1,16 +1,25 @@
-"""Hook configuration for each agent: write it, merge it, remove it, check it.
+"""Agent configuration: write it, merge it, remove it, check it.
 
-``kirolearn install --agent A`` puts our hooks where agent A reads them, keeping
-everything else in the file as it was; running it twice changes nothing, and a
-file that changes is first copied to ``<file>.kirolearn.bak``. ``uninstall``
-removes only our entries. Our entries are recognised by their command: the path
-of one of our shims. A file that is not valid JSON is left alone with an error.
+``kirolearn install --agent A`` puts our hooks and our MCP server where agent A reads
+them, keeping everything else in each file as it was; running it twice changes
+nothing, and a file that changes is first copied to ``<file>.kirolearn.bak``.
+``uninstall`` removes only our entries (and files that held nothing else). Our
+hooks are recognised by their command (one of our shims), our MCP server by its
+name and command (``kirolearn mcp``). A file that is not valid JSON is left alone
+with an error.
 
-| agent | project (``--project DIR``) | ``--global`` |
-| --- | --- | --- |
-| kiro-cli | ``DIR/.kiro/agents/kirolearn.json`` | ``~/.kiro/agents/kirolearn.json`` |
-| kiro-ide | ``DIR/.kiro/hooks/kirolearn-*.kiro.hook`` | (per project only) |
-| claude-code | ``DIR/.claude/settings.json`` | ``~/.claude/settings.json`` |
+Where (``DIR`` is ``--project DIR``, ``~`` is ``--global``):
+
+- kiro-cli: the agent ``DIR/.kiro/agents/kirolearn.json`` (or ``~/.kiro/…``), hooks
+  and MCP server in one file;
+- kiro-ide (per project only): ``DIR/.kiro/hooks/kirolearn-*.kiro.hook`` and the
+  server in ``DIR/.kiro/settings/mcp.json``;
+- claude-code: hooks in ``DIR/.claude/settings.json``, the server in ``DIR/.mcp.json``;
+  with ``--global``, ``~/.claude/settings.json`` and ``~/.claude.json``.
+
+The MCP tools that only read or add memories are pre-approved (Kiro CLI
+``allowedTools``, Kiro IDE ``autoApprove``, Claude Code ``permissions.allow``);
+``forget`` deletes, so the agent asks first.
 """
 
 from __future__ import annotations
@@ -45,6 +54,15 @@ KIRO_AGENT_TEMPLATE = {
     "resources": ["file://AGENTS.md", "file://README.md"],
     "useLegacyMcpJson": True,
 }
+MCP_NAME = "kirolearn"
+MCP_ENTRY = "MCP server"  # how check() names our MCP server among the hooks
+APPROVED_TOOLS = ("search_memory", "recall", "timeline", "get_records", "save_observation",
+                  "save_session_summary")  # everything but forget
+# The kinds of file we write, and how each agent names an approved tool of ours.
+KIRO_AGENT, KIRO_HOOK, KIRO_MCP, CLAUDE_SETTINGS, CLAUDE_MCP = (
+    "kiro-agent", "kiro-hook", "kiro-mcp", "claude-settings", "claude-mcp")
+KIRO_CLI_TOOLS = [f"@{MCP_NAME}/{tool}" for tool in APPROVED_TOOLS]
+CLAUDE_TOOLS = [f"mcp__{MCP_NAME}__{tool}" for tool in APPROVED_TOOLS]
 
 
 class InstallError(Exception):
@@ -62,33 +80,53 @@ class Change:
         return text + (f" (previous version: {self.backup})" if self.backup else "")
 
 
-def shim_command(agent: str) -> str:
-    """The absolute path of an agent's shim (agents run hooks with their own PATH)."""
-    name = f"kirolearn-{agent}"
+def program(name: str) -> str:
+    """The absolute path of one of our commands (agents run them with their own PATH)."""
     beside = Path(sys.executable).parent / name
     if beside.exists():
         return str(beside)
-    found = shutil.which(name)
-    return found or name
+    return shutil.which(name) or name
+
+
+def shim_command(agent: str) -> str:
+    return program(f"kirolearn-{agent}")
 
 
 def is_ours(command: object) -> bool:
     if not isinstance(command, str) or not command.strip():
         return False
-    program = os.path.basename(command.split()[0].strip("'\""))
-    return program in {f"kirolearn-{agent}" for agent in AGENTS}
+    name = os.path.basename(command.split()[0].strip("'\""))
+    return name in {f"kirolearn-{agent}" for agent in AGENTS}
 
 
-def config_paths(agent: str, project: Path | None, home: Path) -> list[Path]:
-    """The files install writes for agent, in project or (None) in the user's home."""
+def mcp_server() -> dict:
+    """Our MCP server's entry: the agent starts ``kirolearn mcp`` in the project."""
+    return {"command": program("kirolearn"), "args": ["mcp"]}
+
+
+def is_our_mcp(entry: object) -> bool:
+    return (isinstance(entry, dict) and isinstance(entry.get("command"), str)
+            and os.path.basename(entry["command"]) == "kirolearn"
+            and entry.get("args") == ["mcp"])
+
+
+def config_files(agent: str, project: Path | None, home: Path) -> list[tuple[Path, str]]:
+    """The files install writes for agent, in project or (None) in the user's home, each
+    with its kind."""
     if agent == "kiro-cli":
-        return [(project or home) / ".kiro" / "agents" / "kirolearn.json"]
+        return [((project or home) / ".kiro" / "agents" / "kirolearn.json", KIRO_AGENT)]
     if agent == "kiro-ide":
         if project is None:
             raise InstallError("Kiro IDE hooks live in a project: use --project DIR")
-        return [project / ".kiro" / "hooks" / f"{stem}.kiro.hook" for stem in KIRO_IDE_HOOKS]
+        return [*((project / ".kiro" / "hooks" / f"{stem}.kiro.hook", KIRO_HOOK)
+                  for stem in KIRO_IDE_HOOKS),
+                (project / ".kiro" / "settings" / "mcp.json", KIRO_MCP)]
     if agent == "claude-code":
-        return [(project or home) / ".claude" / "settings.json"]
+        if project is None:  # user scope: Claude Code keeps its servers in ~/.claude.json
+            return [(home / ".claude" / "settings.json", CLAUDE_SETTINGS),
+                    (home / ".claude.json", CLAUDE_MCP)]
+        return [(project / ".claude" / "settings.json", CLAUDE_SETTINGS),
+                (project / ".mcp.json", CLAUDE_MCP)]
     raise InstallError(f"unknown agent {agent!r}; choose one of {', '.join(AGENTS)}")
 
 
@@ -136,7 +174,38 @@ def write_json(path: Path, value: dict | None, before: dict | None) -> Change:
     return Change(path, "created" if before is None else "updated", backup)
 
 
-# -- per agent: the configuration with and without our entries ----------------------------
+# -- per kind of file: the configuration with and without our entries ----------------------
+
+
+def _listed(config: dict, key: str, names: list[str], present: bool) -> dict:
+    """config with names appended to (present) or removed from (not present) the list at
+    key; a list left empty goes, so the file is as it was before."""
+    config = dict(config)
+    current = config.get(key)
+    current = current if isinstance(current, list) else []
+    kept = [item for item in current if item not in names]
+    new = kept + names if present else kept
+    if new:
+        config[key] = new
+    else:
+        config.pop(key, None)
+    return config
+
+
+def _with_server(config: dict, entry: dict | None) -> dict:
+    """config with our MCP server set to entry (None: removed)."""
+    config = dict(config)
+    servers = config.get("mcpServers")
+    servers = dict(servers) if isinstance(servers, dict) else {}
+    if is_our_mcp(servers.get(MCP_NAME)) or entry is not None:
+        servers.pop(MCP_NAME, None)
+    if entry is not None:
+        servers[MCP_NAME] = entry
+    if servers:
+        config["mcpServers"] = servers
+    else:
+        config.pop("mcpServers", None)
+    return config
 
 
 def _without_ours_kiro_cli(config: dict) -> dict:
@@ -155,7 +224,7 @@ def _without_ours_kiro_cli(config: dict) -> dict:
             config["hooks"] = kept
         else:
             config.pop("hooks")
-    return config
+    return _listed(_with_server(config, None), "allowedTools", KIRO_CLI_TOOLS, False)
 
 
 def _with_ours_kiro_cli(config: dict) -> dict:
@@ -170,40 +239,50 @@ def _with_ours_kiro_cli(config: dict) -> dict:
             entry["matcher"] = "*"
         entries = hooks.get(name)
         hooks[name] = [*(entries if isinstance(entries, list) else []), entry]
-    return {**config, "hooks": hooks}
+    config = _with_server({**config, "hooks": hooks}, mcp_server())
+    return _listed(config, "allowedTools", KIRO_CLI_TOOLS, True)
 
 
 def _without_ours_claude(config: dict) -> dict:
     config = dict(config)
     hooks = config.get("hooks")
-    if not isinstance(hooks, dict):
-        return config
-    kept = {}
-    for event, groups in hooks.items():
-        if not isinstance(groups, list):
-            kept[event] = groups
-            continue
-        new_groups = []
-        for group in groups:
-            handlers = group.get("hooks") if isinstance(group, dict) else None
-            if isinstance(handlers, list):
-                mine = [h for h in handlers if isinstance(h, dict) and is_ours(h.get("command"))]
-                if mine:
-                    handlers = [h for h in handlers if h not in mine]
-                    if not handlers:
-                        continue
-                    group = {**group, "hooks": handlers}
-            new_groups.append(group)
-        if new_groups:
-            kept[event] = new_groups
-    if kept:
-        config["hooks"] = kept
-    else:
-        config.pop("hooks")
-    return config
+    if isinstance(hooks, dict):
+        kept = {}
+        for event, groups in hooks.items():
+            if not isinstance(groups, list):
+                kept[event] = groups
+                continue
+            new_groups = []
+            for group in groups:
+                handlers = group.get("hooks") if isinstance(group, dict) else None
+                if isinstance(handlers, list):
+                    mine = [h for h in handlers
+                            if isinstance(h, dict) and is_ours(h.get("command"))]
+                    if mine:
+                        handlers = [h for h in handlers if h not in mine]
+                        if not handlers:
+                            continue
+                        group = {**group, "hooks": handlers}
+                new_groups.append(group)
+            if new_groups:
+                kept[event] = new_groups
+        if kept:
+            config["hooks"] = kept
+        else:
+            config.pop("hooks")
+    permissions = config.get("permissions")
+    if isinstance(permissions, dict):
+        permissions = _listed(permissions, "allow", CLAUDE_TOOLS, False)
+        if permissions:
+            config["permissions"] = permissions
+        else:
+            config.pop("permissions")
+    return _listed(config, "enabledMcpjsonServers", [MCP_NAME], False)
 
 
-def _with_ours_claude(config: dict) -> dict:
+def _with_ours_claude(config: dict, project: bool) -> dict:
+    """Our hooks; our read-and-save tools allowed; and in a project, our server in
+    ``.mcp.json`` enabled (Claude Code asks before starting a project's servers)."""
     config = _without_ours_claude(config)
     hooks = config.get("hooks")
     hooks = dict(hooks) if isinstance(hooks, dict) else {}
@@ -213,7 +292,11 @@ def _with_ours_claude(config: dict) -> dict:
                                            **handler_extra}]}
         groups = hooks.get(event)
         hooks[event] = [*(groups if isinstance(groups, list) else []), group]
-    return {**config, "hooks": hooks}
+    permissions = config.get("permissions")
+    permissions = permissions if isinstance(permissions, dict) else {}
+    config = {**config, "hooks": hooks,
+              "permissions": _listed(permissions, "allow", CLAUDE_TOOLS, True)}
+    return _listed(config, "enabledMcpjsonServers", [MCP_NAME], True) if project else config
 
 
 def _kiro_ide_hook(stem: str) -> dict:
@@ -226,69 +309,79 @@ def _kiro_ide_hook(stem: str) -> dict:
             "then": {"type": "runCommand", "command": f"{shim_command('kiro-ide')} {trigger}"}}
 
 
+def with_ours(kind: str, path: Path, config: dict | None, project: bool) -> dict:
+    """The file's configuration with our entries in it."""
+    if kind == KIRO_AGENT:
+        return _with_ours_kiro_cli(config if config is not None else dict(KIRO_AGENT_TEMPLATE))
+    if kind == KIRO_HOOK:
+        return _kiro_ide_hook(path.name.removesuffix(".kiro.hook"))
+    if kind == CLAUDE_SETTINGS:
+        return _with_ours_claude(config or {}, project)
+    entry = mcp_server()
+    if kind == KIRO_MCP:
+        entry["autoApprove"] = list(APPROVED_TOOLS)
+    else:
+        entry = {"type": "stdio", **entry}
+    return _with_server(config or {}, entry)
+
+
+def without_ours(kind: str, config: dict) -> dict | None:
+    """The file's configuration without our entries (None: nothing is left)."""
+    if kind == KIRO_AGENT:
+        left = _without_ours_kiro_cli(config)
+        return None if left == KIRO_AGENT_TEMPLATE else left
+    if kind == KIRO_HOOK:
+        return None if is_ours((config.get("then") or {}).get("command")) else config
+    left = (_without_ours_claude(config) if kind == CLAUDE_SETTINGS
+            else _with_server(config, None))
+    return left or None
+
+
 # -- the operations -------------------------------------------------------------------------
 
 
 def install(agent: str, project: Path | None, home: Path) -> list[Change]:
-    """Write or merge agent's hooks; returns what changed. Checks every file first, so
-    an unreadable one changes nothing."""
-    files = config_paths(agent, project, home)
-    before = {path: read_json(path) for path in files}
-    changes = []
-    for path in files:
-        old = before[path]
-        if agent == "kiro-cli":
-            new = _with_ours_kiro_cli(old if old is not None else dict(KIRO_AGENT_TEMPLATE))
-        elif agent == "claude-code":
-            new = _with_ours_claude(old or {})
-        else:
-            new = _kiro_ide_hook(path.name.removesuffix(".kiro.hook"))
-        changes.append(write_json(path, new, old))
-    return changes
+    """Write or merge agent's hooks and MCP server; returns what changed. Checks every
+    file first, so an unreadable one changes nothing."""
+    files = config_files(agent, project, home)
+    before = {path: read_json(path) for path, _ in files}
+    return [write_json(path, with_ours(kind, path, before[path], project is not None),
+                       before[path]) for path, kind in files]
 
 
 def uninstall(agent: str, project: Path | None, home: Path) -> list[Change]:
     """Remove only our entries (and files that held nothing else)."""
-    files = config_paths(agent, project, home)
-    before = {path: read_json(path) for path in files}
-    changes = []
-    for path in files:
-        old = before[path]
-        if old is None:
-            changes.append(Change(path, "absent"))
-            continue
-        if agent == "kiro-cli":
-            new = _without_ours_kiro_cli(old)
-            new = None if new == KIRO_AGENT_TEMPLATE else new
-        elif agent == "claude-code":
-            new = _without_ours_claude(old)
-            new = new or None
-        else:
-            command = (old.get("then") or {}).get("command") if isinstance(old, dict) else None
-            new = None if is_ours(command) else old
-        changes.append(write_json(path, new, old))
-    return changes
+    files = config_files(agent, project, home)
+    before = {path: read_json(path) for path, _ in files}
+    return [write_json(path, without_ours(kind, before[path]), before[path])
+            if before[path] is not None else Change(path, "absent") for path, kind in files]
 
 
-def our_hooks(agent: str, path: Path, config: dict) -> dict[str, str]:
-    """Our entries in one configuration file: hook name (for the IDE, the file) → command."""
+def our_entries(kind: str, path: Path, config: dict) -> dict[str, str]:
+    """Our entries in one file: hook name (for the IDE, the file; MCP_ENTRY for the MCP
+    server) → the command it runs."""
     found: dict[str, str] = {}
     hooks = config.get("hooks") if isinstance(config.get("hooks"), dict) else {}
-    if agent == "kiro-cli":
+    if kind == KIRO_AGENT:
         for name, entries in hooks.items():
             for entry in entries if isinstance(entries, list) else []:
                 if isinstance(entry, dict) and is_ours(entry.get("command")):
                     found[name] = entry["command"]
-    elif agent == "claude-code":
+    elif kind == CLAUDE_SETTINGS:
         for event, groups in hooks.items():
             for group in groups if isinstance(groups, list) else []:
                 for handler in (group.get("hooks") or []) if isinstance(group, dict) else []:
                     if isinstance(handler, dict) and is_ours(handler.get("command")):
                         found[event] = handler["command"]
-    else:
+    elif kind == KIRO_HOOK:
         command = (config.get("then") or {}).get("command")
         if is_ours(command) and config.get("enabled") is not False:
             found[path.name] = command
+    if kind in (KIRO_AGENT, KIRO_MCP, CLAUDE_MCP):
+        servers = config.get("mcpServers")
+        entry = servers.get(MCP_NAME) if isinstance(servers, dict) else None
+        if is_our_mcp(entry) and entry.get("disabled") is not True:
+            found[MCP_ENTRY] = entry["command"]
     return found
 
 
@@ -296,27 +389,28 @@ def check(agent: str, project: Path | None, home: Path) -> tuple[str, str]:
     """(state, detail) of agent's configuration there: state is "installed",
     "missing" (not installed), or "broken" (with what to fix)."""
     try:
-        files = config_paths(agent, project, home)
-        configs = {path: read_json(path) for path in files}
+        files = config_files(agent, project, home)
+        found = {path: our_entries(kind, path, read_json(path) or {}) for path, kind in files}
     except InstallError as exc:
         return "broken", str(exc)
-    found = {path: our_hooks(agent, path, config or {}) for path, config in configs.items()}
     if not any(found.values()):
         return "missing", "not installed"
     fix = f"run: kirolearn install --agent {agent}"
-    wanted = {"kiro-cli": set(KIRO_CLI_HOOKS), "claude-code": set(CLAUDE_HOOKS)}.get(agent)
-    for path, hooks in found.items():
-        missing = (wanted or {path.name}) - set(hooks)
-        if missing and agent == "kiro-ide":
+    hooks = {"kiro-cli": set(KIRO_CLI_HOOKS), "claude-code": set(CLAUDE_HOOKS)}.get(agent)
+    for (path, kind), entries in zip(files, found.values(), strict=True):
+        if kind == KIRO_HOOK and path.name not in entries:
             return "broken", f"{path} is missing or disabled; {fix}"
-        if missing and hooks:
+        missing = (hooks or set()) - set(entries) if kind in (KIRO_AGENT, CLAUDE_SETTINGS) else ()
+        if missing:
             return "broken", (f"{path} lacks the kirolearn hook(s) {', '.join(sorted(missing))};"
                               f" {fix}")
-    for command in {c for hooks in found.values() for c in hooks.values()}:
-        program = command.split()[0]
-        if os.sep in program and not os.access(program, os.X_OK):
-            return "broken", (f"the hook runs {program}, which is not there"
+        if kind in (KIRO_AGENT, KIRO_MCP, CLAUDE_MCP) and MCP_ENTRY not in entries:
+            return "broken", f"{path} lacks the kirolearn MCP server (or it is disabled); {fix}"
+    for command in {c for entries in found.values() for c in entries.values()}:
+        name = command.split()[0]
+        if os.sep in name and not os.access(name, os.X_OK):
+            return "broken", (f"the configuration runs {name}, which is not there"
                               f" (kirolearn moved?); {fix}")
-        if os.sep not in program and shutil.which(program) is None:
-            return "broken", f"the hook runs {program}, which is not on PATH"
-    return "installed", ", ".join(str(p) for p in files)
+        if os.sep not in name and shutil.which(name) is None:
+            return "broken", f"the configuration runs {name}, which is not on PATH"
+    return "installed", ", ".join(str(path) for path, _ in files)

@@ -31,6 +31,7 @@ import json
 import math
 import sqlite3
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +51,7 @@ MAX_PHRASE_COUNTS = 32  # phrases counted per search; others are bounded by thei
 TOTAL_TTL_S = 5.0  # how often the record count is re-read
 FREQ_TTL_S = 600.0  # document frequencies are kept this long, or until the count moves 1%
 CACHE_MAX = 50_000
+SCOPE_SLACK = 10  # extra candidates ranked when several namespaces are searched as one
 
 
 def tokens(query: str) -> list[str]:
@@ -112,6 +114,20 @@ def select_terms(terms: list[str], doc_freq: dict[str, int], total: int,
     if touched > rows and total > rows:
         window = math.ceil(total * rows / touched)
     return [t for t in terms if t in kept], window
+
+
+def distinct(records: list[dict]) -> list[dict]:
+    """Records in order, less any whose title and summary (whitespace aside) repeat an
+    earlier one's: the same memory saved in two namespaces is shown once."""
+    seen: set[tuple[str, str]] = set()
+    kept = []
+    for record in records:
+        key = (" ".join(record["title"].split()).casefold(),
+               " ".join(record["summary"].split()).casefold())
+        if key not in seen:
+            seen.add(key)
+            kept.append(record)
+    return kept
 
 
 def context_block(records: list[dict]) -> str:
@@ -230,9 +246,11 @@ class Searcher:
             self.conn.close()
             self.conn = None
 
-    def search(self, namespace: str, query: str, limit: int, budget_ms: float,
+    def search(self, namespace: str | Sequence[str], query: str, limit: int, budget_ms: float,
                deadline: float | None = None) -> Result:
-        """Never raises. ``deadline`` (time.monotonic()) may cut the budget shorter."""
+        """Never raises. ``namespace`` may be several, searched as one (a record whose title
+        and summary repeat a better-ranked one's is left out). ``deadline``
+        (time.monotonic()) may cut the budget shorter."""
         started = time.monotonic()
         self.deadline = started + budget_ms / 1000
         if deadline is not None:
@@ -241,7 +259,8 @@ class Searcher:
         try:
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed
-            result = self._search(namespace, query, limit)
+            namespaces = (namespace,) if isinstance(namespace, str) else tuple(namespace)
+            result = self._search(namespaces, query, limit)
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed
         except DeadlinePassed:
@@ -298,7 +317,7 @@ class Searcher:
 
     # -- the steps --------------------------------------------------------------------------
 
-    def _search(self, namespace: str, query: str, limit: int) -> Result:
+    def _search(self, namespaces: tuple[str, ...], query: str, limit: int) -> Result:
         raw = tokens(query)[:MAX_TOKENS]
         if not raw or limit <= 0:
             return Result([], "empty", 0.0)
@@ -316,14 +335,30 @@ class Searcher:
         budget = self.term_budget or term_budget_for(total)
         terms, window = select_terms(candidates, token_freq, total, budget, self.window_rows)
         try:
-            ids = self._rank(conn, namespace, fts_expression(terms), limit, window)
+            # Room for the duplicates `distinct` leaves out when namespaces are merged.
+            wanted = limit if len(namespaces) == 1 else limit + SCOPE_SLACK
+            ids = self._rank(conn, namespaces, fts_expression(terms), wanted, window)
         except sqlite3.Error:
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed from None
-            ids = self._like(conn, namespace, query, limit)
+            ids = self._like(conn, namespaces, query, limit)
             return Result(self._records(conn, ids), "fallback", 0.0, terms, window)
         records = self._records(conn, ids)
+        if len(namespaces) > 1:
+            records = distinct(records)[:limit]
         return Result(records, "ok" if records else "empty", 0.0, terms, window)
+
+    def get_records(self, record_ids: list[str], namespaces: Sequence[str]) -> list[dict]:
+        """Records by id, in these namespaces (raises sqlite3.Error)."""
+        return db.records_by_id(self._connection(), record_ids, namespaces)
+
+    def timeline(self, record_id: str, namespaces: Sequence[str], before: int,
+                 after: int) -> list[dict]:
+        """The records around one, oldest first; empty if it is not in these namespaces
+        (raises sqlite3.Error)."""
+        conn = self._connection()
+        found = db.records_by_id(conn, [record_id], namespaces)
+        return db.records_around(conn, found[0], namespaces, before, after) if found else []
 
     def _connection(self) -> sqlite3.Connection:
         if self.conn is None:
@@ -395,8 +430,8 @@ class Searcher:
             self._doc_freq[phrase] = bound
         return self._total, self._doc_freq
 
-    def _rank(self, conn: sqlite3.Connection, namespace: str, expression: str, limit: int,
-              window: int | None) -> list[tuple[int, float]]:
+    def _rank(self, conn: sqlite3.Connection, namespaces: tuple[str, ...], expression: str,
+              limit: int, window: int | None) -> list[tuple[int, float]]:
         """BM25 order within the namespace. With a window, only the newest `window` ids
         are ranked, widened (x4) while the namespace has too few matches in it."""
         newest = 0
@@ -409,23 +444,25 @@ class Searcher:
                 " JOIN memory_records mr INDEXED BY memory_records_id_namespace"
                 " ON mr.id = memory_records_fts.rowid"
                 " WHERE memory_records_fts MATCH ? AND memory_records_fts.rowid > ?"
-                " AND mr.namespace = ?"
+                f" AND mr.namespace IN ({','.join('?' * len(namespaces))})"
                 " ORDER BY bm25(memory_records_fts), mr.id DESC LIMIT ?",
-                (expression, since, namespace, limit)).fetchall()
+                (expression, since, *namespaces, limit)).fetchall()
             if len(rows) >= limit or since <= 0:
                 return rows
             window *= 4
 
-    def _like(self, conn: sqlite3.Connection, namespace: str, query: str,
+    def _like(self, conn: sqlite3.Connection, namespaces: tuple[str, ...], query: str,
               limit: int) -> list[tuple[int, None]]:
         """The query as a literal substring (``%``, ``_`` and ``\\`` escaped), newest first."""
         escaped = query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         pattern = f"%{escaped}%"
         rows = conn.execute(
-            "SELECT id, NULL FROM memory_records WHERE namespace = ?1"
-            " AND (title LIKE ?2 ESCAPE '\\' OR summary LIKE ?2 ESCAPE '\\'"
-            " OR facts_text LIKE ?2 ESCAPE '\\') ORDER BY created_at DESC, id DESC LIMIT ?3",
-            (namespace, pattern, limit))
+            "SELECT id, NULL FROM memory_records WHERE"
+            " (title LIKE ?1 ESCAPE '\\' OR summary LIKE ?1 ESCAPE '\\'"
+            " OR facts_text LIKE ?1 ESCAPE '\\')"
+            f" AND namespace IN ({','.join('?' * len(namespaces))})"
+            " ORDER BY created_at DESC, id DESC LIMIT ?",
+            (pattern, *namespaces, limit))
         return rows.fetchall()
 
     def _records(self, conn: sqlite3.Connection, ranked: list[tuple]) -> list[dict]:

@@ -2,7 +2,8 @@
 
 Sockets (all bound here):
 - ``storage`` ROUTER: ``put_events`` from ingest (acknowledged only after the
-  transaction commits), ``log_retrieval``, ``ping``. Requests that are already
+  transaction commits), ``put_record`` and ``forget`` (records saved or deleted
+  through MCP), ``log_retrieval``, ``ping``. Requests that are already
   queued are committed together in one transaction (group commit), so a burst
   costs one fsync instead of one per event.
 - ``batches`` PUSH: ready extraction batches, leased to whichever worker pulls.
@@ -135,8 +136,38 @@ class Storage(role.Role):
             except (sqlite3.Error, TypeError, ValueError) as exc:
                 return protocol.reply_error(req["id"], protocol.ErrorCode.BAD_REQUEST, str(exc))
             return protocol.reply_ok(req["id"])
+        if op in ("put_record", "forget"):
+            return self._write_record(req)
         return protocol.reply_error(req["id"], protocol.ErrorCode.UNKNOWN_OP,
                                     f"storage does not serve {op!r}")
+
+    def _write_record(self, req: dict) -> dict:
+        """``put_record {record}`` → ``{record_id, status: stored | merged}``;
+        ``forget {record_id, namespaces}`` → ``{deleted}``. Ingest has checked and
+        scrubbed the request; the record is checked again before it is written."""
+        body = req["body"]
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            if req["op"] == "put_record":
+                record = contract.validate_record(body.get("record"))
+                merged_into = db.save_record(self.conn, record, merge_window_s=self.settings[
+                    "extraction"]["merge_window_s"])
+                result = {"record_id": merged_into or record["record_id"],
+                          "status": "merged" if merged_into else "stored"}
+            else:
+                result = {"deleted": db.delete_record(self.conn, body.get("record_id"),
+                                                      body.get("namespaces") or [])}
+            self.conn.execute("COMMIT")
+        except (contract.ContractError, TypeError, ValueError) as exc:
+            self.conn.execute("ROLLBACK")
+            return protocol.reply_error(req["id"], protocol.ErrorCode.BAD_REQUEST, str(exc))
+        except sqlite3.Error as exc:
+            self.conn.execute("ROLLBACK")
+            self.log.exception("%s failed", req["op"])
+            return protocol.reply_error(req["id"], protocol.ErrorCode.INTERNAL,
+                                        f"storage could not write: {exc}")
+        self.log.info("%s: %s", req["op"], result)
+        return protocol.reply_ok(req["id"], result)
 
     # -- extraction batches ---------------------------------------------------------------------
 

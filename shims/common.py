@@ -233,7 +233,8 @@ def start_daemon(base: Path) -> None:
         if time.time() - marker.stat().st_mtime < AUTOSTART_EVERY_S:
             return
     except FileNotFoundError:
-        pass
+        paths.ensure_layout(base)
+        paths.ensure_private_dir(marker.parent)
     marker.touch()
     import subprocess
 

@@ -583,6 +583,27 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
                    f" {result['latency_ms']:.1f} ms)", err=True)
 
 
+@cli.command()
+@click.option("--scope", type=click.Choice(["project", "global", "project+global"]),
+              default=None, help="Which memories it serves (default: mcp.scope).")
+def mcp(scope: str | None) -> None:
+    """Serve the MCP tools on stdio, for an agent to start (kirolearn install registers
+    it): search_memory, recall, timeline, get_records, save_observation,
+    save_session_summary and forget, for the project of the current directory.
+
+    \b
+    Example (what an agent's configuration runs):
+        kirolearn mcp
+        kirolearn mcp --scope project+global
+    """
+    from kirolearn import mcp_server
+
+    try:
+        mcp_server.main(scope)
+    except config.ConfigError as exc:
+        raise click.ClickException(f"configuration error: {exc}") from exc
+
+
 @cli.group()
 def worker() -> None:
     """Run a worker in this terminal, attached to a running daemon."""

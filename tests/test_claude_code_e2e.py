@@ -2,9 +2,11 @@
 
 The CLI (``tests/e2e/package.json``, pinned; installed by the test command) talks
 to a scripted Anthropic Messages API served here on 127.0.0.1, and its own hook
-system runs our installed shim. The first run's hooks must all be stored; on the
-second run, what the first one taught must reach the model: it is in the request
-body the fake API receives.
+system runs our installed shim, and Claude Code starts our MCP server from the
+project's ``.mcp.json``. The first run's hooks must all be stored; on the second
+run, what the first one taught must reach the model: it is in the request body the
+fake API receives. A third run has the model call our ``save_observation`` tool,
+allowed by what ``kirolearn install`` wrote, and the record is stored.
 """
 
 from __future__ import annotations
@@ -24,8 +26,22 @@ from kirolearn import project
 CLAUDE = Path(__file__).parent / "e2e" / "node_modules" / ".bin" / "claude"
 
 
+SAVE_TOOL = "mcp__kirolearn__save_observation"
+REMEMBERED = {"title": "Releases are cut on Fridays", "observation_type": "decision",
+              "summary": "The team cuts a release every Friday after the tests pass.",
+              "concepts": ["release"], "files_touched": [], "facts": []}
+
+
+def first_prompt(body: dict) -> str:
+    content = body["messages"][0]["content"]
+    blocks = [content] if isinstance(content, str) else [
+        b.get("text", "") for b in content if isinstance(b, dict)]
+    return " ".join(blocks)
+
+
 class FakeAnthropic(BaseHTTPRequestHandler):
-    """Answers like the Messages API: a Bash tool call first, then "done"."""
+    """Answers like the Messages API: a tool call first (Bash; or, asked to remember
+    something, our save_observation), then "done"."""
 
     bodies: list[dict]  # set per server
 
@@ -53,9 +69,12 @@ class FakeAnthropic(BaseHTTPRequestHandler):
             isinstance(b, dict) and b.get("type") == "tool_result" for b in m["content"])
             for m in body.get("messages", []))
         if has_bash and not answered:
-            block = {"type": "tool_use", "id": "toolu_01", "name": "Bash", "input": {}}
-            delta = {"type": "input_json_delta", "partial_json": json.dumps(
-                {"command": "echo hello", "description": "Say hello"})}
+            if "Remember" in first_prompt(body):
+                name, arguments = SAVE_TOOL, REMEMBERED
+            else:
+                name, arguments = "Bash", {"command": "echo hello", "description": "Say hello"}
+            block = {"type": "tool_use", "id": "toolu_01", "name": name, "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(arguments)}
             stop = "tool_use"
         else:
             block = {"type": "text", "text": ""}
@@ -151,7 +170,12 @@ def test_claude_code_remembers_across_runs(daemon, fake_api, tmp_path):
     tool = events[2]["body"]["data"]
     assert tool["tool_input"]["command"] == "echo hello"
     assert "hello" in json.dumps(tool["tool_response"])
-    assert not any("kirolearn" in json.dumps(b) for b in fake_api.bodies)  # nothing known yet
+    first_run = json.dumps(fake_api.bodies)
+    assert "from kirolearn" not in first_run  # nothing known yet
+    offered = {t["name"] for b in fake_api.bodies for t in b.get("tools") or []}
+    assert {f"mcp__kirolearn__{tool}" for tool in (
+        "search_memory", "recall", "timeline", "get_records", "save_observation",
+        "save_session_summary", "forget")} <= offered, offered
 
     wait_records(namespace)
     seen = len(fake_api.bodies)
@@ -161,3 +185,19 @@ def test_claude_code_remembers_across_runs(daemon, fake_api, tmp_path):
     assert "Say hello with a shell command" in second_run  # ... holding the first run
     assert "## This project so far (from kirolearn)" in second_run  # the session's context
     assert len(stored_events()) == 10
+
+    # Claude Code applies a project's permission rules once the user has trusted the
+    # workspace (its trust dialog); this is what accepting it records.
+    (user_home / ".claude.json").write_text(json.dumps(
+        {"projects": {str(proj): {"hasTrustDialogAccepted": True}}}))
+    seen = len(fake_api.bodies)
+    assert claude("Remember: we release on Fridays")["result"] == "done"
+    results = [block for body in fake_api.bodies[seen:] for message in body["messages"]
+               if isinstance(message["content"], list) for block in message["content"]
+               if isinstance(block, dict) and block.get("type") == "tool_result"]
+    assert results and "Saved mr_" in json.dumps(results[-1]), results
+    found = kl("search", "release Fridays", "--project", str(proj), "--json", env=env,
+               cwd=str(proj))
+    assert found.returncode == 0, found.stderr
+    [saved] = [r for r in json.loads(found.stdout)["records"] if r["strategy"] == "mcp_observation"]
+    assert saved["title"] == REMEMBERED["title"] and saved["namespace"] == namespace

@@ -38,7 +38,10 @@ def test_claude_code_settings_are_merged_backed_up_and_restored(user):
     assert first.returncode == 0, first.stderr
     assert "updated" in first.stdout and ".kirolearn.bak" in first.stdout
     merged = json.loads(settings.read_text())
-    assert merged["model"] == "opus" and merged["permissions"] == USER_SETTINGS["permissions"]
+    assert merged["model"] == "opus"
+    assert merged["permissions"] == {"allow": ["Bash(npm test)", *install.CLAUDE_TOOLS]}
+    assert "mcp__kirolearn__forget" not in merged["permissions"]["allow"]  # it asks first
+    assert merged["enabledMcpjsonServers"] == ["kirolearn"]
     assert merged["hooks"]["PreToolUse"] == USER_SETTINGS["hooks"]["PreToolUse"]
     assert merged["hooks"]["Stop"][0] == USER_SETTINGS["hooks"]["Stop"][0]
     assert set(merged["hooks"]) == {"PreToolUse", "Stop", "SessionStart", "UserPromptSubmit",
@@ -56,6 +59,22 @@ def test_claude_code_settings_are_merged_backed_up_and_restored(user):
     removed = run(env, proj, "uninstall", "--agent", "claude-code")
     assert removed.returncode == 0, removed.stderr
     assert json.loads(settings.read_text()) == USER_SETTINGS
+    assert not (proj / ".mcp.json").exists()
+
+
+def test_the_mcp_server_is_registered_beside_the_users_own(user):
+    _, proj, env = user
+    theirs = {"mcpServers": {"github": {"command": "gh-mcp", "args": []}}}
+    (proj / ".mcp.json").write_text(json.dumps(theirs))
+    assert run(env, proj, "install", "--agent", "claude-code").returncode == 0
+    servers = json.loads((proj / ".mcp.json").read_text())["mcpServers"]
+    assert servers["github"] == theirs["mcpServers"]["github"]
+    ours = servers["kirolearn"]
+    assert ours["type"] == "stdio" and ours["args"] == ["mcp"]
+    assert os.path.isabs(ours["command"]) and ours["command"].endswith("/kirolearn")
+    assert os.access(ours["command"], os.X_OK)
+    assert run(env, proj, "uninstall", "--agent", "claude-code").returncode == 0
+    assert json.loads((proj / ".mcp.json").read_text()) == theirs
 
 
 def test_every_agent_installs_and_uninstalls_cleanly(user):
@@ -68,6 +87,13 @@ def test_every_agent_installs_and_uninstalls_cleanly(user):
     assert agent["hooks"]["postToolUse"][0]["matcher"] == "*"
     assert all(entry[0]["command"].endswith("kirolearn-kiro-cli")
                for entry in agent["hooks"].values())
+    assert agent["mcpServers"]["kirolearn"]["args"] == ["mcp"]
+    assert agent["mcpServers"]["kirolearn"]["command"].endswith("/kirolearn")
+    assert agent["allowedTools"] == install.KIRO_CLI_TOOLS
+    ide_mcp = json.loads((proj / ".kiro/settings/mcp.json").read_text())["mcpServers"]
+    assert ide_mcp["kirolearn"]["args"] == ["mcp"]
+    assert ide_mcp["kirolearn"]["autoApprove"] == list(install.APPROVED_TOOLS)
+    assert json.loads((proj / ".mcp.json").read_text())["mcpServers"]["kirolearn"]
     hooks = sorted(p.name for p in (proj / ".kiro/hooks").iterdir())
     assert hooks == ["kirolearn-prompt.kiro.hook", "kirolearn-stop.kiro.hook",
                      "kirolearn-tool.kiro.hook"]
@@ -91,10 +117,19 @@ def test_every_agent_installs_and_uninstalls_cleanly(user):
 
 def test_global_install_writes_the_users_own_files(user):
     home, proj, env = user
+    claude_state = {"numStartups": 12, "projects": {str(proj): {"allowedTools": []}}}
+    (home / ".claude.json").write_text(json.dumps(claude_state))
     assert run(env, proj, "install", "--agent", "kiro-cli", "--global").returncode == 0
     assert run(env, proj, "install", "--agent", "claude-code", "--global").returncode == 0
     assert (home / ".kiro/agents/kirolearn.json").exists()
-    assert "UserPromptSubmit" in json.loads((home / ".claude/settings.json").read_text())["hooks"]
+    settings = json.loads((home / ".claude/settings.json").read_text())
+    assert "UserPromptSubmit" in settings["hooks"]
+    assert "enabledMcpjsonServers" not in settings  # user-scope servers need no approval
+    state = json.loads((home / ".claude.json").read_text())
+    assert state["numStartups"] == 12 and state["projects"] == claude_state["projects"]
+    assert state["mcpServers"]["kirolearn"]["args"] == ["mcp"]
+    assert run(env, proj, "uninstall", "--agent", "claude-code", "--global").returncode == 0
+    assert json.loads((home / ".claude.json").read_text()) == claude_state
     refused = run(env, proj, "install", "--agent", "kiro-ide", "--global")
     assert refused.returncode != 0 and "--project DIR" in refused.stderr
 
@@ -147,3 +182,15 @@ def test_doctor_names_a_hook_that_was_removed_by_hand(user):
             " UserPromptSubmit; run: kirolearn install --agent claude-code") in doctor
     assert (f"FAIL  kiro-ide (project {proj}): {proj}/.kiro/hooks/kirolearn-stop.kiro.hook is"
             " missing or disabled; run: kirolearn install --agent kiro-ide") in doctor
+
+
+def test_doctor_names_a_missing_mcp_server(user):
+    _, proj, env = user
+    assert run(env, proj, "install", "--agent", "kiro-cli").returncode == 0
+    agent_file = proj / ".kiro/agents/kirolearn.json"
+    agent = json.loads(agent_file.read_text())
+    del agent["mcpServers"]
+    agent_file.write_text(json.dumps(agent))
+    doctor = run(env, proj, "doctor").stdout
+    assert (f"FAIL  kiro-cli (project {proj}): {agent_file} lacks the kirolearn MCP server"
+            " (or it is disabled); run: kirolearn install --agent kiro-cli") in doctor
