@@ -9,7 +9,9 @@ running daemon whose project holds the corpus's records:
 - calls: each tool called in one session, client-side round trip (client → server
   → daemon → back), and the server's resident memory at the end.
 
-Prints JSON Lines (DESIGN.md §10): one ``startup`` line, then one line per tool.
+Bytecode is compiled first, as ``pip install`` does. Prints JSON Lines (DESIGN.md
+§10): one ``startup`` line (with ratio_to_floor and the server's memory), then one
+line per tool.
 
     python benchmarks/mcp.py            # 10,000 records, 10 start-ups, 200 calls a tool
     python benchmarks/mcp.py --quick    # 1,000 records, 3 start-ups, 20 calls
@@ -18,6 +20,7 @@ Prints JSON Lines (DESIGN.md §10): one ``startup`` line, then one line per tool
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import statistics
@@ -27,11 +30,19 @@ import tempfile
 import time
 from pathlib import Path
 
-import anyio
-import corpus
-from mcp import Client, StdioServerParameters
+# This script is named like the SDK's package: take its folder off the path so that
+# `import mcp` finds the SDK, then put it back (last) for the corpus module.
+HERE = Path(__file__).resolve().parent
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != HERE]
 
-from kirolearn import db, paths, project
+import anyio  # noqa: E402
+from mcp import Client, StdioServerParameters  # noqa: E402
+
+import kirolearn  # noqa: E402
+from kirolearn import db, paths, project  # noqa: E402
+
+sys.path.append(str(HERE))
+import corpus  # noqa: E402
 
 KL = [sys.executable, "-m", "kirolearn"]
 BIN = Path(sys.executable).parent
@@ -128,6 +139,7 @@ def main() -> None:
     starts = args.starts or (3 if args.quick else 10)
     per_tool = args.calls or (20 if args.quick else 200)
 
+    compileall.compile_dir(Path(kirolearn.__file__).parent, quiet=1)  # as pip install does
     with tempfile.TemporaryDirectory(prefix="klb-", dir="/tmp") as scratch:
         base, user_home = Path(scratch) / "kl", Path(scratch) / "home"
         proj = user_home / "proj"

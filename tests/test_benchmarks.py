@@ -41,3 +41,19 @@ def test_shim_benchmark_quick_run_compares_each_hook_with_the_floor(home):
         assert abs(row["ratio_to_floor"] - row["wall_p50_ms"] / row["floor_p50_ms"]) < 0.01
         assert row["spooled"] == 0  # every hook was acknowledged in time
     assert rows[1]["prompts_with_context"] == 5
+
+
+def test_mcp_benchmark_quick_run_times_start_up_and_every_tool(home):
+    env = {k: v for k, v in os.environ.items() if k != "KIROLEARN_HOME"}
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "mcp.py"), "--quick",
+                             "--starts", "1", "--calls", "3"], capture_output=True, text=True,
+                            timeout=300, env=env, cwd="/tmp")
+    assert result.returncode == 0, result.stderr
+    startup, *calls = [json.loads(line) for line in result.stdout.splitlines()]
+    assert startup["bench"] == "mcp" and startup["measure"] == "startup"
+    assert startup["startup_p50_ms"] > 0 and startup["floor_p50_ms"] > 0
+    assert startup["server_rss_mb"] > 0
+    assert {row["tool"] for row in calls} == {
+        "save_observation", "search_memory", "recall", "timeline", "get_records", "forget"}
+    for row in calls:
+        assert row["errors"] == 0 and 0 < row["call_p50_ms"] <= row["call_p99_ms"]
