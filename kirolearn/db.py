@@ -370,9 +370,10 @@ def records_by_id(conn: sqlite3.Connection, record_ids: list[str],
         return []
     ids_sql, ids = _in(record_ids)
     ns_sql, ns = _in(namespaces)
+    # `+namespace`: look the ids up by their unique index, not the namespace's rows.
     found = {row[0]: record_from_row(row) for row in conn.execute(
         f"SELECT {RECORD_COLUMNS} FROM memory_records WHERE record_id IN {ids_sql}"
-        f" AND namespace IN {ns_sql}", ids + ns)}
+        f" AND +namespace IN {ns_sql}", ids + ns)}
     return [found[i] for i in dict.fromkeys(record_ids) if i in found]
 
 
@@ -398,7 +399,7 @@ def delete_record(conn: sqlite3.Connection, record_id: str, namespaces: Iterable
     """Delete a record (its full-text entry goes with it, by trigger); whether it was
     there, in one of these namespaces."""
     ns_sql, ns = _in(namespaces)
-    return conn.execute(f"DELETE FROM memory_records WHERE record_id = ? AND namespace IN"
+    return conn.execute(f"DELETE FROM memory_records WHERE record_id = ? AND +namespace IN"
                         f" {ns_sql}", [record_id, *ns]).rowcount > 0
 
 
