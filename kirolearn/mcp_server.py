@@ -62,7 +62,7 @@ class Scope(NamedTuple):
     label: str  # how messages name it: "this project", …
 
     @property
-    def home(self) -> str:
+    def saves_to(self) -> str:
         return self.namespaces[0]
 
 
@@ -272,6 +272,7 @@ def build_server(scope: Scope, daemon: Daemon) -> MCPServer:
                             annotations=annotations, structured_output=False)
             return fn
         return register
+
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     writes = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
@@ -289,9 +290,8 @@ def build_server(scope: Scope, daemon: Daemon) -> MCPServer:
                            {"ids": ids, "namespaces": list(scope.namespaces)})["records"]
 
     def save(record: dict) -> str:
-        record = {"record_id": contract.new_record_id(), "namespace": scope.home,
-                  "source_event_ids": [contract.new_ulid()],
-                  "created_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        record = {"record_id": contract.new_record_id(), "namespace": scope.saves_to,
+                  "source_event_ids": [contract.new_ulid()], "created_at": contract.now_iso(),
                   **record}
         saved = daemon.call("ingest", "put_record", {"record": record}, WRITE_TIMEOUT_MS)
         if saved["status"] == "merged":
