@@ -28,6 +28,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from harness import say
+
 from kirolearn import contract, heuristic, paths, transport
 
 KL = [sys.executable, "-m", "kirolearn"]
@@ -37,10 +39,6 @@ ANSWER = json.dumps({"records": [{
                " column, and the export tests pass.",
     "observation_type": "error", "facts": ["ran `pytest -q` → exit 0"],
     "concepts": ["csv export"], "files_touched": ["src/billing/export.py"]}]})
-
-
-def say(*args: object) -> None:
-    print(*args, file=sys.stderr, flush=True)
 
 
 def scripted_endpoint(latency_s: float) -> ThreadingHTTPServer:

@@ -20,15 +20,12 @@ import time
 from pathlib import Path
 
 import zmq
+from harness import percentile, say
 
 from kirolearn import contract, paths, protocol, transport
 
 KL = [sys.executable, "-m", "kirolearn"]
 NAMESPACE = "/actor/bench/project/" + "b" * 64 + "/"
-
-
-def say(*args: object) -> None:
-    print(*args, file=sys.stderr, flush=True)
 
 
 TURN = ("prompt", *["tool_use"] * 8, "session_summary")  # one agent turn
@@ -52,11 +49,6 @@ def make_events(count: int, tag: str) -> list[dict]:
             kind, body, namespace=NAMESPACE, actor_id="bench", session_id=f"s{i // 50}",
             surface="kiro-cli", version="bench", client_id="bench"))
     return events
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def live_path(events: list[dict], concurrency: int) -> dict:

@@ -39,10 +39,11 @@ import anyio  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
 
 import kirolearn  # noqa: E402
-from kirolearn import db, paths, project  # noqa: E402
+from kirolearn import project  # noqa: E402
 
 sys.path.append(str(HERE))
 import corpus  # noqa: E402
+from harness import figures, say, write_records  # noqa: E402
 
 KL = [sys.executable, "-m", "kirolearn"]
 BIN = Path(sys.executable).parent
@@ -54,20 +55,6 @@ def echo(text: str) -> str:
     return text
 server.run()
 """
-
-
-def say(*args: object) -> None:
-    print(*args, file=sys.stderr, flush=True)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
-def figures(name: str, values: list[float]) -> dict:
-    return {f"{name}_p50_ms": round(statistics.median(values), 2),
-            f"{name}_p99_ms": round(percentile(values, 99), 2)}
 
 
 async def start_up(server: StdioServerParameters) -> float:
@@ -149,13 +136,7 @@ def main() -> None:
                "PATH": os.environ.get("PATH", "")}
         namespace = project.resolve_project(proj, home=str(user_home), override="").namespace(
             "bench")
-        paths.ensure_layout(base)
-        conn = db.connect_writer(paths.db_path(base))
-        conn.execute("BEGIN")
-        for record in corpus.records(count, [namespace]):
-            db.insert_record(conn, record)
-        conn.execute("COMMIT")
-        conn.close()
+        write_records(base, corpus.records(count, [namespace]))
         say(f"{count} records written; starting the daemon")
         subprocess.run([*KL, "start"], env={**os.environ, **env}, check=True,
                        capture_output=True, cwd="/tmp")

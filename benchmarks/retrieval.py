@@ -36,37 +36,19 @@ import time
 from pathlib import Path
 
 import corpus
+from harness import figures, say, write_records
 
-from kirolearn import contract, db, paths, search, transport
+from kirolearn import contract, paths, search, transport
 
 KL = [sys.executable, "-m", "kirolearn"]
 NAMESPACES = ["/actor/bench/project/" + c * 64 + "/" for c in "abcd"]
 SEARCHED = NAMESPACES[0]  # the big project: most records, the slowest searches
 
 
-def say(*args: object) -> None:
-    print(*args, file=sys.stderr, flush=True)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
-def figures(prefix: str, values: list[float]) -> dict:
-    return {f"{prefix}_p50_ms": round(statistics.median(values), 3),
-            f"{prefix}_p99_ms": round(percentile(values, 99), 3)}
-
-
 def build(home: Path, count: int) -> list[dict]:
     started = time.perf_counter()
     records = corpus.records(count, NAMESPACES)
-    conn = db.connect_writer(paths.db_path(home))
-    conn.execute("BEGIN")
-    for record in records:
-        db.insert_record(conn, record)
-    conn.execute("COMMIT")
-    conn.close()
+    write_records(home, records)
     say(f"  {count} records written in {time.perf_counter() - started:.1f} s")
     return records
 

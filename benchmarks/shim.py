@@ -30,22 +30,14 @@ import time
 from pathlib import Path
 
 import corpus
+from harness import percentile, say, write_records
 
 import kirolearn
-from kirolearn import db, paths, project
+from kirolearn import project
 
 KL = [sys.executable, "-m", "kirolearn"]
 BIN = Path(sys.executable).parent
 TARGETS = {"postToolUse": 1.3, "prompt": 1.5}
-
-
-def say(*args: object) -> None:
-    print(*args, file=sys.stderr, flush=True)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def timed(command: list[str], stdin: str, cwd: Path, env: dict) -> tuple[float, str]:
@@ -76,13 +68,7 @@ def main() -> None:
                "USER": "bench", "LOGNAME": "bench", "KIROLEARN_AUTOSTART": "0"}
         namespace = project.resolve_project(proj, home=str(user_home), override="").namespace(
             "bench")
-        paths.ensure_layout(base)
-        conn = db.connect_writer(paths.db_path(base))
-        conn.execute("BEGIN")
-        for record in corpus.records(count, [namespace]):
-            db.insert_record(conn, record)
-        conn.execute("COMMIT")
-        conn.close()
+        write_records(base, corpus.records(count, [namespace]))
         say(f"{count} records written; starting the daemon")
         subprocess.run([*KL, "start"], env=env, check=True, capture_output=True, cwd="/tmp")
         try:

@@ -1,0 +1,37 @@
+"""What the benchmarks share: progress on stderr, latency figures, a seeded database."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from kirolearn import db, paths
+
+
+def say(*args: object) -> None:
+    """Progress for a human: stderr, so stdout stays JSON Lines."""
+    print(*args, file=sys.stderr, flush=True)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def figures(prefix: str, values: list[float]) -> dict:
+    """``<prefix>_p50_ms`` and ``<prefix>_p99_ms`` of latencies in milliseconds."""
+    return {f"{prefix}_p50_ms": round(statistics.median(values), 3),
+            f"{prefix}_p99_ms": round(percentile(values, 99), 3)}
+
+
+def write_records(base: Path, records: Iterable[dict]) -> None:
+    """Put records straight into the database of the home at base (daemon stopped)."""
+    paths.ensure_layout(base)
+    conn = db.connect_writer(paths.db_path(base))
+    conn.execute("BEGIN")
+    for record in records:
+        db.insert_record(conn, record)
+    conn.execute("COMMIT")
+    conn.close()
