@@ -11,7 +11,7 @@ import hashlib
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -132,6 +132,14 @@ CREATE INDEX memory_records_id_namespace ON memory_records (id, namespace);
     (3, "record_title_index", """
 -- A new record with the title of a recent one in its namespace may be its near-duplicate.
 CREATE INDEX memory_records_title ON memory_records (namespace, title);
+"""),
+    (4, "record_embeddings", """
+-- A record's vector (float32, little-endian) from its title, summary, facts and concepts;
+-- embedding_hash names the text and model it was made from. NULL: still to be embedded
+-- (a new record, or one whose text a merge changed).
+ALTER TABLE memory_records ADD COLUMN embedding BLOB;
+ALTER TABLE memory_records ADD COLUMN embedding_hash TEXT;
+CREATE INDEX memory_records_unembedded ON memory_records (id) WHERE embedding_hash IS NULL;
 """),
 ]
 
@@ -337,8 +345,8 @@ def save_record(conn: sqlite3.Connection, record: dict, batch_id: str | None = N
             sources = list(dict.fromkeys(json.loads(row[3]) + record["source_event_ids"]))
             conn.execute(
                 "UPDATE memory_records SET summary = ?, facts_json = ?, facts_text = ?,"
-                " concepts_json = ?, source_event_ids_json = ?, created_at = ?, batch_id = ?"
-                " WHERE id = ?",
+                " concepts_json = ?, source_event_ids_json = ?, created_at = ?, batch_id = ?,"
+                " embedding_hash = NULL WHERE id = ?",
                 (record["summary"], json.dumps(facts), " ".join(facts),
                  json.dumps(concepts[:100]), json.dumps(sources), record["created_at"],
                  batch_id, row[0]))
@@ -401,6 +409,38 @@ def delete_record(conn: sqlite3.Connection, record_id: str, namespaces: Iterable
     ns_sql, ns = _in(namespaces)
     return conn.execute(f"DELETE FROM memory_records WHERE record_id = ? AND +namespace IN"
                         f" {ns_sql}", [record_id, *ns]).rowcount > 0
+
+
+def unembedded(conn: sqlite3.Connection, after_id: int, limit: int) -> list[tuple[int, dict]]:
+    """Records still to be embedded, in id order past after_id: (id, record)."""
+    return [(row[0], record_from_row(row[1:])) for row in conn.execute(
+        f"SELECT id, {RECORD_COLUMNS} FROM memory_records INDEXED BY memory_records_unembedded"
+        " WHERE embedding_hash IS NULL AND id > ? ORDER BY id LIMIT ?", (after_id, limit))]
+
+
+def save_embedding(conn: sqlite3.Connection, record_id: str, text_hash: str, blob: bytes,
+                   current_hash: Callable[[dict], str]) -> bool:
+    """Store a record's vector if it was made from the record's current text (a merge may
+    have changed it since); whether it was stored."""
+    found = records_by_id_any(conn, [record_id])
+    if not found or current_hash(found[0]) != text_hash:
+        return False
+    conn.execute("UPDATE memory_records SET embedding = ?, embedding_hash = ? WHERE record_id = ?",
+                 (blob, text_hash, record_id))
+    return True
+
+
+def records_by_id_any(conn: sqlite3.Connection, record_ids: list[str]) -> list[dict]:
+    ids_sql, ids = _in(record_ids)
+    return [record_from_row(row) for row in conn.execute(
+        f"SELECT {RECORD_COLUMNS} FROM memory_records WHERE record_id IN {ids_sql}", ids)]
+
+
+def vectors(conn: sqlite3.Connection, namespace: str) -> Iterator[tuple[str, str, bytes]]:
+    """A namespace's stored vectors: (record_id, created_at, blob)."""
+    yield from conn.execute(
+        "SELECT record_id, created_at, embedding FROM memory_records"
+        " WHERE namespace = ? AND embedding IS NOT NULL", (namespace,))
 
 
 def iter_records(conn: sqlite3.Connection, namespace: str | None = None) -> Iterator[dict]:

@@ -37,6 +37,7 @@ RECALL_LIMIT = 8  # memories one recall returns (the seed's recallLimit)
 RECALL_TEXT_CHARS = 300  # a recall bullet's text is cut here
 START_WAIT_S = 15.0  # how long a call waits for a daemon it started
 SEARCH_BUDGET_MS = 2000  # an explicit search may take longer than a prompt's 500 ms
+NO_TOKEN_CAP = 1_000_000  # the limit, not the context's size, bounds what a tool returns
 READ_TIMEOUT_MS = 5000
 WRITE_TIMEOUT_MS = 8000  # ingest waits up to ingest.storage_timeout_ms (5 s) for storage
 SUMMARY_MAX = 4000
@@ -276,10 +277,12 @@ def build_server(scope: Scope, daemon: Daemon) -> MCPServer:
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     writes = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
-    def search(query: str, limit: int) -> list[dict]:
-        result = daemon.call("retrieval", "search", {
-            "query": query, "namespaces": list(scope.namespaces), "limit": limit,
-            "records": True, "budget_ms": SEARCH_BUDGET_MS}, SEARCH_BUDGET_MS + READ_TIMEOUT_MS)
+    def search(query: str, limit: int, mode: str | None = None) -> list[dict]:
+        body = {"query": query, "namespaces": list(scope.namespaces), "limit": limit,
+                "records": True, "budget_ms": SEARCH_BUDGET_MS, "tokens": NO_TOKEN_CAP}
+        if mode:
+            body["mode"] = mode
+        result = daemon.call("retrieval", "search", body, SEARCH_BUDGET_MS + READ_TIMEOUT_MS)
         if result["outcome"] in ("timeout", "error"):
             raise ToolError(f"the search did not finish ({result['outcome']}); try a shorter"
                             " query, or see `kirolearn logs retrieval`")
@@ -302,14 +305,18 @@ def build_server(scope: Scope, daemon: Daemon) -> MCPServer:
 
     @tool(read_only)
     def search_memory(query: Query,
-                      limit: Annotated[int, Field(ge=1, le=100)] = 10) -> str:
-        """Search this project's long-term memory by keywords.
+                      limit: Annotated[int, Field(ge=1, le=100)] = 10,
+                      mode: Annotated[Literal["lexical", "semantic", "hybrid"] | None, Field(
+                          description="lexical: the words; semantic: the meaning; hybrid:"
+                                      " both (the default when embeddings are on)")] = None,
+                      ) -> str:
+        """Search this project's long-term memory by keywords or meaning.
 
         Use it before starting on something that earlier sessions may have done, decided
         or debugged. Returns the best-matching memory records, each as a markdown block:
         `### title`, its summary, `Concepts:`, `Files:` and its id (for `get_records`,
         `timeline` and `forget`)."""
-        records = search(query, limit)
+        records = search(query, limit, mode)
         if not records:
             return f"No memories matched \u201c{one_line(query)}\u201d in {scope.label}."
         return "\n\n".join(search_block(record) for record in records)

@@ -18,12 +18,23 @@ from dataclasses import dataclass
 
 import zmq
 
-from kirolearn import contract, paths, protocol, role, search, transport
+from kirolearn import (
+    config,
+    contract,
+    embeddings,
+    paths,
+    protocol,
+    role,
+    search,
+    transport,
+    vectors,
+)
 
 MAX_LIMIT = 100
 MAX_NAMESPACES = 8
 MAX_IDS = 100  # records one get_records may ask for
 MAX_AROUND = 50  # records a timeline may show on each side
+MAX_TOKENS = 1_000_000
 MAX_BUDGET_MS = 60_000
 
 
@@ -39,9 +50,13 @@ class SearchRequest:
     budget_ms: float
     deadline: float | None  # time.monotonic()
     with_records: bool
+    mode: str
+    max_tokens: int | None
 
 
-def parse_search(body: dict, default_limit: int, default_budget_ms: float) -> SearchRequest:
+def parse_search(body: dict, default_limit: int, default_budget_ms: float,
+                 default_mode: str = "lexical", default_tokens: int | None = None
+                 ) -> SearchRequest:
     """A search request's body, checked (BadSearch says what is wrong).
 
     The query is ``query`` (text) or comes from ``event`` (a prompt: text content,
@@ -81,7 +96,14 @@ def parse_search(body: dict, default_limit: int, default_budget_ms: float) -> Se
     with_records = body.get("records", False)
     if not isinstance(with_records, bool):
         raise BadSearch("'records' must be true or false")
-    return SearchRequest(namespaces, query, limit, float(budget_ms), deadline, with_records)
+    mode = body.get("mode", default_mode)
+    if mode not in search.MODES:
+        raise BadSearch(f"'mode' must be one of {', '.join(search.MODES)}")
+    max_tokens = body.get("tokens", default_tokens)
+    if max_tokens is not None:
+        max_tokens = parse_count(body, "tokens", default_tokens, MAX_TOKENS)
+    return SearchRequest(namespaces, query, limit, float(budget_ms), deadline, with_records,
+                         mode, max_tokens)
 
 
 def parse_namespaces(body: dict) -> tuple[str, ...]:
@@ -103,19 +125,83 @@ class Retrieval(role.Role):
     role = "retrieval"
 
     def setup(self) -> None:
-        self.default_limit = self.settings["retrieval"]["limit"]
-        self.default_budget_ms = self.settings["retrieval"]["budget_ms"]
-        self.session_tokens = self.settings["retrieval"]["session_tokens"]
-        self.searcher = search.Searcher(paths.db_path(self.base))
+        cfg = self.settings["retrieval"]
+        if cfg["mode"] not in search.MODES:
+            raise config.ConfigError(f"retrieval.mode: must be one of {', '.join(search.MODES)},"
+                                     f" got {cfg['mode']!r}")
+        self.default_limit = cfg["limit"]
+        self.default_budget_ms = cfg["budget_ms"]
+        self.session_tokens = cfg["session_tokens"]
+        self.context_tokens = cfg["context_tokens"] or None
+        self.embeddings_state, embedder = self._load_embedder()
+        self.default_mode = cfg["mode"] if embedder is not None else "lexical"
+        self.searcher = search.Searcher(paths.db_path(self.base), embedder=embedder,
+                                        min_similarity=cfg["min_similarity"],
+                                        rrf_k=max(1, cfg["rrf_k"]))
+        self.backfill: vectors.Backfill | None = None
+        if embedder is not None:
+            self.storage = transport.make_socket(self.ctx, zmq.DEALER,
+                                                 connect=paths.endpoint("storage", self.base))
+            self.add_socket(self.storage, self._on_storage_reply)
+            self.backfill = vectors.Backfill(paths.db_path(self.base), embedder, self.log)
+            self.backfill.start()
         self.outcomes: Counter[str] = Counter()
         self.bind(zmq.ROUTER, paths.endpoint("retrieval", self.base), self._on_request)
 
+    def _load_embedder(self) -> tuple[str, embeddings.Embedder | None]:
+        """The embedder, and what `kirolearn status` says about it."""
+        cfg = self.settings["embeddings"]
+        if not cfg["enabled"]:
+            return "off (embeddings.enabled = false): search is lexical", None
+        try:
+            embedder = embeddings.load(cfg["model_dir"])
+        except embeddings.Unavailable as exc:
+            self.log.info("embeddings off: %s", exc)
+            return f"off: {exc}; search is lexical", None
+        self.log.info("embeddings on: %s from %s", embeddings.MODEL_ID, embedder.files.source)
+        return f"on: {embeddings.MODEL_ID} ({embedder.files.source})", embedder
+
     def teardown(self) -> None:
+        if getattr(self, "backfill", None) is not None:
+            self.backfill.stop()
+            self.backfill.join(5)
         if hasattr(self, "searcher"):
             self.searcher.close()
 
     def control_status(self) -> dict:
-        return {"searches": dict(self.outcomes)}
+        return {"searches": dict(self.outcomes), **self._embedding_status()}
+
+    def _embedding_status(self) -> dict:
+        status = {"embeddings": self.embeddings_state, "mode": self.default_mode}
+        if self.backfill is not None:
+            status.update(embedded=self.backfill.embedded, unembedded=self.backfill.pending)
+        return status
+
+    def tick(self) -> None:
+        """Hand the back-fill's vectors to storage and to the searches."""
+        if self.backfill is not None:
+            self.backfill.drain(self._store_vectors)
+
+    def _store_vectors(self, batch: list[dict]) -> None:
+        self.searcher.add_vectors(batch)
+        items = [{"record_id": item["record_id"], "text_hash": item["text_hash"],
+                  "vector": embeddings.to_blob(item["vector"])} for item in batch]
+        message = protocol.request("put_embeddings", {"items": items})
+        try:
+            self.storage.send_multipart([b"", protocol.pack(message)], flags=zmq.NOBLOCK)
+        except zmq.Again:  # storage is away: the records stay un-embedded and come back
+            self.log.warning("storage did not take %d vector(s); retrying later", len(items))
+
+    def _on_storage_reply(self, sock: zmq.Socket) -> None:
+        while sock.poll(0, zmq.POLLIN):
+            frames = sock.recv_multipart()
+            try:
+                reply = protocol.parse_reply(frames[-1])
+            except protocol.DecodeError as exc:
+                self.log.warning("dropped a malformed reply from storage: %s", exc)
+                continue
+            if not reply["ok"]:
+                self.log.warning("storage refused vectors: %s", reply.get("error"))
 
     def _on_request(self, sock: zmq.Socket) -> None:
         received = transport.recv_request(sock, self.log)
@@ -128,12 +214,14 @@ class Retrieval(role.Role):
         elif op == "search":
             try:
                 asked = parse_search(request["body"], self.default_limit,
-                                     self.default_budget_ms)
+                                     self.default_budget_ms, self.default_mode,
+                                     self.context_tokens)
             except BadSearch as exc:
                 reply = protocol.reply_error(rid, protocol.ErrorCode.BAD_REQUEST, str(exc))
             else:
                 result = self.searcher.search(asked.namespaces, asked.query, asked.limit,
-                                              asked.budget_ms, asked.deadline)
+                                              asked.budget_ms, asked.deadline, asked.mode,
+                                              asked.max_tokens)
                 self.outcomes[result.outcome] += 1
                 if result.error:
                     self.log.warning("search failed (%s): %s", result.outcome, result.error)
@@ -142,6 +230,10 @@ class Retrieval(role.Role):
             reply = self._session_context(rid, request["body"])
         elif op in ("get_records", "timeline"):
             reply = self._lookup(rid, op, request["body"])
+        elif op == "embeddings":
+            if request["body"].get("backfill") and self.backfill is not None:
+                self.backfill.wake.set()
+            reply = protocol.reply_ok(rid, self._embedding_status())
         else:
             reply = protocol.reply_error(rid, protocol.ErrorCode.UNKNOWN_OP,
                                          f"retrieval does not serve {op!r}")

@@ -27,6 +27,7 @@ measures what this changes against the seed's ranking.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import math
 import sqlite3
@@ -35,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kirolearn import db
+from kirolearn import db, embeddings, vectors
 
 HEADER = "## Prior observations from kirolearn"
 OUTCOMES = ("ok", "empty", "fallback", "timeout", "error")
@@ -52,6 +53,10 @@ TOTAL_TTL_S = 5.0  # how often the record count is re-read
 FREQ_TTL_S = 600.0  # document frequencies are kept this long, or until the count moves 1%
 CACHE_MAX = 50_000
 SCOPE_SLACK = 10  # extra candidates ranked when several namespaces are searched as one
+MODES = ("lexical", "semantic", "hybrid")
+CANDIDATES = 4  # each side of a hybrid search brings limit × this many candidates
+MIN_SIMILARITY = 0.25  # cosine below which a record is not a semantic match
+FALLBACK_RESERVE_S = 0.06  # budget kept for a lexical search if the embedder is late
 
 
 def tokens(query: str) -> list[str]:
@@ -130,19 +135,46 @@ def distinct(records: list[dict]) -> list[dict]:
     return kept
 
 
+def record_section(record: dict) -> str:
+    """One record in the context: its title, summary and facts."""
+    parts = ["### " + " ".join(record["title"].split())]
+    if record["summary"].strip():
+        parts.append(record["summary"].strip())
+    facts = [" ".join(fact.split()) for fact in record["facts"]]
+    if any(facts):
+        parts.append("\n".join(f"- {fact}" for fact in facts if fact))
+    return "\n\n".join(parts)
+
+
 def context_block(records: list[dict]) -> str:
     """The fixed format: a header, then per record its title, summary and facts."""
     if not records:
         return ""
-    parts = [HEADER]
+    return "\n\n".join([HEADER, *(record_section(record) for record in records)])
+
+
+def within_tokens(records: list[dict], max_tokens: int | None) -> list[dict]:
+    """The best-ranked records whose context block fits in max_tokens (None: all): the
+    lowest-ranked go first. A first record too big on its own is kept, without its facts
+    and its summary cut to fit, so the best match is never dropped for its size alone."""
+    if max_tokens is None or not records:
+        return records
+    kept: list[dict] = []
+    used = estimate_tokens(HEADER)
     for record in records:
-        parts.append("### " + " ".join(record["title"].split()))
-        if record["summary"].strip():
-            parts.append(record["summary"].strip())
-        facts = [" ".join(fact.split()) for fact in record["facts"]]
-        if any(facts):
-            parts.append("\n".join(f"- {fact}" for fact in facts if fact))
-    return "\n\n".join(parts)
+        cost = estimate_tokens(record_section(record)) + 1
+        if used + cost > max_tokens:
+            break
+        kept.append(record)
+        used += cost
+    if not kept:
+        first = {**records[0], "facts": []}
+        over = estimate_tokens(context_block([first])) - max_tokens
+        while over > 0 and first["summary"]:
+            first["summary"] = first["summary"][:max(0, len(first["summary"]) - 4 * over - 4)]
+            over = estimate_tokens(context_block([first])) - max_tokens
+        kept = [first]
+    return kept
 
 
 SESSION_HEADER = "## This project so far (from kirolearn)"
@@ -227,9 +259,17 @@ class Searcher:
     reopened after a failure), so it reads while the storage role writes."""
 
     def __init__(self, path: Path, term_budget: int | None = None,
-                 window_rows: int = WINDOW_ROWS):
-        """``term_budget`` None: ``term_budget_for`` the corpus at hand."""
+                 window_rows: int = WINDOW_ROWS, embedder: embeddings.Embedder | None = None,
+                 min_similarity: float = MIN_SIMILARITY, rrf_k: int = vectors.RRF_K):
+        """``term_budget`` None: ``term_budget_for`` the corpus at hand. With an
+        ``embedder``, searches may be ``semantic`` or ``hybrid`` (see ``_hybrid``)."""
         self.path = path
+        self.embedder = embedder
+        self.vectors = vectors.VectorIndex() if embedder is not None else None
+        self.min_similarity = min_similarity
+        self.rrf_k = rrf_k
+        self._embedding = (concurrent.futures.ThreadPoolExecutor(1, "query-embedding")
+                           if embedder is not None else None)
         self.term_budget = term_budget
         self.window_rows = window_rows
         self.conn: sqlite3.Connection | None = None
@@ -245,12 +285,17 @@ class Searcher:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
+            if self.vectors is not None:
+                self.vectors.spaces.clear()  # reloaded with the connection
 
     def search(self, namespace: str | Sequence[str], query: str, limit: int, budget_ms: float,
-               deadline: float | None = None) -> Result:
+               deadline: float | None = None, mode: str = "lexical",
+               max_tokens: int | None = None) -> Result:
         """Never raises. ``namespace`` may be several, searched as one (a record whose title
         and summary repeat a better-ranked one's is left out). ``deadline``
-        (time.monotonic()) may cut the budget shorter."""
+        (time.monotonic()) may cut the budget shorter. ``mode`` is one of MODES; without
+        an embedder every mode is lexical. The records are cut to what fits in
+        ``max_tokens`` of context (``within_tokens``)."""
         started = time.monotonic()
         self.deadline = started + budget_ms / 1000
         if deadline is not None:
@@ -260,7 +305,11 @@ class Searcher:
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed
             namespaces = (namespace,) if isinstance(namespace, str) else tuple(namespace)
-            result = self._search(namespaces, query, limit)
+            if mode == "lexical" or self.embedder is None:
+                result = self._search(namespaces, query, limit)
+            else:
+                result = self._hybrid(namespaces, query, limit, mode)
+            result.records = within_tokens(result.records, max_tokens)
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed
         except DeadlinePassed:
@@ -347,6 +396,61 @@ class Searcher:
         if len(namespaces) > 1:
             records = distinct(records)[:limit]
         return Result(records, "ok" if records else "empty", 0.0, terms, window)
+
+    def _hybrid(self, namespaces: tuple[str, ...], query: str, limit: int, mode: str) -> Result:
+        """Lexical and semantic candidates (limit × 4 each) fused by reciprocal rank with a
+        small recency boost (``vectors.fuse``); ``semantic`` ranks by the vectors alone.
+        A candidate whose vector is less similar to the query than ``min_similarity`` is
+        left out (one not embedded yet stays on its lexical merit), so an unrelated
+        prompt gets nothing. The query is embedded on a thread while the lexical side runs; if
+        the embedder fails, or has not answered when the lexical fallback would still fit
+        in the budget, the answer is exactly the lexical search's."""
+        if not query.strip() or limit <= 0:
+            return Result([], "empty", 0.0)
+        wide = limit * CANDIDATES
+        pending = self._embedding.submit(self.embedder.embed, [query[:embeddings.MAX_CHARS]])
+        lexical = self._search(namespaces, query, wide) if mode == "hybrid" else None
+        wait_s = self.deadline - time.monotonic() - FALLBACK_RESERVE_S
+        try:
+            query_vector = pending.result(timeout=max(0.0, wait_s))[0]
+        except Exception as exc:  # too slow (TimeoutError) or broken: lexical it is
+            pending.cancel()
+            result = self._search(namespaces, query, limit)
+            result.error = f"semantic side skipped ({type(exc).__name__}: {exc})"
+            return result
+        conn = self._connection()
+        near = self.vectors.top(conn, namespaces, query_vector, wide, self.min_similarity)
+        created = {record_id: when for record_id, _, when in near}
+        rankings = [[record_id for record_id, _, _ in near]]
+        if lexical is not None:
+            for record in lexical.records:
+                created[record["record_id"]] = vectors.created_ms(record["created_at"])
+            rankings.append([r["record_id"] for r in lexical.records])
+        fused = vectors.fuse(rankings, created, time.time() * 1000, self.rrf_k)
+        # A lexical match on common words only is no match: whatever has a vector must be
+        # close enough in meaning, so an unrelated prompt brings nothing.
+        cosine = self.vectors.similarities(conn, namespaces, [i for i, _ in fused],
+                                           query_vector)
+        fused = [(i, score) for i, score in fused
+                 if cosine.get(i, self.min_similarity) >= self.min_similarity][:limit]
+        found = {r["record_id"]: r for r in db.records_by_id(conn, [i for i, _ in fused],
+                                                             namespaces)}
+        missing = {i for i, _ in fused if i not in found}
+        if missing:
+            self.vectors.forget(missing)  # deleted since the vectors were loaded
+        records = [{**found[i], "score": -score} for i, score in fused if i in found]
+        if len(namespaces) > 1:
+            records = distinct(records)
+        terms = lexical.terms if lexical else []
+        return Result(records, "ok" if records else "empty", 0.0, terms,
+                      lexical.window if lexical else None)
+
+    def add_vectors(self, batch: list[dict]) -> None:
+        """Vectors the back-fill made: searched from now on."""
+        conn = self._connection()
+        for item in batch:
+            self.vectors.upsert(conn, item["namespace"], item["record_id"], item["vector"],
+                                item["created"])
 
     def get_records(self, record_ids: list[str], namespaces: Sequence[str]) -> list[dict]:
         """Records by id, in these namespaces (raises sqlite3.Error)."""

@@ -3,7 +3,8 @@
 Sockets (all bound here):
 - ``storage`` ROUTER: ``put_events`` from ingest (acknowledged only after the
   transaction commits), ``put_record`` and ``forget`` (records saved or deleted
-  through MCP), ``log_retrieval``, ``ping``. Requests that are already
+  through MCP), ``put_embeddings`` (records' vectors, from retrieval),
+  ``log_retrieval``, ``ping``. Requests that are already
   queued are committed together in one transaction (group commit), so a burst
   costs one fsync instead of one per event.
 - ``batches`` PUSH: ready extraction batches, leased to whichever worker pulls.
@@ -20,7 +21,7 @@ import time
 
 import zmq
 
-from kirolearn import contract, db, paths, protocol, role, transport
+from kirolearn import contract, db, embeddings, paths, protocol, role, transport
 
 MAX_BATCH_ATTEMPTS = 5
 BUSY_WINDOW_S = 0.05  # a put this recent means ingest traffic is flowing
@@ -138,6 +139,8 @@ class Storage(role.Role):
             return protocol.reply_ok(req["id"])
         if op in ("put_record", "forget"):
             return self._write_record(req)
+        if op == "put_embeddings":
+            return self._write_embeddings(req)
         return protocol.reply_error(req["id"], protocol.ErrorCode.UNKNOWN_OP,
                                     f"storage does not serve {op!r}")
 
@@ -168,6 +171,31 @@ class Storage(role.Role):
                                         f"storage could not write: {exc}")
         self.log.info("%s: %s", req["op"], result)
         return protocol.reply_ok(req["id"], result)
+
+    def _write_embeddings(self, req: dict) -> dict:
+        """``put_embeddings {items: [{record_id, text_hash, vector}]}`` from retrieval: each
+        vector is stored if the record still has the text it was made from."""
+        items = req["body"].get("items")
+        if not isinstance(items, list):
+            return protocol.reply_error(req["id"], protocol.ErrorCode.BAD_REQUEST,
+                                        "'items' must be a list")
+        written = 0
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            for item in items:
+                if (isinstance(item, dict) and isinstance(item.get("record_id"), str)
+                        and isinstance(item.get("text_hash"), str)
+                        and isinstance(item.get("vector"), bytes)
+                        and len(item["vector"]) == embeddings.DIMENSIONS * 4):
+                    written += db.save_embedding(self.conn, item["record_id"], item["text_hash"],
+                                                 item["vector"], embeddings.record_hash)
+            self.conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self.conn.execute("ROLLBACK")
+            self.log.exception("put_embeddings failed")
+            return protocol.reply_error(req["id"], protocol.ErrorCode.INTERNAL,
+                                        f"storage could not write: {exc}")
+        return protocol.reply_ok(req["id"], {"written": written})
 
     # -- extraction batches ---------------------------------------------------------------------
 

@@ -222,6 +222,7 @@ def status(as_json: bool) -> None:
         sys.exit(EXIT_NOT_RUNNING)
     result["extraction"] = _extraction_status(result)
     result["pending"] = _pending()
+    result["embeddings"] = _embeddings_status()
     if as_json:
         click.echo(json.dumps(result))
         return
@@ -238,6 +239,14 @@ def status(as_json: bool) -> None:
     if breakers:
         line += f"; breakers open for {', '.join(breakers)}"
     click.echo(line)
+    emb = result["embeddings"]
+    if emb is None:
+        click.echo("embeddings: unknown (retrieval does not answer)")
+    else:
+        line = f"embeddings {emb['embeddings']}; search mode {emb['mode']}"
+        if "unembedded" in emb:
+            line += f"; {emb['embedded']} embedded, {emb['unembedded']} waiting"
+        click.echo(line)
     if pending is None:
         click.echo("waiting for extraction: unknown (the database cannot be read)")
         return
@@ -246,6 +255,16 @@ def status(as_json: bool) -> None:
     for ns in pending["namespaces"]:
         click.echo(f"  {ns['namespace']}: {ns['pending_events']} event(s),"
                    f" {ns['pending_batches']} batch(es)")
+
+
+def _embeddings_status() -> dict | None:
+    """What retrieval says of its embeddings: on (which model) or off (why), the default
+    search mode, and the back-fill's progress."""
+    try:
+        with transport.Client(paths.endpoint("retrieval"), timeout_ms=1000) as client:
+            return client.call("embeddings")
+    except (transport.Timeout, protocol.RemoteError):
+        return None
 
 
 def _extraction_status(status: dict) -> dict:
@@ -540,10 +559,13 @@ def stats(namespace: str | None, project: str | None, as_json: bool) -> None:
 @scope_options
 @click.option("--limit", type=click.IntRange(1, 100), default=None,
               help="How many records (default: retrieval.limit).")
+@click.option("--mode", type=click.Choice(["lexical", "semantic", "hybrid"]), default=None,
+              help="Words (FTS5), meaning (embeddings) or both fused (default: retrieval.mode;"
+                   " lexical when embeddings are off).")
 @click.option("--json", "as_json", is_flag=True,
               help="The records with their scores, the terms searched and the latency.")
 def search_(query: str, namespace: str | None, project: str | None, limit: int | None,
-            as_json: bool) -> None:
+            mode: str | None, as_json: bool) -> None:
     """Print the context an agent would get for QUERY in this project.
 
     The search runs in the daemon, exactly as for a prompt (same terms, budget and
@@ -565,6 +587,8 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
         raise click.ClickException("kirolearn is not running; start it with 'kirolearn start'")
     body = {"query": query, "namespace": namespace,
             "limit": limit or settings["retrieval"]["limit"], "records": as_json}
+    if mode:
+        body["mode"] = mode
     timeout_ms = int(settings["retrieval"]["budget_ms"]) + 2000
     try:
         with transport.Client(paths.endpoint("retrieval"), timeout_ms=timeout_ms) as client:
@@ -602,6 +626,63 @@ def mcp(scope: str | None) -> None:
         mcp_server.main(scope)
     except config.ConfigError as exc:
         raise click.ClickException(f"configuration error: {exc}") from exc
+
+
+@cli.group()
+def embeddings() -> None:
+    """The records' vectors, for semantic and hybrid search."""
+
+
+@embeddings.command(name="status")
+def embeddings_status() -> None:
+    """Whether embeddings are on (and which model), and how many records wait for one."""
+    if not _running():
+        raise click.ClickException("kirolearn is not running; start it with 'kirolearn start'")
+    found = _embeddings_status()
+    if found is None:
+        raise click.ClickException("retrieval does not answer; see: kirolearn logs retrieval")
+    click.echo(f"embeddings {found['embeddings']}; search mode {found['mode']}")
+    if "unembedded" in found:
+        click.echo(f"{found['embedded']} embedded since start, {found['unembedded']} waiting")
+
+
+@embeddings.command(name="backfill")
+@click.option("--timeout", type=float, default=3600.0, show_default=True,
+              help="Seconds to wait for the last record.")
+def embeddings_backfill(timeout: float) -> None:
+    """Embed every record that has no vector yet, and wait until none is left.
+
+    The daemon does this by itself in the background; this starts it at once and
+    shows the progress. Stopping it (Ctrl-C) loses nothing.
+    """
+    if not _running():
+        raise click.ClickException("kirolearn is not running; start it with 'kirolearn start'")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with transport.Client(paths.endpoint("retrieval"), timeout_ms=2000) as client:
+                found = client.call("embeddings", {"backfill": True})
+        except (transport.Timeout, protocol.RemoteError) as exc:
+            raise click.ClickException(f"retrieval does not answer ({exc})") from exc
+        if "unembedded" not in found:
+            raise click.ClickException(f"embeddings are {found['embeddings']}")
+        waiting = _unembedded()
+        click.echo(f"{waiting} record(s) waiting", err=True)
+        if waiting == 0:
+            click.echo("every record has its vector")
+            return
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"{waiting} record(s) still waiting after {timeout} s")
+        time.sleep(1.0)
+
+
+def _unembedded() -> int:
+    conn = _reader()
+    try:
+        return conn.execute("SELECT count(*) FROM memory_records WHERE embedding_hash IS NULL"
+                            ).fetchone()[0]
+    finally:
+        conn.close()
 
 
 @cli.group()

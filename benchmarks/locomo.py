@@ -1,0 +1,173 @@
+"""LoCoMo benchmark: evidence recall of the real pipeline over long conversations.
+
+Every dialog turn of a LoCoMo-format file goes through the daemon as an agent's
+prompt would (ingest → storage → extraction → records; one project per
+conversation, one session per LoCoMo session, the turn's time from the session's
+date), and every question is asked through the real search (``--mode``). A
+question's recall at k is the share of its evidence turns among the source events
+of the k best records; the mean is printed per category (1 multi-hop, 2 temporal,
+3 open-domain, 4 single-hop; 5, adversarial, has no evidence) and overall, with the
+mean size of the context those k records make. Questions without usable evidence
+are skipped and counted. See ``../shared/data/locomo/README.md`` in the source tree.
+
+Prints JSON Lines (DESIGN.md §10), one per k in 5, 10, 25.
+
+    python benchmarks/locomo.py PATH/locomo-dev.json --mode hybrid
+    python benchmarks/locomo.py PATH/locomo-dev.json --mode lexical --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from harness import say
+
+from kirolearn import contract, db, paths, search, transport
+
+KL = [sys.executable, "-m", "kirolearn"]
+KS = (5, 10, 25)
+CATEGORIES = (1, 2, 3, 4)
+CHUNK = 500
+
+
+def session_start(text: str) -> datetime:
+    """LoCoMo's "1:56 pm on 8 May, 2023" as a local time."""
+    return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").astimezone()
+
+
+def turn_text(turn: dict) -> str:
+    text = f"{turn['speaker']}: {turn['text']}"
+    if turn.get("blip_caption"):
+        text += f" [shares a photo: {turn['blip_caption']}]"
+    return text
+
+
+def conversation_events(sample: dict, namespace: str) -> tuple[list[dict], dict[str, str]]:
+    """A conversation's turns as prompt events, and each event's dialog id."""
+    conversation = sample["conversation"]
+    events, dialog_of = [], {}
+    number = 1
+    while f"session_{number}" in conversation:
+        start = session_start(conversation[f"session_{number}_date_time"])
+        session_id = f"{sample['sample_id']}-session-{number}"
+        for index, turn in enumerate(conversation[f"session_{number}"]):
+            when = start + timedelta(minutes=index)  # apart, past ingest's dedup window
+            event = contract.make_event(
+                "prompt", {"type": "text", "content": turn_text(turn)}, namespace=namespace,
+                actor_id="locomo", session_id=session_id, surface="locomo", version="1",
+                client_id="benchmark", valid_time=when.isoformat(timespec="seconds"))
+            events.append(event)
+            dialog_of[event["event_id"]] = turn["dia_id"]
+        number += 1
+    return events, dialog_of
+
+
+def wait_until(what: str, ready, timeout_s: float = 1800) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def pipeline_done(base: Path, embedded: bool) -> bool:
+    conn = db.connect_reader(paths.db_path(base))
+    try:
+        totals = db.stats(conn)["totals"]
+        left = conn.execute("SELECT count(*) FROM memory_records WHERE embedding_hash IS NULL"
+                            ).fetchone()[0] if embedded else 0
+    except sqlite3.Error:
+        return False
+    finally:
+        conn.close()
+    return totals["pending_events"] == 0 and totals["pending_batches"] == 0 and left == 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("path", type=Path)
+    parser.add_argument("--mode", choices=search.MODES, default="hybrid")
+    parser.add_argument("--quick", action="store_true", help="the first conversation only")
+    parser.add_argument("--min-similarity", type=float, default=None)
+    args = parser.parse_args()
+    samples = json.loads(args.path.read_text("utf-8"))[:1 if args.quick else None]
+
+    with tempfile.TemporaryDirectory(prefix="klb-", dir="/tmp") as scratch:
+        base = Path(scratch)
+        env = {**os.environ, "KIROLEARN_HOME": str(base), "KIROLEARN_STORAGE_BATCH_IDLE_S": "1",
+               "KIROLEARN_AUTOSTART": "0"}
+        if args.min_similarity is not None:
+            env["KIROLEARN_RETRIEVAL_MIN_SIMILARITY"] = str(args.min_similarity)
+        os.environ["KIROLEARN_HOME"] = str(base)
+        subprocess.run([*KL, "start"], env=env, check=True, capture_output=True, cwd="/tmp")
+        try:
+            dialog_of: dict[str, str] = {}
+            namespaces = {}
+            started = time.perf_counter()
+            with transport.Client(paths.endpoint("ingest", base), timeout_ms=60_000) as ingest:
+                for sample in samples:
+                    namespace = f"/actor/locomo/project/{sample['sample_id']}/"
+                    namespaces[sample["sample_id"]] = namespace
+                    events, dialogs = conversation_events(sample, namespace)
+                    dialog_of.update(dialogs)
+                    for at in range(0, len(events), CHUNK):
+                        ingest.call("put_events", {"events": events[at:at + CHUNK]})
+            say(f"{len(dialog_of)} turns sent in {time.perf_counter() - started:.1f} s;"
+                " waiting for extraction" + (" and embeddings" if args.mode != "lexical" else ""))
+            wait_until("the pipeline", lambda: pipeline_done(base, args.mode != "lexical"))
+            say(f"records ready after {time.perf_counter() - started:.1f} s; asking questions")
+            found: dict[int, dict[int, list[float]]] = {k: {c: [] for c in CATEGORIES} for k in KS}
+            context_chars: dict[int, list[int]] = {k: [] for k in KS}
+            skipped = 0
+            latencies = []
+            known = set(dialog_of.values())
+            with transport.Client(paths.endpoint("retrieval", base),
+                                  timeout_ms=60_000) as retrieval:
+                for sample in samples:
+                    for qa in sample["qa"]:
+                        category = qa.get("category")
+                        evidence = {e.strip() for e in qa.get("evidence") or []}
+                        if category not in CATEGORIES:
+                            continue
+                        if not evidence or not evidence <= known:
+                            skipped += 1
+                            continue
+                        reply = retrieval.call("search", {
+                            "query": qa["question"], "namespace": namespaces[sample["sample_id"]],
+                            "limit": max(KS), "records": True, "mode": args.mode,
+                            "budget_ms": 10_000, "tokens": 1_000_000})
+                        latencies.append(reply["latency_ms"])
+                        records = reply["records"]
+                        for k in KS:
+                            turns = {dialog_of.get(i) for r in records[:k]
+                                     for i in r["source_event_ids"]}
+                            found[k][category].append(len(evidence & turns) / len(evidence))
+                            context_chars[k].append(len(search.context_block(records[:k])))
+        finally:
+            subprocess.run([*KL, "stop"], env=env, capture_output=True, cwd="/tmp")
+    questions = sum(len(v) for v in found[KS[0]].values())
+    for k in KS:
+        every = [x for values in found[k].values() for x in values]
+        line = {"bench": "locomo", "mode": args.mode, "k": k,
+                "recall_overall": round(statistics.mean(every), 4)}
+        for category in CATEGORIES:
+            values = found[k][category]
+            line[f"recall_cat{category}"] = round(statistics.mean(values), 4) if values else None
+        line.update(context_chars_mean=round(statistics.mean(context_chars[k])),
+                    questions=questions, skipped=skipped, turns=len(dialog_of),
+                    search_p50_ms=round(statistics.median(latencies), 2))
+        print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,296 @@
+"""Semantic and hybrid search: the real embedding model, rank fusion, the back-fill."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import NAMESPACE, kl, wait_for
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kirolearn import contract, db, embeddings, paths, search, transport, vectors
+
+
+@pytest.fixture(scope="module")
+def embedder() -> embeddings.Embedder:
+    return embeddings.load()
+
+
+def record(title: str, summary: str, namespace: str = NAMESPACE, **fields: object) -> dict:
+    return {"record_id": contract.new_record_id(), "namespace": namespace, "title": title,
+            "summary": summary, "facts": [], "concepts": [], "files_touched": [],
+            "observation_type": "decision", "strategy": "mcp_observation",
+            "source_event_ids": [contract.new_ulid()], "created_at": contract.now_iso(),
+            **fields}
+
+
+RECORDS = [
+    record("How to run database migrations",
+           "Run alembic upgrade head before deploying; the migrations live in db/versions."),
+    record("Pagination of the invoices API", "The invoices endpoint pages with a cursor."),
+    record("Resize uploaded images", "The upload handler resizes images to 512 pixels."),
+    record("Fix KeyError in billing/invoice_service.py",
+           "Legacy invoices have no currency; the lookup now defaults to EUR."),
+]
+
+
+def embedded_database(path: Path, embedder: embeddings.Embedder, records: list[dict]) -> None:
+    """A database holding records and their vectors, as storage leaves it."""
+    conn = db.connect_writer(path)
+    for r in records:
+        db.insert_record(conn, r)
+        text = embeddings.record_text(r)
+        db.save_embedding(conn, r["record_id"], embeddings.text_hash(text),
+                          embeddings.to_blob(embedder.embed([text])[0]), embeddings.record_hash)
+    conn.close()
+
+
+# -- the model --------------------------------------------------------------------------------
+
+
+def test_the_packaged_model_embeds_meaning(embedder):
+    vectors_ = embedder.embed(["How do I run the database migrations?",
+                               "Applying schema changes to the production database",
+                               "The cat sat on the mat"])
+    assert vectors_.shape == (3, embeddings.DIMENSIONS) and vectors_.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors_, axis=1), 1.0, atol=1e-5)
+    similar, unrelated = vectors_[0] @ vectors_[1], vectors_[0] @ vectors_[2]
+    assert similar > 0.35 and unrelated < 0.15
+
+
+def test_a_missing_model_says_what_to_install(tmp_path):
+    with pytest.raises(embeddings.Unavailable, match=r"lacks model\.onnx, tokenizer\.json"):
+        embeddings.find_model(str(tmp_path))
+
+
+@given(st.lists(st.floats(width=32, allow_nan=False), min_size=1, max_size=64))
+def test_a_vector_survives_the_blob_bit_exactly(values):
+    vector = np.array(values, dtype=np.float32)
+    assert embeddings.from_blob(embeddings.to_blob(vector)).tobytes() == vector.tobytes()
+
+
+# -- fusion -----------------------------------------------------------------------------------
+
+ids = st.lists(st.sampled_from([f"mr_{i:026d}" for i in range(12)]), unique=True, max_size=12)
+
+
+@given(ids, ids, st.integers(1, 100))
+def test_fusion_does_not_depend_on_the_order_of_the_rankings(lexical, semantic, k):
+    created = {i: float(n) for n, i in enumerate(sorted(set(lexical) | set(semantic)))}
+    assert vectors.fuse([lexical, semantic], created, 1e13, k) == vectors.fuse(
+        [semantic, lexical], created, 1e13, k)
+
+
+@given(ids.filter(lambda r: len(r) >= 2), ids, st.data())
+def test_a_better_rank_never_lowers_a_record(lexical, semantic, data):
+    at = data.draw(st.integers(1, len(lexical) - 1))
+    moved = [*lexical[:at - 1], lexical[at], lexical[at - 1], *lexical[at + 1:]]
+    created = dict.fromkeys(set(lexical) | set(semantic), 0.0)
+    before = dict(vectors.fuse([lexical, semantic], created, 0.0))
+    after = dict(vectors.fuse([moved, semantic], created, 0.0))
+    assert after[lexical[at]] > before[lexical[at]]
+    assert after[lexical[at - 1]] < before[lexical[at - 1]]
+
+
+@given(ids, st.floats(0, 1e13), st.floats(0, 1e13))
+def test_recency_adds_little_and_boundedly(ranking, when, now):
+    fused = dict(vectors.fuse([ranking], {}, now))
+    newer = dict(vectors.fuse([ranking], dict.fromkeys(ranking, when), now))
+    for record_id in ranking:
+        assert 0 <= newer[record_id] - fused[record_id] <= vectors.RECENCY_SHARE / 61 + 1e-12
+
+
+def test_ties_go_to_the_newer_record():
+    assert [i for i, _ in vectors.fuse([["mr_a"], ["mr_b"]], {"mr_a": 1.0, "mr_b": 2.0},
+                                       0.0)] == ["mr_b", "mr_a"]
+
+
+# -- search -----------------------------------------------------------------------------------
+
+
+class DeadEmbedder:
+    files = None
+
+    def embed(self, texts: list[str]):
+        raise RuntimeError("the model crashed")
+
+
+class SlowEmbedder:
+    def __init__(self, real: embeddings.Embedder):
+        self.real = real
+
+    def embed(self, texts: list[str]):
+        time.sleep(1.0)
+        return self.real.embed(texts)
+
+
+@pytest.fixture(scope="module")
+def corpus_db(tmp_path_factory, embedder) -> Path:
+    path = tmp_path_factory.mktemp("hybrid") / "kirolearn.db"
+    embedded_database(path, embedder, RECORDS)
+    return path
+
+
+def test_semantic_search_finds_what_lexical_search_cannot(corpus_db, embedder):
+    searcher = search.Searcher(corpus_db, embedder=embedder)
+    query = "Where are schema changes kept?"
+    try:
+        assert searcher.search(NAMESPACE, query, 10, 5000).records == []  # lexical: no words
+        for mode in ("semantic", "hybrid"):
+            found = searcher.search(NAMESPACE, query, 10, 5000, mode=mode)
+            assert found.outcome == "ok" and found.records[0]["title"] == RECORDS[0]["title"]
+        # Exact words still win: a file name and an error.
+        found = searcher.search(NAMESPACE, "KeyError invoice_service.py", 10, 5000, mode="hybrid")
+        assert found.records[0]["title"] == RECORDS[3]["title"]
+        # Common words in common are not a match: an unrelated prompt gets nothing.
+        assert searcher.search(NAMESPACE, "what is the weather in paris", 10, 5000).records
+        assert searcher.search(NAMESPACE, "what is the weather in paris", 10, 5000,
+                               mode="hybrid").records == []
+    finally:
+        searcher.close()
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(max_size=80) | st.sampled_from(["database migrations", "the invoices", "images",
+                                              "KeyError", "what is the weather"]))
+def test_a_dead_embedder_gives_exactly_the_lexical_result(corpus_db, query):
+    lexical = search.Searcher(corpus_db)
+    dead = search.Searcher(corpus_db, embedder=DeadEmbedder())
+    try:
+        expected = lexical.search(NAMESPACE, query, 10, 5000)
+        for mode in ("hybrid", "semantic"):
+            got = dead.search(NAMESPACE, query, 10, 5000, mode=mode)
+            assert got.records == expected.records and got.outcome == expected.outcome
+    finally:
+        lexical.close()
+        dead.close()
+
+
+def test_a_slow_embedder_gives_the_lexical_result_within_the_budget(corpus_db, embedder):
+    lexical = search.Searcher(corpus_db)
+    slow = search.Searcher(corpus_db, embedder=SlowEmbedder(embedder))
+    try:
+        expected = lexical.search(NAMESPACE, "database migrations", 10, 300)
+        got = slow.search(NAMESPACE, "database migrations", 10, 300, mode="hybrid")
+        assert got.records == expected.records and got.outcome == "ok"
+        assert got.latency_ms < 300
+    finally:
+        lexical.close()
+        slow.close()
+
+
+def test_the_context_is_capped_and_the_lowest_ranked_go_first():
+    long = [record(f"Record {n}", "word " * 300) for n in range(5)]  # ~380 tokens each
+    kept = search.within_tokens(long, 1000)
+    assert [r["title"] for r in kept] == ["Record 0", "Record 1"]
+    assert search.estimate_tokens(search.context_block(kept)) <= 1000
+    assert search.within_tokens(long, None) == long
+    [cut] = search.within_tokens([record("Huge", "x" * 20_000)], 500)
+    assert search.estimate_tokens(search.context_block([cut])) <= 500
+
+
+# -- the daemon: back-fill, status, modes ----------------------------------------------------
+
+
+def save(ingest: transport.Client, records: list[dict]) -> None:
+    for r in records:
+        assert ingest.call("put_record", {"record": r})["status"] == "stored"
+
+
+def unembedded(home: Path) -> int:
+    conn = db.connect_reader(paths.db_path(home))
+    try:
+        return conn.execute("SELECT count(*) FROM memory_records WHERE embedding_hash IS NULL"
+                            ).fetchone()[0]
+    finally:
+        conn.close()
+
+
+def stored_vectors(home: Path) -> dict[str, bytes]:
+    conn = db.connect_reader(paths.db_path(home))
+    try:
+        return dict(conn.execute("SELECT record_id, embedding FROM memory_records"))
+    finally:
+        conn.close()
+
+
+def test_records_are_embedded_as_they_come_and_searched_by_meaning(ingest, daemon, embedder):
+    save(ingest, RECORDS)
+    wait_for(lambda: unembedded(daemon) == 0, timeout=30, message="the back-fill")
+    stored = stored_vectors(daemon)
+    for r in RECORDS:
+        expected = embedder.embed([embeddings.record_text(r)])[0]
+        assert np.allclose(embeddings.from_blob(stored[r["record_id"]]), expected, atol=1e-4)
+    status = json.loads(kl("status", "--json", check=True).stdout)["embeddings"]
+    assert status["embeddings"].startswith("on: all-MiniLM-L6-v2-onnx-int8")
+    assert status["mode"] == "hybrid"
+    query = "Where are schema changes kept?"
+    lexical = kl("search", query, "--namespace", NAMESPACE, "--mode", "lexical", check=True)
+    assert lexical.stdout == "" and "no memories matched" in lexical.stderr
+    hybrid = kl("search", query, "--namespace", NAMESPACE, check=True)  # the default mode
+    assert hybrid.stdout.startswith("## Prior observations from kirolearn\n\n### How to run"
+                                    " database migrations")
+    again = kl("embeddings", "backfill", check=True)
+    assert "every record has its vector" in again.stdout
+    assert stored_vectors(daemon) == stored  # nothing embedded twice
+
+
+def test_a_merge_re_embeds_the_new_text(ingest, daemon):
+    first = record("Deploy checklist", "Run the migrations first.")
+    save(ingest, [first])
+    wait_for(lambda: unembedded(daemon) == 0, timeout=30, message="the back-fill")
+    before = stored_vectors(daemon)[first["record_id"]]
+    merged = ingest.call("put_record", {"record": record(
+        "Deploy checklist", "Announce the release in the team channel.")})
+    assert merged == {"record_id": first["record_id"], "status": "merged"}
+    wait_for(lambda: unembedded(daemon) == 0, timeout=30, message="the re-embedding")
+    assert stored_vectors(daemon)[first["record_id"]] != before
+
+
+def test_the_back_fill_survives_a_stop_half_way(home, embedder):
+    many = [record(f"Decision {n}", f"We chose option {n} for the {n % 7}th module.")
+            for n in range(400)]
+    kl("start", check=True)
+    try:
+        with transport.Client(paths.endpoint("ingest"), timeout_ms=5000) as ingest:
+            save(ingest, many)
+    finally:
+        kl("stop", check=True)  # most likely mid-way through the back-fill
+    kl("start", check=True)
+    try:
+        result = kl("embeddings", "backfill", "--timeout", "120", check=True)
+        assert "every record has its vector" in result.stdout
+    finally:
+        kl("stop", check=True)
+    stored = stored_vectors(home)
+    assert len(stored) == 400 and all(len(v) == embeddings.DIMENSIONS * 4
+                                      for v in stored.values())
+    sample = many[::50]
+    expected = embedder.embed([embeddings.record_text(r) for r in sample])
+    for r, vector in zip(sample, expected, strict=True):
+        assert np.allclose(embeddings.from_blob(stored[r["record_id"]]), vector, atol=1e-4)
+
+
+def test_without_the_model_search_is_lexical_and_status_says_so(home, monkeypatch, tmp_path):
+    monkeypatch.setenv("KIROLEARN_EMBEDDINGS_MODEL_DIR", str(tmp_path))
+    kl("start", check=True)
+    try:
+        with transport.Client(paths.endpoint("ingest"), timeout_ms=5000) as ingest:
+            save(ingest, RECORDS[:1])
+        status = kl("status", check=True).stdout
+        assert (f"embeddings off: embeddings.model_dir {tmp_path} lacks model.onnx,"
+                " tokenizer.json; search is lexical; search mode lexical") in status
+        found = kl("search", "database migrations", "--namespace", NAMESPACE, "--mode",
+                   "hybrid", check=True)
+        assert "### How to run database migrations" in found.stdout
+    finally:
+        kl("stop", check=True)
+    with sqlite3.connect(paths.db_path(home)) as conn:
+        assert conn.execute("SELECT count(*) FROM memory_records WHERE embedding IS NULL"
+                            ).fetchone()[0] == 1
