@@ -101,6 +101,7 @@ def turn(project: int) -> list[dict]:
 def run(workers: int, turns: int, env: dict[str, str]) -> dict:
     home = Path(tempfile.mkdtemp(prefix="kl-bench-", dir="/tmp"))
     os.environ["KIROLEARN_HOME"] = str(home)
+    os.environ["KIROLEARN_EMBEDDINGS_ENABLED"] = "0"  # no back-fill competing for the CPU
     os.environ.update(env)
     events = [e for project in range(turns) for e in turn(project)]
     subprocess.run([*KL, "start", "--extraction-workers", str(workers)], check=True,

@@ -128,6 +128,7 @@ def main() -> None:
         args.events, args.import_events = 500, 2_000
     home = Path(tempfile.mkdtemp(prefix="kl-bench-", dir="/tmp"))
     os.environ["KIROLEARN_HOME"] = str(home)
+    os.environ["KIROLEARN_EMBEDDINGS_ENABLED"] = "0"  # no back-fill competing for the CPU
     # Batches must not form mid-run: this measures ingest and storage, not extraction.
     os.environ["KIROLEARN_STORAGE_BATCH_IDLE_S"] = "3600"
     os.environ["KIROLEARN_STORAGE_BATCH_MAX_BYTES"] = str(1 << 40)

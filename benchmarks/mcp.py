@@ -133,6 +133,7 @@ def main() -> None:
         (proj / ".git").mkdir(parents=True)
         env = {"KIROLEARN_HOME": str(base), "HOME": str(user_home), "USER": "bench",
                "LOGNAME": "bench", "KIROLEARN_AUTOSTART": "0",
+               "KIROLEARN_EMBEDDINGS_ENABLED": "0",  # lexical; no back-fill meanwhile
                "PATH": os.environ.get("PATH", "")}
         namespace = project.resolve_project(proj, home=str(user_home), override="").namespace(
             "bench")

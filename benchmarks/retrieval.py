@@ -17,9 +17,16 @@ to the retrieval role and reports, per query set:
   and a fact amid ordinary words), how often that record is in the top 10, for the
   budgeted search and (seed_known_item_recall_at_10) for the exact seed ranking.
 
+In ``hybrid`` mode (with the embedding model installed) the records' vectors are
+made first, in this process, and kept in ``~/.cache/kirolearn-bench/`` for the next
+run (the corpus is seeded, so they do not change); the daemon's searches then include
+the query's embedding and the fusion, and retrieval_peak_rss_mb its memory with the
+model and the vectors loaded. Lexical runs switch embeddings off.
+
 Prints one JSON line per records × mode × query set (DESIGN.md §10).
 
     python benchmarks/retrieval.py            # 10,000 and 100,000 records, 200 queries each
+    python benchmarks/retrieval.py --mode hybrid --records 100000
     python benchmarks/retrieval.py --quick    # a smoke run in seconds
 """
 
@@ -38,7 +45,7 @@ from pathlib import Path
 import corpus
 from harness import figures, say, write_records
 
-from kirolearn import contract, paths, search, transport
+from kirolearn import contract, db, embeddings, paths, search, transport
 
 KL = [sys.executable, "-m", "kirolearn"]
 NAMESPACES = ["/actor/bench/project/" + c * 64 + "/" for c in "abcd"]
@@ -53,8 +60,35 @@ def build(home: Path, count: int) -> list[dict]:
     return records
 
 
-def known_item_recall(searcher: search.Searcher, items: list[tuple[str, str]]) -> float:
-    found = sum(record_id in searcher.search(SEARCHED, prompt, 10, 600_000).record_ids
+def embed_records(home: Path, records: list[dict], embedder: embeddings.Embedder) -> None:
+    """Store every record's vector, as the daemon's back-fill would, from a cache file
+    when an earlier run made them."""
+    import numpy as np
+
+    texts = [embeddings.record_text(r) for r in records]
+    digest = contract.sha256("\n".join(texts).encode()).hexdigest()[:16]
+    cache = Path.home() / ".cache" / "kirolearn-bench" / f"vectors-{len(records)}-{digest}.npy"
+    if cache.exists():
+        matrix = np.load(cache)
+    else:
+        started = time.perf_counter()
+        matrix = np.vstack([embedder.embed(texts[at:at + 64]) for at in range(0, len(texts), 64)])
+        say(f"  {len(texts)} records embedded in {time.perf_counter() - started:.0f} s")
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        np.save(cache, matrix)
+    conn = db.connect_writer(paths.db_path(home))
+    conn.execute("BEGIN")
+    conn.executemany(
+        "UPDATE memory_records SET embedding = ?, embedding_hash = ? WHERE record_id = ?",
+        [(embeddings.to_blob(v), embeddings.text_hash(t), r["record_id"])
+         for r, t, v in zip(records, texts, matrix, strict=True)])
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def known_item_recall(searcher: search.Searcher, items: list[tuple[str, str]],
+                      mode: str = "lexical") -> float:
+    found = sum(record_id in searcher.search(SEARCHED, prompt, 10, 600_000, mode=mode).record_ids
                 for prompt, record_id in items)
     return round(found / len(items), 3)
 
@@ -85,28 +119,34 @@ def peak_rss_mb(role: str) -> float:
     return 0.0
 
 
-def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap: bool) -> None:
+def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap: bool,
+        mode: str) -> None:
     home = Path(tempfile.mkdtemp(prefix="kl-bench-", dir="/tmp"))
     os.environ["KIROLEARN_HOME"] = str(home)
     os.environ["KIROLEARN_STORAGE_BATCH_IDLE_S"] = "3600"  # no extraction mid-run
-    say(f"{count} records")
+    os.environ["KIROLEARN_EMBEDDINGS_ENABLED"] = "1" if mode == "hybrid" else "0"
+    say(f"{count} records, {mode}")
     records = build(home, count)
+    embedder = embeddings.load() if mode == "hybrid" else None
+    if embedder is not None:
+        embed_records(home, records, embedder)
     known = corpus.known_item_prompts([r for r in records if r["namespace"] == SEARCHED],
                                       len(query_sets["prompts"]))
     subprocess.run([*KL, "start"], check=True, stdout=subprocess.DEVNULL)
     try:
         retrieval = transport.Client(paths.endpoint("retrieval"), timeout_ms=10_000)
         ingest = transport.Client(paths.endpoint("ingest"), timeout_ms=10_000)
-        timed_calls(retrieval, "search", [{"query": q, "namespace": SEARCHED} for q in warmup])
+        timed_calls(retrieval, "search", [{"query": q, "namespace": SEARCHED, "mode": mode}
+                                          for q in warmup])
         floor, _ = timed_calls(retrieval, "ping", [{}] * 200)
         exact = None  # the seed's ranking: every term scored over every record
-        if overlap:
+        if overlap and mode == "lexical":
             exact = search.Searcher(paths.db_path(home), term_budget=10**12, window_rows=10**12)
         for name, queries in query_sets.items():
             say(f"  {len(queries)} {name} queries")
-            bodies = [{"query": q, "namespace": SEARCHED} for q in queries]
+            bodies = [{"query": q, "namespace": SEARCHED, "mode": mode} for q in queries]
             roundtrip, replies = timed_calls(retrieval, "search", bodies)
-            row = {"bench": "retrieval", "records": count, "mode": "lexical", "queries": name,
+            row = {"bench": "retrieval", "records": count, "mode": mode, "queries": name,
                    "count": len(queries)}
             row.update(figures("search", [r["latency_ms"] for r in replies]))
             row.update(figures("roundtrip", roundtrip))
@@ -121,6 +161,10 @@ def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap
             for outcome in search.OUTCOMES:
                 row[f"outcome_{outcome}"] = sum(r["outcome"] == outcome for r in replies)
             row["windowed"] = sum(r["window"] is not None for r in replies)
+            if embedder is not None and name == "prompts":
+                hybrid = search.Searcher(paths.db_path(home), embedder=embedder)
+                row["known_item_recall_at_10"] = known_item_recall(hybrid, known, mode)
+                hybrid.close()
             if exact is not None:
                 say("  exact seed ranking, for the overlap")
                 shares, seed_times = [], []
@@ -155,15 +199,24 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--no-overlap", dest="overlap", action="store_false",
                         help="skip the exact seed ranking (slow at 100,000 records)")
+    parser.add_argument("--mode", nargs="+", choices=["lexical", "hybrid"], default=None,
+                        help="default: both when the embedding model is installed")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
         args.records, args.queries = [2_000], 40
+    if args.mode is None:
+        try:
+            embeddings.find_model()
+            args.mode = ["lexical", "hybrid"]
+        except embeddings.Unavailable:
+            args.mode = ["lexical"]
     query_sets = {"prompts": corpus.prompts(args.queries),
                   "short": corpus.short_queries(args.queries)}
     warmup = corpus.prompts(args.queries, seed=99) + corpus.short_queries(args.queries, seed=98)
     for count in args.records:
-        run(count, query_sets, warmup, args.overlap)
+        for mode in args.mode:
+            run(count, query_sets, warmup, args.overlap, mode)
 
 
 if __name__ == "__main__":

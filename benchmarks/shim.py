@@ -65,7 +65,8 @@ def main() -> None:
         proj = user_home / "proj"
         (proj / ".git").mkdir(parents=True)
         env = {**os.environ, "KIROLEARN_HOME": str(base), "HOME": str(user_home),
-               "USER": "bench", "LOGNAME": "bench", "KIROLEARN_AUTOSTART": "0"}
+               "USER": "bench", "LOGNAME": "bench", "KIROLEARN_AUTOSTART": "0",
+               "KIROLEARN_EMBEDDINGS_ENABLED": "0"}  # lexical; no back-fill meanwhile
         namespace = project.resolve_project(proj, home=str(user_home), override="").namespace(
             "bench")
         write_records(base, corpus.records(count, [namespace]))

@@ -79,6 +79,7 @@ class VectorIndex:
                     rows.append(np.frombuffer(blob, dtype="<f4"))
             matrix = (np.vstack(rows) if rows
                       else np.zeros((0, embeddings.DIMENSIONS), dtype=np.float32))
+            # Rows past len(ids) are spare room: appending doubles it when it runs out.
             space = {"ids": ids, "where": {i: n for n, i in enumerate(ids)},
                      "created": times, "matrix": matrix.astype(np.float32)}
             self.spaces[namespace] = space
@@ -92,10 +93,15 @@ class VectorIndex:
             space["matrix"][row] = vector
             space["created"][row] = created
             return
-        space["where"][record_id] = len(space["ids"])
+        row = len(space["ids"])
+        if row == len(space["matrix"]):
+            grown = self.np.zeros((max(64, 2 * row), embeddings.DIMENSIONS), dtype=self.np.float32)
+            grown[:row] = space["matrix"]
+            space["matrix"] = grown
+        space["matrix"][row] = vector
+        space["where"][record_id] = row
         space["ids"].append(record_id)
         space["created"].append(created)
-        space["matrix"] = self.np.vstack([space["matrix"], vector[None, :]])
 
     def top(self, conn: sqlite3.Connection, namespaces: Sequence[str], query: Any, limit: int,
             floor: float) -> list[tuple[str, float, float]]:
@@ -105,7 +111,7 @@ class VectorIndex:
             space = self._space(conn, namespace)
             if not space["ids"]:
                 continue
-            sims = space["matrix"] @ query
+            sims = space["matrix"][:len(space["ids"])] @ query
             count = min(limit, len(sims))
             best = self.np.argpartition(-sims, count - 1)[:count]
             found += [(space["ids"][i], float(sims[i]), space["created"][i])

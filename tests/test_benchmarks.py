@@ -13,18 +13,23 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 def test_retrieval_benchmark_quick_run_prints_one_line_per_query_set(home):
     env = {k: v for k, v in os.environ.items() if k != "KIROLEARN_HOME"}
-    result = subprocess.run([sys.executable, str(BENCHMARKS / "retrieval.py"), "--quick"],
-                            capture_output=True, text=True, timeout=300, env=env, cwd="/tmp")
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "retrieval.py"), "--quick",
+                             "--mode", "lexical", "hybrid"],
+                            capture_output=True, text=True, timeout=600, env=env, cwd="/tmp")
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert [(r["records"], r["mode"], r["queries"]) for r in rows] == [
-        (2000, "lexical", "prompts"), (2000, "lexical", "short")]
+        (2000, "lexical", "prompts"), (2000, "lexical", "short"),
+        (2000, "hybrid", "prompts"), (2000, "hybrid", "short")]
     for row in rows:
         assert row["bench"] == "retrieval" and row["outcome_ok"] > 0
         assert row["outcome_error"] == row["outcome_fallback"] == row["outcome_timeout"] == 0
-        for key in ("search", "roundtrip", "floor", "seed_search"):
+        keys = ("search", "roundtrip", "floor") + (("seed_search",) if row["mode"] == "lexical"
+                                                   else ())
+        for key in keys:
             assert 0 < row[f"{key}_p50_ms"] <= row[f"{key}_p99_ms"]
-    assert 0 < rows[0]["known_item_recall_at_10"] <= 1 and rows[0]["inline_timeouts"] == 0
+    for row in (rows[0], rows[2]):
+        assert 0 < row["known_item_recall_at_10"] <= 1 and row["inline_timeouts"] == 0
 
 
 def test_shim_benchmark_quick_run_compares_each_hook_with_the_floor(home):
