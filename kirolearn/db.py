@@ -422,18 +422,13 @@ def save_embedding(conn: sqlite3.Connection, record_id: str, text_hash: str, blo
                    current_hash: Callable[[dict], str]) -> bool:
     """Store a record's vector if it was made from the record's current text (a merge may
     have changed it since); whether it was stored."""
-    found = records_by_id_any(conn, [record_id])
-    if not found or current_hash(found[0]) != text_hash:
+    row = conn.execute(f"SELECT {RECORD_COLUMNS} FROM memory_records WHERE record_id = ?",
+                       (record_id,)).fetchone()
+    if row is None or current_hash(record_from_row(row)) != text_hash:
         return False
     conn.execute("UPDATE memory_records SET embedding = ?, embedding_hash = ? WHERE record_id = ?",
                  (blob, text_hash, record_id))
     return True
-
-
-def records_by_id_any(conn: sqlite3.Connection, record_ids: list[str]) -> list[dict]:
-    ids_sql, ids = _in(record_ids)
-    return [record_from_row(row) for row in conn.execute(
-        f"SELECT {RECORD_COLUMNS} FROM memory_records WHERE record_id IN {ids_sql}", ids)]
 
 
 def vectors(conn: sqlite3.Connection, namespace: str) -> Iterator[tuple[str, str, bytes]]:
