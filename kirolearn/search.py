@@ -366,7 +366,8 @@ class Searcher:
 
     # -- the steps --------------------------------------------------------------------------
 
-    def _search(self, namespaces: tuple[str, ...], query: str, limit: int) -> Result:
+    def _search(self, namespaces: tuple[str, ...], query: str, limit: int,
+                enough: int | None = None) -> Result:
         raw = tokens(query)[:MAX_TOKENS]
         if not raw or limit <= 0:
             return Result([], "empty", 0.0)
@@ -386,7 +387,7 @@ class Searcher:
         try:
             # Room for the duplicates `distinct` leaves out when namespaces are merged.
             wanted = limit if len(namespaces) == 1 else limit + SCOPE_SLACK
-            ids = self._rank(conn, namespaces, fts_expression(terms), wanted, window)
+            ids = self._rank(conn, namespaces, fts_expression(terms), wanted, window, enough)
         except sqlite3.Error:
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed from None
@@ -409,7 +410,7 @@ class Searcher:
             return Result([], "empty", 0.0)
         wide = limit * CANDIDATES
         pending = self._embedding.submit(self.embedder.embed, [query[:embeddings.MAX_CHARS]])
-        lexical = self._search(namespaces, query, wide) if mode == "hybrid" else None
+        lexical = self._search(namespaces, query, wide, limit) if mode == "hybrid" else None
         wait_s = self.deadline - time.monotonic() - FALLBACK_RESERVE_S
         try:
             query_vector = pending.result(timeout=max(0.0, wait_s))[0]
@@ -535,9 +536,12 @@ class Searcher:
         return self._total, self._doc_freq
 
     def _rank(self, conn: sqlite3.Connection, namespaces: tuple[str, ...], expression: str,
-              limit: int, window: int | None) -> list[tuple[int, float]]:
+              limit: int, window: int | None, enough: int | None = None
+              ) -> list[tuple[int, float]]:
         """BM25 order within the namespace. With a window, only the newest `window` ids
-        are ranked, widened (x4) while the namespace has too few matches in it."""
+        are ranked, widened (x4) while the namespace has fewer than ``enough`` (default
+        limit) matches in it: extra candidates for fusion come from the window a plain
+        search would rank, at no extra cost."""
         newest = 0
         if window is not None:
             newest = conn.execute("SELECT max(id) FROM memory_records").fetchone()[0] or 0
@@ -551,7 +555,7 @@ class Searcher:
                 f" AND mr.namespace IN ({','.join('?' * len(namespaces))})"
                 " ORDER BY bm25(memory_records_fts), mr.id DESC LIMIT ?",
                 (expression, since, *namespaces, limit)).fetchall()
-            if len(rows) >= limit or since <= 0:
+            if len(rows) >= (enough or limit) or since <= 0:
                 return rows
             window *= 4
 
