@@ -55,8 +55,8 @@ CACHE_MAX = 50_000
 SCOPE_SLACK = 10  # extra candidates ranked when several namespaces are searched as one
 MODES = ("lexical", "semantic", "hybrid")
 CANDIDATES = 4  # each side of a hybrid search brings limit × this many candidates
+RETURN_MARGIN_S = 0.005  # a late embedder is given up this long before the deadline
 MIN_SIMILARITY = 0.25  # cosine below which a record is not a semantic match
-FALLBACK_RESERVE_S = 0.06  # budget kept for a lexical search if the embedder is late
 
 
 def tokens(query: str) -> list[str]:
@@ -403,22 +403,27 @@ class Searcher:
         small recency boost (``vectors.fuse``); ``semantic`` ranks by the vectors alone.
         A candidate whose vector is less similar to the query than ``min_similarity`` is
         left out (one not embedded yet stays on its lexical merit), so an unrelated
-        prompt gets nothing. The query is embedded on a thread while the lexical side runs; if
-        the embedder fails, or has not answered when the lexical fallback would still fit
-        in the budget, the answer is exactly the lexical search's."""
+        prompt gets nothing. The lexical side runs first, then the query is embedded on a
+        thread (one at a time: overlapping the two costs more than it saves, by GIL
+        hand-offs); if the embedder fails or has not answered by the deadline, the answer
+        is exactly the lexical search's."""
         if not query.strip() or limit <= 0:
             return Result([], "empty", 0.0)
         wide = limit * CANDIDATES
+        # Ranked over the window a plain search would rank, the wide list starts with
+        # exactly the plain search's records: the fallback costs nothing more.
+        lexical = self._search(namespaces, query, wide, limit)
         pending = self._embedding.submit(self.embedder.embed, [query[:embeddings.MAX_CHARS]])
-        lexical = self._search(namespaces, query, wide, limit) if mode == "hybrid" else None
-        wait_s = self.deadline - time.monotonic() - FALLBACK_RESERVE_S
         try:
+            wait_s = self.deadline - time.monotonic() - RETURN_MARGIN_S
             query_vector = pending.result(timeout=max(0.0, wait_s))[0]
         except Exception as exc:  # too slow (TimeoutError) or broken: lexical it is
             pending.cancel()
-            result = self._search(namespaces, query, limit)
-            result.error = f"semantic side skipped ({type(exc).__name__}: {exc})"
-            return result
+            lexical.records = lexical.records[:limit]
+            lexical.error = f"semantic side skipped ({type(exc).__name__}: {exc})"
+            return lexical
+        if mode == "semantic":
+            lexical = None
         conn = self._connection()
         near = self.vectors.top(conn, namespaces, query_vector, wide, self.min_similarity)
         created = {record_id: when for record_id, _, when in near}

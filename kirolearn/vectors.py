@@ -50,12 +50,9 @@ def fuse(rankings: Sequence[Sequence[str]], created: dict[str, float], now_ms: f
         age_days = max(0.0, now_ms - created.get(record_id, 0.0)) / 86_400_000
         scores[record_id] += (RECENCY_SHARE / (k + 1)) * 0.5 ** (age_days
                                                                / RECENCY_HALF_LIFE_DAYS)
-    ordered = sorted(scores, key=lambda i: (-scores[i], -created.get(i, 0.0), _desc(i)))
+    ordered = sorted(sorted(scores, reverse=True),  # stable: the larger id first on a tie
+                     key=lambda i: (-scores[i], -created.get(i, 0.0)))
     return [(record_id, scores[record_id]) for record_id in ordered]
-
-
-def _desc(record_id: str) -> tuple[int, ...]:
-    return tuple(-ord(c) for c in record_id)
 
 
 class VectorIndex:
