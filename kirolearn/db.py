@@ -431,6 +431,11 @@ def save_embedding(conn: sqlite3.Connection, record_id: str, text_hash: str, blo
     return True
 
 
+def count_vectors(conn: sqlite3.Connection, namespace: str) -> int:
+    return conn.execute("SELECT count(*) FROM memory_records WHERE namespace = ?"
+                        " AND embedding IS NOT NULL", (namespace,)).fetchone()[0]
+
+
 def vectors(conn: sqlite3.Connection, namespace: str) -> Iterator[tuple[str, str, bytes]]:
     """A namespace's stored vectors: (record_id, created_at, blob)."""
     yield from conn.execute(

@@ -143,7 +143,9 @@ class Retrieval(role.Role):
             self.storage = transport.make_socket(self.ctx, zmq.DEALER,
                                                  connect=paths.endpoint("storage", self.base))
             self.add_socket(self.storage, self._on_storage_reply)
-            self.backfill = vectors.Backfill(paths.db_path(self.base), embedder, self.log)
+            self.backfill = vectors.Backfill(paths.db_path(self.base), embedder,
+                                             self.searcher.vectors, self.log)
+            self.searcher.request_load = self.backfill.request_load
             self.backfill.start()
         self.outcomes: Counter[str] = Counter()
         self.bind(zmq.ROUTER, paths.endpoint("retrieval", self.base), self._on_request)

@@ -32,7 +32,7 @@ import json
 import math
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -270,6 +270,10 @@ class Searcher:
         self.rrf_k = rrf_k
         self._embedding = (concurrent.futures.ThreadPoolExecutor(1, "query-embedding")
                            if embedder is not None else None)
+        # Where a namespace's vectors are loaded from: None, here, when first searched
+        # (in-process use); the retrieval role passes its back-fill's request_load, so no
+        # search waits for a load (they are lexical until it is done).
+        self.request_load: Callable[[str], None] | None = None
         self.term_budget = term_budget
         self.window_rows = window_rows
         self.conn: sqlite3.Connection | None = None
@@ -286,7 +290,7 @@ class Searcher:
             self.conn.close()
             self.conn = None
             if self.vectors is not None:
-                self.vectors.spaces.clear()  # reloaded with the connection
+                self.vectors.clear()  # reloaded with the connection
 
     def search(self, namespace: str | Sequence[str], query: str, limit: int, budget_ms: float,
                deadline: float | None = None, mode: str = "lexical",
@@ -413,6 +417,10 @@ class Searcher:
         # Ranked over the window a plain search would rank, the wide list starts with
         # exactly the plain search's records: the fallback costs nothing more.
         lexical = self._search(namespaces, query, wide, limit)
+        if not self._vectors_ready(namespaces):
+            lexical.records = lexical.records[:limit]
+            lexical.error = "semantic side skipped (vectors still loading)"
+            return lexical
         pending = self._embedding.submit(self.embedder.embed, [query[:embeddings.MAX_CHARS]])
         try:
             wait_s = self.deadline - time.monotonic() - RETURN_MARGIN_S
@@ -425,7 +433,7 @@ class Searcher:
         if mode == "semantic":
             lexical = None
         conn = self._connection()
-        near = self.vectors.top(conn, namespaces, query_vector, wide, self.min_similarity)
+        near = self.vectors.top(namespaces, query_vector, wide, self.min_similarity)
         created = {record_id: when for record_id, _, when in near}
         rankings = [[record_id for record_id, _, _ in near]]
         if lexical is not None:
@@ -435,8 +443,7 @@ class Searcher:
         fused = vectors.fuse(rankings, created, time.time() * 1000, self.rrf_k)
         # A lexical match on common words only is no match: whatever has a vector must be
         # close enough in meaning, so an unrelated prompt brings nothing.
-        cosine = self.vectors.similarities(conn, namespaces, [i for i, _ in fused],
-                                           query_vector)
+        cosine = self.vectors.similarities(namespaces, [i for i, _ in fused], query_vector)
         fused = [(i, score) for i, score in fused
                  if cosine.get(i, self.min_similarity) >= self.min_similarity][:limit]
         found = {r["record_id"]: r for r in db.records_by_id(conn, [i for i, _ in fused],
@@ -451,11 +458,28 @@ class Searcher:
         return Result(records, "ok" if records else "empty", 0.0, terms,
                       lexical.window if lexical else None)
 
+    def _vectors_ready(self, namespaces: tuple[str, ...]) -> bool:
+        """Whether every namespace's vectors are loaded; asks for the missing ones."""
+        missing = self.vectors.missing(namespaces)
+        if not missing:
+            return True
+        if self.request_load is not None:
+            for namespace in set(missing) - self.vectors.requested:
+                self.vectors.requested.add(namespace)
+                self.request_load(namespace)
+            return False
+        deadline, self.deadline = self.deadline, math.inf  # a load is not a search
+        try:
+            for namespace in missing:
+                self.vectors.install(namespace, self.vectors.load(self._connection(), namespace))
+        finally:
+            self.deadline = deadline
+        return True
+
     def add_vectors(self, batch: list[dict]) -> None:
         """Vectors the back-fill made: searched from now on."""
-        conn = self._connection()
         for item in batch:
-            self.vectors.upsert(conn, item["namespace"], item["record_id"], item["vector"],
+            self.vectors.upsert(item["namespace"], item["record_id"], item["vector"],
                                 item["created"])
 
     def get_records(self, record_ids: list[str], namespaces: Sequence[str]) -> list[dict]:

@@ -56,35 +56,54 @@ def fuse(rankings: Sequence[Sequence[str]], created: dict[str, float], now_ms: f
 
 
 class VectorIndex:
-    """Per namespace: record ids, their creation times and a unit-vector matrix."""
+    """Per namespace: record ids, their creation times and a unit-vector matrix. A
+    namespace is searched once its space is installed (``load`` + ``install``); vectors
+    that arrive before that are kept and applied on install."""
 
     def __init__(self) -> None:
         import numpy as np
 
         self.np = np
         self.spaces: dict[str, dict[str, Any]] = {}
+        self.early: dict[str, list[tuple[str, Any, float]]] = {}
+        self.requested: set[str] = set()  # loads asked for and not installed yet
 
-    def _space(self, conn: sqlite3.Connection, namespace: str) -> dict[str, Any]:
+    def load(self, conn: sqlite3.Connection, namespace: str) -> dict[str, Any]:
+        """A namespace's space, read from the database (a second at 100,000 records)."""
+        np = self.np
+        # Filled row by row: a list of rows then a copy would need twice the memory.
+        matrix = np.zeros((db.count_vectors(conn, namespace), embeddings.DIMENSIONS),
+                          dtype=np.float32)
+        ids, times = [], []
+        for record_id, created_at, blob in db.vectors(conn, namespace):
+            if len(blob) == embeddings.DIMENSIONS * 4 and len(ids) < len(matrix):
+                matrix[len(ids)] = np.frombuffer(blob, dtype="<f4")
+                ids.append(record_id)
+                times.append(created_ms(created_at))
+        # Rows past len(ids) are spare room: appending doubles it when it runs out.
+        return {"ids": ids, "where": {i: n for n, i in enumerate(ids)}, "created": times,
+                "matrix": matrix}
+
+    def install(self, namespace: str, space: dict[str, Any]) -> None:
+        self.spaces[namespace] = space
+        self.requested.discard(namespace)
+        for record_id, vector, created in self.early.pop(namespace, []):
+            self.upsert(namespace, record_id, vector, created)
+
+    def missing(self, namespaces: Sequence[str]) -> list[str]:
+        return [n for n in namespaces if n not in self.spaces]
+
+    def clear(self) -> None:
+        self.spaces.clear()
+        self.early.clear()
+        self.requested.clear()
+
+    def upsert(self, namespace: str, record_id: str, vector: Any, created: float) -> None:
         space = self.spaces.get(namespace)
-        if space is None:
-            np = self.np
-            ids, times, rows = [], [], []
-            for record_id, created_at, blob in db.vectors(conn, namespace):
-                if len(blob) == embeddings.DIMENSIONS * 4:
-                    ids.append(record_id)
-                    times.append(created_ms(created_at))
-                    rows.append(np.frombuffer(blob, dtype="<f4"))
-            matrix = (np.vstack(rows) if rows
-                      else np.zeros((0, embeddings.DIMENSIONS), dtype=np.float32))
-            # Rows past len(ids) are spare room: appending doubles it when it runs out.
-            space = {"ids": ids, "where": {i: n for n, i in enumerate(ids)},
-                     "created": times, "matrix": matrix.astype(np.float32)}
-            self.spaces[namespace] = space
-        return space
-
-    def upsert(self, conn: sqlite3.Connection, namespace: str, record_id: str, vector: Any,
-               created: float) -> None:
-        space = self._space(conn, namespace)
+        if space is None:  # loaded later from the database, unless the load is under way
+            if namespace in self.requested:
+                self.early.setdefault(namespace, []).append((record_id, vector, created))
+            return
         row = space["where"].get(record_id)
         if row is not None:
             space["matrix"][row] = vector
@@ -100,12 +119,12 @@ class VectorIndex:
         space["ids"].append(record_id)
         space["created"].append(created)
 
-    def top(self, conn: sqlite3.Connection, namespaces: Sequence[str], query: Any, limit: int,
+    def top(self, namespaces: Sequence[str], query: Any, limit: int,
             floor: float) -> list[tuple[str, float, float]]:
         """The most similar records at or above floor: (record_id, cosine, created_ms)."""
         found: list[tuple[str, float, float]] = []
         for namespace in namespaces:
-            space = self._space(conn, namespace)
+            space = self.spaces[namespace]
             if not space["ids"]:
                 continue
             sims = space["matrix"][:len(space["ids"])] @ query
@@ -116,12 +135,12 @@ class VectorIndex:
         found.sort(key=lambda item: (-item[1], -item[2]))
         return found[:limit]
 
-    def similarities(self, conn: sqlite3.Connection, namespaces: Sequence[str],
-                     record_ids: Sequence[str], query: Any) -> dict[str, float]:
+    def similarities(self, namespaces: Sequence[str], record_ids: Sequence[str],
+                     query: Any) -> dict[str, float]:
         """Cosine to the query of those records that have a vector."""
         found: dict[str, float] = {}
         for namespace in namespaces:
-            space = self._space(conn, namespace)
+            space = self.spaces[namespace]
             rows = [(i, space["where"][i]) for i in record_ids if i in space["where"]]
             if rows:
                 sims = space["matrix"][[row for _, row in rows]] @ query
@@ -138,19 +157,27 @@ class VectorIndex:
 
 class Backfill(threading.Thread):
     """Embeds records that have no vector yet, oldest first, BACKFILL_BATCH at a time,
-    in its own thread (onnxruntime releases the GIL, so searches go on meanwhile),
-    and hands each batch to ``done`` on the role's own thread through a queue."""
+    in its own thread (onnxruntime releases the GIL, so searches go on meanwhile), and
+    loads the vector spaces that searches ask for (``request_load``) so that no search
+    waits for one. Both reach the role's own thread through a queue (``drain``)."""
 
-    def __init__(self, path: Path, embedder: embeddings.Embedder, log: logging.Logger):
+    def __init__(self, path: Path, embedder: embeddings.Embedder, index: VectorIndex,
+                 log: logging.Logger):
         super().__init__(name="embedding-backfill", daemon=True)
         self.path = path
+        self.index = index  # only read here (load); installed on the role's thread
         self.embedder = embedder
         self.log = log
-        self.results: queue.Queue[list[dict]] = queue.Queue()
+        self.results: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.loads: queue.Queue[str] = queue.Queue()
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.pending = 0  # records without a vector at the last look
         self.embedded = 0
+
+    def request_load(self, namespace: str) -> None:
+        self.loads.put(namespace)
+        self.wake.set()
 
     def stop(self) -> None:
         self.stopping.set()
@@ -163,6 +190,9 @@ class Backfill(threading.Thread):
             try:
                 if conn is None:
                     conn = db.connect_reader(self.path)
+                while not self.loads.empty():
+                    namespace = self.loads.get_nowait()
+                    self.results.put(("space", (namespace, self.index.load(conn, namespace))))
                 batch = db.unembedded(conn, after, BACKFILL_BATCH)
                 if not batch:
                     self.pending = conn.execute(
@@ -176,10 +206,10 @@ class Backfill(threading.Thread):
                 records = [record for _, record in batch]
                 texts = [embeddings.record_text(r) for r in records]
                 matrix = self.embedder.embed(texts)
-                self.results.put([
+                self.results.put(("vectors", [
                     {"record_id": r["record_id"], "namespace": r["namespace"],
                      "created": created_ms(r["created_at"]), "text_hash": embeddings.text_hash(t),
-                     "vector": v} for r, t, v in zip(records, texts, matrix, strict=True)])
+                     "vector": v} for r, t, v in zip(records, texts, matrix, strict=True)]))
                 self.embedded += len(records)
             except sqlite3.OperationalError as exc:  # no database yet, or it is busy
                 self.log.debug("backfill waits: %s", exc)
@@ -193,11 +223,15 @@ class Backfill(threading.Thread):
         if conn is not None:
             conn.close()
 
-    def drain(self, done: Callable[[list[dict]], None]) -> None:
+    def drain(self, vectors_done: Callable[[list[dict]], None]) -> None:
+        """Install loaded spaces, and hand new vectors to vectors_done."""
         while True:
             try:
-                batch = self.results.get_nowait()
+                kind, value = self.results.get_nowait()
             except queue.Empty:
                 return
-            done(batch)
+            if kind == "space":
+                self.index.install(*value)
+            else:
+                vectors_done(value)
 

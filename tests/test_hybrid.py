@@ -263,9 +263,12 @@ def test_records_are_embedded_as_they_come_and_searched_by_meaning(ingest, daemo
     query = "Where are schema changes kept?"
     lexical = kl("search", query, "--namespace", NAMESPACE, "--mode", "lexical", check=True)
     assert lexical.stdout == "" and "no memories matched" in lexical.stderr
-    hybrid = kl("search", query, "--namespace", NAMESPACE, check=True)  # the default mode
-    assert hybrid.stdout.startswith("## Prior observations from kirolearn\n\n### How to run"
-                                    " database migrations")
+    # The default mode. The project's first search has its vectors loaded, in the
+    # background: until then, search is lexical.
+    found = wait_for(lambda: kl("search", query, "--namespace", NAMESPACE, check=True).stdout,
+                     timeout=15, message="a hybrid answer")
+    assert found.startswith("## Prior observations from kirolearn\n\n### How to run"
+                            " database migrations")
     again = kl("embeddings", "backfill", check=True)
     assert "every record has its vector" in again.stdout
     assert stored_vectors(daemon) == stored  # nothing embedded twice
