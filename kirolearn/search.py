@@ -56,6 +56,7 @@ SCOPE_SLACK = 10  # extra candidates ranked when several namespaces are searched
 MODES = ("lexical", "semantic", "hybrid")
 CANDIDATES = 4  # each side of a hybrid search brings limit × this many candidates
 RETURN_MARGIN_S = 0.005  # a late embedder is given up this long before the deadline
+FALLBACK_RESERVE_S = 0.06  # ... or this long, when a lexical search must still be run
 MIN_SIMILARITY = 0.25  # cosine below which a record is not a semantic match
 
 
@@ -370,8 +371,7 @@ class Searcher:
 
     # -- the steps --------------------------------------------------------------------------
 
-    def _search(self, namespaces: tuple[str, ...], query: str, limit: int,
-                enough: int | None = None) -> Result:
+    def _search(self, namespaces: tuple[str, ...], query: str, limit: int) -> Result:
         raw = tokens(query)[:MAX_TOKENS]
         if not raw or limit <= 0:
             return Result([], "empty", 0.0)
@@ -391,7 +391,7 @@ class Searcher:
         try:
             # Room for the duplicates `distinct` leaves out when namespaces are merged.
             wanted = limit if len(namespaces) == 1 else limit + SCOPE_SLACK
-            ids = self._rank(conn, namespaces, fts_expression(terms), wanted, window, enough)
+            ids = self._rank(conn, namespaces, fts_expression(terms), wanted, window)
         except sqlite3.Error:
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed from None
@@ -408,28 +408,24 @@ class Searcher:
         A candidate whose vector is less similar to the query than ``min_similarity`` is
         left out (one not embedded yet stays on its lexical merit), so an unrelated
         prompt gets nothing. The lexical side runs first, then the query is embedded on a
-        thread (one at a time: overlapping the two costs more than it saves, by GIL
-        hand-offs); if the embedder fails or has not answered by the deadline, the answer
-        is exactly the lexical search's."""
+        thread (overlapping the two saved nothing, measured); if the embedder fails or
+        has not answered in time, or the namespace's vectors are still loading, the answer
+        is exactly the lexical search's (``_lexical_instead``)."""
         if not query.strip() or limit <= 0:
             return Result([], "empty", 0.0)
         wide = limit * CANDIDATES
-        # Ranked over the window a plain search would rank, the wide list starts with
-        # exactly the plain search's records: the fallback costs nothing more.
-        lexical = self._search(namespaces, query, wide, limit)
         if not self._vectors_ready(namespaces):
-            lexical.records = lexical.records[:limit]
-            lexical.error = "semantic side skipped (vectors still loading)"
-            return lexical
+            return self._lexical_instead(namespaces, query, limit, None, "vectors still loading")
+        lexical = self._search(namespaces, query, wide)
         pending = self._embedding.submit(self.embedder.embed, [query[:embeddings.MAX_CHARS]])
         try:
-            wait_s = self.deadline - time.monotonic() - RETURN_MARGIN_S
+            reserve = RETURN_MARGIN_S if lexical.window is None else FALLBACK_RESERVE_S
+            wait_s = self.deadline - time.monotonic() - reserve
             query_vector = pending.result(timeout=max(0.0, wait_s))[0]
         except Exception as exc:  # too slow (TimeoutError) or broken: lexical it is
             pending.cancel()
-            lexical.records = lexical.records[:limit]
-            lexical.error = f"semantic side skipped ({type(exc).__name__}: {exc})"
-            return lexical
+            return self._lexical_instead(namespaces, query, limit, lexical,
+                                         f"{type(exc).__name__}: {exc}")
         if mode == "semantic":
             lexical = None
         conn = self._connection()
@@ -457,6 +453,18 @@ class Searcher:
         terms = lexical.terms if lexical else []
         return Result(records, "ok" if records else "empty", 0.0, terms,
                       lexical.window if lexical else None)
+
+    def _lexical_instead(self, namespaces: tuple[str, ...], query: str, limit: int,
+                         wide: Result | None, why: str) -> Result:
+        """Exactly the lexical search's answer: the wide one's first records when no window
+        cut it (the same ranking, a longer list), else a search of its own."""
+        if wide is not None and wide.window is None:
+            result = wide
+            result.records = result.records[:limit]
+        else:
+            result = self._search(namespaces, query, limit)
+        result.error = f"semantic side skipped ({why})"
+        return result
 
     def _vectors_ready(self, namespaces: tuple[str, ...]) -> bool:
         """Whether every namespace's vectors are loaded; asks for the missing ones."""
@@ -565,12 +573,9 @@ class Searcher:
         return self._total, self._doc_freq
 
     def _rank(self, conn: sqlite3.Connection, namespaces: tuple[str, ...], expression: str,
-              limit: int, window: int | None, enough: int | None = None
-              ) -> list[tuple[int, float]]:
+              limit: int, window: int | None) -> list[tuple[int, float]]:
         """BM25 order within the namespace. With a window, only the newest `window` ids
-        are ranked, widened (x4) while the namespace has fewer than ``enough`` (default
-        limit) matches in it: extra candidates for fusion come from the window a plain
-        search would rank, at no extra cost."""
+        are ranked, widened (x4) while the namespace has too few matches in it."""
         newest = 0
         if window is not None:
             newest = conn.execute("SELECT max(id) FROM memory_records").fetchone()[0] or 0
@@ -584,7 +589,7 @@ class Searcher:
                 f" AND mr.namespace IN ({','.join('?' * len(namespaces))})"
                 " ORDER BY bm25(memory_records_fts), mr.id DESC LIMIT ?",
                 (expression, since, *namespaces, limit)).fetchall()
-            if len(rows) >= (enough or limit) or since <= 0:
+            if len(rows) >= limit or since <= 0:
                 return rows
             window *= 4
 
