@@ -70,6 +70,20 @@ def retrieval(op: str, body: dict) -> dict:
         return client.call(op, body)
 
 
+def settled_context(namespace: str, query: str, timeout: float = 15) -> str:
+    """The context a prompt gets once the project's new records have their vectors and
+    retrieval has loaded them (until then a hybrid search answers lexically): the same
+    answer twice, half a second apart."""
+    deadline = time.monotonic() + timeout
+    previous = None
+    while True:
+        context = retrieval("search", {"query": query, "namespace": namespace})["context"]
+        if context == previous or time.monotonic() > deadline:
+            return context
+        previous = context
+        time.sleep(0.5)
+
+
 def wait_records(namespace: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

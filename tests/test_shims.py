@@ -12,7 +12,15 @@ import subprocess
 import sys
 
 import pytest
-from shimkit import BIN, Workspace, retrieval, stored_events, wait_events, wait_records
+from shimkit import (
+    BIN,
+    Workspace,
+    retrieval,
+    settled_context,
+    stored_events,
+    wait_events,
+    wait_records,
+)
 
 from kirolearn import contract
 
@@ -75,7 +83,7 @@ def test_kiro_cli_every_hook(daemon, ws):
     assert expected.startswith("## This project so far (from kirolearn)")
     assert kiro_cli(ws, "agentSpawn") == expected
     question = "why do zmq client retries matter"
-    expected = retrieval("search", {"query": question, "namespace": ws.namespace})["context"]
+    expected = settled_context(ws.namespace, question)
     assert expected.startswith("## Prior observations from kirolearn")
     assert kiro_cli(ws, "userPromptSubmit", prompt=question) == expected
     events = stored_events()
@@ -137,7 +145,7 @@ def test_kiro_ide_every_hook(daemon, ws):
 
     wait_records(ws.namespace)
     question = "storage layer WAL mode"
-    expected = retrieval("search", {"query": question, "namespace": ws.namespace})["context"]
+    expected = settled_context(ws.namespace, question)
     assert expected
     assert kiro_ide(ws, "promptSubmit", user_prompt=question) == expected
 
@@ -188,7 +196,7 @@ def test_claude_code_every_hook(daemon, ws):
     assert claude(ws, "SessionStart", "second", source="startup") == additional_context(
         "SessionStart", session)
     question = "zmq client retries"
-    expected = retrieval("search", {"query": question, "namespace": ws.namespace})["context"]
+    expected = settled_context(ws.namespace, question)
     assert expected
     assert claude(ws, "UserPromptSubmit", "second", prompt=question) == additional_context(
         "UserPromptSubmit", expected)
