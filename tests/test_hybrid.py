@@ -13,7 +13,7 @@ from conftest import NAMESPACE, kl, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kirolearn import contract, db, embeddings, paths, search, transport, vectors
+from kirolearn import contract, db, embeddings, paths, protocol, search, transport, vectors
 
 
 @pytest.fixture(scope="module")
@@ -327,3 +327,21 @@ def test_without_the_model_search_is_lexical_and_status_says_so(home, monkeypatc
     with sqlite3.connect(paths.db_path(home)) as conn:
         assert conn.execute("SELECT count(*) FROM memory_records WHERE embedding IS NULL"
                             ).fetchone()[0] == 1
+
+
+def test_storage_keeps_only_vectors_made_from_the_current_text(ingest, daemon, ctx):
+    current = record("Cache the invoice totals", "Totals are cached for an hour.")
+    save(ingest, [current])
+    good = embeddings.text_hash(embeddings.record_text(current))
+    vector = embeddings.to_blob(np.ones(embeddings.DIMENSIONS, dtype=np.float32) / 20)
+    with transport.Client(paths.endpoint("storage"), ctx) as storage:
+        with pytest.raises(protocol.RemoteError, match="'items' must be a list"):
+            storage.call("put_embeddings", {"items": "nope"})
+        stale = {"record_id": current["record_id"], "text_hash": "0" * 64, "vector": vector}
+        short = {"record_id": current["record_id"], "text_hash": good, "vector": vector[:8]}
+        unknown = {"record_id": contract.new_record_id(), "text_hash": good, "vector": vector}
+        assert storage.call("put_embeddings", {"items": [stale, short, unknown, 42]}) == {
+            "written": 0}
+        assert storage.call("put_embeddings", {"items": [
+            {"record_id": current["record_id"], "text_hash": good, "vector": vector}]}) == {
+            "written": 1}

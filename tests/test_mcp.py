@@ -88,6 +88,7 @@ def test_tools_are_listed_with_schemas_and_descriptions_for_a_model(ws, daemon):
     assert search["properties"]["query"]["maxLength"] == 1000
     assert search["properties"]["limit"] == {"default": 10, "minimum": 1, "maximum": 100,
                                              "title": "Limit", "type": "integer"}
+    assert search["properties"]["mode"]["anyOf"][0]["enum"] == ["lexical", "semantic", "hybrid"]
     save = tools["save_observation"].input_schema
     assert set(save["required"]) == {"title", "summary", "observation_type", "concepts",
                                      "files_touched", "facts"}
