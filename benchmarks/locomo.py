@@ -84,8 +84,7 @@ def pipeline_done(base: Path, embedded: bool) -> bool:
     conn = db.connect_reader(paths.db_path(base))
     try:
         totals = db.stats(conn)["totals"]
-        left = conn.execute("SELECT count(*) FROM memory_records WHERE embedding_hash IS NULL"
-                            ).fetchone()[0] if embedded else 0
+        left = db.count_unembedded(conn) if embedded else 0
     except sqlite3.Error:
         return False
     finally:

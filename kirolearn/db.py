@@ -418,6 +418,11 @@ def unembedded(conn: sqlite3.Connection, after_id: int, limit: int) -> list[tupl
         " WHERE embedding_hash IS NULL AND id > ? ORDER BY id LIMIT ?", (after_id, limit))]
 
 
+def count_unembedded(conn: sqlite3.Connection) -> int:
+    return conn.execute("SELECT count(*) FROM memory_records INDEXED BY memory_records_unembedded"
+                        " WHERE embedding_hash IS NULL").fetchone()[0]
+
+
 def save_embedding(conn: sqlite3.Connection, record_id: str, text_hash: str, blob: bytes,
                    current_hash: Callable[[dict], str]) -> bool:
     """Store a record's vector if it was made from the record's current text (a merge may

@@ -192,12 +192,15 @@ class Backfill(threading.Thread):
                     conn = db.connect_reader(self.path)
                 while not self.loads.empty():
                     namespace = self.loads.get_nowait()
-                    self.results.put(("space", (namespace, self.index.load(conn, namespace))))
+                    try:
+                        space = self.index.load(conn, namespace)
+                    except Exception:
+                        self.loads.put(namespace)  # asked for once: tried until it loads
+                        raise
+                    self.results.put(("space", (namespace, space)))
                 batch = db.unembedded(conn, after, BACKFILL_BATCH)
                 if not batch:
-                    self.pending = conn.execute(
-                        "SELECT count(*) FROM memory_records INDEXED BY memory_records_unembedded"
-                        " WHERE embedding_hash IS NULL").fetchone()[0]
+                    self.pending = db.count_unembedded(conn)
                     after = 0  # from the start again: merges un-embed older records
                     self.wake.wait(BACKFILL_IDLE_S)
                     self.wake.clear()

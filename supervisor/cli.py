@@ -679,8 +679,7 @@ def embeddings_backfill(timeout: float) -> None:
 def _unembedded() -> int:
     conn = _reader()
     try:
-        return conn.execute("SELECT count(*) FROM memory_records WHERE embedding_hash IS NULL"
-                            ).fetchone()[0]
+        return db.count_unembedded(conn)
     finally:
         conn.close()
 
