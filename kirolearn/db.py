@@ -141,6 +141,13 @@ ALTER TABLE memory_records ADD COLUMN embedding BLOB;
 ALTER TABLE memory_records ADD COLUMN embedding_hash TEXT;
 CREATE INDEX memory_records_unembedded ON memory_records (id) WHERE embedding_hash IS NULL;
 """),
+    (5, "retrieval_context", """
+-- What the viewer shows of a retrieval: the context the agent was given and, for an
+-- answer that fell back or failed, why. Retrievals logged before this have ''.
+ALTER TABLE retrievals ADD COLUMN context TEXT NOT NULL DEFAULT '';
+ALTER TABLE retrievals ADD COLUMN error TEXT;
+CREATE INDEX retrievals_namespace ON retrievals (namespace, id);
+"""),
 ]
 
 
@@ -539,11 +546,14 @@ def complete_batch(conn: sqlite3.Connection, batch_id: str, records: Iterable[di
 # --- retrieval log ---------------------------------------------------------------------------
 
 def log_retrieval(conn: sqlite3.Connection, prompt_event_id: str | None, namespace: str | None,
-                  record_ids: list[str], latency_ms: float, outcome: str) -> None:
+                  record_ids: list[str], latency_ms: float, outcome: str, context: str = "",
+                  error: str | None = None) -> None:
+    """One prompt's retrieval, with the context the agent was given (what the viewer
+    shows, even after the records it came from are forgotten)."""
     conn.execute("INSERT INTO retrievals (prompt_event_id, namespace, record_ids_json, latency_ms,"
-                 " outcome, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                 " outcome, created_at, context, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                  (prompt_event_id, namespace, json.dumps(record_ids), latency_ms, outcome,
-                  utc_now()))
+                  utc_now(), context, None if error is None else str(error)[:2000]))
 
 
 # --- stats -------------------------------------------------------------------------------------

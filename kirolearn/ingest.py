@@ -288,8 +288,11 @@ class Ingest(role.Role):
                                      "record_ids": body.get("record_ids", []),
                                      "latency_ms": round(latency, 3),
                                      "outcome": body.get("outcome", "ok")}
+                if body.get("error"):  # logged for the viewer; the shim never sees it
+                    pending.retrieval["error"] = body["error"]
             else:
                 pending.retrieval = empty_retrieval(latency, "error")
+                pending.retrieval["error"] = reply["error"]["reason"]
             self._log_retrieval(pending)
             self._maybe_reply(pending)
 
@@ -297,7 +300,8 @@ class Ingest(role.Role):
         r = pending.retrieval
         message = protocol.request("log_retrieval", {
             "prompt_event_id": pending.event["event_id"], "namespace": pending.event["namespace"],
-            "record_ids": r["record_ids"], "latency_ms": r["latency_ms"], "outcome": r["outcome"]})
+            "record_ids": r["record_ids"], "latency_ms": r["latency_ms"], "outcome": r["outcome"],
+            "context": r["context"], "error": r.get("error")})
         # Best effort: the reply is read and dropped as an unknown id.
         with contextlib.suppress(zmq.Again):
             self.storage.send_multipart([b"", protocol.pack(message)], flags=zmq.NOBLOCK)
@@ -312,8 +316,8 @@ class Ingest(role.Role):
             return
         if pending.op == "put_event":
             body = dict(pending.results[0])
-            if pending.event is not None:
-                body["retrieval"] = pending.retrieval
+            if pending.event is not None:  # the error is for the log, not the agent
+                body["retrieval"] = {k: v for k, v in pending.retrieval.items() if k != "error"}
             reply = protocol.reply_ok(pending.request_id, body)
         else:
             reply = protocol.reply_ok(pending.request_id, {"results": pending.results})
@@ -366,6 +370,7 @@ class Ingest(role.Role):
                 del self.by_retrieval_id[rid]
                 pending.retrieval = empty_retrieval((now - pending.retrieval_started) * 1000,
                                                     "timeout")
+                pending.retrieval["error"] = "retrieval did not answer within the budget"
                 self._log_retrieval(pending)
                 self._maybe_reply(pending)
         for sid, (envelope, rid, deadline) in list(self.relays.items()):

@@ -248,6 +248,8 @@ class Result:
                  "terms": self.terms, "window": self.window}
         if with_records:
             reply["records"] = self.records
+        if self.error:
+            reply["error"] = self.error
         return reply
 
 

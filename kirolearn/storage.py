@@ -11,6 +11,10 @@ Sockets (all bound here):
 - ``records`` PULL: a worker's records for a batch, committed together with the
   batch's completion. A batch already done is ignored, so a batch whose lease
   expired and was handed out twice is still committed once.
+- ``feed`` PUB: after each commit, what changed (``events``, ``records`` or
+  ``retrievals``, one frame, no payload), so the viewer reads new rows at once
+  instead of polling. Nothing waits on it: a slow or absent subscriber loses
+  only wake-ups, never data.
 """
 
 from __future__ import annotations
@@ -49,12 +53,17 @@ class Storage(role.Role):
         self.service = self.bind(zmq.ROUTER, paths.endpoint("storage", self.base), self._on_request)
         self.batches = self.bind(zmq.PUSH, paths.endpoint("batches", self.base), hwm=4)
         self.bind(zmq.PULL, paths.endpoint("records", self.base), self._on_records)
+        self.feed = self.bind(zmq.PUB, paths.endpoint("feed", self.base), hwm=100)
         self.events_stored = 0
         self.commits = 0
         self.last_put = self.last_batch_work = 0.0
 
     def control_status(self) -> dict:
         return {"events_stored": self.events_stored, "commits": self.commits}
+
+    def _announce(self, what: bytes) -> None:
+        with contextlib.suppress(zmq.ZMQError):
+            self.feed.send(what, flags=zmq.NOBLOCK)
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -105,6 +114,8 @@ class Storage(role.Role):
                 self.turn_ended.add(event["namespace"])
         self.events_stored += len(stored)
         self.commits += 1
+        if stored:
+            self._announce(b"events")
         self.last_put = time.monotonic()
         return replies
 
@@ -133,9 +144,11 @@ class Storage(role.Role):
             try:
                 db.log_retrieval(self.conn, body.get("prompt_event_id"), body.get("namespace"),
                                  list(body.get("record_ids") or []),
-                                 float(body.get("latency_ms", 0.0)), str(body.get("outcome")))
+                                 float(body.get("latency_ms", 0.0)), str(body.get("outcome")),
+                                 str(body.get("context") or ""), body.get("error"))
             except (sqlite3.Error, TypeError, ValueError) as exc:
                 return protocol.reply_error(req["id"], protocol.ErrorCode.BAD_REQUEST, str(exc))
+            self._announce(b"retrievals")
             return protocol.reply_ok(req["id"])
         if op in ("put_record", "forget"):
             return self._write_record(req)
@@ -170,6 +183,7 @@ class Storage(role.Role):
             return protocol.reply_error(req["id"], protocol.ErrorCode.INTERNAL,
                                         f"storage could not write: {exc}")
         self.log.info("%s: %s", req["op"], result)
+        self._announce(b"records")
         return protocol.reply_ok(req["id"], result)
 
     def _write_embeddings(self, req: dict) -> dict:
@@ -281,6 +295,7 @@ class Storage(role.Role):
             self.log.info("batch %s was already committed; ignored a second result", batch_id)
         else:
             self.log.info("batch %s committed with %d record(s)", batch_id, count)
+            self._announce(b"records")
 
     # -- stop -----------------------------------------------------------------------------------
 

@@ -8,8 +8,8 @@ once (EXITED → STARTING); one that keeps dying (more than ``FLAP_LIMIT`` times
 in ``FLAP_WINDOW_S``) goes FATAL too. RUNNING means: alive for ``start_secs``
 and answering ``ping`` on its control socket.
 
-Stopping walks the roles in reverse dependency order (extraction, ingest,
-retrieval, storage last so it can commit what ingest drained), and each process
+Stopping walks the roles in reverse dependency order (extraction, viewer,
+ingest, retrieval, storage last so it can commit what ingest drained), and each process
 down the ladder: a ``shutdown`` message, then SIGTERM, then SIGKILL.
 
 Before anything binds, the pidfile is locked (a second bind on an ipc path
@@ -39,7 +39,7 @@ from kirolearn.role import RET_CONFIG
 
 STOPPED, STARTING, RUNNING, BACKOFF, STOPPING, EXITED, FATAL = (
     "STOPPED", "STARTING", "RUNNING", "BACKOFF", "STOPPING", "EXITED", "FATAL")
-START_ORDER = ("storage", "retrieval", "ingest", "extraction")
+START_ORDER = ("storage", "retrieval", "ingest", "viewer", "extraction")
 FLAP_LIMIT = 10
 FLAP_WINDOW_S = 60.0
 RET_PIDFILE = 3

@@ -628,6 +628,38 @@ def mcp(scope: str | None) -> None:
         raise click.ClickException(f"configuration error: {exc}") from exc
 
 
+@cli.command(name="open")
+@click.option("--url", "url_only", is_flag=True,
+              help="Print the URL (with the token) instead of opening a browser.")
+def open_(url_only: bool) -> None:
+    """Open the viewer in a browser: what was captured, the memories, and what each
+    prompt was given. The URL carries the viewer's token; the browser keeps it as a
+    cookie.
+
+    \b
+    Examples:
+        kirolearn open
+        kirolearn open --url     # e.g. to open it in another browser
+    """
+    from kirolearn import viewer, web
+
+    if not _running():
+        raise click.ClickException("kirolearn is not running; start it with 'kirolearn start'")
+    info = viewer.read_info(paths.home())
+    token_file = web.token_path(paths.home())
+    if info is None or not token_file.exists():
+        raise click.ClickException("the viewer is not up; see: kirolearn logs viewer")
+    url = f"{info['url']}?token={token_file.read_text('utf-8').strip()}"
+    if url_only:
+        click.echo(url)
+        return
+    import webbrowser
+
+    click.echo(f"opening {info['url']}")
+    if not webbrowser.open(url):
+        click.echo(f"no browser found here; open this URL: {url}")
+
+
 @cli.group()
 def embeddings() -> None:
     """The records' vectors, for semantic and hybrid search."""

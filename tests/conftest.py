@@ -50,6 +50,7 @@ def home(monkeypatch):
     for name in list(os.environ):
         if name.startswith("KIROLEARN_") and name != "KIROLEARN_HOME":
             monkeypatch.delenv(name)
+    monkeypatch.setenv("KIROLEARN_VIEWER_PORT", "0")  # daemons side by side: any free port
     yield base
     leftovers = processes_using(base)
     for pid in leftovers:

@@ -1,0 +1,109 @@
+"""Viewer role: the web app (``web.py``) on 127.0.0.1, fed live by storage.
+
+The supervisor starts it like any other role (control socket, signals, parent
+watch). uvicorn serves the app on a thread of its own while the role's loop relays
+storage's ``feed`` (a SUB socket) to the live streams. The port is ``viewer.port``
+(0: any free port); when that port is taken, a free one is used and the log says so.
+Where the viewer listens goes in ``run/viewer.json`` (0600), which ``kirolearn open``
+reads with the token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import socket
+import threading
+from pathlib import Path
+
+import uvicorn
+import zmq
+
+from kirolearn import paths, role, transport, web
+
+HOST = "127.0.0.1"  # never anything else: the viewer is for this machine's user only
+
+
+def info_path(base: Path) -> Path:
+    return paths.runtime_dir(base) / "viewer.json"
+
+
+def read_info(base: Path) -> dict | None:
+    """Where the running viewer listens (``url``, ``port``, ``pid``), or None."""
+    try:
+        return json.loads(info_path(base).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def listen(port: int) -> socket.socket:
+    """A listening socket on HOST: ``port``, or any free port if that one is taken."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((HOST, port))
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE or port == 0:
+            sock.close()
+            raise
+        sock.bind((HOST, 0))
+    sock.listen(128)
+    return sock
+
+
+class Viewer(role.Role):
+    role = "viewer"
+
+    def setup(self) -> None:
+        wanted = self.settings["viewer"]["port"]
+        self.listener = listen(wanted)
+        port = self.listener.getsockname()[1]
+        if wanted and port != wanted:
+            self.log.warning("port %d is taken; the viewer listens on %d instead", wanted, port)
+        self.feed = web.Feed()
+        app = web.create_app(self.base, web.load_token(self.base), self.feed)
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=2)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="http",
+                                       kwargs={"sockets": [self.listener]}, daemon=True)
+        self.thread.start()
+        sub = transport.make_socket(self.ctx, zmq.SUB, connect=paths.endpoint("feed", self.base))
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.add_socket(sub, self._on_feed)
+        self.url = f"http://{HOST}:{port}/"
+        path = info_path(self.base)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(fd, "w", encoding="utf-8") as handle:
+            json.dump({"url": self.url, "port": port, "pid": os.getpid()}, handle)
+        self.log.info("viewer at %s (kirolearn open)", self.url)
+
+    def _on_feed(self, sock: zmq.Socket) -> None:
+        while sock.poll(0, zmq.POLLIN):
+            sock.recv()
+        self.feed.notify()
+
+    def control_status(self) -> dict:
+        return {"url": getattr(self, "url", None)}
+
+    def tick(self) -> None:
+        if not self.thread.is_alive():  # the server died: exit, and be restarted
+            self.log.error("the web server stopped; exiting so the supervisor restarts it")
+            self.stopping = True
+
+    def teardown(self) -> None:
+        server = getattr(self, "server", None)
+        if server is not None:
+            server.should_exit = True
+            self.thread.join(5)
+        if getattr(self, "listener", None) is not None:
+            self.listener.close()
+        with contextlib.suppress(OSError):
+            if (read_info(self.base) or {}).get("pid") == os.getpid():
+                info_path(self.base).unlink()
+
+
+if __name__ == "__main__":
+    role.main(Viewer)

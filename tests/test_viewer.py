@@ -1,0 +1,346 @@
+"""The viewer: pages and JSON API (Starlette's test client) over what a real daemon
+stored from real agent payloads, its guards, and the role inside the daemon (a real
+HTTP server, the live stream, `kirolearn open`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import stat
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import kl, status, wait_for
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from shimkit import Workspace, retrieval, wait_records
+from starlette.testclient import TestClient
+
+from kirolearn import db, paths, search, viewer, web
+
+SESSION = "7a9c1e-claude-session"
+BASE_URL = "http://127.0.0.1"
+WRITE = {"tool_name": "Write",
+         "tool_input": {"file_path": "src/retry.py", "content": "RETRIES = 3\nBACKOFF = 2\n"},
+         "tool_response": {"filePath": "src/retry.py", "success": True}}
+FAILED_TESTS = {"tool_name": "Bash", "tool_input": {"command": "pytest -q tests/test_retry.py"},
+                "tool_response": {"stdout": "F.\nFAILED tests/test_retry.py::test_backoff"
+                                            " - AssertionError\n1 failed, 1 passed",
+                                  "stderr": "", "exit_code": 1, "interrupted": False}}
+
+
+@pytest.fixture
+def ws(tmp_path):
+    return Workspace(tmp_path)
+
+
+def claude(ws: Workspace, hook: str, **fields) -> str:
+    payload = {"session_id": SESSION, "transcript_path": f"/x/{SESSION}.jsonl",
+               "cwd": str(ws.project), "hook_event_name": hook, **fields}
+    result, _ = ws.hook("kirolearn-claude-code", payload)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def one_turn(ws: Workspace) -> None:
+    """A Claude Code turn: a prompt with markup in it, a file written, failing tests."""
+    claude(ws, "UserPromptSubmit", prompt="Add retries with backoff to the <script>zmq</script>"
+                                          " client")
+    claude(ws, "PostToolUse", **WRITE)
+    claude(ws, "PostToolUse", **FAILED_TESTS)
+    claude(ws, "Stop", stop_hook_active=False,
+           last_assistant_message="Retries are in src/retry.py; test_backoff still fails.")
+
+
+def client(base: Path, token: str | None = None) -> TestClient:
+    """The app for this home, as a browser that has been handed the token."""
+    app_client = TestClient(web.create_app(base, web.load_token(base)), base_url=BASE_URL)
+    if token is not None:
+        app_client.cookies.set(web.COOKIE, token)
+    return app_client
+
+
+def test_pages_and_api_show_what_a_turn_captured_distilled_and_retrieved(daemon, ws):
+    one_turn(ws)
+    wait_records(ws.namespace)
+    wait_for(lambda: len(retrieval("search", {"query": "retries backoff", "mode": "lexical",
+                                              "namespace": ws.namespace})["record_ids"]) >= 3,
+             message="the turn's records")
+    shown = json.loads(claude(ws, "UserPromptSubmit", prompt="why does test_backoff fail"))
+    injected = shown["hookSpecificOutput"]["additionalContext"]
+    token = web.load_token(daemon)
+    app = client(daemon, token)
+
+    overview = app.get("/api/overview", params={"project": ws.namespace}).json()
+    assert overview["events_by_kind"] == {"prompt": 2, "tool_use": 2, "session_summary": 1}
+    assert overview["records_by_type"] == {"tool_use": 1, "error": 1, "session_summary": 1}
+    assert overview["strategies"] == {"heuristic": 3}
+    assert overview["totals"]["pending_batches"] == 0
+    buckets = wait_for(lambda: app.get("/api/overview").json()["retrievals"]["buckets"],
+                       message="the logged retrievals")
+    assert sum(b["count"] for b in buckets) == sum(b["ok"] + b["empty"] for b in buckets) == 2
+    assert [p["label"] for p in overview["projects"]] == [ws.root]
+
+    events = app.get("/api/events", params={"project": ws.namespace}).json()["events"]
+    assert [e["kind"] for e in events] == ["prompt", "tool_use", "tool_use", "session_summary",
+                                           "prompt"]
+    prompt, write, tests, summary, _ = events
+    assert prompt["detail"] == ("Add retries with backoff to the <script>zmq</script> client")
+    assert (write["headline"], write["detail"], write["outcome"]) == (
+        "Write", "edited `src/retry.py` (+2 −0)", "")
+    assert (tests["headline"], tests["outcome"]) == ("Bash", "failed (exit 1)")
+    assert tests["detail"] == "ran `pytest -q tests/test_retry.py` → exit 1, 1 failed"
+    assert "FAILED tests/test_retry.py::test_backoff" in tests["output"]
+    assert summary["detail"] == "Retries are in src/retry.py; test_backoff still fails."
+    assert app.get("/api/events", params={"after": tests["seq"]}).json()["events"][0] == summary
+
+    live = app.get("/live").text
+    assert "&lt;script&gt;zmq&lt;/script&gt;" in live and "<script>zmq" not in live
+    assert live.index("test_backoff still fails") < live.index("edited `src/retry.py`")
+
+    records = app.get("/api/memories", params={"project": ws.namespace}).json()["records"]
+    error = next(r for r in records if r["observation_type"] == "error")
+    turn = next(r for r in records if r["observation_type"] == "tool_use")
+    only_errors = app.get("/api/memories", params={"type": "error"}).json()["records"]
+    assert [r["record_id"] for r in only_errors] == [error["record_id"]]
+    assert app.get("/api/memories", params={"strategy": "llm"}).json()["records"] == []
+    assert app.get("/api/memories", params={"until": "2000-01-01"}).json()["records"] == []
+    found = app.get("/api/memories", params={"q": "backoff retries", "mode": "lexical",
+                                             "project": ws.namespace}).json()["records"]
+    assert {error["record_id"], turn["record_id"]} <= {r["record_id"] for r in found}
+    page = app.get("/memories", params={"q": "backoff", "mode": "lexical"}).text
+    assert turn["title"].replace("<", "&lt;").replace(">", "&gt;") in page
+
+    detail = app.get(f"/api/memories/{turn['record_id']}").json()
+    assert [s["kind"] for s in detail["sources"]] == ["prompt", "tool_use", "tool_use",
+                                                      "session_summary"]
+    html = app.get(f"/memories/{turn['record_id']}").text
+    for fact in turn["facts"]:
+        assert fact.replace("`", "`") in html
+    for source in detail["sources"]:
+        assert f'href="/events/{source["event_id"]}"' in html
+    assert app.get(f"/events/{detail['sources'][2]['event_id']}").status_code == 200
+
+    logged = app.get("/api/retrievals", params={"project": ws.namespace}).json()["retrievals"]
+    latest = logged[0]
+    assert latest["prompt"] == "why does test_backoff fail"
+    assert latest["outcome"] == "ok" and latest["latency_ms"] > 0
+    one = app.get(f"/api/retrievals/{latest['id']}").json()
+    assert one["context"] == injected
+    assert [r["record_id"] for r in one["records"]] == one["record_ids"]
+    assert error["record_id"] in one["record_ids"]
+    page = app.get(f"/retrievals/{latest['id']}").text
+    assert "test_backoff" in page and f'/memories/{error["record_id"]}' in page
+
+    turns = app.get(f"/api/sessions/{SESSION}").json()["turns"]
+    assert [(t["prompt"]["detail"][:10], len(t["tools"]), bool(t["summary"])) for t in turns] == [
+        ("Add retrie", 2, True), ("why does t", 0, False)]
+    assert SESSION in app.get("/sessions").text
+    assert "test_backoff still fails" in app.get(f"/sessions/{SESSION}").text
+    for path in ("/", "/?days=1", "/retrievals?outcome=ok", f"/memories?project={ws.namespace}"):
+        assert app.get(path).status_code == 200, path
+
+    exported = app.get("/export", params={"project": ws.namespace})
+    assert exported.headers["content-disposition"].startswith("attachment;")
+    assert exported.text == kl("export", "--namespace", ws.namespace, check=True).stdout
+    assert app.get("/api/export").text == kl("export", check=True).stdout
+
+
+def test_forget_needs_the_token_in_the_request_and_goes_through_the_daemon(daemon, ws):
+    one_turn(ws)
+    wait_records(ws.namespace)
+    token = web.load_token(daemon)
+    app = client(daemon, token)
+    record = wait_for(lambda: app.get("/api/memories").json()["records"], message="records")[0]
+    path = f"/memories/{record['record_id']}/forget"
+
+    assert app.post(path, data={}).status_code == 403  # the cookie alone is not enough
+    assert app.post(path, data={"token": "x" * 43}).status_code == 403
+    stranger = client(daemon)
+    assert stranger.post(path, data={"token": token}).status_code == 401
+    assert stranger.post(path, headers={"authorization": "Bearer nope"}).status_code == 401
+    assert app.get(f"/api/memories/{record['record_id']}").status_code == 200
+
+    form = app.get(f"/memories/{record['record_id']}").text
+    assert f'name="token" value="{token}"' in form
+    done = app.post(path, data={"token": token}, follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"].startswith("/memories?")
+    assert app.get(f"/api/memories/{record['record_id']}").status_code == 404
+    assert record["record_id"] not in retrieval("search", {
+        "query": record["title"], "namespace": ws.namespace, "mode": "lexical"})["record_ids"]
+    assert app.post(path, data={"token": token}).status_code == 404
+    other = app.get("/api/memories").json()["records"][0]
+    answer = stranger.post(f"/api/memories/{other['record_id']}/forget",
+                           headers={"authorization": f"Bearer {token}"})
+    assert answer.json() == {"record_id": other["record_id"], "deleted": True}
+
+
+PROTECTED = ["/", "/live", "/memories", "/memories/mr_x", "/retrievals", "/retrievals/1",
+             "/sessions", "/sessions/s", "/events/e", "/export", "/api/overview", "/api/events",
+             "/api/stream", "/api/memories", "/api/memories/mr_x", "/api/retrievals",
+             "/api/retrievals/1", "/api/sessions", "/api/sessions/s", "/api/export"]
+
+
+def test_every_page_and_api_call_needs_the_token_and_the_host_must_be_ours(home):
+    db.connect_writer(paths.db_path(home)).close()
+    token = web.load_token(home)
+    stranger = client(home)
+    for path in PROTECTED:
+        answer = stranger.get(path)
+        assert answer.status_code == 401, path
+        assert token not in answer.text
+    assert stranger.get("/", params={"token": "wrong"}).status_code == 401
+    assert stranger.get("/api/overview", headers={"authorization": "Bearer wrong"}
+                        ).status_code == 401
+    assert stranger.get("/api/overview", params={"token": token}).status_code == 401
+
+    for host in ("evil.example", "localhost", "127.0.0.1.evil.example", "[::1]"):
+        answer = stranger.get("/api/overview", headers={"host": host,
+                                                        "authorization": f"Bearer {token}"})
+        assert answer.status_code == 400, host
+
+    handed = stranger.get("/memories", params={"token": token, "type": "error"},
+                          follow_redirects=False)
+    assert handed.status_code == 303
+    assert handed.headers["location"] == "/memories?type=error"  # the token leaves the URL
+    cookie = handed.headers["set-cookie"]
+    assert f"{web.COOKIE}={token}" in cookie
+    assert "HttpOnly" in cookie and "samesite=strict" in cookie.lower()
+    assert stranger.get("/memories").status_code == 200  # the browser now has the cookie
+    assert stranger.get("/api/overview").json()["totals"]["events"] == 0
+
+
+def test_security_headers_on_every_answer_and_nothing_inline(home):
+    db.connect_writer(paths.db_path(home)).close()
+    app = client(home, web.load_token(home))
+    for path in ("/", "/live", "/static/viewer.js", "/static/viewer.css", "/nope",
+                 "/api/overview", "/memories/mr_missing"):
+        headers = app.get(path).headers
+        csp = headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp, path
+        assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
+        assert headers["x-frame-options"] == "DENY"
+        assert headers["x-content-type-options"] == "nosniff"
+        assert headers["referrer-policy"] == "no-referrer"
+    assert client(home).get("/static/viewer.js").status_code == 200  # no secrets in it
+    for page in ("/", "/live", "/memories", "/retrievals", "/sessions"):
+        html = app.get(page).text
+        assert not re.search(r"<script(?![^>]*\bsrc=)", html), page  # every script is a file
+        assert " style=" not in html and "<style" not in html
+        assert " on" not in re.sub(r'"[^"]*"', '""', html).replace(" one", ""), page
+        assert "http://" not in html and "https://" not in html  # no CDN, works offline
+
+
+def test_the_token_is_made_once_private_and_kept(home):
+    first = web.load_token(home)
+    path = web.token_path(home)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert len(first) >= 40 and web.load_token(home) == first
+    path.write_text("short\n")  # a damaged file is replaced, not trusted
+    assert web.load_token(home) not in (first, "short")
+
+
+def test_the_viewer_runs_in_the_daemon_and_streams_events_as_they_arrive(daemon, ws):
+    roles = {r["name"]: r for r in status()["roles"]}
+    assert roles["viewer"]["state"] == "RUNNING"
+    url = kl("open", "--url", check=True).stdout.strip()
+    base, token = url.split("?token=")
+    info = viewer.read_info(daemon)
+    assert base == info["url"] == f"http://127.0.0.1:{info['port']}/"
+    assert token == web.load_token(daemon)
+    for private in (viewer.info_path(daemon), web.token_path(daemon)):
+        assert stat.S_IMODE(private.stat().st_mode) == 0o600
+
+    with httpx.Client(timeout=10) as http:
+        assert http.get(base).status_code == 401
+        assert http.get(base, headers={"host": "attacker.example"}).status_code == 400
+        handed = http.get(url, follow_redirects=False)
+        assert handed.status_code == 303
+        assert http.get(base + "live").status_code == 200  # the cookie from the hand-over
+        one_turn(ws)
+        seen = wait_for(lambda: http.get(base + "api/events").json()["events"],
+                        message="the turn's events")
+        after = seen[-1]["seq"]
+        with http.stream("GET", base + "api/stream", params={"after": after}) as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            sent = time.monotonic()
+            claude(ws, "UserPromptSubmit", prompt="is the retry fix live yet")
+            lines = stream.iter_lines()
+            event = next(line for line in lines if line.startswith("data:"))
+            arrived = time.monotonic() - sent
+        item = json.loads(event[5:])
+        assert item["kind"] == "prompt" and item["detail"] == "is the retry fix live yet"
+        assert item["seq"] > after
+        assert arrived < web.FEED_WAIT_S  # woken by storage's feed, not by the poll timer
+    kl("stop", check=True)
+    assert viewer.read_info(daemon) is None
+    kl("start", check=True)
+
+
+def test_a_taken_port_moves_the_viewer_and_open_says_where(home):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    os.environ["KIROLEARN_VIEWER_PORT"] = str(port)
+    try:
+        kl("start", check=True)
+        try:
+            info = viewer.read_info(home)
+            assert info["port"] != port
+            assert kl("open", "--url", check=True).stdout.startswith(info["url"] + "?token=")
+            log = (paths.log_dir(home) / "viewer.log").read_text()
+            assert f"port {port} is taken; the viewer listens on {info['port']}" in log
+        finally:
+            kl("stop", check=True)
+    finally:
+        taken.close()
+
+
+def test_open_says_what_to_do_when_the_daemon_is_down(home):
+    answer = kl("open", "--url")
+    assert answer.returncode == 1
+    assert "kirolearn is not running; start it with 'kirolearn start'" in answer.stderr
+
+
+@given(st.lists(st.tuples(st.datetimes(min_value=__import__("datetime").datetime(2020, 1, 1),
+                                       max_value=__import__("datetime").datetime(2030, 1, 1)),
+                          st.floats(0, 10_000), st.sampled_from(search.OUTCOMES)), max_size=60),
+       st.sampled_from([1, 7, 30]))
+@settings(max_examples=60, deadline=None)
+def test_latency_series_counts_every_retrieval_once_and_orders_percentiles(rows, days):
+    logged = [(when.isoformat() + "+00:00", ms, outcome) for when, ms, outcome in rows]
+    series = web.latency_series(logged, days)
+    buckets = series["buckets"]
+    assert sum(b["count"] for b in buckets) == len(rows)
+    assert [b["bucket"] for b in buckets] == sorted({b["bucket"] for b in buckets})
+    for bucket in buckets:
+        assert bucket["count"] == sum(bucket[o] for o in search.OUTCOMES)
+        assert bucket["p50_ms"] <= bucket["p95_ms"]
+    drawn = web.chart(series)
+    if buckets:
+        for bar in drawn["bars"]:
+            assert bar["y"] >= 0 and bar["y"] + bar["h"] <= drawn["base_y"] + 0.2
+            assert bar["x"] + bar["w"] <= drawn["right"] + 0.2
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                           lambda inner: st.lists(inner, max_size=3)
+                           | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                           max_leaves=12)
+
+
+@given(st.sampled_from(["prompt", "tool_use", "session_summary", "note"]),
+       st.one_of(json_values, st.fixed_dictionaries({"type": st.just("json"),
+                                                     "data": json_values})))
+@settings(max_examples=150)
+def test_any_stored_body_is_summarized_without_raising(kind, body):
+    event = {"event_id": "01J0", "kind": kind, "body": body, "namespace": "/n/",
+             "session_id": "s", "valid_time": "2026-01-01T00:00:00+00:00", "source": {}}
+    item = web.summarize_event(event, 1)
+    assert isinstance(item["headline"], str) and isinstance(item["detail"], str)
+    json.dumps(item)
