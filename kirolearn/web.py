@@ -155,8 +155,8 @@ def summarize_event(event: dict, seq: int) -> dict:
                                           if action.exit_status not in (None, 0) else "")
         elif action.exit_status is not None:
             item["outcome"] = f"exit {action.exit_status}"
-        if action.output.strip():
-            item["output"] = heuristic.cut(action.output, 300)
+        if action.output.strip():  # the lines that say what went wrong, else the last ones
+            item["output"] = heuristic.first_lines(action.output, 8)[:1000]
     else:
         text = contract.body_text(body)
         item["headline"] = {"prompt": "Prompt", "session_summary": "Turn summary",
@@ -419,11 +419,11 @@ def chart(series: dict, width: int = 720, height: int = 220) -> dict:
     buckets = series["buckets"]
     if not buckets:
         return {"empty": True, "width": width, "height": height}
-    pad, plot_w, plot_h = 40, width - 80, height - 50
+    pad, plot_w, plot_h = 40, width - 100, height - 50
     step = plot_w / len(buckets)
     top_count = max(b["count"] for b in buckets) or 1
     top_ms = max(b["p95_ms"] for b in buckets) or 1.0
-    bars, p50, p95, labels = [], [], [], []
+    bars, p50, p95, labels, points = [], [], [], [], []
     for n, bucket in enumerate(buckets):
         x = pad + n * step
         y = 10 + plot_h
@@ -435,12 +435,15 @@ def chart(series: dict, width: int = 720, height: int = 220) -> dict:
                              "w": round(step * 0.7, 1), "h": round(h, 1), "outcome": outcome,
                              "title": f"{bucket['bucket']}: {bucket[outcome]} {outcome}"})
         mid = x + step / 2
-        p50.append(f"{mid:.1f},{10 + plot_h - plot_h * bucket['p50_ms'] / top_ms:.1f}")
-        p95.append(f"{mid:.1f},{10 + plot_h - plot_h * bucket['p95_ms'] / top_ms:.1f}")
+        for name, line in (("p50", p50), ("p95", p95)):
+            y = 10 + plot_h - plot_h * bucket[f"{name}_ms"] / top_ms
+            line.append(f"{mid:.1f},{y:.1f}")
+            points.append({"x": round(mid, 1), "y": round(y, 1), "line": name,
+                           "title": f"{bucket['bucket']}: {name} {bucket[f'{name}_ms']} ms"})
         if n % max(1, len(buckets) // 6) == 0:
             labels.append({"x": round(mid, 1), "text": bucket["bucket"][5:]})
     return {"empty": False, "width": width, "height": height, "bars": bars,
-            "p50": " ".join(p50), "p95": " ".join(p95), "labels": labels,
+            "p50": " ".join(p50), "p95": " ".join(p95), "points": points, "labels": labels,
             "top_count": top_count, "top_ms": top_ms, "base_y": 10 + plot_h,
             "right": pad + plot_w}
 
@@ -522,9 +525,10 @@ def create_app(base: Path, token: str, feed: Feed | None = None) -> Starlette:
 
     async def page(request: Request, name: str, **context: Any) -> Response:
         require(request)
-        context.update(token=token, projects=await run_in_threadpool(reader.projects),
-                       project=project_of(request), nav=name.split(".")[0],
-                       query=Query(request.query_params))
+        projects = await run_in_threadpool(reader.projects)
+        context.update(token=token, projects=projects, project=project_of(request),
+                       labels={p["namespace"]: p["label"] for p in projects},
+                       nav=name.split(".")[0], query=Query(request.query_params))
         return templates.TemplateResponse(request, name, context)
 
     def link(path: str, **params: Any) -> str:
@@ -552,7 +556,7 @@ def create_app(base: Path, token: str, feed: Feed | None = None) -> Starlette:
         return page_endpoint
 
     async def overview(request: Request) -> Response:
-        days = bounded_int(request.query_params.get("days"), 7, 1, 90)
+        days = bounded_int(request.query_params.get("days"), 1, 1, 90)
         data = await run_in_threadpool(reader.overview, project_of(request), days)
         recent = await run_in_threadpool(reader.retrievals, project_of(request), None)
         return await page(request, "overview.html", data=data, chart=chart(data["retrievals"]),
@@ -670,7 +674,7 @@ def create_app(base: Path, token: str, feed: Feed | None = None) -> Starlette:
 
     async def api_overview(request: Request) -> Response:
         require(request)
-        days = bounded_int(request.query_params.get("days"), 7, 1, 90)
+        days = bounded_int(request.query_params.get("days"), 1, 1, 90)
         data = await run_in_threadpool(reader.overview, project_of(request), days)
         return JSONResponse({**data, "projects": await run_in_threadpool(reader.projects)})
 
@@ -750,7 +754,7 @@ def create_app(base: Path, token: str, feed: Feed | None = None) -> Starlette:
             return JSONResponse({"error": exc.detail}, status_code=exc.status_code)
         return templates.TemplateResponse(
             request, "error.html", {"status": exc.status_code, "message": exc.detail,
-                                    "nav": "", "projects": [], "project": None,
+                                    "nav": "", "projects": [], "project": None, "labels": {},
                                     "query": Query(),
                                     "token": ""}, status_code=exc.status_code)
 

@@ -22,7 +22,7 @@ def test_start_status_stop_leaves_nothing_behind(home):
     result = kl("start", check=True)
     assert "RUNNING" in result.stdout
     roles = status()["roles"]
-    assert [r["role"] for r in roles] == ["storage", "retrieval", "ingest", "extraction"]
+    assert [r["role"] for r in roles] == ["storage", "retrieval", "ingest", "viewer", "extraction"]
     for role in roles:
         assert role["state"] == "RUNNING" and role["pid"] > 0 and role["restarts"] == 0
         assert set(role) >= {"role", "pid", "state", "uptime_s", "restarts"}

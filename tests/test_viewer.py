@@ -254,6 +254,13 @@ def test_the_viewer_runs_in_the_daemon_and_streams_events_as_they_arrive(daemon,
     assert token == web.load_token(daemon)
     for private in (viewer.info_path(daemon), web.token_path(daemon)):
         assert stat.S_IMODE(private.stat().st_mode) == 0o600
+    opened = daemon / "opened.txt"  # a stand-in browser: $BROWSER gets the URL
+    fake = daemon / "browser.sh"
+    fake.write_text(f'#!/bin/sh\nprintf %s "$1" > {opened}\n')
+    fake.chmod(0o700)
+    said = kl("open", env={**os.environ, "BROWSER": f"{fake} %s"}, check=True).stdout
+    assert said.strip() == f"opening {base}"
+    assert opened.read_text() == url
 
     with httpx.Client(timeout=10) as http:
         assert http.get(base).status_code == 401
