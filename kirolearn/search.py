@@ -320,7 +320,8 @@ class Searcher:
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed
         except DeadlinePassed:
-            result = Result([], "timeout", 0.0, result.terms, result.window)
+            result = Result([], "timeout", 0.0, result.terms, result.window,
+                            error="the search ran past its budget")
         except Exception as exc:  # retrieval never breaks a turn
             timed_out = time.monotonic() >= self.deadline
             result = Result([], "timeout" if timed_out else "error", 0.0, result.terms,

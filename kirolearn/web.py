@@ -197,6 +197,11 @@ class Reader:
                     found[namespace]["label"] = folder
         return sorted(found.values(), key=lambda p: p["label"])
 
+    def strategies(self) -> list[str]:
+        with self.conn() as conn:
+            return [row[0] for row in conn.execute(
+                "SELECT DISTINCT strategy FROM memory_records ORDER BY 1")]
+
     def overview(self, namespace: str | None, days: int) -> dict:
         with self.conn() as conn:
             stats = db.stats(conn, namespace)
@@ -572,8 +577,9 @@ def create_app(base: Path, token: str, feed: Feed | None = None) -> Starlette:
     async def memories(request: Request) -> Response:
         require(request)
         found, error = await find_memories(request)
+        strategies = await run_in_threadpool(reader.strategies)
         return await page(request, "memories.html", records=found, error=error,
-                    types=OBSERVATION_TYPES)
+                          types=OBSERVATION_TYPES, strategies=strategies)
 
     async def find_memories(request: Request) -> tuple[list[dict], str | None]:
         q = request.query_params

@@ -223,6 +223,9 @@ def status(as_json: bool) -> None:
     result["extraction"] = _extraction_status(result)
     result["pending"] = _pending()
     result["embeddings"] = _embeddings_status()
+    from kirolearn import viewer
+
+    result["viewer"] = (viewer.read_info(paths.home()) or {}).get("url")
     if as_json:
         click.echo(json.dumps(result))
         return
@@ -247,6 +250,8 @@ def status(as_json: bool) -> None:
         if "unembedded" in emb:
             line += f"; {emb['embedded']} embedded, {emb['unembedded']} waiting"
         click.echo(line)
+    click.echo(f"viewer: {result['viewer']} (kirolearn open)" if result["viewer"]
+               else "viewer: not up (see: kirolearn logs viewer)")
     if pending is None:
         click.echo("waiting for extraction: unknown (the database cannot be read)")
         return

@@ -114,6 +114,13 @@ def test_pages_and_api_show_what_a_turn_captured_distilled_and_retrieved(daemon,
     assert {error["record_id"], turn["record_id"]} <= {r["record_id"] for r in found}
     page = app.get("/memories", params={"q": "backoff", "mode": "lexical"}).text
     assert turn["title"].replace("<", "&lt;").replace(">", "&gt;") in page
+    assert "<option value=\"heuristic\">heuristic</option>" in page
+    # Hybrid (the default mode) finds it by meaning too, once the vectors are in.
+    wait_for(lambda: turn["record_id"] in [r["record_id"] for r in app.get("/api/memories", params={
+        "q": "exponential delay between reconnect attempts"}).json()["records"]],
+        timeout=30, message="a hybrid match with none of the words")
+    assert turn["record_id"] not in [r["record_id"] for r in app.get("/api/memories", params={
+        "q": "exponential delay between reconnect attempts", "mode": "lexical"}).json()["records"]]
 
     detail = app.get(f"/api/memories/{turn['record_id']}").json()
     assert [s["kind"] for s in detail["sources"]] == ["prompt", "tool_use", "tool_use",
@@ -245,8 +252,11 @@ def test_the_token_is_made_once_private_and_kept(home):
 
 
 def test_the_viewer_runs_in_the_daemon_and_streams_events_as_they_arrive(daemon, ws):
-    roles = {r["name"]: r for r in status()["roles"]}
+    state = status()
+    roles = {r["name"]: r for r in state["roles"]}
     assert roles["viewer"]["state"] == "RUNNING"
+    assert state["viewer"] == viewer.read_info(daemon)["url"]
+    assert f"viewer: {state['viewer']} (kirolearn open)" in kl("status", check=True).stdout
     url = kl("open", "--url", check=True).stdout.strip()
     base, token = url.split("?token=")
     info = viewer.read_info(daemon)
@@ -288,12 +298,12 @@ def test_the_viewer_runs_in_the_daemon_and_streams_events_as_they_arrive(daemon,
     kl("start", check=True)
 
 
-def test_a_taken_port_moves_the_viewer_and_open_says_where(home):
+def test_a_taken_port_moves_the_viewer_and_open_says_where(home, monkeypatch):
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     port = taken.getsockname()[1]
-    os.environ["KIROLEARN_VIEWER_PORT"] = str(port)
+    monkeypatch.setenv("KIROLEARN_VIEWER_PORT", str(port))
     try:
         kl("start", check=True)
         try:
@@ -351,3 +361,25 @@ def test_any_stored_body_is_summarized_without_raising(kind, body):
     item = web.summarize_event(event, 1)
     assert isinstance(item["headline"], str) and isinstance(item["detail"], str)
     json.dumps(item)
+
+
+def test_a_retrieval_past_its_budget_is_logged_with_its_reason(home, ws, monkeypatch):
+    monkeypatch.setenv("KIROLEARN_RETRIEVAL_BUDGET_MS", "1")  # every search is late
+    kl("start", check=True)
+    try:
+        assert claude(ws, "UserPromptSubmit", prompt="anything about retries?") == ""
+        app = client(home, web.load_token(home))
+        logged = wait_for(lambda: app.get("/api/retrievals").json()["retrievals"],
+                          message="the logged retrieval")[0]
+        assert logged["outcome"] == "timeout" and logged["prompt"] == "anything about retries?"
+        assert logged["error"] in ("the search ran past its budget",  # said by retrieval
+                                   "retrieval did not answer within the budget")  # by ingest
+        page = app.get(f"/retrievals/{logged['id']}").text
+        assert logged["error"] in page
+        assert "Nothing was injected." in page
+        assert app.get("/retrievals", params={"outcome": "timeout"}).text.count(
+            'class="outcome timeout"') == 1
+        assert "anything about retries?" not in app.get("/retrievals",
+                                                         params={"outcome": "ok"}).text
+    finally:
+        kl("stop", check=True)

@@ -107,8 +107,14 @@ def test_a_user_watches_searches_inspects_and_forgets_in_the_browser(daemon, tmp
     title = first.text
     first.click()
     until(browser, ready.text_to_be_present_in_element((By.TAG_NAME, "h1"), title))
-    assert browser.find_elements(By.CSS_SELECTOR, "a[href^='/events/']")  # its source events
+    sources = browser.find_elements(By.CSS_SELECTOR, "a[href^='/events/']")  # its events
+    assert sources
     record_url = browser.current_url
+    browser.get(sources[0].get_attribute("href"))
+    until(browser, ready.presence_of_element_located((By.CSS_SELECTOR, "pre.output")))
+    assert browser.find_element(By.TAG_NAME, "h1").text.endswith("event")
+    shot(browser, "event")
+    browser.get(record_url)
     record_id = record_url.rsplit("/", 1)[1]
     shot(browser, "memory")
 
@@ -128,6 +134,7 @@ def test_a_user_watches_searches_inspects_and_forgets_in_the_browser(daemon, tmp
     shot(browser, "forgotten")
 
     browser.get(base + "sessions")
+    shot(browser, "sessions")
     browser.find_element(By.CSS_SELECTOR, "main table a").click()
     until(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "li.turn")) >= 2)
     shot(browser, "session")
