@@ -147,6 +147,9 @@ CREATE INDEX memory_records_unembedded ON memory_records (id) WHERE embedding_ha
 ALTER TABLE retrievals ADD COLUMN context TEXT NOT NULL DEFAULT '';
 ALTER TABLE retrievals ADD COLUMN error TEXT;
 CREATE INDEX retrievals_namespace ON retrievals (namespace, id);
+-- The viewer counts records by type and strategy, and filters by them, without reading
+-- the wide rows (a record's vector alone is 1.5 KB).
+CREATE INDEX memory_records_kind ON memory_records (namespace, observation_type, strategy);
 """),
 ]
 

@@ -58,6 +58,7 @@ TOKEN_HEADER = "x-kirolearn-token"
 PAGE_SIZE = 50
 TAIL_SIZE = 50
 FEED_WAIT_S = 5.0  # a missed wake-up costs at most this long
+USES_LOOKBACK = 5000  # retrievals searched for the prompts a memory was given to
 HERE = Path(__file__).parent
 SECURITY_HEADERS = {
     "content-security-policy": (
@@ -183,18 +184,22 @@ class Reader:
             conn.close()
 
     def projects(self) -> list[dict]:
-        """Every namespace, with the project folder its events came from when known."""
+        """Every namespace, with the project folder its events came from when known.
+        Each page asks, so each namespace costs an index seek, not a scan of the tables."""
         with self.conn() as conn:
             found: dict[str, dict] = {}
-            for (namespace,) in conn.execute(
-                    "SELECT DISTINCT namespace FROM events UNION"
-                    " SELECT DISTINCT namespace FROM memory_records"):
-                found[namespace] = {"namespace": namespace, "label": namespace}
-            for namespace, folder in conn.execute(
-                    "SELECT namespace, max(project_path) FROM events"
-                    " WHERE project_path IS NOT NULL GROUP BY namespace"):
-                if namespace in found and folder:
-                    found[namespace]["label"] = folder
+            for table in ("events", "memory_records"):
+                for (namespace,) in conn.execute(
+                        f"WITH RECURSIVE ns(n) AS (SELECT min(namespace) FROM {table} UNION ALL"
+                        f" SELECT (SELECT min(namespace) FROM {table} WHERE namespace > n)"
+                        " FROM ns WHERE n IS NOT NULL) SELECT n FROM ns WHERE n IS NOT NULL"):
+                    found[namespace] = {"namespace": namespace, "label": namespace}
+            for namespace, entry in found.items():
+                row = conn.execute("SELECT project_path FROM events WHERE namespace = ?"
+                                   " AND project_path IS NOT NULL ORDER BY seq DESC LIMIT 1",
+                                   (namespace,)).fetchone()
+                if row and row[0]:
+                    entry["label"] = row[0]
         return sorted(found.values(), key=lambda p: p["label"])
 
     def strategies(self) -> list[str]:
@@ -264,8 +269,8 @@ class Reader:
             if value:
                 clauses.append(f"{column} = ?")
                 args.append(value)
-        if since:
-            clauses.append("created_at >= ?")
+        if since:  # `+`: newest first by id, not a sort of every record since then
+            clauses.append("+created_at >= ?")
             args.append(since)
         if until:
             clauses.append("substr(created_at, 1, 10) <= ?")
@@ -290,10 +295,11 @@ class Reader:
             found = {r[0]: r for r in conn.execute(
                 f"SELECT event_id, kind, valid_time, body_json FROM events"
                 f" WHERE event_id IN ({marks})", record["source_event_ids"])}
-            uses = conn.execute(
-                "SELECT r.id, r.created_at, r.outcome FROM retrievals r, json_each("
-                "r.record_ids_json) j WHERE r.namespace = ? AND j.value = ?"
-                " ORDER BY r.id DESC LIMIT 20", (record["namespace"], record_id)).fetchall()
+            uses = conn.execute(  # among the project's latest retrievals: a bounded look
+                "SELECT r.id, r.created_at, r.outcome FROM (SELECT * FROM retrievals"
+                " WHERE namespace = ? ORDER BY id DESC LIMIT ?) r, json_each(r.record_ids_json) j"
+                " WHERE j.value = ? ORDER BY r.id DESC LIMIT 20",
+                (record["namespace"], USES_LOOKBACK, record_id)).fetchall()
         record["sources"] = [
             {"event_id": i, "kind": found[i][1] if i in found else None,
              "valid_time": found[i][2] if i in found else None,
