@@ -210,7 +210,7 @@ class Reader:
     def overview(self, namespace: str | None, days: int) -> dict:
         with self.conn() as conn:
             stats = db.stats(conn, namespace)
-            where, args = ("WHERE namespace = ?", [namespace]) if namespace else ("", [])
+            where, args = conditions(("namespace = ?", namespace))
             types = dict(conn.execute(
                 f"SELECT observation_type, count(*) FROM memory_records {where}"
                 " GROUP BY observation_type ORDER BY 2 DESC", args).fetchall())
@@ -218,9 +218,10 @@ class Reader:
                 f"SELECT strategy, count(*) FROM memory_records {where}"
                 " GROUP BY strategy ORDER BY 2 DESC", args).fetchall())
             since = (datetime.now(UTC) - timedelta(days=days)).isoformat(timespec="seconds")
-            rows = conn.execute(
-                "SELECT created_at, latency_ms, outcome FROM retrievals WHERE created_at >= ?"
-                + (" AND namespace = ?" if namespace else "") + " ORDER BY id",
+            rows = conn.execute(  # from the covering index, not the rows (they hold contexts)
+                "SELECT created_at, latency_ms, outcome FROM retrievals"
+                " INDEXED BY retrievals_time WHERE created_at >= ?"
+                + (" AND namespace = ?" if namespace else "") + " ORDER BY created_at",
                 [since, *args]).fetchall()
         events: dict[str, int] = {}
         for entry in stats["namespaces"]:
@@ -232,17 +233,12 @@ class Reader:
     def events(self, after: int = 0, namespace: str | None = None, session_id: str | None = None,
                limit: int = TAIL_SIZE, newest: bool = False) -> list[dict]:
         """Events past seq ``after`` (oldest first), or the newest ``limit`` (newest first)."""
-        sql = f"SELECT seq, {db.EVENT_COLUMNS}, project_path FROM events WHERE seq > ?"
-        args: list[Any] = [after]
-        if namespace:
-            sql += " AND namespace = ?"
-            args.append(namespace)
-        if session_id:
-            sql += " AND session_id = ?"
-            args.append(session_id)
-        sql += f" ORDER BY seq {'DESC' if newest else 'ASC'} LIMIT ?"
+        where, args = conditions(("seq > ?", after), ("namespace = ?", namespace),
+                                 ("session_id = ?", session_id))
         with self.conn() as conn:
-            rows = conn.execute(sql, [*args, limit]).fetchall()
+            rows = conn.execute(f"SELECT seq, {db.EVENT_COLUMNS}, project_path FROM events"
+                                f" {where} ORDER BY seq {'DESC' if newest else 'ASC'} LIMIT ?",
+                                [*args, limit]).fetchall()
         items = []
         for row in rows:
             event = db.event_from_row(row[1:-1])
@@ -263,22 +259,11 @@ class Reader:
                 strategy: str | None, since: str | None, until: str | None,
                 before: int | None = None) -> list[dict]:
         """Newest first, PAGE_SIZE at a time (``before``: the id to continue below)."""
-        clauses, args = [], []
-        for column, value in (("namespace", namespace), ("observation_type", observation_type),
-                              ("strategy", strategy)):
-            if value:
-                clauses.append(f"{column} = ?")
-                args.append(value)
-        if since:  # `+`: newest first by id, not a sort of every record since then
-            clauses.append("+created_at >= ?")
-            args.append(since)
-        if until:
-            clauses.append("substr(created_at, 1, 10) <= ?")
-            args.append(until)
-        if before:
-            clauses.append("id < ?")
-            args.append(before)
-        where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
+        where, args = conditions(
+            ("namespace = ?", namespace), ("observation_type = ?", observation_type),
+            ("strategy = ?", strategy),
+            ("+created_at >= ?", since),  # `+`: newest first by id, not a sort of all since
+            ("substr(created_at, 1, 10) <= ?", until), ("id < ?", before))
         with self.conn() as conn:
             rows = conn.execute(f"SELECT id, {db.RECORD_COLUMNS} FROM memory_records {where}"
                                 " ORDER BY id DESC LIMIT ?", [*args, PAGE_SIZE]).fetchall()
@@ -311,30 +296,18 @@ class Reader:
 
     def retrievals(self, namespace: str | None, outcome: str | None,
                    before: int | None = None) -> list[dict]:
-        clauses, args = [], []
-        if namespace:
-            clauses.append("r.namespace = ?")
-            args.append(namespace)
-        if outcome:
-            clauses.append("r.outcome = ?")
-            args.append(outcome)
-        if before:
-            clauses.append("r.id < ?")
-            args.append(before)
-        where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
+        where, args = conditions(("r.namespace = ?", namespace), ("r.outcome = ?", outcome),
+                                 ("r.id < ?", before))
         with self.conn() as conn:
-            rows = conn.execute(
-                "SELECT r.id, r.prompt_event_id, r.namespace, r.record_ids_json, r.latency_ms,"
-                " r.outcome, r.created_at, r.error, e.body_json FROM retrievals r"
-                f" LEFT JOIN events e ON e.event_id = r.prompt_event_id {where}"
-                " ORDER BY r.id DESC LIMIT ?", [*args, PAGE_SIZE]).fetchall()
+            rows = conn.execute(f"SELECT {RETRIEVAL_COLUMNS} FROM retrievals r"
+                                f" LEFT JOIN events e ON e.event_id = r.prompt_event_id {where}"
+                                " ORDER BY r.id DESC LIMIT ?", [*args, PAGE_SIZE]).fetchall()
         return [retrieval_from_row(row) for row in rows]
 
     def retrieval(self, retrieval_id: int) -> dict | None:
         with self.conn() as conn:
             row = conn.execute(
-                "SELECT r.id, r.prompt_event_id, r.namespace, r.record_ids_json, r.latency_ms,"
-                " r.outcome, r.created_at, r.error, e.body_json, r.context FROM retrievals r"
+                f"SELECT {RETRIEVAL_COLUMNS}, r.context FROM retrievals r"
                 " LEFT JOIN events e ON e.event_id = r.prompt_event_id WHERE r.id = ?",
                 (retrieval_id,)).fetchone()
             if row is None:
@@ -348,7 +321,7 @@ class Reader:
         return item
 
     def sessions(self, namespace: str | None) -> list[dict]:
-        where, args = ("WHERE namespace = ?", [namespace]) if namespace else ("", [])
+        where, args = conditions(("namespace = ?", namespace))
         with self.conn() as conn:
             rows = conn.execute(
                 "SELECT session_id, namespace, min(valid_time), max(valid_time), count(*),"
@@ -390,6 +363,18 @@ class Reader:
                 yield json.dumps(event, ensure_ascii=False) + "\n"
             for record in db.iter_records(conn, namespace):
                 yield json.dumps(record, ensure_ascii=False) + "\n"
+
+
+RETRIEVAL_COLUMNS = ("r.id, r.prompt_event_id, r.namespace, r.record_ids_json, r.latency_ms,"
+                     " r.outcome, r.created_at, r.error, e.body_json")
+
+
+def conditions(*pairs: tuple[str, Any]) -> tuple[str, list]:
+    """A ``WHERE`` clause from (SQL with one ``?``, value) pairs; a pair whose value is
+    empty is left out."""
+    kept = [(sql, value) for sql, value in pairs if value]
+    clause = ("WHERE " + " AND ".join(sql for sql, _ in kept)) if kept else ""
+    return clause, [value for _, value in kept]
 
 
 def retrieval_from_row(row: tuple, prompt_chars: int | None = 200) -> dict:
@@ -566,12 +551,24 @@ def create_app(base: Path, token: str, feed: Feed | None = None) -> Starlette:
             return await with_token(request) or await endpoint(request)
         return page_endpoint
 
+    def wants_json(request: Request) -> bool:
+        return request.url.path.startswith("/api/")
+
+    async def answer(request: Request, name: str, data: dict, **context: Any) -> Response:
+        """The JSON API's answer (``data``), or the page ``name`` that shows it."""
+        if wants_json(request):
+            return JSONResponse(data)
+        return await page(request, name, **context)
+
     async def overview(request: Request) -> Response:
+        require(request)
         days = bounded_int(request.query_params.get("days"), 1, 1, 90)
         data = await run_in_threadpool(reader.overview, project_of(request), days)
+        if wants_json(request):
+            return JSONResponse({**data, "projects": await run_in_threadpool(reader.projects)})
         recent = await run_in_threadpool(reader.retrievals, project_of(request), None)
         return await page(request, "overview.html", data=data, chart=chart(data["retrievals"]),
-                    days=days, recent=recent[:10], outcomes=search.OUTCOMES)
+                          days=days, recent=recent[:10], outcomes=search.OUTCOMES)
 
     async def live(request: Request) -> Response:
         require(request)
@@ -580,14 +577,26 @@ def create_app(base: Path, token: str, feed: Feed | None = None) -> Starlette:
         last = max((i["seq"] for i in items), default=0)
         return await page(request, "live.html", items=items, last=last)
 
+    async def events(request: Request) -> Response:
+        require(request)
+        after = bounded_int(request.query_params.get("after"), 0, 0, 2**62)
+        limit = bounded_int(request.query_params.get("limit"), TAIL_SIZE, 1, 500)
+        items = await run_in_threadpool(reader.events, after, project_of(request),
+                                        request.query_params.get("session") or None, limit)
+        return JSONResponse({"events": items})
+
     async def memories(request: Request) -> Response:
         require(request)
         found, error = await find_memories(request)
+        if error and wants_json(request):
+            raise HTTPException(503, error)
         strategies = await run_in_threadpool(reader.strategies)
-        return await page(request, "memories.html", records=found, error=error,
-                          types=OBSERVATION_TYPES, strategies=strategies)
+        return await answer(request, "memories.html", {"records": found}, records=found,
+                            error=error, types=OBSERVATION_TYPES, strategies=strategies)
 
     async def find_memories(request: Request) -> tuple[list[dict], str | None]:
+        """The newest records that pass the filters, or the search's answer filtered
+        (with why it failed, when the daemon does not answer)."""
         q = request.query_params
         project = project_of(request)
         kind, strategy = q.get("type") or None, q.get("strategy") or None
@@ -617,22 +626,20 @@ def create_app(base: Path, token: str, feed: Feed | None = None) -> Starlette:
 
     async def memory(request: Request) -> Response:
         require(request)
-        record = await run_in_threadpool(reader.record, request.path_params["record_id"])
-        if record is None:
-            raise HTTPException(404, "no such memory (it may have been forgotten)")
-        return await page(request, "memory.html", record=record)
+        record = found(await run_in_threadpool(reader.record, request.path_params["record_id"]),
+                       "memory (it may have been forgotten)")
+        return await answer(request, "memory.html", record, record=record)
 
     async def forget(request: Request) -> Response:
         form = await request.form()
         request.state.form_token = form.get("token")
         require(request, writes=True)
         record_id = request.path_params["record_id"]
-        record = await run_in_threadpool(reader.record, record_id)
-        if record is None:
-            raise HTTPException(404, "no such memory (it may have been forgotten already)")
+        record = found(await run_in_threadpool(reader.record, record_id),
+                       "memory (it may have been forgotten already)")
         reply = await run_in_threadpool(daemon.call, "ingest", "forget", {
             "record_id": record_id, "namespaces": [record["namespace"]]})
-        if request.url.path.startswith("/api/"):
+        if wants_json(request):
             return JSONResponse({"record_id": record_id, "deleted": reply["deleted"]})
         return RedirectResponse(link("/memories", project=record["namespace"],
                                      forgotten=record["title"][:200]), status_code=303)
@@ -642,37 +649,35 @@ def create_app(base: Path, token: str, feed: Feed | None = None) -> Starlette:
         outcome = request.query_params.get("outcome") or None
         before = bounded_int(request.query_params.get("before"), 0, 0, 2**62) or None
         items = await run_in_threadpool(reader.retrievals, project_of(request), outcome, before)
-        return await page(request, "retrievals.html", items=items, outcomes=search.OUTCOMES)
+        return await answer(request, "retrievals.html", {"retrievals": items}, items=items,
+                            outcomes=search.OUTCOMES)
 
     async def retrieval(request: Request) -> Response:
         require(request)
-        item = await run_in_threadpool(reader.retrieval, request.path_params["retrieval_id"])
-        if item is None:
-            raise HTTPException(404, "no such retrieval")
-        return await page(request, "retrieval.html", item=item)
+        item = found(await run_in_threadpool(reader.retrieval,
+                                             request.path_params["retrieval_id"]), "retrieval")
+        return await answer(request, "retrieval.html", item, item=item)
 
     async def sessions(request: Request) -> Response:
         require(request)
         items = await run_in_threadpool(reader.sessions, project_of(request))
-        return await page(request, "sessions.html", items=items)
+        return await answer(request, "sessions.html", {"sessions": items}, items=items)
 
     async def session(request: Request) -> Response:
         require(request)
         session_id = request.path_params["session_id"]
-        turns = await run_in_threadpool(reader.session, session_id)
-        if not turns:
-            raise HTTPException(404, "no such session")
-        return await page(request, "session.html", session_id=session_id, turns=turns)
+        turns = found(await run_in_threadpool(reader.session, session_id), "session")
+        return await answer(request, "session.html", {"session_id": session_id, "turns": turns},
+                            session_id=session_id, turns=turns)
 
     async def event(request: Request) -> Response:
         require(request)
-        found = await run_in_threadpool(reader.event, request.path_params["event_id"])
-        if found is None:
-            raise HTTPException(404, "no such event")
-        if request.url.path.startswith("/api/"):
-            return JSONResponse(found["event"])
-        return await page(request, "event.html", event=found["event"], item=found["summary"],
-                    body=json.dumps(found["event"]["body"], indent=2, ensure_ascii=False))
+        stored = found(await run_in_threadpool(reader.event, request.path_params["event_id"]),
+                       "event")
+        return await answer(request, "event.html", stored["event"], event=stored["event"],
+                            item=stored["summary"],
+                            body=json.dumps(stored["event"]["body"], indent=2,
+                                            ensure_ascii=False))
 
     async def export(request: Request) -> Response:
         require(request)
@@ -682,23 +687,7 @@ def create_app(base: Path, token: str, feed: Feed | None = None) -> Starlette:
             iterate_in_threadpool(reader.export(project)), media_type="application/x-ndjson",
             headers={"content-disposition": f'attachment; filename="{name}.jsonl"'})
 
-    # -- JSON API --
-
-    async def api_overview(request: Request) -> Response:
-        require(request)
-        days = bounded_int(request.query_params.get("days"), 1, 1, 90)
-        data = await run_in_threadpool(reader.overview, project_of(request), days)
-        return JSONResponse({**data, "projects": await run_in_threadpool(reader.projects)})
-
-    async def api_events(request: Request) -> Response:
-        require(request)
-        after = bounded_int(request.query_params.get("after"), 0, 0, 2**62)
-        limit = bounded_int(request.query_params.get("limit"), TAIL_SIZE, 1, 500)
-        items = await run_in_threadpool(reader.events, after, project_of(request),
-                                        request.query_params.get("session") or None, limit)
-        return JSONResponse({"events": items})
-
-    async def api_stream(request: Request) -> Response:
+    async def stream(request: Request) -> Response:
         """New events as server-sent events (``event: event``, ``id:`` the arrival seq),
         from ``after`` or the browser's Last-Event-ID, so a reconnect misses nothing."""
         require(request)
@@ -706,7 +695,7 @@ def create_app(base: Path, token: str, feed: Feed | None = None) -> Starlette:
                             or request.query_params.get("after"), 0, 0, 2**62)
         project = project_of(request)
 
-        async def stream() -> AsyncIterator[dict]:
+        async def new_events() -> AsyncIterator[dict]:
             nonlocal after
             while True:
                 seen = feed.version
@@ -718,47 +707,7 @@ def create_app(base: Path, token: str, feed: Feed | None = None) -> Starlette:
                 if len(items) < 200:
                     await feed.wait(seen, FEED_WAIT_S)
 
-        return EventSourceResponse(stream(), ping=15, send_timeout=30)
-
-    async def api_memories(request: Request) -> Response:
-        require(request)
-        records, error = await find_memories(request)
-        if error:
-            raise HTTPException(503, error)
-        return JSONResponse({"records": records})
-
-    async def api_memory(request: Request) -> Response:
-        require(request)
-        record = await run_in_threadpool(reader.record, request.path_params["record_id"])
-        if record is None:
-            raise HTTPException(404, "no such memory")
-        return JSONResponse(record)
-
-    async def api_retrievals(request: Request) -> Response:
-        require(request)
-        outcome = request.query_params.get("outcome") or None
-        before = bounded_int(request.query_params.get("before"), 0, 0, 2**62) or None
-        items = await run_in_threadpool(reader.retrievals, project_of(request), outcome, before)
-        return JSONResponse({"retrievals": items})
-
-    async def api_retrieval(request: Request) -> Response:
-        require(request)
-        item = await run_in_threadpool(reader.retrieval, request.path_params["retrieval_id"])
-        if item is None:
-            raise HTTPException(404, "no such retrieval")
-        return JSONResponse(item)
-
-    async def api_sessions(request: Request) -> Response:
-        require(request)
-        return JSONResponse({"sessions": await run_in_threadpool(reader.sessions,
-                                                                 project_of(request))})
-
-    async def api_session(request: Request) -> Response:
-        require(request)
-        turns = await run_in_threadpool(reader.session, request.path_params["session_id"])
-        if not turns:
-            raise HTTPException(404, "no such session")
-        return JSONResponse({"session_id": request.path_params["session_id"], "turns": turns})
+        return EventSourceResponse(new_events(), ping=15, send_timeout=30)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -770,30 +719,21 @@ def create_app(base: Path, token: str, feed: Feed | None = None) -> Starlette:
                                     "query": Query(),
                                     "token": ""}, status_code=exc.status_code)
 
+    pages = [("/", overview), ("/memories", memories), ("/memories/{record_id}", memory),
+             ("/retrievals", retrievals), ("/retrievals/{retrieval_id:int}", retrieval),
+             ("/sessions", sessions), ("/sessions/{session_id:path}", session),
+             ("/events/{event_id}", event)]
     routes = [
-        Route("/", handed_over(overview)),
+        *(Route(path, handed_over(endpoint)) for path, endpoint in pages),
+        *(Route("/api" + ("/overview" if path == "/" else path), endpoint)
+          for path, endpoint in pages),
         Route("/live", handed_over(live)),
-        Route("/memories", handed_over(memories)),
-        Route("/memories/{record_id}", handed_over(memory)),
-        Route("/memories/{record_id}/forget", forget, methods=["POST"]),
-        Route("/retrievals", handed_over(retrievals)),
-        Route("/retrievals/{retrieval_id:int}", handed_over(retrieval)),
-        Route("/sessions", handed_over(sessions)),
-        Route("/sessions/{session_id:path}", handed_over(session)),
-        Route("/events/{event_id}", handed_over(event)),
         Route("/export", export),
-        Route("/api/overview", api_overview),
-        Route("/api/events", api_events),
-        Route("/api/events/{event_id}", event),
-        Route("/api/stream", api_stream),
-        Route("/api/memories", api_memories),
-        Route("/api/memories/{record_id}", api_memory),
-        Route("/api/memories/{record_id}/forget", forget, methods=["POST"]),
-        Route("/api/retrievals", api_retrievals),
-        Route("/api/retrievals/{retrieval_id:int}", api_retrieval),
-        Route("/api/sessions", api_sessions),
-        Route("/api/sessions/{session_id:path}", api_session),
         Route("/api/export", export),
+        Route("/api/events", events),
+        Route("/api/stream", stream),
+        Route("/memories/{record_id}/forget", forget, methods=["POST"]),
+        Route("/api/memories/{record_id}/forget", forget, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     middleware = [Middleware(SecurityHeaders),
@@ -807,6 +747,13 @@ class Query(dict):
 
     def __getattr__(self, name: str) -> str:
         return self.get(name, "")
+
+
+def found(value: Any, what: str) -> Any:
+    """The value, or a 404 saying there is no such ``what``."""
+    if not value:
+        raise HTTPException(404, f"no such {what}")
+    return value
 
 
 def bounded_int(value: str | None, default: int, low: int, high: int) -> int:
