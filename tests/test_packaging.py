@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
@@ -84,6 +85,14 @@ def test_quick_start_install_and_start_in_a_fresh_checkout(tmp_path):
         status = subprocess.run([kirolearn, "status", "--json"], cwd=checkout, env=env,
                                 capture_output=True, text=True, check=True)
         assert json.loads(status.stdout)["home"] == str(home / ".kirolearn")
+        # The viewer's templates and static files are in the installed package.
+        url = subprocess.run([kirolearn, "open", "--url"], cwd=checkout, env=env,
+                             capture_output=True, text=True, check=True).stdout.strip()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
+        with opener.open(url, timeout=10) as page:
+            assert page.status == 200 and "<h1>Overview</h1>" in page.read().decode()
+        with opener.open(url.split("?")[0] + "static/viewer.js", timeout=10) as script:
+            assert b"EventSource" in script.read()
     finally:
         if kirolearn.exists():
             subprocess.run([kirolearn, "stop"], cwd=checkout, env=env, capture_output=True,
