@@ -97,3 +97,18 @@ def ensure_layout(base: Path | None = None) -> Path:
     for directory in (base, runtime_dir(base), log_dir(base)):
         ensure_private_dir(directory)
     return base
+
+
+def write_private(path: Path, data: bytes, durable: bool = False) -> Path:
+    """Replace ``path`` with ``data`` atomically (a temporary file, then a rename), readable
+    by its owner only. ``durable``: fsync first, for a file that must survive a crash."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+    return path

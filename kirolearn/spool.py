@@ -24,18 +24,8 @@ REJECTED = "rejected"  # files ingest could not accept, kept for a person to rea
 def write(event: dict, base: Path | None = None) -> Path:
     """Spool one event atomically; returns its file."""
     directory = paths.ensure_private_dir(paths.spool_dir(base))
-    name = f"{event['event_id']}{SUFFIX}"
-    temporary = directory / f".{name}.{os.getpid()}.tmp"
     data = json.dumps(event, ensure_ascii=False).encode("utf-8")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    final = directory / name
-    os.replace(temporary, final)
-    return final
+    return paths.write_private(directory / f"{event['event_id']}{SUFFIX}", data, durable=True)
 
 
 def waiting(base: Path | None = None, limit: int | None = None) -> list[Path]:

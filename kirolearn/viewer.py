@@ -74,10 +74,8 @@ class Viewer(role.Role):
         sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.add_socket(sub, self._on_feed)
         self.url = f"http://{HOST}:{port}/"
-        path = info_path(self.base)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with open(fd, "w", encoding="utf-8") as handle:
-            json.dump({"url": self.url, "port": port, "pid": os.getpid()}, handle)
+        paths.write_private(info_path(self.base), json.dumps(
+            {"url": self.url, "port": port, "pid": os.getpid()}).encode())
         self.log.info("viewer at %s (kirolearn open)", self.url)
 
     def _on_feed(self, sock: zmq.Socket) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import secrets
 import sqlite3
 import statistics
@@ -88,10 +87,7 @@ def load_token(base: Path) -> str:
             path.chmod(0o600)
             return token
     token = secrets.token_urlsafe(32)
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with open(fd, "w", encoding="utf-8") as handle:
-        handle.write(token + "\n")
+    paths.write_private(path, (token + "\n").encode())
     return token
 
 

@@ -149,13 +149,7 @@ def load_state(base: Path, key: str) -> dict:
 def save_state(base: Path, key: str, state: dict) -> None:
     path = _sessions_file(base, key)
     paths.ensure_private_dir(path.parent)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, json.dumps({**state, "updated": time.time()}).encode("utf-8"))
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
+    paths.write_private(path, json.dumps({**state, "updated": time.time()}).encode("utf-8"))
 
 
 class Shim:
