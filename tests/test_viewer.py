@@ -390,3 +390,26 @@ def test_a_retrieval_past_its_budget_is_logged_with_its_reason(home, ws, monkeyp
                                                          params={"outcome": "ok"}).text
     finally:
         kl("stop", check=True)
+
+
+def test_search_and_forget_say_so_when_the_daemon_does_not_answer(home):
+    conn = db.connect_writer(paths.db_path(home))
+    record = {"record_id": "mr_01J0000000000000000000000A", "namespace": "/actor/a/project/p/",
+              "title": "Use WAL mode", "summary": "WAL lets readers go on while one writes.",
+              "facts": [], "concepts": [], "files_touched": [], "observation_type": "decision",
+              "strategy": "heuristic", "source_event_ids": [],
+              "created_at": "2026-11-01T10:00:00+00:00"}
+    db.insert_record(conn, record)
+    conn.close()
+    app = client(home, web.load_token(home))
+    page = app.get("/memories", params={"q": "wal", "project": record["namespace"]})
+    assert page.status_code == 200
+    assert "the daemon&#39;s retrieval role did not answer" in page.text
+    answer = app.get("/api/memories", params={"q": "wal"})
+    assert answer.status_code == 503
+    assert answer.json() == {"error": "the daemon's retrieval role did not answer"}
+    assert app.get("/api/memories").json()["records"][0]["title"] == "Use WAL mode"  # reads stay
+    refused = app.post(f"/api/memories/{record['record_id']}/forget",
+                       headers={"x-kirolearn-token": web.load_token(home)})
+    assert refused.status_code == 503
+    assert app.get(f"/api/memories/{record['record_id']}").status_code == 200
