@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import kl
 
-from kirolearn import paths, project, transport
+from kirolearn import contract, db, paths, project, transport
 
 BIN = Path(sys.executable).parent
 ACTOR = "tester"
@@ -82,6 +82,39 @@ def settled_context(namespace: str, query: str, timeout: float = 15) -> str:
             return context
         previous = context
         time.sleep(0.5)
+
+
+def logged_retrieval(prompt_event_id: str, timeout: float = 10) -> dict:
+    """The retrieval log's entry for a prompt (written just after the answer)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        conn = db.connect_reader(paths.db_path())
+        try:
+            row = conn.execute("SELECT context, outcome, error FROM retrievals"
+                               " WHERE prompt_event_id = ?", (prompt_event_id,)).fetchone()
+        finally:
+            conn.close()
+        if row is not None:
+            return {"context": row[0], "outcome": row[1], "error": row[2]}
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no retrieval was logged for {prompt_event_id}")
+        time.sleep(0.1)
+
+
+def check_prompt_answer(printed: str, namespace: str, query: str, hybrid: str) -> None:
+    """The shim printed exactly what retrieval answered for the prompt it sent, and that
+    is the settled hybrid answer, or, where the log says the semantic side was skipped
+    (the query's embedding missed the budget on a busy machine), the lexical one."""
+    prompt = stored_events()[-1]
+    assert prompt["kind"] == "prompt" and contract.body_text(prompt["body"]) == query
+    logged = logged_retrieval(prompt["event_id"])
+    assert logged["outcome"] == "ok", logged
+    assert printed == logged["context"]
+    if printed != hybrid:
+        assert (logged["error"] or "").startswith("semantic side skipped"), logged
+        lexical = retrieval("search", {"query": query, "namespace": namespace,
+                                       "mode": "lexical"})["context"]
+        assert printed == lexical
 
 
 def wait_records(namespace: str, timeout: float = 30) -> None:

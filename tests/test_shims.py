@@ -15,6 +15,7 @@ import pytest
 from shimkit import (
     BIN,
     Workspace,
+    check_prompt_answer,
     retrieval,
     settled_context,
     stored_events,
@@ -83,9 +84,10 @@ def test_kiro_cli_every_hook(daemon, ws):
     assert expected.startswith("## This project so far (from kirolearn)")
     assert kiro_cli(ws, "agentSpawn") == expected
     question = "why do zmq client retries matter"
-    expected = settled_context(ws.namespace, question)
-    assert expected.startswith("## Prior observations from kirolearn")
-    assert kiro_cli(ws, "userPromptSubmit", prompt=question) == expected
+    hybrid = settled_context(ws.namespace, question)
+    context = kiro_cli(ws, "userPromptSubmit", prompt=question)
+    assert context.startswith("## Prior observations from kirolearn")
+    check_prompt_answer(context, ws.namespace, question, hybrid)
     events = stored_events()
     assert events[-2]["kind"] == "note" and events[-2]["session_id"] != session  # a new one
 
@@ -145,9 +147,10 @@ def test_kiro_ide_every_hook(daemon, ws):
 
     wait_records(ws.namespace)
     question = "storage layer WAL mode"
-    expected = settled_context(ws.namespace, question)
-    assert expected
-    assert kiro_ide(ws, "promptSubmit", user_prompt=question) == expected
+    hybrid = settled_context(ws.namespace, question)
+    context = kiro_ide(ws, "promptSubmit", user_prompt=question)
+    assert context
+    check_prompt_answer(context, ws.namespace, question, hybrid)
 
 
 def claude(ws: Workspace, hook: str, session_id: str = "5f1c9a2e-claude", **fields) -> str:
@@ -196,10 +199,11 @@ def test_claude_code_every_hook(daemon, ws):
     assert claude(ws, "SessionStart", "second", source="startup") == additional_context(
         "SessionStart", session)
     question = "zmq client retries"
-    expected = settled_context(ws.namespace, question)
-    assert expected
-    assert claude(ws, "UserPromptSubmit", "second", prompt=question) == additional_context(
-        "UserPromptSubmit", expected)
+    hybrid = settled_context(ws.namespace, question)
+    printed = claude(ws, "UserPromptSubmit", "second", prompt=question)
+    context = json.loads(printed)["hookSpecificOutput"]["additionalContext"]
+    assert context and printed == additional_context("UserPromptSubmit", context)
+    check_prompt_answer(context, ws.namespace, question, hybrid)
 
 
 def test_a_shim_never_fails_the_agent(daemon, ws):
