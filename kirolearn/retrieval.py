@@ -160,8 +160,8 @@ class Retrieval(role.Role):
         except embeddings.Unavailable as exc:
             self.log.info("embeddings off: %s", exc)
             return f"off: {exc}; search is lexical", None
-        self.log.info("embeddings on: %s from %s", embeddings.MODEL_ID, embedder.files.source)
-        return f"on: {embeddings.MODEL_ID} ({embedder.files.source})", embedder
+        self.log.info("embeddings on: %s from %s", embedder.files.model, embedder.files.source)
+        return f"on: {embeddings.MODEL_NAME} ({embedder.files.source})", embedder
 
     def teardown(self) -> None:
         if getattr(self, "backfill", None) is not None:

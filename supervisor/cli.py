@@ -39,6 +39,7 @@ from kirolearn import (
     spool,
     transport,
 )
+from kirolearn import embeddings as embeddings_
 from kirolearn import install as install_
 
 READY_TIMEOUT_S = 30.0
@@ -711,6 +712,26 @@ def embeddings_backfill(timeout: float) -> None:
         if time.monotonic() > deadline:
             raise click.ClickException(f"{waiting} record(s) still waiting after {timeout} s")
         time.sleep(1.0)
+
+
+@embeddings.command(name="download")
+def embeddings_download() -> None:
+    """Fetch the model from the Hugging Face hub into its cache, for a machine without
+    the packaged copy. The one command that reaches the network; HF_ENDPOINT and
+    HF_HUB_OFFLINE are honoured. The daemon takes the model at its next start."""
+    try:
+        fetched = embeddings_.download()
+    except embeddings_.Unavailable as exc:
+        raise click.ClickException(str(exc)) from exc
+    for name, path in fetched.items():
+        click.echo(f"{name}: {path}")
+    try:
+        files = embeddings_.find_model(config.load()["embeddings"]["model_dir"])
+    except embeddings_.Unavailable as exc:
+        raise click.ClickException(f"downloaded, but {exc}") from exc
+    click.echo(f"the daemon uses the model from: {files.source}")
+    if _running():
+        click.echo("restart to load it: kirolearn restart")
 
 
 def _unembedded() -> int:
