@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import kl
+from conftest import kl, wait_for
 
 from kirolearn import contract, db, paths, project, transport
 
@@ -84,21 +84,18 @@ def settled_context(namespace: str, query: str, timeout: float = 15) -> str:
         time.sleep(0.5)
 
 
-def logged_retrieval(prompt_event_id: str, timeout: float = 10) -> dict:
+def logged_retrieval(prompt_event_id: str) -> dict:
     """The retrieval log's entry for a prompt (written just after the answer)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def row() -> tuple | None:
         conn = db.connect_reader(paths.db_path())
         try:
-            row = conn.execute("SELECT context, outcome, error FROM retrievals"
-                               " WHERE prompt_event_id = ?", (prompt_event_id,)).fetchone()
+            return conn.execute("SELECT context, outcome, error FROM retrievals"
+                                " WHERE prompt_event_id = ?", (prompt_event_id,)).fetchone()
         finally:
             conn.close()
-        if row is not None:
-            return {"context": row[0], "outcome": row[1], "error": row[2]}
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no retrieval was logged for {prompt_event_id}")
-        time.sleep(0.1)
+
+    context, outcome, error = wait_for(row, message=f"the retrieval log of {prompt_event_id}")
+    return {"context": context, "outcome": outcome, "error": error}
 
 
 def check_prompt_answer(printed: str, namespace: str, query: str, hybrid: str) -> None:
