@@ -104,6 +104,13 @@ def test_download_fills_the_cache_the_daemon_reads(home, hub, tmp_path, monkeypa
     assert again.returncode == 0, again.stderr
     assert Hub.asked and not [a for a in Hub.asked if a.startswith("GET")]
 
+    # A configured folder comes before the cache: a wrong one is said, not hidden.
+    elsewhere = kl("embeddings", "download", env=hub_env(
+        tmp_path, hub, KIROLEARN_EMBEDDINGS_MODEL_DIR=str(tmp_path / "nowhere")))
+    assert elsewhere.returncode == 1
+    assert "downloaded, but embeddings.model_dir" in elsewhere.stderr
+    assert "lacks model.onnx, tokenizer.json" in elsewhere.stderr
+
 
 def test_download_fails_clearly_and_leaves_no_file(home, hub, tmp_path):
     Hub.files.pop(embeddings.HUB_FILES["tokenizer"])
