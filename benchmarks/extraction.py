@@ -30,7 +30,8 @@ from pathlib import Path
 
 from harness import say
 
-from kirolearn import contract, heuristic, paths, transport
+from kirolearn import contract, paths, transport
+from kirolearn.extract import heuristic
 
 KL = [sys.executable, "-m", "kirolearn"]
 ANSWER = json.dumps({"records": [{

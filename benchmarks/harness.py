@@ -7,7 +7,8 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from kirolearn import db, paths
+from kirolearn import paths
+from kirolearn.db import writes
 
 
 def say(*args: object) -> None:
@@ -29,9 +30,9 @@ def figures(prefix: str, values: list[float]) -> dict:
 def write_records(base: Path, records: Iterable[dict]) -> None:
     """Put records straight into the database of the home at base (daemon stopped)."""
     paths.ensure_layout(base)
-    conn = db.connect_writer(paths.db_path(base))
+    conn = writes.connect_writer(paths.db_path(base))
     conn.execute("BEGIN")
     for record in records:
-        db.insert_record(conn, record)
+        writes.insert_record(conn, record)
     conn.execute("COMMIT")
     conn.close()

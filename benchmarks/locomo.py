@@ -33,6 +33,8 @@ from pathlib import Path
 from harness import say
 
 from kirolearn import contract, db, paths, search, transport
+from kirolearn.db import reads
+from kirolearn.search import context
 
 KL = [sys.executable, "-m", "kirolearn"]
 KS = (5, 10, 25)
@@ -83,8 +85,8 @@ def wait_until(what: str, ready, timeout_s: float = 1800) -> None:
 def pipeline_done(base: Path, embedded: bool) -> bool:
     conn = db.connect_reader(paths.db_path(base))
     try:
-        totals = db.stats(conn)["totals"]
-        left = db.count_unembedded(conn) if embedded else 0
+        totals = reads.stats(conn)["totals"]
+        left = reads.count_unembedded(conn) if embedded else 0
     except sqlite3.Error:
         return False
     finally:
@@ -151,7 +153,7 @@ def main() -> None:
                             turns = {dialog_of.get(i) for r in records[:k]
                                      for i in r["source_event_ids"]}
                             found[k][category].append(len(evidence & turns) / len(evidence))
-                            context_chars[k].append(len(search.context_block(records[:k])))
+                            context_chars[k].append(len(context.context_block(records[:k])))
         finally:
             subprocess.run([*KL, "stop"], env=env, capture_output=True, cwd="/tmp")
     questions = sum(len(v) for v in found[KS[0]].values())

@@ -45,7 +45,9 @@ from pathlib import Path
 import corpus
 from harness import figures, say, write_records
 
-from kirolearn import contract, db, embeddings, paths, search, transport
+from kirolearn import contract, paths, search, transport
+from kirolearn.db import writes
+from kirolearn.search import embeddings, searcher
 
 KL = [sys.executable, "-m", "kirolearn"]
 NAMESPACES = ["/actor/bench/project/" + c * 64 + "/" for c in "abcd"]
@@ -80,7 +82,7 @@ def embed_records(home: Path, records: list[dict], embedder: embeddings.Embedder
         say(f"  {len(sources)} records embedded in {time.perf_counter() - started:.0f} s")
         cache.parent.mkdir(parents=True, exist_ok=True)
         np.save(cache, matrix)
-    conn = db.connect_writer(paths.db_path(home))
+    conn = writes.connect_writer(paths.db_path(home))
     conn.execute("BEGIN")
     conn.executemany(
         "UPDATE memory_records SET embedding = ?, embedding_hash = ? WHERE record_id = ?",
@@ -90,7 +92,7 @@ def embed_records(home: Path, records: list[dict], embedder: embeddings.Embedder
     conn.close()
 
 
-def known_item_recall(searcher: search.Searcher, items: list[tuple[str, str]],
+def known_item_recall(searcher: searcher.Searcher, items: list[tuple[str, str]],
                       mode: str = "lexical") -> float:
     found = sum(record_id in searcher.search(SEARCHED, prompt, 10, 600_000, mode=mode).record_ids
                 for prompt, record_id in items)
@@ -145,7 +147,7 @@ def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap
         floor, _ = timed_calls(retrieval, "ping", [{}] * 200)
         exact = None  # the seed's ranking: every term scored over every record
         if overlap and mode == "lexical":
-            exact = search.Searcher(paths.db_path(home), term_budget=10**12, window_rows=10**12)
+            exact = searcher.Searcher(paths.db_path(home), term_budget=10**12, window_rows=10**12)
         for name, queries in query_sets.items():
             say(f"  {len(queries)} {name} queries")
             bodies = [{"query": q, "namespace": SEARCHED, "mode": mode} for q in queries]
@@ -168,7 +170,7 @@ def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap
                 row[f"outcome_{outcome}"] = sum(r["outcome"] == outcome for r in replies)
             row["windowed"] = sum(r["window"] is not None for r in replies)
             if embedder is not None and name == "prompts" and not titles_only:
-                hybrid = search.Searcher(paths.db_path(home), embedder=embedder)
+                hybrid = searcher.Searcher(paths.db_path(home), embedder=embedder)
                 row["known_item_recall_at_10"] = known_item_recall(hybrid, known, mode)
                 hybrid.close()
             if exact is not None:
@@ -184,7 +186,7 @@ def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap
                 row["seed_ratio_p99"] = round(row["seed_search_p99_ms"] / row["search_p99_ms"], 1)
                 row["seed_overlap_at_10"] = round(statistics.mean(shares), 3) if shares else None
                 if name == "prompts":
-                    budgeted = search.Searcher(paths.db_path(home))
+                    budgeted = searcher.Searcher(paths.db_path(home))
                     row["known_item_recall_at_10"] = known_item_recall(budgeted, known)
                     row["seed_known_item_recall_at_10"] = known_item_recall(exact, known)
                     budgeted.close()

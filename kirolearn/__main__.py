@@ -1,6 +1,6 @@
 """``python -m kirolearn``: the same as the ``kirolearn`` command."""
 
-from kirolearn.supervisor.cli import cli
+from kirolearn.cli import cli
 
 if __name__ == "__main__":
     cli()

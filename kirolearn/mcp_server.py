@@ -2,7 +2,7 @@
 
 The agent starts it (``kirolearn mcp``) and talks to it over stdio. Its project is
 the one the shims find for the same directory (``project.resolve_project``), fixed
-when it starts; ``mcp.scope`` says which memories it sees (``SCOPES``). It holds no
+when it starts; ``mcp.scope`` says which memories it sees (``project.SCOPES``). It holds no
 state of its own: reads go to the retrieval role, writes through ingest (which
 scrubs a saved record like an event). When the daemon is down it starts it, as a
 shim does, and waits for it (``KIROLEARN_AUTOSTART=0``: a clear error instead).
@@ -16,30 +16,25 @@ from __future__ import annotations
 
 import inspect
 import os
-import time
-from collections.abc import Sequence
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
 
-import zmq
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field, ValidationError
 
-from kirolearn import __version__, config, contract, paths, project, protocol, transport
-from kirolearn.shims.common import start_daemon
+from kirolearn import __version__, config, contract, control, paths, project
+from kirolearn.search import MODES
 
-SCOPES = ("project", "global", "project+global")
 SERVER_NAME = "kirolearn"
 RECALL_LIMIT = 8  # memories one recall returns (the seed's recallLimit)
 RECALL_TEXT_CHARS = 300  # a recall bullet's text is cut here
 START_WAIT_S = 15.0  # how long a call waits for a daemon it started
 SEARCH_BUDGET_MS = 2000  # an explicit search may take longer than a prompt's 500 ms
 NO_TOKEN_CAP = 1_000_000  # the limit, not the context's size, bounds what a tool returns
-READ_TIMEOUT_MS = 5000
-WRITE_TIMEOUT_MS = 8000  # ingest waits up to ingest.storage_timeout_ms (5 s) for storage
 SUMMARY_MAX = 4000
 TRUNCATED = "[truncated]"
 SUMMARY_SECTIONS = (("investigated", "What was investigated"), ("learned", "What was learned"),
@@ -69,8 +64,9 @@ class Scope(NamedTuple):
 
 def resolve_scope(name: str, cwd: str | None = None) -> Scope:
     """The scope for a server started in cwd (ConfigError for an unknown name)."""
-    if name not in SCOPES:
-        raise config.ConfigError(f"mcp.scope: must be one of {', '.join(SCOPES)}, got {name!r}")
+    if name not in project.SCOPES:
+        raise config.ConfigError(f"mcp.scope: must be one of {', '.join(project.SCOPES)},"
+                                 f" got {name!r}")
     actor = project.actor_id()
     here = project.resolve_project(cwd).namespace(actor)
     everywhere = project.resolve_project(os.path.expanduser("~"), override="").namespace(actor)
@@ -81,50 +77,26 @@ def resolve_scope(name: str, cwd: str | None = None) -> Scope:
     return Scope(name, (here, everywhere), "this project or the global memory")
 
 
-class Daemon:
-    """Requests to the running daemon, started first if it is down."""
-
-    def __init__(self, base: Path, autostart: bool = True):
-        self.base = base
-        self.autostart = autostart
-        self.ctx = zmq.Context()
-
-    def close(self) -> None:
-        self.ctx.term()
-
-    def call(self, role: str, op: str, body: dict, timeout_ms: int = READ_TIMEOUT_MS) -> dict:
-        """The reply body of op on role's socket; ToolError with what to do otherwise."""
-        self._ensure_running(role)
-        try:
-            with transport.Client(paths.endpoint(role, self.base), self.ctx,
-                                  timeout_ms) as client:
-                return client.call(op, body)
-        except transport.Timeout as exc:
-            raise ToolError(f"kirolearn did not answer in time ({exc}); check it with"
-                            " `kirolearn status` and `kirolearn logs`") from exc
-        except protocol.RemoteError as exc:
-            raise ToolError(f"kirolearn refused the request: {exc.reason}") from exc
-
-    def _ensure_running(self, role: str) -> None:
-        if paths.daemon_running(self.base):
-            return
-        if not self.autostart:
+def ask(target: str, op: str, body: dict, timeout_ms: int, base: Path,
+        autostart: bool) -> dict:
+    """The reply body of ``op`` on ``target`` (the daemon is started first when it is down
+    and ``autostart``); ToolError with what to do otherwise."""
+    if not control.running(base):
+        if not autostart:
             raise ToolError("kirolearn is not running; start it with `kirolearn start`")
-        start_daemon(self.base)
-        deadline = time.monotonic() + START_WAIT_S
-        while time.monotonic() < deadline:
-            if paths.daemon_running(self.base):
-                try:
-                    with transport.Client(paths.endpoint(role, self.base), self.ctx,
-                                          500) as client:
-                        client.call("ping")
-                    return
-                except (transport.Timeout, protocol.RemoteError):
-                    pass
-            time.sleep(0.1)
-        raise ToolError(f"kirolearn is not running and did not start within {START_WAIT_S:.0f}"
-                        f" s; see {paths.log_dir(self.base) / 'supervisor.out'}, or run"
-                        " `kirolearn doctor`")
+        control.start_in_background(base)
+        if not control.wait_answering(target, START_WAIT_S, base):
+            raise ToolError(f"kirolearn is not running and did not start within"
+                            f" {START_WAIT_S:.0f} s; see"
+                            f" {paths.log_dir(base) / 'supervisor.out'}, or run"
+                            " `kirolearn doctor`")
+    try:
+        return control.call(target, op, body, timeout_ms=timeout_ms, base=base)
+    except control.Timeout as exc:
+        raise ToolError(f"kirolearn did not answer in time ({exc}); check it with"
+                        " `kirolearn status` and `kirolearn logs`") from exc
+    except control.RemoteError as exc:
+        raise ToolError(f"kirolearn refused the request: {exc.reason}") from exc
 
 
 # -- formatting --------------------------------------------------------------------------------
@@ -220,7 +192,8 @@ def session_summary(request: str, sections: dict[str, str]) -> tuple[str, str]:
     return title, kept + tail
 
 
-def distinct(items: Sequence[str]) -> list[str]:
+def unique(items: Iterable[str]) -> list[str]:
+    """The items in order, each once."""
     return list(dict.fromkeys(items))
 
 
@@ -232,7 +205,8 @@ RecordId = Annotated[str, Field(pattern=r"^mr_[0-7][0-9A-HJKMNP-TV-Z]{25}$",
                                 examples=["mr_01JQ7X4Z9V3M5N8K2P6R0S1T4W"])]
 Query = Annotated[str, Field(min_length=1, max_length=1000, pattern=r"\S",
                              description="What to look for, in plain words")]
-ObservationType = Literal["tool_use", "decision", "error", "discovery", "pattern"]
+# What an agent may save (a session summary has a tool of its own).
+ObservationType = Literal[tuple(t for t in contract.OBSERVATION_TYPES if t != "session_summary")]
 Concept = Annotated[str, Field(min_length=1, max_length=100, pattern=r"\S")]
 FilePath = Annotated[str, Field(min_length=1, max_length=500, pattern=r"\S")]
 Fact = Annotated[str, Field(min_length=1, max_length=500, pattern=r"\S")]
@@ -262,8 +236,12 @@ def _problem(error: Any) -> str:
     return error["msg"]
 
 
-def build_server(scope: Scope, daemon: Daemon) -> MCPServer:
-    """The server and its tools, bound to one scope and daemon."""
+def build_server(scope: Scope, base: Path, autostart: bool = True) -> MCPServer:
+    """The server and its tools, bound to one scope and the daemon of ``base``."""
+
+    def daemon_call(target: str, op: str, body: dict, timeout_ms: int) -> dict:
+        return ask(target, op, body, timeout_ms, base, autostart)
+
     server = KirolearnServer(SERVER_NAME, instructions=INSTRUCTIONS, version=__version__)
 
     def tool(annotations: ToolAnnotations):
@@ -282,21 +260,21 @@ def build_server(scope: Scope, daemon: Daemon) -> MCPServer:
                 "records": True, "budget_ms": SEARCH_BUDGET_MS, "tokens": NO_TOKEN_CAP}
         if mode:
             body["mode"] = mode
-        result = daemon.call("retrieval", "search", body, SEARCH_BUDGET_MS + READ_TIMEOUT_MS)
+        result = daemon_call("retrieval", "search", body, SEARCH_BUDGET_MS + control.LOOKUP_MS)
         if result["outcome"] in ("timeout", "error"):
             raise ToolError(f"the search did not finish ({result['outcome']}); try a shorter"
                             " query, or see `kirolearn logs retrieval`")
         return result.get("records") or []
 
     def records_by_id(ids: list[str]) -> list[dict]:
-        return daemon.call("retrieval", "get_records",
+        return daemon_call("retrieval", "get_records",
                            {"ids": ids, "namespaces": list(scope.namespaces)})["records"]
 
     def save(record: dict) -> str:
         record = {"record_id": contract.new_record_id(), "namespace": scope.saves_to,
                   "source_event_ids": [contract.new_ulid()], "created_at": contract.now_iso(),
                   **record}
-        saved = daemon.call("ingest", "put_record", {"record": record}, WRITE_TIMEOUT_MS)
+        saved = daemon_call("ingest", "put_record", {"record": record}, control.WRITE_MS)
         if saved["status"] == "merged":
             return (f"Saved into {saved['record_id']}, a record with the same title, type and"
                     " files saved earlier (its summary is now this one; facts and concepts"
@@ -306,7 +284,7 @@ def build_server(scope: Scope, daemon: Daemon) -> MCPServer:
     @tool(read_only)
     def search_memory(query: Query,
                       limit: Annotated[int, Field(ge=1, le=100)] = 10,
-                      mode: Annotated[Literal["lexical", "semantic", "hybrid"] | None, Field(
+                      mode: Annotated[Literal[MODES] | None, Field(
                           description="lexical: the words; semantic: the meaning; hybrid:"
                                       " both (the default when embeddings are on)")] = None,
                       ) -> str:
@@ -347,7 +325,7 @@ def build_server(scope: Scope, daemon: Daemon) -> MCPServer:
             if not found:
                 return f"No memories matched \u201c{one_line(query)}\u201d in {scope.label}."
             record_id = found[0]["record_id"]
-        records = daemon.call("retrieval", "timeline", {
+        records = daemon_call("retrieval", "timeline", {
             "record_id": record_id, "namespaces": list(scope.namespaces),
             "before": before, "after": after})["records"]
         if not records:
@@ -361,11 +339,11 @@ def build_server(scope: Scope, daemon: Daemon) -> MCPServer:
         Use it after `search_memory`, `recall` or `timeline` to read the records that
         matter. Returns each record's title, type, strategy, time, summary, facts,
         concepts, files and the ids of the events it came from."""
-        records = records_by_id(distinct(ids))
+        records = records_by_id(unique(ids))
         if not records:
             raise ToolError(f"none of these records is in {scope.label}: {', '.join(ids)}")
         text = "\n\n".join(full_record(record) for record in records)
-        missing = [i for i in distinct(ids) if i not in {r["record_id"] for r in records}]
+        missing = [i for i in unique(ids) if i not in {r["record_id"] for r in records}]
         if missing:
             text += f"\n\nNot found in {scope.label}: {', '.join(missing)}"
         return text
@@ -382,9 +360,9 @@ def build_server(scope: Scope, daemon: Daemon) -> MCPServer:
         if not found:
             raise ToolError(f"there is no record {record_id} in {scope.label}; nothing was"
                             " deleted")
-        reply = daemon.call("ingest", "forget", {"record_id": record_id,
+        reply = daemon_call("ingest", "forget", {"record_id": record_id,
                                                  "namespaces": list(scope.namespaces)},
-                            WRITE_TIMEOUT_MS)
+                            control.WRITE_MS)
         if not reply["deleted"]:
             raise ToolError(f"{record_id} was already gone; nothing was deleted")
         return f"Forgot {record_id}: {one_line(found[0]['title'])}"
@@ -406,9 +384,9 @@ def build_server(scope: Scope, daemon: Daemon) -> MCPServer:
         fine). Returns the new record's id; it is searchable at once."""
         return save({"title": title.strip(), "summary": summary.strip(),
                      "observation_type": observation_type, "strategy": "mcp_observation",
-                     "concepts": distinct(c.strip() for c in concepts),
-                     "files_touched": distinct(f.strip() for f in files_touched),
-                     "facts": distinct(f.strip() for f in facts)})
+                     "concepts": unique(c.strip() for c in concepts),
+                     "files_touched": unique(f.strip() for f in files_touched),
+                     "facts": unique(f.strip() for f in facts)})
 
     @tool(writes)
     def save_session_summary(
@@ -427,7 +405,7 @@ def build_server(scope: Scope, daemon: Daemon) -> MCPServer:
             "next_steps": next_steps})
         return save({"title": title, "summary": summary, "observation_type": "session_summary",
                      "strategy": "mcp_session_summary", "concepts": [], "facts": [],
-                     "files_touched": distinct(f.strip() for f in [*files_read,
+                     "files_touched": unique(f.strip() for f in [*files_read,
                                                                    *files_modified])})
 
     return server
@@ -438,8 +416,4 @@ def main(scope_name: str | None = None) -> None:
     base = paths.home()
     settings = config.load(base)
     scope = resolve_scope(scope_name or settings["mcp"]["scope"])
-    daemon = Daemon(base, autostart=os.environ.get("KIROLEARN_AUTOSTART", "1") != "0")
-    try:
-        build_server(scope, daemon).run()
-    finally:
-        daemon.close()
+    build_server(scope, base, os.environ.get("KIROLEARN_AUTOSTART", "1") != "0").run()

@@ -54,6 +54,16 @@ def pidfile(base: Path | None = None) -> Path:
     return runtime_dir(base) / "supervisor.pid"
 
 
+def viewer_info(base: Path | None = None) -> Path:
+    """Where the running viewer listens (``url``, ``port``, ``pid``), written at its start."""
+    return runtime_dir(base) / "viewer.json"
+
+
+def viewer_token(base: Path | None = None) -> Path:
+    """The viewer's token (made at its first start, 0600)."""
+    return (base or home()) / "viewer.token"
+
+
 def is_locked(path: Path) -> bool:
     """Whether a live daemon holds the pidfile lock."""
     try:

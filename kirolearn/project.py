@@ -21,6 +21,9 @@ from typing import NamedTuple
 
 from kirolearn.contract import sha256
 
+# Which memories an MCP server serves: the project's, the global ones, or both.
+SCOPES = ("project", "global", "project+global")
+
 MARKERS = (
     ".kiro", ".git", "package.json", "Cargo.toml", "pyproject.toml", "setup.py", "go.mod",
     "pom.xml", "build.gradle", "build.gradle.kts", "Gemfile", "composer.json", "mix.exs",

@@ -6,7 +6,7 @@ never break the agent:
 - it always exits 0; stdout carries the context and nothing else; problems go to
   stderr, and only when ``KIROLEARN_DEBUG=1``;
 - it waits for the daemon's acknowledgement at most the retrieval budget for a
-  prompt (500 ms, ``KIROLEARN_RETRIEVAL_BUDGET_MS``) and ``EVENT_TIMEOUT_MS`` for
+  prompt (500 ms, ``KIROLEARN_RETRIEVAL_BUDGET_MS``) and ``control.EVENT_MS`` for
   anything else;
 - when the daemon is down or does not acknowledge in time, the event goes to the
   spool (one file, written atomically) and the daemon is started in the
@@ -27,13 +27,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import zmq
+from kirolearn import __version__, contract, control, paths, project, protocol, spool
 
-from kirolearn import __version__, contract, paths, project, protocol, spool
-
-EVENT_TIMEOUT_MS = 200  # an event that is not a prompt: the ack is a group commit away
 SESSION_IDLE_S = 3600  # a surface without a session-start hook starts anew after this
-AUTOSTART_EVERY_S = 10.0  # at most one background start per this many seconds
 STDIN_WAIT_S = 0.05  # how long a shim that may get stdin waits for it
 
 
@@ -174,7 +170,7 @@ class Shim:
     def post(self, event: dict, retrieve: bool | str = False) -> str:
         """Hand the event to the daemon; return the context it sent back ("" if none).
         On any failure to deliver, the event is spooled instead."""
-        timeout_ms = prompt_timeout_ms() if retrieve else EVENT_TIMEOUT_MS
+        timeout_ms = prompt_timeout_ms() if retrieve else control.EVENT_MS
         try:
             reply = self._request(event, retrieve, timeout_ms)
         except protocol.RemoteError as exc:
@@ -192,53 +188,22 @@ class Shim:
 
     def _request(self, event: dict, retrieve: bool | str, timeout_ms: int) -> dict | None:
         """The daemon's reply, or None when it is not there or not in time."""
-        address = paths.endpoint("ingest", self.base)
-        if not os.path.exists(address[len("ipc://"):]):
+        if not control.listening("ingest", self.base):
             debug("the daemon is not running")
             return None
-        ctx = zmq.Context()
-        sock = ctx.socket(zmq.REQ)
-        sock.setsockopt(zmq.LINGER, 0)
         try:
-            sock.connect(address)
-            message = protocol.request("put_event", {"event": event, "retrieve": retrieve})
-            sock.send(protocol.pack(message))
-            if not sock.poll(timeout_ms, zmq.POLLIN):
-                debug(f"no acknowledgement within {timeout_ms} ms")
-                return None
-            return protocol.reply_body(protocol.parse_reply(sock.recv()))
-        finally:
-            sock.close(linger=0)
-            ctx.term()
+            return control.call("ingest", "put_event", {"event": event, "retrieve": retrieve},
+                                timeout_ms=timeout_ms, base=self.base)
+        except control.Timeout:
+            debug(f"no acknowledgement within {timeout_ms} ms")
+            return None
 
     def _spool(self, event: dict) -> None:
         path = spool.write(event, self.base)
         debug(f"spooled {path.name}")
-        if os.environ.get("KIROLEARN_AUTOSTART", "1") != "0":
-            start_daemon(self.base)
-
-
-def start_daemon(base: Path) -> None:
-    """Start the daemon in the background unless it runs (or was started just now)."""
-    if paths.daemon_running(base):
-        return
-    marker = paths.spool_dir(base) / ".autostart"
-    try:
-        if time.time() - marker.stat().st_mtime < AUTOSTART_EVERY_S:
-            return
-    except FileNotFoundError:
-        paths.ensure_layout(base)
-        paths.ensure_private_dir(marker.parent)
-    marker.touch()
-    import subprocess
-
-    paths.ensure_layout(base)
-    with open(paths.log_dir(base) / "supervisor.out", "ab") as out:
-        subprocess.Popen(
-            [sys.executable, "-m", "kirolearn.supervisor"], stdin=subprocess.DEVNULL,
-            stdout=out, stderr=out, start_new_session=True, cwd=base,
-            env={**os.environ, "KIROLEARN_HOME": str(base)})
-    debug("started the daemon in the background")
+        if os.environ.get("KIROLEARN_AUTOSTART", "1") != "0" and control.start_in_background(
+                self.base):
+            debug("started the daemon in the background")
 
 
 class Session:

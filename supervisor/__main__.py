@@ -8,10 +8,9 @@ import logging.handlers
 import os
 import sys
 
-from kirolearn.supervisor.arbiter import RET_PIDFILE, AlreadyRunning, Arbiter
-
 from kirolearn import config, paths
-from kirolearn.role import RET_CONFIG
+from kirolearn.supervisor.arbiter import AlreadyRunning, Arbiter
+from kirolearn.supervisor.states import RET_CONFIG, RET_PIDFILE
 
 
 def run_daemon(workers: int | None, foreground: bool) -> int:

@@ -35,14 +35,22 @@ from pathlib import Path
 import zmq
 
 from kirolearn import paths, protocol, transport
-from kirolearn.role import RET_CONFIG
+from kirolearn.control import read_pid, remove_socket_files
+from kirolearn.roles import base
+from kirolearn.supervisor.states import (
+    BACKOFF,
+    EXITED,
+    FATAL,
+    RET_CONFIG,
+    RUNNING,
+    START_ORDER,
+    STARTING,
+    STOPPED,
+    STOPPING,
+)
 
-STOPPED, STARTING, RUNNING, BACKOFF, STOPPING, EXITED, FATAL = (
-    "STOPPED", "STARTING", "RUNNING", "BACKOFF", "STOPPING", "EXITED", "FATAL")
-START_ORDER = ("storage", "retrieval", "ingest", "viewer", "extraction")
 FLAP_LIMIT = 10
 FLAP_WINDOW_S = 60.0
-RET_PIDFILE = 3
 
 log = logging.getLogger("kirolearn.supervisor")
 
@@ -75,22 +83,6 @@ class PidLock:
             os.ftruncate(self.fd, 0)  # left in place: unlinking a lock file races
             os.close(self.fd)
             self.fd = None
-
-
-def read_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip() or 0) or None
-    except (OSError, ValueError):
-        return None
-
-
-def remove_socket_files(run_dir: Path) -> list[str]:
-    removed = []
-    for pattern in ("*.sock", "*.ctl"):
-        for path in run_dir.glob(pattern):
-            path.unlink(missing_ok=True)
-            removed.append(path.name)
-    return removed
 
 
 @dataclass
@@ -177,7 +169,7 @@ class Arbiter:
     def _spawn(self, proc: Process) -> None:
         env = dict(os.environ, KIROLEARN_HOME=str(self.base), PYTHONUNBUFFERED="1")
         proc.popen = subprocess.Popen(
-            [sys.executable, "-m", f"kirolearn.{proc.role}", "--name", proc.name],
+            [sys.executable, "-m", f"kirolearn.roles.{proc.role}", "--name", proc.name],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
             cwd=self.base)  # not the caller's cwd: a source checkout there would shadow us
         threading.Thread(target=self._pipe_output, args=(proc, proc.popen.stdout),
@@ -322,30 +314,36 @@ class Arbiter:
         return {"running": True, "pid": os.getpid(), "home": str(self.base),
                 "extraction_workers": self.workers, "roles": roles}
 
-    def handle_control(self, request: dict) -> dict:
-        op, body, rid = request["op"], request["body"], request["id"]
-        if op == "ping":
-            return protocol.reply_ok(rid, {"name": "supervisor", "pid": os.getpid()})
-        if op == "status":
-            return protocol.reply_ok(rid, self.status())
-        if op == "stop":
-            self.begin_shutdown()
-            return protocol.reply_ok(rid)
-        if op == "scale":
-            count = body.get("count")
-            if body.get("role") != "extraction":
-                return protocol.reply_error(rid, protocol.ErrorCode.BAD_REQUEST,
-                                            "only 'extraction' can be scaled")
-            if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 64:
-                return protocol.reply_error(rid, protocol.ErrorCode.BAD_REQUEST,
-                                            "count must be an integer from 1 to 64")
-            if self.shutting_down:
-                return protocol.reply_error(rid, protocol.ErrorCode.SHUTTING_DOWN, "stopping")
-            self._set_workers(count)
-            log.info("scaled extraction to %d worker(s)", count)
-            return protocol.reply_ok(rid, {"extraction_workers": count})
-        return protocol.reply_error(rid, protocol.ErrorCode.UNKNOWN_OP,
-                                    f"supervisor does not serve {op!r}")
+    @base.op("ping", "control")
+    def ping(self, request: base.Request) -> dict:
+        """``ping`` → ``{name, pid}``."""
+        return {"name": "supervisor", "pid": os.getpid()}
+
+    @base.op("status", "control")
+    def get_status(self, request: base.Request) -> dict:
+        """``status`` → ``{running, pid, home, extraction_workers, roles: [{role, name,
+        pid, state, uptime_s, restarts}…]}``."""
+        return self.status()
+
+    @base.op("stop", "control")
+    def stop(self, request: base.Request) -> None:
+        """``stop`` → ``{}``; the shutdown ladder starts."""
+        self.begin_shutdown()
+
+    @base.op("scale", "control")
+    def scale(self, request: base.Request) -> dict:
+        """``scale {role: "extraction", count: 1–64}`` → ``{extraction_workers}``."""
+        if request.body.get("role") != "extraction":
+            raise base.BadRequest("only 'extraction' can be scaled")
+        count = request.body.get("count")
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 64:
+            raise base.BadRequest("count must be an integer from 1 to 64")
+        if self.shutting_down:
+            request.fail(protocol.ErrorCode.SHUTTING_DOWN, "stopping")
+            return base.LATER
+        self._set_workers(count)
+        log.info("scaled extraction to %d worker(s)", count)
+        return {"extraction_workers": count}
 
     # -- main loop --------------------------------------------------------------------------------
 
@@ -368,12 +366,10 @@ class Arbiter:
                                             bind=paths.endpoint("supervisor.ctl", self.base))
             os.umask(old_umask)
             log.info("supervisor started (pid %d, home %s)", os.getpid(), self.base)
+            table = base.op_table(self, "control")
             while not self.stopped():
                 if control.poll(100, zmq.POLLIN):
-                    received = transport.recv_request(control, log)
-                    if received is not None:
-                        envelope, request = received
-                        transport.send_reply(control, envelope, self.handle_control(request))
+                    base.serve(control, table, "supervisor", log)
                 if self.signals:
                     log.info("received signal %d", self.signals[0])
                     self.signals.clear()

@@ -8,19 +8,20 @@ import pytest
 from conftest import NAMESPACE, make_event
 
 from kirolearn import contract, db
-from kirolearn.ingest import prepare
+from kirolearn.db import reads, schema, writes
+from kirolearn.roles.ingest import prepare
 
 
 @pytest.fixture
 def conn(tmp_path):
-    connection = db.connect_writer(tmp_path / "kirolearn.db")
+    connection = writes.connect_writer(tmp_path / "kirolearn.db")
     yield connection
     connection.close()
 
 
 def store(conn, event, window_ms=10_000) -> str:
     conn.execute("BEGIN IMMEDIATE")
-    status = db.insert_event(conn, prepare(event)[0], window_ms)
+    status = writes.insert_event(conn, prepare(event)[0], window_ms)
     conn.execute("COMMIT")
     return status
 
@@ -37,8 +38,8 @@ def test_database_is_wal_private_and_migrated(tmp_path, conn):
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert (tmp_path / "kirolearn.db").stat().st_mode & 0o777 == 0o600
     assert [r[0] for r in conn.execute("SELECT version FROM _migrations")] == [
-        m[0] for m in db.MIGRATIONS]
-    assert db.migrate(conn) == []  # idempotent
+        m[0] for m in schema.MIGRATIONS]
+    assert schema.migrate(conn) == []  # idempotent
     sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'memory_records_fts'"
                        ).fetchone()[0]
     assert "porter unicode61 remove_diacritics 2" in sql
@@ -49,30 +50,30 @@ def test_database_is_wal_private_and_migrated(tmp_path, conn):
 
 def test_migration_drift_and_newer_databases_are_refused(conn):
     conn.execute("UPDATE _migrations SET checksum = 'edited' WHERE version = 1")
-    with pytest.raises(db.MigrationError, match="differs"):
-        db.migrate(conn)
+    with pytest.raises(schema.MigrationError, match="differs"):
+        schema.migrate(conn)
     conn.execute("UPDATE _migrations SET checksum = ? WHERE version = 1",
-                 (db._checksum(db.MIGRATIONS[0][2]),))
+                 (db._checksum(schema.MIGRATIONS[0][2]),))
     conn.execute("INSERT INTO _migrations VALUES (99, 'future', 'x', 'now')")
-    with pytest.raises(db.MigrationError, match="newer"):
-        db.migrate(conn)
+    with pytest.raises(schema.MigrationError, match="newer"):
+        schema.migrate(conn)
 
 
 def test_a_database_from_an_older_version_is_migrated_forward(tmp_path, monkeypatch):
-    monkeypatch.setattr(db, "MIGRATIONS", db.MIGRATIONS[:1])
-    old = db.connect_writer(tmp_path / "old.db")
+    monkeypatch.setattr(db, "MIGRATIONS", schema.MIGRATIONS[:1])
+    old = writes.connect_writer(tmp_path / "old.db")
     old.execute("BEGIN")
-    db.insert_record(old, record_for(["E" * 26]))
+    writes.insert_record(old, record_for(["E" * 26]))
     old.execute("COMMIT")
     old.close()
     monkeypatch.undo()
-    conn = db.connect_writer(tmp_path / "old.db")
+    conn = writes.connect_writer(tmp_path / "old.db")
     assert [r[0] for r in conn.execute("SELECT version FROM _migrations")] == [
-        m[0] for m in db.MIGRATIONS]
+        m[0] for m in schema.MIGRATIONS]
     plan = conn.execute("EXPLAIN QUERY PLAN SELECT namespace FROM memory_records"
                         " INDEXED BY memory_records_id_namespace WHERE id = 1").fetchall()
     assert "COVERING INDEX" in plan[0][-1]
-    assert len(list(db.iter_records(conn))) == 1
+    assert len(list(reads.iter_records(conn))) == 1
     conn.close()
 
 
@@ -94,7 +95,7 @@ def test_fts_index_follows_records_through_triggers(conn):
     store(conn, event)
     record = record_for([event["event_id"]])
     conn.execute("BEGIN")
-    db.insert_record(conn, record)
+    writes.insert_record(conn, record)
     conn.execute("COMMIT")
     hits = conn.execute("SELECT rowid FROM memory_records_fts WHERE memory_records_fts MATCH"
                         " 'switching'").fetchall()  # porter: switching ~ switched
@@ -106,7 +107,7 @@ def test_fts_index_follows_records_through_triggers(conn):
 
 def _form(conn, reason="turn_end"):
     conn.execute("BEGIN IMMEDIATE")
-    batch_id = db.form_batch(conn, NAMESPACE, reason)
+    batch_id = writes.form_batch(conn, NAMESPACE, reason)
     conn.execute("COMMIT")
     return batch_id
 
@@ -117,19 +118,19 @@ def test_events_arriving_during_extraction_wait_for_the_next_batch(conn):
     batch_id = _form(conn)
     late = make_event(content="two")
     store(conn, late)  # arrives while the batch is out with a worker
-    assert [e["event_id"] for e in db.batch_events(conn, batch_id)] == [first["event_id"]]
-    assert db.complete_batch(conn, batch_id, [record_for([first["event_id"]])]) == 1
-    assert db.pending_by_namespace(conn)[NAMESPACE] > 0  # 'two' is still pending
+    assert [e["event_id"] for e in reads.batch_events(conn, batch_id)] == [first["event_id"]]
+    assert writes.complete_batch(conn, batch_id, [record_for([first["event_id"]])]) == 1
+    assert reads.pending_by_namespace(conn)[NAMESPACE] > 0  # 'two' is still pending
     second = _form(conn)
-    assert [e["event_id"] for e in db.batch_events(conn, second)] == [late["event_id"]]
+    assert [e["event_id"] for e in reads.batch_events(conn, second)] == [late["event_id"]]
 
 
 def test_a_batch_is_committed_once_even_if_two_workers_finish_it(conn):
     event = make_event()
     store(conn, event)
     batch_id = _form(conn)
-    assert db.complete_batch(conn, batch_id, [record_for([event["event_id"]])]) == 1
-    assert db.complete_batch(conn, batch_id, [record_for([event["event_id"]])]) is None
+    assert writes.complete_batch(conn, batch_id, [record_for([event["event_id"]])]) == 1
+    assert writes.complete_batch(conn, batch_id, [record_for([event["event_id"]])]) is None
     assert conn.execute("SELECT COUNT(*) FROM memory_records").fetchone()[0] == 1
 
 
@@ -137,7 +138,7 @@ def test_a_near_duplicate_record_is_merged_into_the_recent_one(conn):
     def batch_with(*records: dict) -> None:
         event = make_event(content=contract.new_ulid())
         store(conn, event)
-        assert db.complete_batch(conn, _form(conn), records, merge_window_s=3600) == len(records)
+        assert writes.complete_batch(conn, _form(conn), records, merge_window_s=3600) == len(records)
 
     first = {**record_for(["A" * 26]), "title": "run the tests", "facts": ["ran `pytest`"],
              "files_touched": ["a.py", "b.py"]}
@@ -146,7 +147,7 @@ def test_a_near_duplicate_record_is_merged_into_the_recent_one(conn):
     other_files = {**record_for(["C" * 26]), "title": "run the tests", "files_touched": ["c.py"]}
     batch_with(first)
     batch_with(again, other_files)
-    rows = list(db.iter_records(conn))
+    rows = list(reads.iter_records(conn))
     assert len(rows) == 2
     merged = next(r for r in rows if r["record_id"] == first["record_id"])
     assert merged["facts"] == ["ran `pytest`", "ran `tox`"]
@@ -162,7 +163,7 @@ def test_records_outside_the_window_or_with_merging_off_are_kept_apart(conn):
     for record, window in ((old, 3600), (record_for(["B" * 26]), 3600),
                            (record_for(["C" * 26]), 0)):
         store(conn, make_event(content=contract.new_ulid()))
-        db.complete_batch(conn, _form(conn), [record], merge_window_s=window)
+        writes.complete_batch(conn, _form(conn), [record], merge_window_s=window)
     assert conn.execute("SELECT COUNT(*) FROM memory_records").fetchone()[0] == 3
 
 
@@ -170,11 +171,11 @@ def test_expired_leases_come_due_again(conn):
     store(conn, make_event())
     batch_id = _form(conn)
     now = db.now_ms()
-    assert [b[0] for b in db.due_batches(conn, now, 10)] == [batch_id]
+    assert [b[0] for b in reads.due_batches(conn, now, 10)] == [batch_id]
     conn.execute("UPDATE extraction_batches SET state = 'leased', lease_expires_ms = ?,"
                  " attempts = 1", (now + 1000,))
-    assert db.due_batches(conn, now, 10) == []
-    assert [b[0] for b in db.due_batches(conn, now + 1001, 10)] == [batch_id]
+    assert reads.due_batches(conn, now, 10) == []
+    assert [b[0] for b in reads.due_batches(conn, now + 1001, 10)] == [batch_id]
 
 
 def test_a_failed_record_insert_rolls_back_the_whole_batch(conn):
@@ -183,7 +184,7 @@ def test_a_failed_record_insert_rolls_back_the_whole_batch(conn):
     batch_id = _form(conn)
     bad = record_for([event["event_id"]])
     with pytest.raises(sqlite3.IntegrityError):
-        db.complete_batch(conn, batch_id, [record_for([event["event_id"]]), bad, bad])
+        writes.complete_batch(conn, batch_id, [record_for([event["event_id"]]), bad, bad])
     assert conn.execute("SELECT COUNT(*) FROM memory_records").fetchone()[0] == 0
     state = conn.execute("SELECT state FROM extraction_batches").fetchone()[0]
     assert state == "ready"
@@ -192,9 +193,9 @@ def test_a_failed_record_insert_rolls_back_the_whole_batch(conn):
 def test_stats_and_export_iterators(conn):
     store(conn, make_event("prompt", "a"))
     store(conn, make_event("tool_use", "b.py"))
-    result = db.stats(conn)
+    result = reads.stats(conn)
     assert result["totals"]["events"] == 2
     assert result["namespaces"][0]["events"] == {"prompt": 1, "tool_use": 1}
-    exported = list(db.iter_events(conn))
+    exported = list(reads.iter_events(conn))
     for event in exported:
         contract.validate_event(event)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kirolearn.supervisor.cli import cli
-
 from kirolearn import protocol
+from kirolearn.cli import cli
 
 ROOT = Path(__file__).parent.parent
 

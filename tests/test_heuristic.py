@@ -6,7 +6,8 @@ from conftest import NAMESPACE
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kirolearn import contract, heuristic
+from kirolearn import contract
+from kirolearn.extract import heuristic
 
 ROOT = "/home/dev/shop"
 

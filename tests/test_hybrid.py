@@ -13,7 +13,9 @@ from conftest import NAMESPACE, kl, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kirolearn import contract, db, embeddings, paths, protocol, search, transport, vectors
+from kirolearn import contract, db, paths, protocol, transport
+from kirolearn.db import writes
+from kirolearn.search import context, embeddings, searcher, vectors
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +43,11 @@ RECORDS = [
 
 def embedded_database(path: Path, embedder: embeddings.Embedder, records: list[dict]) -> None:
     """A database holding records and their vectors, as storage leaves it."""
-    conn = db.connect_writer(path)
+    conn = writes.connect_writer(path)
     for r in records:
-        db.insert_record(conn, r)
+        writes.insert_record(conn, r)
         text = embeddings.record_text(r)
-        db.save_embedding(conn, r["record_id"], embeddings.text_hash(text),
+        writes.save_embedding(conn, r["record_id"], embeddings.text_hash(text),
                           embeddings.to_blob(embedder.embed([text])[0]), embeddings.record_hash)
     conn.close()
 
@@ -167,7 +169,7 @@ def corpus_db(tmp_path_factory, embedder) -> Path:
 
 
 def test_semantic_search_finds_what_lexical_search_cannot(corpus_db, embedder):
-    searcher = search.Searcher(corpus_db, embedder=embedder)
+    searcher = searcher.Searcher(corpus_db, embedder=embedder)
     query = "Where are schema changes kept?"
     try:
         assert searcher.search(NAMESPACE, query, 10, 5000).records == []  # lexical: no words
@@ -190,8 +192,8 @@ def test_semantic_search_finds_what_lexical_search_cannot(corpus_db, embedder):
 @given(st.text(max_size=80) | st.sampled_from(["database migrations", "the invoices", "images",
                                               "KeyError", "what is the weather"]))
 def test_a_dead_embedder_gives_exactly_the_lexical_result(corpus_db, query):
-    lexical = search.Searcher(corpus_db)
-    dead = search.Searcher(corpus_db, embedder=DeadEmbedder())
+    lexical = searcher.Searcher(corpus_db)
+    dead = searcher.Searcher(corpus_db, embedder=DeadEmbedder())
     try:
         expected = lexical.search(NAMESPACE, query, 10, 5000)
         for mode in ("hybrid", "semantic"):
@@ -203,8 +205,8 @@ def test_a_dead_embedder_gives_exactly_the_lexical_result(corpus_db, query):
 
 
 def test_a_slow_embedder_gives_the_lexical_result_within_the_budget(corpus_db, embedder):
-    lexical = search.Searcher(corpus_db)
-    slow = search.Searcher(corpus_db, embedder=SlowEmbedder(embedder))
+    lexical = searcher.Searcher(corpus_db)
+    slow = searcher.Searcher(corpus_db, embedder=SlowEmbedder(embedder))
     try:
         expected = lexical.search(NAMESPACE, "database migrations", 10, 300)
         got = slow.search(NAMESPACE, "database migrations", 10, 300, mode="hybrid")
@@ -217,12 +219,12 @@ def test_a_slow_embedder_gives_the_lexical_result_within_the_budget(corpus_db, e
 
 def test_the_context_is_capped_and_the_lowest_ranked_go_first():
     long = [record(f"Record {n}", "word " * 300) for n in range(5)]  # ~380 tokens each
-    kept = search.within_tokens(long, 1000)
+    kept = context.within_tokens(long, 1000)
     assert [r["title"] for r in kept] == ["Record 0", "Record 1"]
-    assert search.estimate_tokens(search.context_block(kept)) <= 1000
-    assert search.within_tokens(long, None) == long
-    [cut] = search.within_tokens([record("Huge", "x" * 20_000)], 500)
-    assert search.estimate_tokens(search.context_block([cut])) <= 500
+    assert context.estimate_tokens(context.context_block(kept)) <= 1000
+    assert context.within_tokens(long, None) == long
+    [cut] = context.within_tokens([record("Huge", "x" * 20_000)], 500)
+    assert context.estimate_tokens(context.context_block([cut])) <= 500
 
 
 # -- the daemon: back-fill, status, modes ----------------------------------------------------

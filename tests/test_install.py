@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import kl
 
-from kirolearn import install
+from kirolearn.shims import install
 
 USER_SETTINGS = {"model": "opus", "permissions": {"allow": ["Bash(npm test)"]},
                  "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "notify done"}]}],

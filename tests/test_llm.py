@@ -17,7 +17,8 @@ import pytest
 from conftest import NAMESPACE, kl, make_event, status, wait_for
 from test_heuristic import KIRO_CLI_SESSION
 
-from kirolearn import config, contract, heuristic, llm, paths, transport
+from kirolearn import config, contract, paths, transport
+from kirolearn.extract import heuristic, llm
 
 GOOD = {"records": [{"title": "Export rows without a customer no longer crash",
                      "summary": "The CSV export read row['customer_id'] directly; it now"

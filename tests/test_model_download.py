@@ -14,7 +14,7 @@ from typing import ClassVar
 import pytest
 from conftest import kl
 
-from kirolearn import embeddings
+from kirolearn.search import embeddings
 
 COMMIT = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"
 

@@ -12,7 +12,9 @@ import time
 import pytest
 from conftest import KL, NAMESPACE, kl, make_event, status, wait_for
 
-from kirolearn import db, ingest, paths, project, protocol, transport
+from kirolearn import paths, project, protocol, transport
+from kirolearn.db import writes
+from kirolearn.roles import ingest
 
 UUID_RECORD = {
     "record_id": "R" + "1" * 25, "namespace": NAMESPACE, "title": "Switch user ids to UUID",
@@ -37,11 +39,11 @@ UUID_CONTEXT = (
 
 def seed(home, *records: dict) -> None:
     """Write records into the home's database, as extraction would have."""
-    conn = db.connect_writer(paths.db_path(home))
+    conn = writes.connect_writer(paths.db_path(home))
     with conn:
         conn.execute("BEGIN IMMEDIATE")
         for record in records:
-            db.insert_record(conn, record)
+            writes.insert_record(conn, record)
     conn.close()
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kirolearn.shims import common
 
 from kirolearn import contract, project
+from kirolearn.shims import common
 
 text = st.text(st.characters(exclude_categories=("Cs",)), max_size=400)
 json_value = st.recursive(

@@ -21,7 +21,9 @@ from hypothesis import strategies as st
 from shimkit import Workspace, retrieval, wait_records
 from starlette.testclient import TestClient
 
-from kirolearn import db, paths, search, viewer, web
+from kirolearn import paths, search, web
+from kirolearn.db import writes
+from kirolearn.roles import viewer
 
 SESSION = "7a9c1e-claude-session"
 BASE_URL = "http://127.0.0.1"
@@ -194,7 +196,7 @@ PROTECTED = ["/", "/live", "/memories", "/memories/mr_x", "/retrievals", "/retri
 
 
 def test_every_page_and_api_call_needs_the_token_and_the_host_must_be_ours(home):
-    db.connect_writer(paths.db_path(home)).close()
+    writes.connect_writer(paths.db_path(home)).close()
     token = web.load_token(home)
     stranger = client(home)
     for path in PROTECTED:
@@ -223,7 +225,7 @@ def test_every_page_and_api_call_needs_the_token_and_the_host_must_be_ours(home)
 
 
 def test_security_headers_on_every_answer_and_nothing_inline(home):
-    db.connect_writer(paths.db_path(home)).close()
+    writes.connect_writer(paths.db_path(home)).close()
     app = client(home, web.load_token(home))
     for path in ("/", "/live", "/static/viewer.js", "/static/viewer.css", "/nope",
                  "/api/overview", "/memories/mr_missing"):
@@ -393,13 +395,13 @@ def test_a_retrieval_past_its_budget_is_logged_with_its_reason(home, ws, monkeyp
 
 
 def test_search_and_forget_say_so_when_the_daemon_does_not_answer(home):
-    conn = db.connect_writer(paths.db_path(home))
+    conn = writes.connect_writer(paths.db_path(home))
     record = {"record_id": "mr_01J0000000000000000000000A", "namespace": "/actor/a/project/p/",
               "title": "Use WAL mode", "summary": "WAL lets readers go on while one writes.",
               "facts": [], "concepts": [], "files_touched": [], "observation_type": "decision",
               "strategy": "heuristic", "source_event_ids": [],
               "created_at": "2026-11-01T10:00:00+00:00"}
-    db.insert_record(conn, record)
+    writes.insert_record(conn, record)
     conn.close()
     app = client(home, web.load_token(home))
     page = app.get("/memories", params={"q": "wal", "project": record["namespace"]})

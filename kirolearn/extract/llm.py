@@ -27,16 +27,17 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from typing import Protocol
 
 import tenacity
 
-from kirolearn import config, contract, heuristic
+from kirolearn import config, contract, tooluse
+from kirolearn.extract import heuristic
 
 STRATEGY = "llm-summary"
 EVENT_CHARS = 4000  # of one event's body in the prompt
 PROMPT_CHARS = 60_000
 ATTEMPTS = 3
-LLM_TYPES = ("tool_use", "decision", "error", "discovery", "pattern", "session_summary")
 
 INSTRUCTIONS = """You distil a coding agent's work into memory records that a developer \
 (or the agent, next week) will read back before similar work. Below are the events of \
@@ -112,8 +113,8 @@ def parse_answer(text: str) -> list[dict]:
             raise Garbage("a record lacks its title or summary")
         kind = item.get("observation_type")
         parsed.append({
-            "title": heuristic.cut(title, 200), "summary": summary.strip()[:4000],
-            "observation_type": kind if kind in LLM_TYPES else "discovery",
+            "title": tooluse.cut(title, 200), "summary": summary.strip()[:4000],
+            "observation_type": kind if kind in contract.OBSERVATION_TYPES else "discovery",
             "facts": _strings(item.get("facts"), 500, 50),
             "concepts": _strings(item.get("concepts"), 100, 50),
             "files_touched": _strings(item.get("files_touched"), 500, 100),
@@ -245,8 +246,21 @@ class Breaker:
         return sorted(ns for ns, until in self.open_until.items() if until > now)
 
 
+class Backend(Protocol):
+    """A model behind an API or a command: the prompt in, (answer, tokens spent) out;
+    Retryable for a failure worth another attempt."""
+
+    def complete(self, prompt: str) -> tuple[str, int]: ...
+
+
 class LLMExtractor:
-    def __init__(self, backend, budget: Budget, breaker: Breaker, log: logging.Logger):
+    """Records from a model, the heuristic extractor's whenever the model cannot be used
+    (its breaker is open, the hour's budget is spent, or it failed)."""
+
+    strategy = STRATEGY
+
+    def __init__(self, backend: Backend, budget: Budget, breaker: Breaker,
+                 log: logging.Logger):
         self.backend, self.budget, self.breaker, self.log = backend, budget, breaker, log
         self._said_spent = False
 
@@ -276,6 +290,10 @@ class LLMExtractor:
                  "strategy": STRATEGY, "source_event_ids": ids,
                  "created_at": contract.now_iso()} for item in items], STRATEGY
 
+    def status(self) -> dict:
+        now = time.monotonic()
+        return {"llm_budget_left": self.budget.left(now), "breakers_open": self.breaker.open(now)}
+
     def _ask(self, prompt: str) -> list[dict]:
         def attempt() -> list[dict]:
             if not self.budget.allows(time.monotonic()):
@@ -294,7 +312,8 @@ class LLMExtractor:
 
 
 def from_settings(settings: dict, log: logging.Logger) -> LLMExtractor | None:
-    """The configured LLM extractor, or None for the heuristic one."""
+    """The configured LLM extractor, or None for the heuristic one (ConfigError for a
+    strategy that cannot work)."""
     cfg = settings["extraction"]
     strategy = cfg["strategy"]
     key = os.environ.get(cfg["llm_api_key_env"], "") if cfg["llm_api_key_env"] else ""

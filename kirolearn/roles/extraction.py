@@ -4,9 +4,8 @@ Workers hold no state: storage leases each batch and commits the returned
 records together with the batch's completion, so a worker may die at any point
 and the batch is simply handed out again when its lease expires.
 
-Records come from the heuristic extractor (``kirolearn.heuristic``), or from a model
-when ``extraction.strategy`` names one (``kirolearn.llm``), which falls back to the
-heuristic extractor whenever the model cannot be used.
+Records come from the extractor ``extraction.strategy`` names (``kirolearn.extract``):
+the heuristic one, or a model that falls back to it whenever it cannot be used.
 """
 
 from __future__ import annotations
@@ -16,10 +15,11 @@ import time
 
 import zmq
 
-from kirolearn import heuristic, llm, paths, protocol, role, transport
+from kirolearn import extract, paths, protocol, transport
+from kirolearn.roles import base
 
 
-class ExtractionWorker(role.Role):
+class ExtractionWorker(base.Role):
     role = "extraction"
 
     def setup(self) -> None:
@@ -28,16 +28,11 @@ class ExtractionWorker(role.Role):
         self.add_socket(pull, self._on_batch)
         self.records = transport.make_socket(self.ctx, zmq.PUSH, linger_ms=2000,
                                              connect=paths.endpoint("records", self.base))
-        self.llm = llm.from_settings(self.settings, self.log)
+        self.extractor = extract.from_settings(self.settings, self.log)
         self.batches_done = 0
 
-    def control_status(self) -> dict:
-        status: dict = {"batches_done": self.batches_done}
-        if self.llm is not None:
-            now = time.monotonic()
-            status["llm_budget_left"] = self.llm.budget.left(now)
-            status["breakers_open"] = self.llm.breaker.open(now)
-        return status
+    def counters(self) -> dict:
+        return {"batches_done": self.batches_done, **self.extractor.status()}
 
     def _on_batch(self, sock: zmq.Socket) -> None:
         try:
@@ -49,10 +44,7 @@ class ExtractionWorker(role.Role):
         started = time.monotonic()
         for event in events:  # storage sends bodies still encoded
             event["body"] = json.loads(event.pop("body_json"))
-        if self.llm is None:
-            records, strategy = heuristic.extract(namespace, events), heuristic.STRATEGY
-        else:
-            records, strategy = self.llm.extract(namespace, events)
+        records, strategy = self.extractor.extract(namespace, events)
         self.records.send(protocol.pack({"batch_id": batch_id, "records": records}))
         self.batches_done += 1
         self.log.info("batch %s", json.dumps({
@@ -62,4 +54,4 @@ class ExtractionWorker(role.Role):
 
 
 if __name__ == "__main__":
-    role.main(ExtractionWorker)
+    base.main(ExtractionWorker)

@@ -30,7 +30,9 @@ from pathlib import Path
 
 import zmq
 
-from kirolearn import contract, db, paths, privacy, protocol, role, spool, transport
+from kirolearn import contract, paths, privacy, protocol, spool, transport
+from kirolearn.db import writes
+from kirolearn.roles import base
 
 Code = protocol.ErrorCode
 # A storage request is sent once this much is waiting (or when no client request is left),
@@ -47,8 +49,7 @@ REPLY_RESERVE_S = 0.05
 class Pending:
     """A client request waiting for storage (and maybe retrieval)."""
 
-    envelope: list[bytes] | None  # None: events from the spool, not from a client
-    request_id: str
+    request: base.Request | None  # None: events from the spool, not from a client
     op: str
     results: list[dict | None]  # one per event; None until storage answers
     storage_deadline: float
@@ -61,9 +62,10 @@ class Pending:
     spool_files: list[Path] = field(default_factory=list)  # one per event, from the spool
 
 
-class Ingest(role.Role):
+class Ingest(base.Role):
     role = "ingest"
     tick_interval_s = 0.01
+    refuse_while_stopping = True
 
     def setup(self) -> None:
         self.budget_s = max(0.0, self.settings["retrieval"]["budget_ms"] / 1000 - REPLY_RESERVE_S)
@@ -72,7 +74,7 @@ class Ingest(role.Role):
         self.spooling = False  # a chunk of the spool is with storage
         self.limit = self.settings["retrieval"]["limit"]
         self.storage_timeout_s = self.settings["ingest"]["storage_timeout_ms"] / 1000
-        self.front = self.bind(zmq.ROUTER, paths.endpoint("ingest", self.base), self._on_client)
+        self.serve_on(paths.endpoint("ingest", self.base))
         self.storage = transport.make_socket(self.ctx, zmq.DEALER,
                                              connect=paths.endpoint("storage", self.base))
         self.retrieval = transport.make_socket(self.ctx, zmq.DEALER,
@@ -85,26 +87,55 @@ class Ingest(role.Role):
         self.outbox_bytes = self.outbox_events = 0
         self.by_storage_id: dict[str, list[Pending]] = {}
         self.by_retrieval_id: dict[str, Pending] = {}
-        # Record writes relayed to storage: its request id → (client envelope, client
-        # request id, deadline).
-        self.relays: dict[str, tuple[list[bytes], str, float]] = {}
+        # Record writes relayed to storage: its request id → (client request, deadline).
+        self.relays: dict[str, tuple[base.Request, float]] = {}
         self.accepted = 0
 
-    def control_status(self) -> dict:
+    def counters(self) -> dict:
         return {"in_flight": len(self.by_storage_id), "accepted": self.accepted,
                 "spool_waiting": len(spool.waiting(self.base))}
 
     # -- clients ----------------------------------------------------------------------------
 
-    def _on_client(self, sock: zmq.Socket) -> None:
-        for _ in range(1000):  # bounded so the other sockets get their turn
-            received = transport.recv_request(sock, self.log)
-            if received is not None:
-                self._handle(*received)
-                if self.outbox_bytes >= FLUSH_BYTES or self.outbox_events >= FLUSH_EVENTS:
-                    self._flush()  # keep storage busy while the next requests are prepared
-            if not sock.poll(0, zmq.POLLIN):
-                break
+    @base.op("put_event")
+    def put_event(self, request: base.Request) -> object:
+        """``put_event {event, retrieve?: true | false | "session"}`` → ``{event_id,
+        status, retrieval?}``, after storage has committed the event; a prompt sent with
+        ``retrieve: true`` gets its context, a session start (``"session"``) the
+        project's. An invalid event is an ``INVALID_EVENT`` or ``TOO_LARGE`` error."""
+        retrieve = request.body.get("retrieve", False)
+        if retrieve not in (True, False, "session"):
+            raise base.BadRequest("'retrieve' must be true, false or \"session\"")
+        self._put(request, [request.body.get("event")], retrieve=retrieve)
+        return base.LATER
+
+    @base.op("put_events")
+    def put_events(self, request: base.Request) -> object:
+        """``put_events {events: [event…]}`` or ``{lines: [JSON text…]}`` → ``{results:
+        [{event_id, status, reason?, errors?}…]}``, one per input, in order."""
+        # 'lines' carries events as JSON text (bulk import): parsing untrusted JSON
+        # belongs here, at the door, and spares the client a decode/encode.
+        events, lines = request.body.get("events"), request.body.get("lines")
+        if isinstance(lines, list) and all(isinstance(line, str) for line in lines):
+            self._put(request, [_decode(line) for line in lines], retrieve=False)
+        elif isinstance(events, list):
+            self._put(request, events, retrieve=False)
+        else:
+            raise base.BadRequest("'events' (or 'lines') must be a list")
+        return base.LATER
+
+    @base.op("put_record")
+    def put_record(self, request: base.Request) -> object:
+        """``put_record {record}`` → ``{record_id, status: stored | merged}``: a record
+        saved through MCP, scrubbed like an event and relayed to storage."""
+        return self._relay(request, check_put_record)
+
+    @base.op("forget")
+    def forget(self, request: base.Request) -> object:
+        """``forget {record_id, namespaces}`` → ``{deleted}``, relayed to storage."""
+        return self._relay(request, check_forget)
+
+    def after_requests(self) -> None:
         self._flush()
 
     def _flush(self) -> None:
@@ -124,71 +155,40 @@ class Ingest(role.Role):
         self.accepted += len(events)
 
     def _fail(self, pending: Pending, code: int, reason: str) -> None:
-        if pending.envelope is None:  # spooled events stay spooled; try again later
+        if pending.request is None:  # spooled events stay spooled; try again later
             self.log.warning("spool: %s; retrying in %ss", reason, self.spool_interval_s)
             self.spooling = False
             self.next_spool = time.monotonic() + self.spool_interval_s
             return
-        transport.send_reply(self.front, pending.envelope,
-                             protocol.reply_error(pending.request_id, code, reason))
+        pending.request.fail(code, reason)
         if pending.event is not None:
             self.by_retrieval_id = {k: v for k, v in self.by_retrieval_id.items()
                                     if v is not pending}
 
-    def _handle(self, envelope: list[bytes], request: dict) -> None:
-        op, body, rid = request["op"], request["body"], request["id"]
-        if op == "ping":
-            transport.send_reply(self.front, envelope, protocol.reply_ok(rid, {"role": self.role}))
-        elif self.stopping:
-            transport.send_reply(self.front, envelope, protocol.reply_error(
-                rid, Code.SHUTTING_DOWN, "ingest is stopping"))
-        elif op == "put_event":
-            retrieve = body.get("retrieve", False)
-            if retrieve not in (True, False, "session"):
-                transport.send_reply(self.front, envelope, protocol.reply_error(
-                    rid, Code.BAD_REQUEST, "'retrieve' must be true, false or \"session\""))
-                return
-            self._put(envelope, rid, op, [body.get("event")], retrieve=retrieve)
-        elif op == "put_events":
-            # 'lines' carries events as JSON text (bulk import): parsing untrusted
-            # JSON belongs here, at the door, and spares the client a decode/encode.
-            events, lines = body.get("events"), body.get("lines")
-            if isinstance(lines, list) and all(isinstance(line, str) for line in lines):
-                self._put(envelope, rid, op, [_decode(line) for line in lines], retrieve=False)
-            elif isinstance(events, list):
-                self._put(envelope, rid, op, events, retrieve=False)
-            else:
-                transport.send_reply(self.front, envelope, protocol.reply_error(
-                    rid, Code.BAD_REQUEST, "'events' (or 'lines') must be a list"))
-        elif op in ("put_record", "forget"):
-            try:
-                relayed = check_put_record(body) if op == "put_record" else check_forget(body)
-            except contract.ContractError as exc:
-                transport.send_reply(self.front, envelope, protocol.reply_error(
-                    rid, Code.BAD_REQUEST, str(exc),
-                    {"errors": [e._asdict() for e in exc.errors]}))
-                return
-            self._relay(envelope, rid, op, relayed)
-        else:
-            transport.send_reply(self.front, envelope, protocol.reply_error(
-                rid, Code.UNKNOWN_OP, f"ingest does not serve {op!r}"))
-
-    def _relay(self, envelope: list[bytes], rid: str, op: str, body: dict) -> None:
-        """Send a checked request on to storage; its answer goes back to the client."""
-        message = protocol.request(op, body)
+    def _relay(self, request: base.Request, check) -> object:
+        """Check a record write, then send it on to storage; storage's answer goes back
+        to the client."""
+        try:
+            body = check(request.body)
+        except contract.ContractError as exc:
+            raise base.BadRequest(str(exc), {"errors": [e._asdict() for e in exc.errors]}
+                                  ) from exc
+        message = protocol.request(request.op, body)
         try:
             self.storage.send_multipart([b"", protocol.pack(message)], flags=zmq.NOBLOCK)
         except zmq.Again:
-            transport.send_reply(self.front, envelope, protocol.reply_error(
-                rid, Code.UNAVAILABLE, "storage is not accepting writes"))
-            return
-        self.relays[message["id"]] = (envelope, rid,
-                                      time.monotonic() + self.storage_timeout_s)
+            request.fail(Code.UNAVAILABLE, "storage is not accepting writes")
+            return base.LATER
+        self.relays[message["id"]] = (request, time.monotonic() + self.storage_timeout_s)
+        return base.LATER
 
-    def _put(self, envelope: list[bytes] | None, rid: str, op: str, events: list,
-             retrieve: bool | str, spool_files: list[Path] | None = None) -> None:
+    def _put(self, request: base.Request | None, events: list, retrieve: bool | str,
+             spool_files: list[Path] | None = None) -> None:
+        """Prepare each event and queue the valid ones for storage (``request`` None:
+        events from the spool)."""
         now = time.monotonic()
-        pending = Pending(envelope, rid, op, [None] * len(events), now + self.storage_timeout_s,
+        op = request.op if request is not None else "put_events"
+        pending = Pending(request, op, [None] * len(events), now + self.storage_timeout_s,
                           spool_files=spool_files or [])
         clean = []
         first_body = None
@@ -210,9 +210,8 @@ class Ingest(role.Role):
         if op == "put_event" and pending.results[0] is not None:
             rejected = pending.results[0]
             too_large = any(e["code"] == "too_large" for e in rejected["errors"])
-            transport.send_reply(self.front, envelope, protocol.reply_error(
-                rid, Code.TOO_LARGE if too_large else Code.INVALID_EVENT, rejected["reason"],
-                {"errors": rejected["errors"]}))
+            request.fail(Code.TOO_LARGE if too_large else Code.INVALID_EVENT,
+                         rejected["reason"], {"errors": rejected["errors"]})
             return
         if not clean:
             self._reply(pending)
@@ -220,6 +219,8 @@ class Ingest(role.Role):
         self.outbox.append((pending, clean))
         self.outbox_events += len(clean)
         self.outbox_bytes += sum(len(event["body_json"]) for event in clean)
+        if self.outbox_bytes >= FLUSH_BYTES or self.outbox_events >= FLUSH_EVENTS:
+            self._flush()  # keep storage busy while the next requests are prepared
         if retrieve == "session" or (retrieve is True and clean[0]["kind"] == "prompt"):
             prompt = {k: clean[0][k] for k in ("event_id", "namespace", "kind", "session_id")}
             self._ask_retrieval(pending, {**prompt, "body": first_body}, now,
@@ -241,8 +242,12 @@ class Ingest(role.Role):
         try:
             self.retrieval.send_multipart([b"", protocol.pack(message)], flags=zmq.NOBLOCK)
             self.by_retrieval_id[message["id"]] = pending
-        except (zmq.Again, ValueError, TypeError, OverflowError):  # no peer, or unpackable
-            pending.retrieval = empty_retrieval(0.0, "error")
+        except (zmq.Again, ValueError, TypeError, OverflowError) as exc:  # no peer, unpackable
+            reason = ("retrieval is not accepting requests" if isinstance(exc, zmq.Again)
+                      else f"the request could not be sent: {type(exc).__name__}: {exc}")
+            self.log.warning("%s for %s: %s", message["op"], event["event_id"], reason)
+            pending.retrieval = {**empty_retrieval(0.0, "error"), "error": reason}
+            self._log_retrieval(pending)
 
     # -- downstream replies -----------------------------------------------------------------
 
@@ -258,8 +263,9 @@ class Ingest(role.Role):
         while sock.poll(0, zmq.POLLIN):
             reply = self._read_reply(sock)
             if reply and reply.get("id") in self.relays:
-                envelope, rid, _ = self.relays.pop(reply["id"])
-                transport.send_reply(self.front, envelope, {**reply, "id": rid})
+                request, _ = self.relays.pop(reply["id"])
+                transport.send_reply(request.sock, request.envelope,
+                                     {**reply, "id": request.id})
                 continue
             group = self.by_storage_id.pop(reply.get("id"), None) if reply else None
             if group is None:
@@ -311,17 +317,16 @@ class Ingest(role.Role):
             self._reply(pending)
 
     def _reply(self, pending: Pending) -> None:
-        if pending.envelope is None:
+        if pending.request is None:
             self._spool_done(pending)
             return
         if pending.op == "put_event":
             body = dict(pending.results[0])
             if pending.event is not None:  # the error is for the log, not the agent
                 body["retrieval"] = {k: v for k, v in pending.retrieval.items() if k != "error"}
-            reply = protocol.reply_ok(pending.request_id, body)
+            pending.request.reply(body)
         else:
-            reply = protocol.reply_ok(pending.request_id, {"results": pending.results})
-        transport.send_reply(self.front, pending.envelope, reply)
+            pending.request.reply({"results": pending.results})
 
     # -- the spool -------------------------------------------------------------------------
 
@@ -336,8 +341,7 @@ class Ingest(role.Role):
             events.append(_BadLine(event) if isinstance(event, str) else event)
         self.log.info("spool: draining %d event(s)", len(files))
         self.spooling = True
-        self._put(None, protocol.new_request_id(), "put_events", events, retrieve=False,
-                  spool_files=files)
+        self._put(None, events, retrieve=False, spool_files=files)
         self._flush()
 
     def _spool_done(self, pending: Pending) -> None:
@@ -373,11 +377,10 @@ class Ingest(role.Role):
                 pending.retrieval["error"] = "retrieval did not answer within the budget"
                 self._log_retrieval(pending)
                 self._maybe_reply(pending)
-        for sid, (envelope, rid, deadline) in list(self.relays.items()):
+        for sid, (request, deadline) in list(self.relays.items()):
             if now >= deadline:
                 del self.relays[sid]
-                transport.send_reply(self.front, envelope, protocol.reply_error(
-                    rid, Code.UNAVAILABLE, "storage did not answer in time"))
+                request.fail(Code.UNAVAILABLE, "storage did not answer in time")
         for rid, group in list(self.by_storage_id.items()):
             if now >= group[0].storage_deadline:
                 del self.by_storage_id[rid]
@@ -412,7 +415,7 @@ def _decode(line: str) -> object:
 def prepare(event: object) -> tuple[dict, dict]:
     """Validate, verify the hash, scrub and re-hash one event (raises ContractError).
 
-    Returns what storage stores (``db.stored_form``: the row, with the scrubbed
+    Returns what storage stores (``writes.stored_form``: the row, with the scrubbed
     body's canonical JSON) and the scrubbed body itself. The body is serialized
     once, here; storage never re-encodes it.
     """
@@ -430,7 +433,7 @@ def prepare(event: object) -> tuple[dict, dict]:
         if body != event["body"]:
             body_json = contract.canonical_json(body)
             digest = contract.hash_json(body_json)
-    return db.stored_form(event, body_json, valid_ms, digest), body
+    return writes.stored_form(event, body_json, valid_ms, digest), body
 
 
 # What a redaction may lengthen (``password=[REDACTED]``), cut back to the contract.
@@ -483,4 +486,4 @@ def empty_retrieval(latency_ms: float, outcome: str) -> dict:
 
 
 if __name__ == "__main__":
-    role.main(Ingest)
+    base.main(Ingest)

@@ -18,28 +18,16 @@ from dataclasses import dataclass
 
 import zmq
 
-from kirolearn import (
-    config,
-    contract,
-    embeddings,
-    paths,
-    protocol,
-    role,
-    search,
-    transport,
-    vectors,
-)
+from kirolearn import config, contract, paths, protocol, transport
+from kirolearn.roles import base
+from kirolearn.search import MODES, embeddings, searcher, vectors
 
 MAX_LIMIT = 100
 MAX_NAMESPACES = 8
 MAX_IDS = 100  # records one get_records may ask for
 MAX_AROUND = 50  # records a timeline may show on each side
-MAX_TOKENS = 1_000_000
+MAX_CONTEXT_TOKENS = 1_000_000
 MAX_BUDGET_MS = 60_000
-
-
-class BadSearch(ValueError):
-    pass
 
 
 @dataclass
@@ -57,7 +45,7 @@ class SearchRequest:
 def parse_search(body: dict, default_limit: int, default_budget_ms: float,
                  default_mode: str = "lexical", default_tokens: int | None = None
                  ) -> SearchRequest:
-    """A search request's body, checked (BadSearch says what is wrong).
+    """A search request's body, checked (BadRequest says what is wrong).
 
     The query is ``query`` (text) or comes from ``event`` (a prompt: text content,
     last message turn, or JSON data); the namespace is ``namespace`` or the event's,
@@ -67,41 +55,41 @@ def parse_search(body: dict, default_limit: int, default_budget_ms: float,
     if "query" in body:
         query = body["query"]
         if not isinstance(query, str):
-            raise BadSearch("'query' must be a string")
+            raise base.BadRequest("'query' must be a string")
     elif isinstance(event, dict):
         query = contract.body_text(event.get("body"))
     else:
-        raise BadSearch("give 'query' (a string) or 'event' (a prompt event)")
+        raise base.BadRequest("give 'query' (a string) or 'event' (a prompt event)")
     if "namespaces" in body:
         namespaces = parse_namespaces(body)
     else:
         namespace = body.get("namespace",
                              event.get("namespace") if isinstance(event, dict) else None)
         if not isinstance(namespace, str) or not namespace:
-            raise BadSearch("'namespace' must be a non-empty string")
+            raise base.BadRequest("'namespace' must be a non-empty string")
         namespaces = (namespace,)
     limit = body.get("limit", default_limit)
     if not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= MAX_LIMIT:
-        raise BadSearch(f"'limit' must be an integer from 0 to {MAX_LIMIT}")
+        raise base.BadRequest(f"'limit' must be an integer from 0 to {MAX_LIMIT}")
     budget_ms = body.get("budget_ms", default_budget_ms)
     if (not isinstance(budget_ms, int | float) or isinstance(budget_ms, bool)
             or not 0 <= budget_ms <= MAX_BUDGET_MS):
-        raise BadSearch(f"'budget_ms' must be a number from 0 to {MAX_BUDGET_MS}")
+        raise base.BadRequest(f"'budget_ms' must be a number from 0 to {MAX_BUDGET_MS}")
     deadline = None
     deadline_ms = body.get("deadline_ms")
     if deadline_ms is not None:
         if not isinstance(deadline_ms, int | float) or isinstance(deadline_ms, bool):
-            raise BadSearch("'deadline_ms' must be a number (milliseconds since the epoch)")
+            raise base.BadRequest("'deadline_ms' must be a number (milliseconds since the epoch)")
         deadline = time.monotonic() + (deadline_ms - time.time() * 1000) / 1000
     with_records = body.get("records", False)
     if not isinstance(with_records, bool):
-        raise BadSearch("'records' must be true or false")
+        raise base.BadRequest("'records' must be true or false")
     mode = body.get("mode", default_mode)
-    if mode not in search.MODES:
-        raise BadSearch(f"'mode' must be one of {', '.join(search.MODES)}")
+    if mode not in MODES:
+        raise base.BadRequest(f"'mode' must be one of {', '.join(MODES)}")
     max_tokens = body.get("tokens", default_tokens)
     if max_tokens is not None:
-        max_tokens = parse_count(body, "tokens", default_tokens, MAX_TOKENS)
+        max_tokens = parse_count(body, "tokens", default_tokens, MAX_CONTEXT_TOKENS)
     return SearchRequest(namespaces, query, limit, float(budget_ms), deadline, with_records,
                          mode, max_tokens)
 
@@ -110,24 +98,25 @@ def parse_namespaces(body: dict) -> tuple[str, ...]:
     namespaces = body.get("namespaces")
     if (not isinstance(namespaces, list) or not 1 <= len(namespaces) <= MAX_NAMESPACES
             or not all(isinstance(n, str) and n for n in namespaces)):
-        raise BadSearch(f"'namespaces' must be a list of 1 to {MAX_NAMESPACES} non-empty strings")
+        raise base.BadRequest(f"'namespaces' must be a list of 1 to {MAX_NAMESPACES}"
+                              " non-empty strings")
     return tuple(namespaces)
 
 
 def parse_count(body: dict, key: str, default: int, most: int) -> int:
     value = body.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= most:
-        raise BadSearch(f"'{key}' must be an integer from 0 to {most}")
+        raise base.BadRequest(f"'{key}' must be an integer from 0 to {most}")
     return value
 
 
-class Retrieval(role.Role):
+class Retrieval(base.Role):
     role = "retrieval"
 
     def setup(self) -> None:
         cfg = self.settings["retrieval"]
-        if cfg["mode"] not in search.MODES:
-            raise config.ConfigError(f"retrieval.mode: must be one of {', '.join(search.MODES)},"
+        if cfg["mode"] not in MODES:
+            raise config.ConfigError(f"retrieval.mode: must be one of {', '.join(MODES)},"
                                      f" got {cfg['mode']!r}")
         self.default_limit = cfg["limit"]
         self.default_budget_ms = cfg["budget_ms"]
@@ -135,7 +124,7 @@ class Retrieval(role.Role):
         self.context_tokens = cfg["context_tokens"] or None
         self.embeddings_state, embedder = self._load_embedder()
         self.default_mode = cfg["mode"] if embedder is not None else "lexical"
-        self.searcher = search.Searcher(paths.db_path(self.base), embedder=embedder,
+        self.searcher = searcher.Searcher(paths.db_path(self.base), embedder=embedder,
                                         min_similarity=cfg["min_similarity"],
                                         rrf_k=max(1, cfg["rrf_k"]))
         self.backfill: vectors.Backfill | None = None
@@ -148,7 +137,7 @@ class Retrieval(role.Role):
             self.searcher.request_load = self.backfill.request_load
             self.backfill.start()
         self.outcomes: Counter[str] = Counter()
-        self.bind(zmq.ROUTER, paths.endpoint("retrieval", self.base), self._on_request)
+        self.serve_on(paths.endpoint("retrieval", self.base))
 
     def _load_embedder(self) -> tuple[str, embeddings.Embedder | None]:
         """The embedder, and what `kirolearn status` says about it."""
@@ -170,7 +159,7 @@ class Retrieval(role.Role):
         if hasattr(self, "searcher"):
             self.searcher.close()
 
-    def control_status(self) -> dict:
+    def counters(self) -> dict:
         return {"searches": dict(self.outcomes), **self._embedding_status()}
 
     def _embedding_status(self) -> dict:
@@ -205,90 +194,76 @@ class Retrieval(role.Role):
             if not reply["ok"]:
                 self.log.warning("storage refused vectors: %s", reply.get("error"))
 
-    def _on_request(self, sock: zmq.Socket) -> None:
-        received = transport.recv_request(sock, self.log)
-        if received is None:
-            return
-        envelope, request = received
-        op, rid = request["op"], request["id"]
-        if op == "ping":
-            reply = protocol.reply_ok(rid, {"role": self.role})
-        elif op == "search":
-            self.tick()  # install vectors loaded since the last tick before searching
-            try:
-                asked = parse_search(request["body"], self.default_limit,
-                                     self.default_budget_ms, self.default_mode,
-                                     self.context_tokens)
-            except BadSearch as exc:
-                reply = protocol.reply_error(rid, protocol.ErrorCode.BAD_REQUEST, str(exc))
-            else:
-                result = self.searcher.search(asked.namespaces, asked.query, asked.limit,
-                                              asked.budget_ms, asked.deadline, asked.mode,
-                                              asked.max_tokens)
-                self.outcomes[result.outcome] += 1
-                if result.error and result.outcome in ("error", "timeout"):
-                    self.log.warning("search failed (%s): %s", result.outcome, result.error)
-                elif result.error:  # answered lexically, as designed
-                    self.log.debug("search: %s", result.error)
-                reply = protocol.reply_ok(rid, result.as_dict(asked.with_records))
-        elif op == "session_context":
-            reply = self._session_context(rid, request["body"])
-        elif op in ("get_records", "timeline"):
-            reply = self._lookup(rid, op, request["body"])
-        elif op == "embeddings":
-            if request["body"].get("backfill") and self.backfill is not None:
-                self.backfill.wake.set()
-            reply = protocol.reply_ok(rid, self._embedding_status())
-        else:
-            reply = protocol.reply_error(rid, protocol.ErrorCode.UNKNOWN_OP,
-                                         f"retrieval does not serve {op!r}")
-        transport.send_reply(sock, envelope, reply)
+    @base.op("search")
+    def search(self, request: base.Request) -> dict:
+        """``search {query | event, namespace? | namespaces?, limit?, budget_ms?,
+        deadline_ms?, records?, mode?, tokens?}`` → ``{context, record_ids, records?,
+        outcome, latency_ms, terms, window, error?}``; never fails once the body is
+        valid (a failure is an empty result with its outcome)."""
+        self.tick()  # install vectors loaded since the last tick before searching
+        asked = parse_search(request.body, self.default_limit, self.default_budget_ms,
+                             self.default_mode, self.context_tokens)
+        result = self.searcher.search(asked.namespaces, asked.query, asked.limit,
+                                      asked.budget_ms, asked.deadline, asked.mode,
+                                      asked.max_tokens)
+        self.outcomes[result.outcome] += 1
+        if result.error and result.outcome in ("error", "timeout"):
+            self.log.warning("search failed (%s): %s", result.outcome, result.error)
+        elif result.error:  # answered lexically, as designed
+            self.log.debug("search: %s", result.error)
+        return result.as_dict(asked.with_records)
 
-    def _lookup(self, rid: str, op: str, body: dict) -> dict:
-        """``get_records {ids, namespaces}`` and ``timeline {record_id, namespaces, before,
-        after}``: records by id, and the records around one."""
+    @base.op("embeddings")
+    def embeddings(self, request: base.Request) -> dict:
+        """``embeddings {backfill?}`` → ``{embeddings, mode, embedded?, unembedded?}``;
+        ``backfill: true`` starts the back-fill at once."""
+        if request.body.get("backfill") and self.backfill is not None:
+            self.backfill.wake.set()
+        return self._embedding_status()
+
+    @base.op("get_records")
+    def get_records(self, request: base.Request) -> dict:
+        """``get_records {ids, namespaces}`` → ``{records}``: those found, in the order
+        asked."""
+        namespaces = parse_namespaces(request.body)
+        ids = request.body.get("ids")
+        if (not isinstance(ids, list) or not 1 <= len(ids) <= MAX_IDS
+                or not all(isinstance(i, str) for i in ids)):
+            raise base.BadRequest(f"'ids' must be a list of 1 to {MAX_IDS} record ids")
+        return self._read(lambda: self.searcher.get_records(ids, namespaces))
+
+    @base.op("timeline")
+    def timeline(self, request: base.Request) -> dict:
+        """``timeline {record_id, namespaces, before?, after?}`` → ``{records}``: the
+        records around one, oldest first (empty if it is not there)."""
+        namespaces = parse_namespaces(request.body)
+        record_id = request.require("record_id", str, "a string")
+        before = parse_count(request.body, "before", 5, MAX_AROUND)
+        after = parse_count(request.body, "after", 5, MAX_AROUND)
+        return self._read(lambda: self.searcher.timeline(record_id, namespaces, before, after))
+
+    def _read(self, lookup) -> dict:
         try:
-            namespaces = parse_namespaces(body)
-            if op == "get_records":
-                ids = body.get("ids")
-                if (not isinstance(ids, list) or not 1 <= len(ids) <= MAX_IDS
-                        or not all(isinstance(i, str) for i in ids)):
-                    raise BadSearch(f"'ids' must be a list of 1 to {MAX_IDS} record ids")
-            else:
-                record_id = body.get("record_id")
-                if not isinstance(record_id, str):
-                    raise BadSearch("'record_id' must be a string")
-                before = parse_count(body, "before", 5, MAX_AROUND)
-                after = parse_count(body, "after", 5, MAX_AROUND)
-        except BadSearch as exc:
-            return protocol.reply_error(rid, protocol.ErrorCode.BAD_REQUEST, str(exc))
-        try:
-            if op == "get_records":
-                records = self.searcher.get_records(ids, namespaces)
-            else:
-                records = self.searcher.timeline(record_id, namespaces, before, after)
+            return {"records": lookup()}
         except sqlite3.Error as exc:
             self.searcher.close()  # reopened on the next request
-            self.log.warning("%s failed: %s", op, exc)
-            return protocol.reply_error(rid, protocol.ErrorCode.INTERNAL,
-                                        f"the database could not be read: {exc}")
-        return protocol.reply_ok(rid, {"records": records})
+            self.log.warning("a lookup failed: %s", exc)
+            raise RuntimeError(f"the database could not be read: {exc}") from exc
 
-    def _session_context(self, rid: str, body: dict) -> dict:
-        namespace = body.get("namespace")
-        tokens = body.get("tokens", self.session_tokens)
+    @base.op("session_context")
+    def session_context(self, request: base.Request) -> dict:
+        """``session_context {namespace, tokens?}`` → ``{context, record_ids, outcome,
+        latency_ms}``: what an agent starting a session is given."""
+        namespace = request.body.get("namespace")
         if not isinstance(namespace, str) or not namespace:
-            return protocol.reply_error(rid, protocol.ErrorCode.BAD_REQUEST,
-                                        "'namespace' must be a non-empty string")
-        if not isinstance(tokens, int) or isinstance(tokens, bool) or not 0 <= tokens <= 100_000:
-            return protocol.reply_error(rid, protocol.ErrorCode.BAD_REQUEST,
-                                        "'tokens' must be an integer from 0 to 100000")
+            raise base.BadRequest("'namespace' must be a non-empty string")
+        tokens = parse_count(request.body, "tokens", self.session_tokens, 100_000)
         result = self.searcher.session_context(namespace, tokens)
         self.outcomes[result.outcome] += 1
         if result.error:
             self.log.warning("session context failed: %s", result.error)
-        return protocol.reply_ok(rid, result.as_dict())
+        return result.as_dict()
 
 
 if __name__ == "__main__":
-    role.main(Retrieval)
+    base.main(Retrieval)

@@ -1,4 +1,4 @@
-"""Viewer role: the web app (``web.py``) on 127.0.0.1, fed live by storage.
+"""Viewer role: the web app (``kirolearn.viewer``) on 127.0.0.1, fed live by storage.
 
 The supervisor starts it like any other role (control socket, signals, parent
 watch). uvicorn serves the app on a thread of its own while the role's loop relays
@@ -16,26 +16,17 @@ import json
 import os
 import socket
 import threading
-from pathlib import Path
 
 import uvicorn
 import zmq
 
-from kirolearn import paths, role, transport, web
+from kirolearn import control, paths, transport
+from kirolearn.roles import base
+from kirolearn.viewer.app import create_app
+from kirolearn.viewer.auth import load_token
+from kirolearn.viewer.feed import Feed
 
 HOST = "127.0.0.1"  # never anything else: the viewer is for this machine's user only
-
-
-def info_path(base: Path) -> Path:
-    return paths.runtime_dir(base) / "viewer.json"
-
-
-def read_info(base: Path) -> dict | None:
-    """Where the running viewer listens (``url``, ``port``, ``pid``), or None."""
-    try:
-        return json.loads(info_path(base).read_text("utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def listen(port: int) -> socket.socket:
@@ -53,7 +44,7 @@ def listen(port: int) -> socket.socket:
     return sock
 
 
-class Viewer(role.Role):
+class Viewer(base.Role):
     role = "viewer"
 
     def setup(self) -> None:
@@ -62,8 +53,8 @@ class Viewer(role.Role):
         port = self.listener.getsockname()[1]
         if wanted and port != wanted:
             self.log.warning("port %d is taken; the viewer listens on %d instead", wanted, port)
-        self.feed = web.Feed()
-        app = web.create_app(self.base, web.load_token(self.base), self.feed)
+        self.feed = Feed()
+        app = create_app(self.base, load_token(self.base), self.feed)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(config)
@@ -74,7 +65,7 @@ class Viewer(role.Role):
         sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.add_socket(sub, self._on_feed)
         self.url = f"http://{HOST}:{port}/"
-        paths.write_private(info_path(self.base), json.dumps(
+        paths.write_private(paths.viewer_info(self.base), json.dumps(
             {"url": self.url, "port": port, "pid": os.getpid()}).encode())
         self.log.info("viewer at %s (kirolearn open)", self.url)
 
@@ -83,7 +74,7 @@ class Viewer(role.Role):
             sock.recv()
         self.feed.notify()
 
-    def control_status(self) -> dict:
+    def counters(self) -> dict:
         return {"url": getattr(self, "url", None)}
 
     def tick(self) -> None:
@@ -99,9 +90,9 @@ class Viewer(role.Role):
         if getattr(self, "listener", None) is not None:
             self.listener.close()
         with contextlib.suppress(OSError):
-            if (read_info(self.base) or {}).get("pid") == os.getpid():
-                info_path(self.base).unlink()
+            if (control.viewer_info(self.base) or {}).get("pid") == os.getpid():
+                paths.viewer_info(self.base).unlink()
 
 
 if __name__ == "__main__":
-    role.main(Viewer)
+    base.main(Viewer)

@@ -22,7 +22,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kirolearn import contract, db, embeddings
+from kirolearn import contract, db
+from kirolearn.db import reads
+from kirolearn.search import embeddings
 
 RRF_K = 60
 RECENCY_SHARE = 0.2  # the most recency can add, as a share of first place on one list
@@ -72,10 +74,10 @@ class VectorIndex:
         """A namespace's space, read from the database (a second at 100,000 records)."""
         np = self.np
         # Filled row by row: a list of rows then a copy would need twice the memory.
-        matrix = np.zeros((db.count_vectors(conn, namespace), embeddings.DIMENSIONS),
+        matrix = np.zeros((reads.count_vectors(conn, namespace), embeddings.DIMENSIONS),
                           dtype=np.float32)
         ids, times = [], []
-        for record_id, created_at, blob in db.vectors(conn, namespace):
+        for record_id, created_at, blob in reads.vectors(conn, namespace):
             if len(blob) == embeddings.DIMENSIONS * 4 and len(ids) < len(matrix):
                 matrix[len(ids)] = np.frombuffer(blob, dtype="<f4")
                 ids.append(record_id)
@@ -198,9 +200,9 @@ class Backfill(threading.Thread):
                         self.loads.put(namespace)  # asked for once: tried until it loads
                         raise
                     self.results.put(("space", (namespace, space)))
-                batch = db.unembedded(conn, after, BACKFILL_BATCH)
+                batch = reads.unembedded(conn, after, BACKFILL_BATCH)
                 if not batch:
-                    self.pending = db.count_unembedded(conn)
+                    self.pending = reads.count_unembedded(conn)
                     after = 0  # from the start again: merges un-embed older records
                     self.wake.wait(BACKFILL_IDLE_S)
                     self.wake.clear()

@@ -1,0 +1,28 @@
+"""The ``kirolearn`` command: one click group, each command a thin skin over the library.
+
+``daemon`` runs it (start, stop, restart, status, scale, logs, worker, open), ``data``
+reads and writes what is stored (import, export, stats, search), ``embeddings`` the
+vectors, ``agents`` connects the agents (install, uninstall, mcp), and ``doctor`` says
+what is wrong.
+"""
+
+from __future__ import annotations
+
+import click
+
+from kirolearn import __version__
+from kirolearn.cli import agents, daemon, data, doctor, embeddings
+
+
+@click.group()
+@click.version_option(__version__, prog_name="kirolearn")
+def cli() -> None:
+    """Long-term memory for AI coding agents.
+
+    Everything lives under KIROLEARN_HOME (default ~/.kirolearn).
+    """
+
+
+for module in (daemon, data, embeddings, agents, doctor):
+    for command in module.COMMANDS:
+        cli.add_command(command)

@@ -1,0 +1,53 @@
+"""What the commands share: the settings, the daemon check, the database, options."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Callable
+
+import click
+
+from kirolearn import config, control, db, extract, paths, project
+
+log = logging.getLogger("kirolearn.cli")
+
+
+def settings() -> dict:
+    """The configuration, refused (with why) when it is broken or names an extraction
+    strategy that cannot work."""
+    try:
+        loaded = config.load(paths.home())
+        extract.from_settings(loaded, log)
+    except config.ConfigError as exc:
+        raise click.ClickException(f"configuration error: {exc}") from exc
+    return loaded
+
+
+def require_running() -> None:
+    if not control.running():
+        raise click.ClickException("kirolearn is not running; start it with 'kirolearn start'")
+
+
+def reader() -> sqlite3.Connection:
+    """A read-only connection to this home's database (the caller closes it)."""
+    path = paths.db_path()
+    if not path.exists():
+        raise click.ClickException(f"no database at {path} yet; start kirolearn first")
+    return db.connect_reader(path)
+
+
+def scope_options(command: Callable) -> Callable:
+    """--namespace NS or --project DIR (the project DIR belongs to, found the same way
+    the agents' hooks find it)."""
+    command = click.option("--project", type=click.Path(exists=True, file_okay=False),
+                           help="Only the project this directory belongs to.")(command)
+    return click.option("--namespace", default=None, help="Only this namespace.")(command)
+
+
+def namespace_of(namespace: str | None, project_dir: str | None) -> str | None:
+    if namespace and project_dir:
+        raise click.UsageError("give --namespace or --project, not both")
+    if project_dir:
+        return project.resolve_project(project_dir).namespace(project.actor_id())
+    return namespace

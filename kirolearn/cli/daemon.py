@@ -1,0 +1,243 @@
+"""Commands that run the daemon: start, stop, restart, status, scale, logs, worker, open."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from kirolearn import __version__, config, control, paths
+from kirolearn.cli.common import require_running, settings
+from kirolearn.supervisor.states import EXIT_NOT_RUNNING, RUNNING, START_ORDER
+
+
+def print_status(status: dict) -> None:
+    click.echo(f"kirolearn {__version__} running (supervisor pid {status['pid']},"
+               f" home {status['home']})")
+    click.echo(f"{'NAME':<16}{'STATE':<10}{'PID':>8}{'UPTIME':>10}{'RESTARTS':>10}")
+    for r in status["roles"]:
+        pid = r["pid"] or "-"
+        click.echo(f"{r['name']:<16}{r['state']:<10}{pid!s:>8}{r['uptime_s']:>9.1f}s"
+                   f"{r['restarts']:>10}")
+
+
+@click.command()
+@click.option("--foreground", is_flag=True, help="Run in this terminal instead of detaching.")
+@click.option("--extraction-workers", type=click.IntRange(1, 64), default=None,
+              help="Extraction worker processes (default: extraction.workers).")
+def start(foreground: bool, extraction_workers: int | None) -> None:
+    """Start the daemon and wait until every role is RUNNING.
+
+    \b
+    Example:
+        kirolearn start --extraction-workers 2
+    """
+    workers = extraction_workers or settings()["extraction"]["workers"]
+    paths.ensure_layout()
+    if control.running():
+        raise click.ClickException(
+            f"kirolearn is already running (pid {control.read_pid(paths.pidfile())})")
+    if foreground:
+        from kirolearn.supervisor.__main__ import run_daemon
+
+        sys.exit(run_daemon(workers, foreground=True))
+    try:
+        status = control.wait_ready(control.spawn(workers=workers))
+    except control.StartFailed as exc:
+        raise click.ClickException(str(exc)) from exc
+    if not status or any(r["state"] != RUNNING for r in status["roles"]):
+        if status:
+            print_status(status)
+        raise click.ClickException(
+            f"not every role reached RUNNING; see the logs in {paths.log_dir()}")
+    print_status(status)
+
+
+@click.command()
+def stop() -> None:
+    """Stop the daemon: extraction, ingest, retrieval, then storage after it drains."""
+    click.echo("kirolearn stopped" if control.stop() else "kirolearn is not running")
+
+
+@click.command()
+@click.option("--extraction-workers", type=click.IntRange(1, 64), default=None)
+@click.pass_context
+def restart(ctx: click.Context, extraction_workers: int | None) -> None:
+    """Stop the daemon if it runs, then start it."""
+    control.stop()
+    ctx.invoke(start, foreground=False, extraction_workers=extraction_workers)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(as_json: bool) -> None:
+    """Each role process (pid, state, uptime, restarts), the extraction workers (busy or
+    idle, batches done, model budget and breakers) and what waits for extraction, per
+    project. Exit 3 when not running."""
+    try:
+        strategy = settings()["extraction"]["strategy"]
+    except click.ClickException:  # the file changed since start and is broken now
+        strategy = "unknown"
+    result = control.status(strategy=strategy)
+    if result is None:
+        if as_json:
+            click.echo(json.dumps({"running": False, "roles": []}))
+        else:
+            click.echo("kirolearn is not running")
+        sys.exit(EXIT_NOT_RUNNING)
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    print_status(result)
+    ext, pending = result["extraction"], result["pending"]
+    busy = sum(w["busy"] for w in ext["workers"])
+    line = (f"extraction ({ext['strategy']}): {len(ext['workers'])} worker(s), {busy} busy;"
+            f" {sum(w.get('batches_done', 0) for w in ext['workers'])} batch(es) done")
+    budgets = [w["llm_budget_left"] for w in ext["workers"] if "llm_budget_left" in w]
+    if budgets:
+        line += (f"; model budget left this hour: {sum(b['calls'] for b in budgets)} calls,"
+                 f" {sum(b['tokens'] for b in budgets)} tokens")
+    breakers = sorted({ns for w in ext["workers"] for ns in w.get("breakers_open", [])})
+    if breakers:
+        line += f"; breakers open for {', '.join(breakers)}"
+    click.echo(line)
+    emb = result["embeddings"]
+    if emb is None:
+        click.echo("embeddings: unknown (retrieval does not answer)")
+    else:
+        line = f"embeddings {emb['embeddings']}; search mode {emb['mode']}"
+        if "unembedded" in emb:
+            line += f"; {emb['embedded']} embedded, {emb['unembedded']} waiting"
+        click.echo(line)
+    click.echo(f"viewer: {result['viewer']} (kirolearn open)" if result["viewer"]
+               else "viewer: not up (see: kirolearn logs viewer)")
+    if pending is None:
+        click.echo("waiting for extraction: unknown (the database cannot be read)")
+        return
+    click.echo(f"waiting for extraction: {pending['events']} event(s),"
+               f" {pending['batches']} batch(es)")
+    for ns in pending["namespaces"]:
+        click.echo(f"  {ns['namespace']}: {ns['pending_events']} event(s),"
+                   f" {ns['pending_batches']} batch(es)")
+
+
+@click.command()
+@click.argument("role", type=click.Choice(["extraction"]))
+@click.argument("count", type=click.IntRange(1, 64))
+def scale(role: str, count: int) -> None:
+    """Change the number of extraction workers while running.
+
+    \b
+    Example:
+        kirolearn scale extraction 4
+    """
+    require_running()
+    control.call("supervisor.ctl", "scale", {"role": role, "count": count})
+    click.echo(f"{role}: {count} worker(s)")
+
+
+@click.command()
+@click.argument("role", required=False, type=click.Choice(["supervisor", *START_ORDER]))
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
+@click.option("-n", "--lines", default=50, show_default=True, help="Lines of history per log.")
+def logs(role: str | None, follow: bool, lines: int) -> None:
+    """Show the daemon's logs (all roles, or one).
+
+    \b
+    Example:
+        kirolearn logs storage -f
+    """
+    files = [paths.log_dir() / f"{name}.log" for name in ([role] if role
+                                                          else ["supervisor", *START_ORDER])]
+    prefix = (lambda path: "") if role else (lambda path: f"{path.stem}: ")
+    positions: dict[Path, int] = {}
+    for path in files:
+        if not path.exists():
+            continue
+        text = path.read_text("utf-8", errors="replace").splitlines()
+        for line in text[-lines:] if lines else []:
+            click.echo(prefix(path) + line)
+        positions[path] = path.stat().st_size
+    while follow:
+        time.sleep(0.2)
+        for path in files:
+            if not path.exists():
+                continue
+            size = path.stat().st_size
+            start_at = positions.get(path, 0)
+            if size < start_at:  # rotated
+                start_at = 0
+            if size > start_at:
+                with path.open("rb") as handle:
+                    handle.seek(start_at)
+                    chunk = handle.read().decode("utf-8", errors="replace")
+                for line in chunk.splitlines():
+                    click.echo(prefix(path) + line)
+                positions[path] = size
+
+
+@click.group()
+def worker() -> None:
+    """Run a worker in this terminal, attached to a running daemon."""
+
+
+@worker.command(name="extraction")
+@click.option("--connect", "daemon_home", type=click.Path(exists=True, file_okay=False),
+              default=None, help="The daemon's KIROLEARN_HOME (default: this one).")
+def worker_extraction(daemon_home: str | None) -> None:
+    """Take extraction batches from a running daemon beside its own workers.
+
+    Batches are leased, so stopping this worker (Ctrl-C) loses nothing: a batch it
+    had not returned is handed out again.
+
+    \b
+    Example:
+        kirolearn worker extraction --connect /srv/kirolearn
+    """
+    from kirolearn.roles import base
+    from kirolearn.roles.extraction import ExtractionWorker
+
+    home = Path(daemon_home).resolve() if daemon_home else paths.home()
+    if not control.running(home):
+        raise click.ClickException(f"no kirolearn daemon is running in {home}")
+    try:
+        loaded = config.load(home)
+    except config.ConfigError as exc:
+        raise click.ClickException(f"configuration error: {exc}") from exc
+    name = f"worker-{os.getpid()}"
+    base.setup_logging(name, loaded["logging"]["level"])
+    sys.exit(ExtractionWorker(name, home, loaded).run(standalone=True))
+
+
+@click.command(name="open")
+@click.option("--url", "url_only", is_flag=True,
+              help="Print the URL (with the token) instead of opening a browser.")
+def open_(url_only: bool) -> None:
+    """Open the viewer in a browser: what was captured, the memories, and what each
+    prompt was given. The URL carries the viewer's token; the browser keeps it as a
+    cookie.
+
+    \b
+    Examples:
+        kirolearn open
+        kirolearn open --url     # e.g. to open it in another browser
+    """
+    require_running()
+    url = control.viewer_url()
+    if url is None:
+        raise click.ClickException("the viewer is not up; see: kirolearn logs viewer")
+    if url_only:
+        click.echo(url)
+        return
+    import webbrowser
+
+    click.echo(f"opening {url.split('?', 1)[0]}")
+    if not webbrowser.open(url):
+        click.echo(f"no browser found here; open this URL: {url}")
+
+
+COMMANDS = [start, stop, restart, status, scale, logs, worker, open_]

@@ -1,0 +1,144 @@
+"""Commands over what is stored: import, export, stats, search."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from kirolearn import contract, control, importer
+from kirolearn.cli.common import (
+    namespace_of,
+    reader,
+    require_running,
+    scope_options,
+    settings,
+)
+from kirolearn.db import reads
+from kirolearn.search import MODES
+
+
+@click.command(name="import")
+@click.argument("file", type=click.File("r", encoding="utf-8"))
+def import_(file) -> None:
+    """Send v1 events (JSON Lines; '-' for stdin) through ingest.
+
+    Reports how many were stored, duplicate or rejected, with the reason for each
+    rejected line. Exits 1 if any line was rejected.
+
+    \b
+    Example:
+        kirolearn export > backup.jsonl && kirolearn import backup.jsonl
+    """
+    require_running()
+    try:
+        report = importer.import_lines(file)
+    except importer.Stalled as exc:
+        raise click.ClickException(str(exc)) from exc
+    for line_no, reason in sorted(report.rejected):
+        click.echo(f"line {line_no}: rejected: {reason}", err=True)
+    counts = report.counts
+    click.echo(f"stored {counts['stored']}, duplicate {counts['duplicate']},"
+               f" rejected {counts['rejected']}")
+    if counts["rejected"]:
+        sys.exit(1)
+
+
+@click.command()
+@scope_options
+def export(namespace: str | None, project: str | None) -> None:
+    """Write events, then memory records, as JSON Lines to stdout.
+
+    \b
+    Examples:
+        kirolearn export > everything.jsonl
+        kirolearn export --project ~/code/app > app.jsonl
+    """
+    namespace = namespace_of(namespace, project)
+    conn = reader()
+    try:
+        for event in reads.iter_events(conn, namespace):
+            click.echo(json.dumps(event, ensure_ascii=False))
+        for record in reads.iter_records(conn, namespace):
+            click.echo(json.dumps(record, ensure_ascii=False))
+    finally:
+        conn.close()
+
+
+@click.command()
+@scope_options
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def stats(namespace: str | None, project: str | None, as_json: bool) -> None:
+    """Counts per namespace: events by kind, records, pending extraction work."""
+    namespace = namespace_of(namespace, project)
+    conn = reader()
+    try:
+        result = reads.stats(conn, namespace)
+    finally:
+        conn.close()
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    t = result["totals"]
+    click.echo(f"events {t['events']}, records {t['records']}, pending events"
+               f" {t['pending_events']}, pending batches {t['pending_batches']}")
+    for ns in result["namespaces"]:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(ns["events"].items())) or "no events"
+        click.echo(f"{ns['namespace']}\n  {kinds}; records {ns['records']};"
+                   f" pending events {ns['pending_events']}, batches {ns['pending_batches']}")
+
+
+@click.command(name="search")
+@click.argument("query")
+@scope_options
+@click.option("--limit", type=click.IntRange(1, 100), default=None,
+              help="How many records (default: retrieval.limit).")
+@click.option("--mode", type=click.Choice(MODES), default=None,
+              help="Words (FTS5), meaning (embeddings) or both fused (default: retrieval.mode;"
+                   " lexical when embeddings are off).")
+@click.option("--json", "as_json", is_flag=True,
+              help="The records with their scores, the terms searched and the latency.")
+def search_(query: str, namespace: str | None, project: str | None, limit: int | None,
+            mode: str | None, as_json: bool) -> None:
+    """Print the context an agent would get for QUERY in this project.
+
+    The search runs in the daemon, exactly as for a prompt (same terms, budget and
+    format). Without --namespace or --project, the project is the one the current
+    directory belongs to.
+
+    \b
+    Examples:
+        kirolearn search "why does the migration fail"
+        kirolearn search pagination --project ~/code/app --json
+    """
+    loaded = settings()
+    if not contract.is_text(query):
+        raise click.UsageError("QUERY is not valid text in this terminal's encoding")
+    if namespace is None and project is None:
+        project = os.getcwd()
+    namespace = namespace_of(namespace, project)
+    require_running()
+    body = {"query": query, "namespace": namespace,
+            "limit": limit or loaded["retrieval"]["limit"], "records": as_json}
+    if mode:
+        body["mode"] = mode
+    timeout_ms = int(loaded["retrieval"]["budget_ms"]) + control.SEARCH_MARGIN_MS
+    try:
+        result = control.call("retrieval", "search", body, timeout_ms=timeout_ms)
+    except control.Unanswered as exc:
+        raise click.ClickException(f"search failed: {exc}") from exc
+    if as_json:
+        result.pop("context")
+        click.echo(json.dumps({"query": query, "namespace": namespace, **result},
+                              ensure_ascii=False))
+        return
+    if result["context"]:
+        click.echo(result["context"])
+    else:
+        click.echo(f"no memories matched ({result['outcome']},"
+                   f" {result['latency_ms']:.1f} ms)", err=True)
+
+
+COMMANDS = [import_, export, stats, search_]

@@ -1,0 +1,101 @@
+"""``kirolearn doctor``: what is wrong, and what to run about it."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from pathlib import Path
+
+import click
+
+from kirolearn import control, db, paths, project, spool
+from kirolearn.db import schema
+from kirolearn.shims import install
+from kirolearn.supervisor.states import RUNNING
+
+
+@click.command()
+@click.option("--project", "project_dir", default=None,
+              type=click.Path(exists=True, file_okay=False),
+              help="The project whose agent configuration to check (default: the current one).")
+def doctor(project_dir: str | None) -> None:
+    """Check the daemon, its sockets, the database, the spool and each agent's hooks, and
+    say what to fix. Exit 1 when something is wrong."""
+    problems = 0
+
+    def report(ok: bool | None, what: str, detail: str) -> None:
+        nonlocal problems
+        mark = {True: "ok  ", False: "FAIL", None: "note"}[ok]
+        problems += ok is False
+        click.echo(f"{mark}  {what}: {detail}")
+
+    running = control.running()
+    report(running, "daemon", f"running (pid {control.read_pid(paths.pidfile())})" if running
+           else "not running; run: kirolearn start (the first hook also starts it)")
+    if running:
+        try:
+            roles = control.call("supervisor.ctl", "status")["roles"]
+            bad = [f"{r['name']} {r['state']}" for r in roles if r["state"] != RUNNING]
+            report(not bad, "roles", "all RUNNING" if not bad else
+                   f"{', '.join(bad)}; see: kirolearn logs")
+        except control.Unanswered as exc:
+            report(False, "roles",
+                   f"the supervisor does not answer ({exc}); run: kirolearn restart")
+        try:
+            control.call("ingest", "ping", timeout_ms=1000)
+            report(True, "sockets", f"ingest answers on {paths.endpoint('ingest')}")
+        except control.Unanswered as exc:
+            report(False, "sockets", f"ingest does not answer ({exc}); run: kirolearn restart")
+    report(*_check_database())
+    waiting = len(spool.waiting())
+    if waiting:
+        report(None if running else False, "spool",
+               f"{waiting} event(s) waiting in {paths.spool_dir()}; the daemon stores them"
+               " within seconds of starting")
+    else:
+        report(True, "spool", "empty")
+    scopes: list[tuple[str, Path | None]] = [("user", None)]
+    here = Path(project_dir).resolve() if project_dir else None
+    if here is None and not project.resolve_project().is_global:
+        here = Path(project.resolve_project().root)
+    if here is not None:
+        scopes.insert(0, (f"project {here}", here))
+    installed = 0
+    for agent in install.AGENTS:
+        for scope, target in scopes:
+            if agent == "kiro-ide" and target is None:
+                continue
+            state, detail = install.check(agent, target, Path.home())
+            installed += state != "missing"
+            if state != "missing":
+                report(state == "installed", f"{agent} ({scope})", detail)
+    if not installed:
+        report(None, "agents", "no agent has kirolearn's hooks here; run: kirolearn install"
+               " --agent kiro-cli|kiro-ide|claude-code")
+    sys.exit(1 if problems else 0)
+
+
+def _check_database() -> tuple[bool | None, str, str]:
+    path = paths.db_path()
+    if not path.exists():
+        return None, "database", f"{path} does not exist yet (created when the daemon starts)"
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        return False, "database", (f"{path} is readable by others (mode {mode:o});"
+                                   f" run: chmod 600 {path}")
+    try:
+        with db.reading(path) as conn:
+            check, applied = schema.check(conn)
+    except sqlite3.Error as exc:
+        return False, "database", f"{path} cannot be read ({exc})"
+    if check != "ok":
+        return False, "database", f"{path} is damaged ({check}); restore a backup or export/import"
+    latest = schema.latest()
+    if applied != latest:
+        return (None if control.running() else False), "database", (
+            f"{path} is at schema {applied}, this kirolearn expects {latest};"
+            " it migrates when the daemon starts")
+    return True, "database", f"{path} (schema {applied}, private)"
+
+
+COMMANDS = [doctor]

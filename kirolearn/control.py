@@ -1,0 +1,288 @@
+"""The daemon as every client sees it: is it running, start it, call it, stop it.
+
+The CLI, the MCP server, the viewer, the shims and the tests all reach the daemon
+through this module, so there is one spawn recipe, one way to make a request and one
+named timeout per kind of call. It is as light as the shims need it to be: the
+standard library, pyzmq and msgpack at import (subprocess and the database are
+imported by the functions that need them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from kirolearn import paths, protocol, transport
+
+# How long each kind of call waits for its answer (milliseconds).
+PROBE_MS = 300  # a readiness poll while the daemon starts
+BUSY_PROBE_MS = 150  # a worker's ping: one that does not answer at once is busy with a batch
+CONTROL_MS = 2000  # the supervisor's and the roles' control sockets
+LOOKUP_MS = 5000  # reads: records, timelines, the embeddings' state
+WRITE_MS = 8000  # writes through ingest, which waits up to ingest.storage_timeout_ms (5 s)
+EVENT_MS = 200  # a shim's event that is not a prompt: the ack is a group commit away
+IMPORT_MS = 3000  # one chunk of an import (retried while ingest or storage restarts)
+SEARCH_MARGIN_MS = 2000  # a search waits for its own budget plus this
+
+READY_TIMEOUT_S = 30.0  # `kirolearn start` waits this long for every role to be RUNNING
+STOP_TIMEOUT_S = 60.0  # then the supervisor is killed
+AUTOSTART_EVERY_S = 10.0  # a background start at most this often (hooks come in bursts)
+
+Timeout = transport.Timeout
+RemoteError = protocol.RemoteError
+Unanswered = (transport.Timeout, protocol.RemoteError)  # what a failed call raises
+
+
+class StartFailed(RuntimeError):
+    """The daemon did not come up; the message says where to look."""
+
+
+def running(base: Path | None = None) -> bool:
+    """Whether a supervisor holds the pidfile lock."""
+    return paths.daemon_running(base)
+
+
+def listening(target: str, base: Path | None = None) -> bool:
+    """Whether the socket file of ``target`` exists (a cheap check before a call)."""
+    return os.path.exists(paths.endpoint(target, base)[len("ipc://"):])
+
+
+def call(target: str, op: str, body: dict | None = None, *, timeout_ms: int = CONTROL_MS,
+         base: Path | None = None, ctx=None) -> dict:
+    """One request to ``target`` (``ingest``, ``retrieval``, ``storage``, ``supervisor.ctl``
+    or ``<process>.ctl``): the reply's body, or Timeout / RemoteError."""
+    with transport.Client(paths.endpoint(target, base), ctx, timeout_ms) as client:
+        return client.call(op, body)
+
+
+# -- starting -----------------------------------------------------------------------------------
+
+def spawn(base: Path | None = None, workers: int | None = None):
+    """Start the supervisor as a detached process (the one recipe): a new session, no
+    terminal, output to ``logs/supervisor.out``, and the home as its cwd (a daemon must
+    not pin the caller's directory, and ``python -m`` puts the cwd first on sys.path,
+    where a source checkout would shadow the installed code)."""
+    import subprocess
+
+    base = paths.ensure_layout(base)
+    argv = [sys.executable, "-m", "kirolearn.supervisor"]
+    if workers:
+        argv += ["--extraction-workers", str(workers)]
+    with open(paths.log_dir(base) / "supervisor.out", "ab") as out:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                start_new_session=True, cwd=base,
+                                env={**os.environ, "KIROLEARN_HOME": str(base)})
+
+
+def start_in_background(base: Path | None = None) -> bool:
+    """Start the daemon unless it runs or was started in the last AUTOSTART_EVERY_S (a
+    burst of hooks starts it once); whether a start was made."""
+    base = base or paths.home()
+    if running(base):
+        return False
+    marker = paths.spool_dir(base) / ".autostart"
+    try:
+        if time.time() - marker.stat().st_mtime < AUTOSTART_EVERY_S:
+            return False
+    except FileNotFoundError:
+        paths.ensure_layout(base)
+        paths.ensure_private_dir(marker.parent)
+    marker.touch()
+    spawn(base)
+    return True
+
+
+def wait_ready(daemon=None, timeout_s: float = READY_TIMEOUT_S,
+               base: Path | None = None) -> dict:
+    """The supervisor's status once every role is RUNNING or one is FATAL (or the last
+    status seen when ``timeout_s`` runs out). ``daemon``: the supervisor just spawned,
+    whose early exit is a StartFailed."""
+    from kirolearn.supervisor.states import FATAL, RET_PIDFILE, RUNNING
+
+    deadline = time.monotonic() + timeout_s
+    status: dict = {}
+    while time.monotonic() < deadline:
+        code = daemon.poll() if daemon is not None else None
+        if code == RET_PIDFILE:
+            raise StartFailed("kirolearn is already running")
+        if code is not None:
+            raise StartFailed(f"the supervisor exited with status {code}; see"
+                              f" {paths.log_dir(base)}/supervisor.log")
+        try:
+            status = call("supervisor.ctl", "status", timeout_ms=PROBE_MS, base=base)
+        except Unanswered:
+            time.sleep(0.05)
+            continue
+        states = {r["state"] for r in status["roles"]}
+        if states == {RUNNING} or FATAL in states:
+            return status
+        time.sleep(0.05)
+    return status
+
+
+def wait_answering(target: str, timeout_s: float, base: Path | None = None) -> bool:
+    """Whether ``target`` answers a ping within ``timeout_s`` (for a daemon just started)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if running(base):
+            try:
+                call(target, "ping", timeout_ms=500, base=base)
+                return True
+            except Unanswered:
+                pass
+        time.sleep(0.1)
+    return False
+
+
+# -- stopping -----------------------------------------------------------------------------------
+
+def _exited(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:  # a zombie has exited: only its parent's wait is missing
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip() or 0) or None
+    except (OSError, ValueError):
+        return None
+
+
+def remove_socket_files(run_dir: Path) -> list[str]:
+    removed = []
+    for pattern in ("*.sock", "*.ctl"):
+        for path in run_dir.glob(pattern):
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return removed
+
+
+def stop(base: Path | None = None) -> bool:
+    """Stop the daemon if it runs, down the whole ladder (a stop request, SIGTERM to a
+    wedged supervisor, SIGKILL after STOP_TIMEOUT_S); whether it was running. When this
+    returns, no process of it is left."""
+    import signal
+
+    pidfile = paths.pidfile(base)
+    if not running(base):
+        remove_socket_files(paths.runtime_dir(base))
+        return False
+    supervisor_pid = read_pid(pidfile)
+    try:
+        call("supervisor.ctl", "stop", base=base)
+    except Unanswered:
+        pid = read_pid(pidfile)
+        if pid:  # the supervisor is wedged; its roles stop when it goes
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while running(base):
+        if time.monotonic() > deadline:
+            pid = read_pid(pidfile)
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5
+        time.sleep(0.05)
+    # The lock goes just before the process does; "stopped" means nothing is left.
+    deadline = time.monotonic() + 5
+    while supervisor_pid and not _exited(supervisor_pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    remove_socket_files(paths.runtime_dir(base))
+    return True
+
+
+# -- what it is doing ---------------------------------------------------------------------------
+
+def status(base: Path | None = None, strategy: str = "unknown") -> dict | None:
+    """Everything ``kirolearn status`` shows, or None when the daemon is not running: the
+    supervisor's view of each process, each extraction worker's counters (``strategy``
+    names the configured extractor), what waits for extraction, the embeddings' state
+    and the viewer's URL."""
+    from kirolearn.supervisor.states import RUNNING
+
+    if not running(base):
+        return None
+    try:
+        result = call("supervisor.ctl", "status", base=base)
+    except Unanswered:
+        return None
+    workers = []
+    for r in result["roles"]:
+        if r["role"] != "extraction" or r["state"] != RUNNING:
+            continue
+        try:  # a worker answers between batches
+            info = call(f"{r['name']}.ctl", "ping", timeout_ms=BUSY_PROBE_MS, base=base)
+        except Unanswered:
+            workers.append({"name": r["name"], "busy": True})
+            continue
+        keep = ("batches_done", "llm_budget_left", "breakers_open")
+        workers.append({"name": r["name"], "busy": False,
+                        **{k: info[k] for k in keep if k in info}})
+    result["extraction"] = {"strategy": strategy, "workers": workers}
+    result["pending"] = pending(base)
+    result["embeddings"] = embeddings_state(base)
+    result["viewer"] = (viewer_info(base) or {}).get("url")
+    return result
+
+
+def pending(base: Path | None = None) -> dict | None:
+    """Events and batches waiting for extraction, per project with any; None when the
+    database cannot be read (status must still report the processes)."""
+    import sqlite3
+
+    from kirolearn import db
+    from kirolearn.db import reads
+
+    path = paths.db_path(base)
+    if not path.exists():
+        return None
+    try:
+        with db.reading(path) as conn:
+            stats = reads.stats(conn)
+    except sqlite3.Error:
+        return None
+    return {"events": stats["totals"]["pending_events"],
+            "batches": stats["totals"]["pending_batches"],
+            "namespaces": [{k: n[k] for k in ("namespace", "pending_events", "pending_batches")}
+                           for n in stats["namespaces"]
+                           if n["pending_events"] or n["pending_batches"]]}
+
+
+def embeddings_state(base: Path | None = None, backfill: bool = False) -> dict | None:
+    """What retrieval says of its embeddings (on and which model, or off and why; the
+    default search mode; the back-fill's progress), or None when it does not answer.
+    ``backfill``: start the back-fill at once."""
+    try:
+        return call("retrieval", "embeddings", {"backfill": True} if backfill else None,
+                    timeout_ms=CONTROL_MS, base=base)
+    except Unanswered:
+        return None
+
+
+def viewer_info(base: Path | None = None) -> dict | None:
+    """Where the running viewer listens (``url``, ``port``, ``pid``), or None."""
+    try:
+        return json.loads(paths.viewer_info(base).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def viewer_url(base: Path | None = None) -> str | None:
+    """The viewer's URL with its token (what `kirolearn open` opens), or None when the
+    viewer is not up."""
+    info = viewer_info(base)
+    try:
+        token = paths.viewer_token(base).read_text("utf-8").strip()
+    except OSError:
+        return None
+    return f"{info['url']}?token={token}" if info and token else None

@@ -1,0 +1,66 @@
+"""The SQLite database: every statement kirolearn runs is in this package.
+
+- ``schema``: the numbered migrations;
+- ``writes``: the single writer (the storage role): events, records, batches, vectors,
+  the retrieval log — each change inside ``transaction``;
+- ``reads``: what every reader asks (records, events, batches, stats, export);
+- ``fts``: the full-text statements search is made of;
+- ``views``: the viewer's pages.
+
+Only the storage process writes (one connection, WAL, ``BEGIN IMMEDIATE``). Readers
+(retrieval, the viewer, the CLI's stats and export) open ``mode=ro`` connections,
+which WAL lets run beside the writer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def connect_reader(path: Path) -> sqlite3.Connection:
+    """A read-only connection; raises sqlite3.OperationalError if there is no database."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None,
+                           check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout=5000")
+    return conn
+
+
+@contextlib.contextmanager
+def reading(path: Path) -> Iterator[sqlite3.Connection]:
+    """A read-only connection for one piece of work, closed after it."""
+    conn = connect_reader(path)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` … ``COMMIT``, or ``ROLLBACK`` when the body raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def in_list(values: Iterable) -> tuple[str, list]:
+    """An SQL ``(?, ?, …)`` list and its arguments."""
+    values = list(values)
+    return "(" + ",".join("?" * len(values)) + ")", values

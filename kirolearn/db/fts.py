@@ -1,0 +1,122 @@
+"""The statements search is made of: the FTS5 index, its vocabulary and BM25 ranking.
+
+``open_searcher`` gives retrieval its own read-only connection, with a temporary FTS5
+table that tokenizes query words exactly as the records were tokenized.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from kirolearn.db import connect_reader, in_list, reads
+from kirolearn.db.schema import FTS_TOKENIZE
+
+
+def open_searcher(path: Path, interrupted: Callable[[], bool]) -> sqlite3.Connection:
+    """A read-only connection for searches; ``interrupted()`` is asked every 1,000 steps
+    of a statement and stops it when true (the search's deadline reaches into SQLite)."""
+    conn = connect_reader(path)
+    conn.execute("PRAGMA cache_size=-65536")  # the index pages searches touch stay hot
+    conn.execute(f"CREATE VIRTUAL TABLE temp.query_tokens USING fts5"
+                 f" (token, tokenize = '{FTS_TOKENIZE}')")
+    conn.execute("CREATE VIRTUAL TABLE temp.query_tokens_vocab USING fts5vocab"
+                 " (temp, query_tokens, 'instance')")
+    conn.set_progress_handler(interrupted, 1000)
+    return conn
+
+
+def index_terms(conn: sqlite3.Connection, words: list[str]) -> list[tuple[str, ...]]:
+    """Each word's index terms in order, as the FTS5 tokenizer makes them
+    (`Migrations` → `migrat`, `src/app.py` → `src app py`)."""
+    conn.execute("DELETE FROM temp.query_tokens")  # in case a search was cut short
+    conn.executemany("INSERT INTO temp.query_tokens (rowid, token) VALUES (?, ?)",
+                     enumerate(words))
+    found: dict[int, list[tuple[int, str]]] = {}
+    for term, doc, offset in conn.execute("SELECT term, doc, offset FROM temp.query_tokens_vocab"):
+        found.setdefault(doc, []).append((offset, term))
+    return [tuple(term for _, term in sorted(found.get(index, []))) for index in range(len(words))]
+
+
+def record_count(conn: sqlite3.Connection) -> int:
+    return conn.execute("SELECT count(*) FROM memory_records").fetchone()[0]
+
+
+def newest_id(conn: sqlite3.Connection) -> int:
+    return conn.execute("SELECT max(id) FROM memory_records").fetchone()[0] or 0
+
+
+def term_doc_counts(conn: sqlite3.Connection, terms: Sequence[str]) -> dict[str, int]:
+    """How many records hold each index term (terms not indexed are left out)."""
+    marks, args = in_list(terms)
+    return dict(conn.execute(
+        f"SELECT term, doc FROM memory_records_fts_vocab WHERE term IN {marks}", args))
+
+
+def match_count(conn: sqlite3.Connection, expression: str) -> int:
+    """How many records match an FTS5 expression."""
+    return conn.execute("SELECT count(*) FROM memory_records_fts WHERE memory_records_fts"
+                        " MATCH ?", (expression,)).fetchone()[0]
+
+
+def rank(conn: sqlite3.Connection, namespaces: Sequence[str], expression: str, limit: int,
+         since_id: int = 0) -> list[tuple[int, float]]:
+    """(id, BM25) of the best matches with an id past ``since_id``, in the namespaces."""
+    marks, args = in_list(namespaces)
+    return conn.execute(
+        "SELECT mr.id, bm25(memory_records_fts) FROM memory_records_fts"
+        " JOIN memory_records mr INDEXED BY memory_records_id_namespace"
+        " ON mr.id = memory_records_fts.rowid"
+        " WHERE memory_records_fts MATCH ? AND memory_records_fts.rowid > ?"
+        f" AND mr.namespace IN {marks}"
+        " ORDER BY bm25(memory_records_fts), mr.id DESC LIMIT ?",
+        (expression, since_id, *args, limit)).fetchall()
+
+
+def like(conn: sqlite3.Connection, namespaces: Sequence[str], text: str,
+         limit: int) -> list[tuple[int, None]]:
+    """The records holding ``text`` as a literal substring (``%``, ``_`` and ``\\``
+    escaped), newest first."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    marks, args = in_list(namespaces)
+    return conn.execute(
+        "SELECT id, NULL FROM memory_records WHERE"
+        " (title LIKE ?1 ESCAPE '\\' OR summary LIKE ?1 ESCAPE '\\'"
+        " OR facts_text LIKE ?1 ESCAPE '\\')"
+        f" AND namespace IN {marks} ORDER BY created_at DESC, id DESC LIMIT ?",
+        (f"%{escaped}%", *args, limit)).fetchall()
+
+
+def records_by_rowid(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, dict]:
+    """Full records by their row id (read after ranking: only the ranked rows)."""
+    if not ids:
+        return {}
+    marks, args = in_list(ids)
+    return {row[0]: reads.record_from_row(row[1:]) for row in conn.execute(
+        f"SELECT id, {reads.RECORD_COLUMNS} FROM memory_records WHERE id IN {marks}", args)}
+
+
+# --- a session's start -------------------------------------------------------------------------
+
+def newest_records(conn: sqlite3.Connection, namespace: str, limit: int,
+                   types: Sequence[str] = ()) -> list[dict]:
+    """A namespace's newest records (of these observation types, when given)."""
+    where, args = "", []
+    if types:
+        marks, args = in_list(types)
+        where = f" AND observation_type IN {marks}"
+    return [reads.record_from_row(row) for row in conn.execute(
+        f"SELECT {reads.RECORD_COLUMNS} FROM memory_records WHERE namespace = ?{where}"
+        " ORDER BY created_at DESC, id DESC LIMIT ?", (namespace, *args, limit))]
+
+
+def retrieved_counts(conn: sqlite3.Connection, namespace: str, lookback: int) -> dict[str, int]:
+    """How often each record was given to a prompt in the namespace's last retrievals."""
+    counts: dict[str, int] = {}
+    for (ids_json,) in conn.execute("SELECT record_ids_json FROM retrievals WHERE namespace = ?"
+                                    " ORDER BY id DESC LIMIT ?", (namespace, lookback)):
+        for record_id in json.loads(ids_json):
+            counts[record_id] = counts.get(record_id, 0) + 1
+    return counts

@@ -1,0 +1,213 @@
+"""The schema: numbered, forward-only migrations recorded in ``_migrations``.
+
+Each migration is applied once, in order, in its own transaction; its checksum is
+kept so that an edited migration is refused rather than silently diverging.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+from kirolearn.db import transaction, utc_now
+
+
+class MigrationError(RuntimeError):
+    pass
+
+
+# The records' full-text tokenizer; retrieval tokenizes queries with the same one.
+FTS_TOKENIZE = "porter unicode61 remove_diacritics 2"
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (1, "init", """
+CREATE TABLE events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,  -- arrival order, never reused
+    event_id TEXT NOT NULL UNIQUE,
+    namespace TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('prompt', 'tool_use', 'session_summary', 'note')),
+    session_id TEXT NOT NULL,
+    actor_id TEXT NOT NULL,
+    valid_time TEXT NOT NULL,
+    valid_ms INTEGER NOT NULL,
+    transaction_time TEXT NOT NULL,
+    body_json TEXT NOT NULL,
+    source_json TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    parent_event_id TEXT,
+    project_path TEXT,
+    schema_version INTEGER NOT NULL
+) STRICT;
+-- Ordered by (namespace, seq): a project's events in arrival order, and so its
+-- extraction buffer (every seq past its cursor) and its batches (seq ranges).
+CREATE INDEX events_namespace ON events (namespace);
+-- Dedup looks for the same content in the same session around the same time; keyed by
+-- session and time, inserts land at the end of their session's range (no random pages).
+CREATE INDEX events_session_time ON events (session_id, valid_ms, content_hash);
+
+-- The extraction buffer of a namespace is its events with seq > last_seq. Forming a
+-- batch moves the cursor; nothing is written per event.
+CREATE TABLE extraction_cursor (
+    namespace TEXT PRIMARY KEY,
+    last_seq INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE memory_records (
+    id INTEGER PRIMARY KEY,
+    record_id TEXT NOT NULL UNIQUE,
+    namespace TEXT NOT NULL,
+    title TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    facts_json TEXT NOT NULL,
+    facts_text TEXT NOT NULL,
+    concepts_json TEXT NOT NULL,
+    files_touched_json TEXT NOT NULL,
+    observation_type TEXT NOT NULL CHECK (observation_type IN
+        ('tool_use', 'decision', 'error', 'discovery', 'pattern', 'session_summary')),
+    strategy TEXT NOT NULL,
+    source_event_ids_json TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    batch_id TEXT
+) STRICT;
+CREATE INDEX memory_records_namespace ON memory_records (namespace, created_at);
+
+CREATE VIRTUAL TABLE memory_records_fts USING fts5 (
+    title, summary, facts_text,
+    content = 'memory_records', content_rowid = 'id',
+    tokenize = 'porter unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER memory_records_ai AFTER INSERT ON memory_records BEGIN
+    INSERT INTO memory_records_fts (rowid, title, summary, facts_text)
+    VALUES (new.id, new.title, new.summary, new.facts_text);
+END;
+CREATE TRIGGER memory_records_ad AFTER DELETE ON memory_records BEGIN
+    INSERT INTO memory_records_fts (memory_records_fts, rowid, title, summary, facts_text)
+    VALUES ('delete', old.id, old.title, old.summary, old.facts_text);
+END;
+CREATE TRIGGER memory_records_au AFTER UPDATE ON memory_records BEGIN
+    INSERT INTO memory_records_fts (memory_records_fts, rowid, title, summary, facts_text)
+    VALUES ('delete', old.id, old.title, old.summary, old.facts_text);
+    INSERT INTO memory_records_fts (rowid, title, summary, facts_text)
+    VALUES (new.id, new.title, new.summary, new.facts_text);
+END;
+CREATE VIRTUAL TABLE memory_records_fts_vocab USING fts5vocab (memory_records_fts, 'row');
+
+CREATE TABLE extraction_batches (
+    batch_id TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    first_seq INTEGER NOT NULL,  -- the batch is the namespace's events with seq in
+    last_seq INTEGER NOT NULL,   -- first_seq..last_seq (inclusive)
+    state TEXT NOT NULL CHECK (state IN ('ready', 'leased', 'done', 'failed')),
+    reason TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    lease_expires_ms INTEGER,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    done_ms INTEGER,
+    record_count INTEGER
+) STRICT;
+CREATE INDEX extraction_batches_state ON extraction_batches (state, lease_expires_ms);
+
+CREATE TABLE retrievals (
+    id INTEGER PRIMARY KEY,
+    prompt_event_id TEXT,
+    namespace TEXT,
+    record_ids_json TEXT NOT NULL,
+    latency_ms REAL NOT NULL,
+    outcome TEXT NOT NULL CHECK (outcome IN ('ok', 'empty', 'fallback', 'timeout', 'error')),
+    created_at TEXT NOT NULL
+) STRICT;
+CREATE INDEX retrievals_prompt ON retrievals (prompt_event_id);
+"""),
+    (2, "record_namespace_index", """
+-- Search checks the namespace of every full-text match; this narrow index answers
+-- that without reading the wide record rows (half the cost of a search, measured).
+CREATE INDEX memory_records_id_namespace ON memory_records (id, namespace);
+"""),
+    (3, "record_title_index", """
+-- A new record with the title of a recent one in its namespace may be its near-duplicate.
+CREATE INDEX memory_records_title ON memory_records (namespace, title);
+"""),
+    (4, "record_embeddings", """
+-- A record's vector (float32, little-endian) from its title, summary, facts and concepts;
+-- embedding_hash names the text and model it was made from. NULL: still to be embedded
+-- (a new record, or one whose text a merge changed).
+ALTER TABLE memory_records ADD COLUMN embedding BLOB;
+ALTER TABLE memory_records ADD COLUMN embedding_hash TEXT;
+CREATE INDEX memory_records_unembedded ON memory_records (id) WHERE embedding_hash IS NULL;
+"""),
+    (5, "retrieval_context", """
+-- What the viewer shows of a retrieval: the context the agent was given and, for an
+-- answer that fell back or failed, why. Retrievals logged before this have ''.
+ALTER TABLE retrievals ADD COLUMN context TEXT NOT NULL DEFAULT '';
+ALTER TABLE retrievals ADD COLUMN error TEXT;
+CREATE INDEX retrievals_namespace ON retrievals (namespace, id);
+-- The viewer's latency chart reads these columns only, for a span of time.
+CREATE INDEX retrievals_time ON retrievals (created_at, namespace, latency_ms, outcome);
+-- The viewer counts records by type and strategy, and filters by them, without reading
+-- the wide rows (a record's vector alone is 1.5 KB).
+CREATE INDEX memory_records_kind ON memory_records (namespace, observation_type, strategy);
+"""),
+]
+
+
+
+def _checksum(sql: str) -> str:
+    return hashlib.sha256(sql.encode()).hexdigest()
+
+
+def latest() -> int:
+    return MIGRATIONS[-1][0]
+
+
+def migrate(conn: sqlite3.Connection) -> list[int]:
+    """Apply pending migrations in order, each in its own transaction."""
+    conn.execute("""CREATE TABLE IF NOT EXISTS _migrations (
+        version INTEGER PRIMARY KEY, name TEXT NOT NULL, checksum TEXT NOT NULL,
+        applied_at TEXT NOT NULL) STRICT""")
+    applied = {v: c for v, c in conn.execute("SELECT version, checksum FROM _migrations")}
+    known = {v for v, _, _ in MIGRATIONS}
+    newer = sorted(set(applied) - known)
+    if newer:
+        raise MigrationError(f"database has migration(s) {newer} this kirolearn does not know; "
+                             "it was written by a newer version")
+    done = []
+    for version, name, sql in MIGRATIONS:
+        if version in applied:
+            if applied[version] != _checksum(sql):
+                raise MigrationError(f"migration {version:04d}_{name} differs from the one applied")
+            continue
+        with transaction(conn):
+            for statement in _statements(sql):
+                conn.execute(statement)
+            conn.execute("INSERT INTO _migrations VALUES (?, ?, ?, ?)",
+                         (version, name, _checksum(sql), utc_now()))
+        done.append(version)
+    return done
+
+
+def _statements(script: str) -> Iterator[str]:
+    """Split a script into complete statements (triggers contain semicolons)."""
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip():
+                yield buffer
+            buffer = ""
+
+
+
+def check(conn: sqlite3.Connection) -> tuple[str, int | None]:
+    """SQLite's quick check ("ok" when sound) and the newest migration applied."""
+    verdict = conn.execute("PRAGMA quick_check").fetchone()[0]
+    applied = conn.execute("SELECT max(version) FROM _migrations").fetchone()[0]
+    return verdict, applied
+
+
+def create_private(path: Path) -> None:
+    """The database file, made private to the user before SQLite opens it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        path.touch(mode=0o600)

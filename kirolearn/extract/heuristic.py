@@ -1,0 +1,171 @@
+"""The heuristic extractor: a batch of events → memory records, with no network.
+
+A turn is a prompt, the tools used after it, and the turn summary that ends it
+(``session_summary``), within one session. Each turn becomes one record: the request
+as title, a summary of what was done and what the agent concluded, and facts a
+developer would want back ("edited `src/app.py` (+12 −3)", "ran `pytest -q` → exit 1,
+3 failed", "read `docs/api.md`"). A failed command or tool also makes an ``error``
+record with the command and the first lines of its output, and every turn summary
+makes a ``session_summary`` record. Listing, searching, thinking and to-do tools add
+nothing of their own; ``note`` events make no records.
+
+What each tool use did is read by ``kirolearn.tooluse``, for any agent's payload.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from kirolearn import contract
+from kirolearn.tooluse import Action, cut, fact, first_lines, observe, relative
+
+STRATEGY = "heuristic"
+TITLE_CHARS = 120
+REQUEST_CHARS = 600
+CONCLUSION_CHARS = 1500
+ERROR_LINES = 8
+MAX_FACTS = 30
+
+PATH_IN_TEXT = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.(?:py|ts|tsx|js|jsx|go|rs|java|rb|"
+                          r"c|h|cpp|cs|md|toml|yaml|yml|json|sql|sh|kt|swift|php))\b")
+IDENTIFIER = re.compile(r"\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]+)+|"
+                        r"[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+)\b")
+
+
+@dataclass
+class Turn:
+    session_id: str
+    request: str = ""
+    actions: list[Action] = field(default_factory=list)
+    conclusion: str = ""
+    event_ids: list[str] = field(default_factory=list)
+
+
+def concepts_of(texts: list[str], files: list[str]) -> list[str]:
+    """Keywords a search might use: file stems and directories, code identifiers."""
+    found: list[str] = []
+    for path in files:
+        parts = path.replace("\\", "/").split("/")
+        found += [p for p in parts[:-1] if p not in ("", ".", "..", "src", "tests", "lib")][-2:]
+        stem = os.path.splitext(parts[-1])[0]
+        if stem:
+            found.append(stem)
+    for text in texts:
+        found += IDENTIFIER.findall(text)
+    return [c[:100] for c in dict.fromkeys(found)][:12]
+
+
+# -- records ---------------------------------------------------------------------------------
+
+def record(namespace: str, title: str, summary: str, observation_type: str,
+           facts: list[str], concepts: list[str], files: list[str],
+           source_ids: list[str]) -> dict:
+    return {
+        "record_id": contract.new_record_id(), "namespace": namespace,
+        "title": cut(title, TITLE_CHARS) or "Untitled", "summary": summary[:4000],
+        "facts": [f[:500] for f in facts[:MAX_FACTS]], "concepts": concepts,
+        "files_touched": [f[:500] for f in files[:100]], "observation_type": observation_type,
+        "strategy": STRATEGY, "source_event_ids": source_ids, "created_at": contract.now_iso(),
+    }
+
+
+def _done(actions: list[Action]) -> str:
+    edited = list(dict.fromkeys(p for a in actions if a.kind == "edit" for p in a.paths))
+    runs = [a for a in actions if a.kind == "run"]
+    read = list(dict.fromkeys(p for a in actions if a.kind == "read" for p in a.paths))
+    parts = []
+    if edited:
+        parts.append(f"edited {len(edited)} file{'s' * (len(edited) > 1)}")
+    if runs:
+        failed = sum(a.failed for a in runs)
+        parts.append(f"ran {len(runs)} command{'s' * (len(runs) > 1)}"
+                     + (f" ({failed} failed)" if failed else ""))
+    if read:
+        parts.append(f"read {len(read)} file{'s' * (len(read) > 1)}")
+    return ", ".join(parts)
+
+
+def turn_records(namespace: str, turn: Turn, root: str | None) -> list[dict]:
+    actions = [a for a in turn.actions if a.kind != "quiet"]
+    facts = [f for f in (fact(a, root) for a in actions) if f]
+    files = list(dict.fromkeys(relative(p, root) for a in actions for p in a.paths))
+    records = []
+    if turn.request or actions or turn.conclusion:
+        title = turn.request or (facts[0] if facts else turn.conclusion)
+        # the request is in the summary only when the title had to cut it short
+        request = cut(turn.request, REQUEST_CHARS) if len(cut(title, 10**6)) > TITLE_CHARS else ""
+        done = _done(actions)
+        summary = "\n\n".join(part for part in (
+            request, f"Done: {done}." if done else "",
+            cut(turn.conclusion, CONCLUSION_CHARS)) if part) or cut(turn.request, REQUEST_CHARS)
+        if summary and (turn.request or facts):
+            kind = "tool_use" if actions else "discovery"
+            records.append(record(namespace, title, summary, kind, list(dict.fromkeys(facts)),
+                                  concepts_of([turn.request, *facts], files), files,
+                                  turn.event_ids))
+    for action in actions:
+        if not action.failed:
+            continue
+        what = f"`{cut(action.command, 100)}`" if action.command else f"`{action.tool}`"
+        errors = first_lines(action.output, ERROR_LINES)
+        request = cut(turn.request, 200).rstrip(".!?")
+        summary = f"{what} failed" + (f" while working on: {request}" if request else "") + "."
+        if errors:  # fenced: a line of `===` under text would be read as a heading
+            fence = "~~~" if "```" in errors else "```"
+            summary += f"\n\n{fence}\n{errors}\n{fence}"
+        error_files = list(dict.fromkeys(
+            [relative(p, root) for p in action.paths] + PATH_IN_TEXT.findall(errors)))
+        facts_here = [f for f in (fact(action, root),) if f]
+        records.append(record(namespace, f"{what} failed", summary, "error", facts_here,
+                              concepts_of([errors], error_files), error_files,
+                              turn.event_ids))
+    return records
+
+
+class HeuristicExtractor:
+    """The default extractor: deterministic, no network."""
+
+    strategy = STRATEGY
+
+    def extract(self, namespace: str, events: list[dict]) -> tuple[list[dict], str]:
+        return extract(namespace, events), STRATEGY
+
+    def status(self) -> dict:
+        return {}
+
+
+def extract(namespace: str, events: list[dict]) -> list[dict]:
+    """Records for a batch (events in time order, bodies decoded)."""
+    records: list[dict] = []
+    turns: dict[str, Turn] = {}
+    roots = {e["session_id"]: e.get("project_path") for e in events}
+
+    def close(session_id: str) -> None:
+        turn = turns.pop(session_id, None)
+        if turn is not None:
+            records.extend(turn_records(namespace, turn, roots.get(session_id)))
+
+    for event in events:
+        session_id, kind, body = event["session_id"], event["kind"], event["body"]
+        if kind == "prompt":
+            close(session_id)
+            turns[session_id] = Turn(session_id, contract.body_text(body), [], "",
+                                     [event["event_id"]])
+        elif kind == "tool_use":
+            turn = turns.setdefault(session_id, Turn(session_id))
+            turn.actions.append(observe(body.get("data")))
+            turn.event_ids.append(event["event_id"])
+        elif kind == "session_summary":
+            text = contract.body_text(body).strip()
+            turn = turns.setdefault(session_id, Turn(session_id))
+            turn.conclusion = text
+            turn.event_ids.append(event["event_id"])
+            close(session_id)
+            if text:
+                records.append(record(namespace, text.splitlines()[0], text, "session_summary",
+                                      [], concepts_of([text], []), [], [event["event_id"]]))
+    for session_id in list(turns):
+        close(session_id)
+    return records

@@ -1,0 +1,134 @@
+"""Bulk import: JSON Lines of v1 events through ingest, a few chunks in flight.
+
+Ingest validates one chunk while storage commits another. A chunk is retried while
+ingest or storage restarts (its already-stored events then come back as
+duplicates); a line that cannot be an event is rejected here with its reason.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import json
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import tenacity
+
+from kirolearn import contract, control, paths, protocol, transport
+
+CHUNK_LINES = 500
+CHUNK_BYTES = 1024 * 1024  # a chunk of lines stays well under the frame limit
+IN_FLIGHT = 3
+RETRY_FOR_S = 60
+
+
+class Stalled(RuntimeError):
+    """Ingest stopped answering; the message says how far the import got."""
+
+
+@dataclass
+class Report:
+    counts: dict[str, int] = field(
+        default_factory=lambda: {"stored": 0, "duplicate": 0, "rejected": 0})
+    rejected: list[tuple[int, str]] = field(default_factory=list)  # (line number, reason)
+
+    def add(self, line_no: int, status: str, reason: str = "") -> None:
+        self.counts[status] += 1
+        if status == "rejected":
+            self.rejected.append((line_no, reason))
+
+
+def _is_record(line: str) -> bool:
+    try:
+        item = json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(item, dict) and "record_id" in item
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, transport.Timeout) or (
+        isinstance(exc, protocol.RemoteError) and exc.code in (
+            protocol.ErrorCode.UNAVAILABLE, protocol.ErrorCode.SHUTTING_DOWN,
+            protocol.ErrorCode.INTERNAL))
+
+
+def send_chunk(client: transport.Client, lines: list[str]) -> list[dict]:
+    """put_events with retries while ingest or storage is restarting."""
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_delay(RETRY_FOR_S),
+        wait=tenacity.wait_exponential_jitter(initial=0.1, max=2),
+        retry=tenacity.retry_if_exception(_retryable), reraise=True)
+    return retrying(client.call, "put_events", {"lines": lines})["results"]
+
+
+def import_lines(lines: Iterable[str], base=None) -> Report:
+    """Send every non-blank line (a JSON event) through ingest; raises Stalled when
+    ingest stops answering."""
+    report = Report()
+    local = threading.local()
+    clients: list[transport.Client] = []
+    endpoint = paths.endpoint("ingest", base)
+
+    def send(chunk: list[str]) -> list[dict]:
+        if not hasattr(local, "client"):
+            local.client = transport.Client(endpoint, timeout_ms=control.IMPORT_MS)
+            clients.append(local.client)
+        return send_chunk(local.client, chunk)
+
+    in_flight: collections.deque = collections.deque()
+
+    def collect_oldest() -> None:
+        numbers, future = in_flight.popleft()
+        try:
+            results = future.result()
+        except protocol.RemoteError as exc:  # the whole chunk was refused
+            results = [{"status": "rejected", "reason": str(exc)}] * len(numbers)
+        except transport.Timeout as exc:
+            raise Stalled(f"ingest stopped answering ({exc}); the lines before"
+                          f" line {numbers[0]} were sent") from exc
+        for line_no, result in zip(numbers, results, strict=True):
+            report.add(line_no, result["status"], result.get("reason", ""))
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(IN_FLIGHT) as pool:
+            chunk: list[str] = []
+            numbers: list[int] = []
+            chunk_bytes = 0
+
+            def submit() -> None:
+                nonlocal chunk, numbers, chunk_bytes
+                if chunk:
+                    in_flight.append((numbers, pool.submit(send, chunk)))
+                    chunk, numbers, chunk_bytes = [], [], 0
+                if len(in_flight) >= IN_FLIGHT:
+                    collect_oldest()
+
+            for line_no, line in enumerate(lines, start=1):
+                if not line.strip():
+                    continue
+                size = len(line.encode("utf-8"))
+                if size > protocol.MAX_FRAME_BYTES // 2:
+                    report.add(line_no, "rejected", f"the line is {size} bytes; an event's"
+                               f" body may be at most {contract.MAX_BODY_BYTES} bytes")
+                    continue
+                if '"record_id"' in line and _is_record(line):
+                    report.add(line_no, "rejected", "a memory record, not an event (records"
+                               " are rebuilt by extraction)")
+                    continue
+                if chunk_bytes + size > CHUNK_BYTES:
+                    submit()  # a large line travels alone rather than overfill a chunk
+                chunk.append(line)
+                numbers.append(line_no)
+                chunk_bytes += size
+                if len(chunk) >= CHUNK_LINES:
+                    submit()
+            submit()
+            while in_flight:
+                collect_oldest()
+    finally:
+        for client in clients:
+            client.close()
+    return report

@@ -1,0 +1,301 @@
+"""What every daemon process shares: start-up, the op table, signals, the main loop.
+
+A role process is started by the supervisor as ``python -m kirolearn.roles.<role>
+--name <process>``. Its handlers are methods marked with ``@op(name)``; the class
+collects them into its op table, one per socket (``service``: the role's own
+socket; ``control``: ``<process>.ctl``, where the supervisor pings and stops it).
+``dispatch`` answers every request exactly once: an unknown op, a malformed body
+(``BadRequest``) and a handler's failure each get an error reply, so no request is
+left waiting and no message can take the process down. A handler's docstring is
+its entry in docs/protocol.md (a test checks that every op is documented there).
+
+SIGINT is ignored (the supervisor owns Ctrl-C) unless the role was started by hand
+from a terminal (``kirolearn worker``); the first SIGTERM asks for a graceful stop,
+a second one exits at once. The signal handler only records the signal; the loop
+acts on it. A role whose parent dies stops by itself rather than linger as an orphan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from kirolearn import config, paths, protocol, transport
+from kirolearn.supervisor.states import RET_CONFIG, RET_KILLED, RET_OK
+
+Code = protocol.ErrorCode
+REQUESTS_PER_PASS = 1000  # requests read from one socket before the others get a turn
+
+
+class BadRequest(ValueError):
+    """The request's body has the wrong shape: answered ``BAD_REQUEST`` with the reason."""
+
+    def __init__(self, reason: str, body: dict | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.body = body
+
+
+class _Later:
+    def __repr__(self) -> str:
+        return "LATER"
+
+
+LATER: Any = _Later()  # a handler's result when it keeps the request and answers it later
+
+
+@dataclass(slots=True)
+class Request:
+    """One request on a served socket; ``reply`` or ``fail`` answers it."""
+
+    sock: zmq.Socket
+    envelope: list[bytes]
+    id: str
+    op: str
+    body: dict
+
+    def reply(self, body: dict | None = None) -> None:
+        transport.send_reply(self.sock, self.envelope, protocol.reply_ok(self.id, body))
+
+    def fail(self, code: int, reason: str, body: dict | None = None) -> None:
+        transport.send_reply(self.sock, self.envelope,
+                             protocol.reply_error(self.id, code, reason, body))
+
+    def require(self, key: str, kind: type | tuple[type, ...], what: str) -> Any:
+        """``body[key]`` if it is of ``kind`` (never a bool for a number), else BadRequest
+        saying ``'key' must be <what>``."""
+        value = self.body.get(key)
+        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in (
+                kind if isinstance(kind, tuple) else (kind,))):
+            raise BadRequest(f"'{key}' must be {what}")
+        return value
+
+
+Handler = Callable[[Request], Any]
+
+
+def op(name: str, socket: str = "service") -> Callable[[Callable], Callable]:
+    """Mark a method as the handler of ``name`` on ``socket`` (``service`` or ``control``).
+    It returns the reply body (None: ``{}``), or LATER when it answers by itself."""
+    def mark(method: Callable) -> Callable:
+        method.__dict__.setdefault("ops", []).append((socket, name))
+        return method
+    return mark
+
+
+def op_table(obj: object, socket: str) -> dict[str, Handler]:
+    """``obj``'s handlers for ``socket``, by op name (subclasses override by name)."""
+    table: dict[str, Handler] = {}
+    for klass in reversed(type(obj).__mro__):
+        for attr, value in vars(klass).items():
+            for sock_name, name in getattr(value, "ops", ()):
+                if sock_name == socket:
+                    table[name] = getattr(obj, attr)
+    return table
+
+
+def dispatch(request: Request, table: dict[str, Handler], who: str,
+             log: logging.Logger) -> None:
+    """Run the request's handler and answer it, whatever happens."""
+    handler = table.get(request.op)
+    if handler is None:
+        request.fail(Code.UNKNOWN_OP, f"{who} does not serve {request.op!r}")
+        return
+    try:
+        result = handler(request)
+    except BadRequest as exc:
+        request.fail(Code.BAD_REQUEST, exc.reason, exc.body)
+        return
+    except Exception as exc:  # a bug or a broken resource: say so, and carry on
+        log.exception("%s failed", request.op)
+        request.fail(Code.INTERNAL, f"{request.op} failed: {type(exc).__name__}: {exc}")
+        return
+    if result is not LATER:
+        request.reply(result)
+
+
+def serve(sock: zmq.Socket, table: dict[str, Handler], who: str, log: logging.Logger,
+          limit: int = REQUESTS_PER_PASS) -> int:
+    """Dispatch the requests already queued on a ROUTER socket (up to ``limit``);
+    returns how many were read."""
+    count = 0
+    while count < limit:
+        received = transport.recv_request(sock, log)
+        count += 1
+        if received is not None:
+            envelope, message = received
+            dispatch(Request(sock, envelope, message["id"], message["op"], message["body"]),
+                     table, who, log)
+        if not sock.poll(0, zmq.POLLIN):
+            break
+    return count
+
+
+def setup_logging(name: str, level: str = "INFO") -> logging.Logger:
+    logging.basicConfig(
+        stream=sys.stderr, level=level.upper(),
+        format=f"%(asctime)s [%(process)d] [kirolearn.{name}] [%(levelname)s] %(message)s")
+    return logging.getLogger(f"kirolearn.{name}")
+
+
+class Role:
+    """Base class: subclasses bind sockets in ``setup``, serve ops with ``@op`` and do
+    periodic work in ``tick``."""
+
+    role = "role"
+    tick_interval_s = 0.5
+    refuse_while_stopping = False  # answer SHUTTING_DOWN to all but ping once stopping
+
+    def __init__(self, name: str, base: Path, settings: dict):
+        self.name = name
+        self.base = base
+        self.settings = settings
+        self.log = logging.getLogger(f"kirolearn.{name}")
+        self.ctx = zmq.Context()
+        self.ctx.linger = 0
+        self.stopping = False
+        self._signals: list[int] = []
+        self._readers: dict[zmq.Socket, Callable[[zmq.Socket], None]] = {}
+        self._poller = zmq.Poller()
+        self._parent = os.getppid()
+        self.started = time.monotonic()
+
+    # -- for subclasses --------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Bind/connect the role's sockets (``serve_on``, ``add_socket``)."""
+
+    def tick(self) -> None:
+        """Periodic work, called at least every ``tick_interval_s``."""
+
+    def after_requests(self) -> None:
+        """Called after each pass over the service socket (e.g. to commit a group)."""
+
+    def drain(self) -> None:
+        """Finish in-flight work before exit."""
+
+    def teardown(self) -> None:
+        """Release resources (database, files)."""
+
+    def counters(self) -> dict:
+        """What ``ping`` adds about the role's work (``kirolearn status`` reads it)."""
+        return {}
+
+    # -- the ops every role serves -------------------------------------------------------
+
+    @op("ping")
+    @op("ping", "control")
+    def ping(self, request: Request) -> dict:
+        """``ping`` → ``{name, role, pid, uptime_s, …counters}``: alive and serving."""
+        return {"name": self.name, "role": self.role, "pid": os.getpid(),
+                "uptime_s": round(time.monotonic() - self.started, 3), **self.counters()}
+
+    @op("shutdown", "control")
+    def shutdown(self, request: Request) -> None:
+        """``shutdown`` → ``{}``: finish in-flight work and exit."""
+        self.log.info("shutdown requested")
+        self.stopping = True
+
+    # -- machinery ----------------------------------------------------------------------------
+
+    def add_socket(self, sock: zmq.Socket, reader: Callable[[zmq.Socket], None]) -> zmq.Socket:
+        """Poll ``sock`` in the loop and call ``reader(sock)`` when it has input."""
+        self._readers[sock] = reader
+        self._poller.register(sock, zmq.POLLIN)
+        return sock
+
+    def bind(self, kind: int, endpoint: str, **opts) -> zmq.Socket:
+        old_umask = os.umask(0o077)  # socket files readable by the owner only
+        try:
+            return transport.make_socket(self.ctx, kind, bind=endpoint, **opts)
+        finally:
+            os.umask(old_umask)
+
+    def serve_on(self, endpoint: str, socket: str = "service") -> zmq.Socket:
+        """Bind a ROUTER on ``endpoint`` and answer it from the op table of ``socket``."""
+        table = op_table(self, socket)
+        who = self.role if socket == "service" else f"{self.name} control"
+        sock = self.bind(zmq.ROUTER, endpoint)
+
+        def read(ready: zmq.Socket) -> None:
+            if socket == "service" and self.stopping and self.refuse_while_stopping:
+                serve(ready, {name: (handler if name == "ping" else self._refuse)
+                              for name, handler in table.items()}, who, self.log)
+                return
+            serve(ready, table, who, self.log)
+            if socket == "service":
+                self.after_requests()
+
+        return self.add_socket(sock, read)
+
+    def _refuse(self, request: Request) -> None:
+        request.fail(Code.SHUTTING_DOWN, f"{self.role} is stopping")
+        return LATER
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self._signals:  # second SIGTERM: no more patience
+            os._exit(RET_KILLED)
+        self._signals.append(signum)
+
+    def run(self, standalone: bool = False) -> int:
+        """Serve until stopped. ``standalone``: started from a terminal, not by the
+        supervisor, so Ctrl-C stops it like SIGTERM."""
+        signal.signal(signal.SIGINT, self._on_signal if standalone else signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        self.serve_on(paths.endpoint(f"{self.name}.ctl", self.base), "control")
+        try:
+            try:
+                self.setup()
+            except config.ConfigError as exc:  # FATAL at once: a restart will not fix it
+                self.log.error("configuration error: %s", exc)
+                return RET_CONFIG
+            self.log.info("started (pid %d)", os.getpid())
+            next_tick = time.monotonic()
+            while not self.stopping:
+                timeout = max(0.0, next_tick - time.monotonic())
+                for sock in dict(self._poller.poll(int(timeout * 1000))):
+                    try:
+                        self._readers[sock](sock)
+                    except Exception:
+                        self.log.exception("error while reading a socket; carrying on")
+                if time.monotonic() >= next_tick:
+                    self.tick()
+                    next_tick = time.monotonic() + self.tick_interval_s
+                if self._signals:
+                    self.log.info("received signal %d; stopping", self._signals[0])
+                    self.stopping = True
+                if os.getppid() != self._parent:
+                    self.log.warning("supervisor went away; stopping")
+                    self.stopping = True
+            self.drain()
+        finally:
+            self.teardown()
+            self.ctx.destroy(linger=0)  # socket files go with the supervisor's cleanup
+            self.log.info("stopped")
+        return RET_OK
+
+
+def main(role_class: type[Role], argv: list[str] | None = None) -> None:
+    """Entry point for ``python -m kirolearn.roles.<role>``."""
+    parser = argparse.ArgumentParser(prog=f"kirolearn.roles.{role_class.role}")
+    parser.add_argument("--name", default=role_class.role, help="process name (for sockets, logs)")
+    args = parser.parse_args(argv)
+    base = paths.home()
+    try:
+        settings = config.load(base)
+    except config.ConfigError as exc:
+        setup_logging(args.name).error("configuration error: %s", exc)
+        sys.exit(RET_CONFIG)
+    setup_logging(args.name, settings["logging"]["level"])
+    paths.ensure_layout(base)
+    sys.exit(role_class(args.name, base, settings).run())

@@ -1,0 +1,9 @@
+"""Finding memories: the query (``query``), the searcher (``searcher``), the context
+block (``context``), and for semantic and hybrid search the local embedding model
+(``embeddings``) and the vectors in memory (``vectors``).
+
+This module itself is light (the CLI imports it for the names below).
+"""
+
+MODES = ("lexical", "semantic", "hybrid")  # how a search ranks: words, meaning, or both
+OUTCOMES = ("ok", "empty", "fallback", "timeout", "error")  # how a search ended

@@ -1,0 +1,112 @@
+"""The context an agent reads: the search format, the session-start format, the cap.
+
+Both formats are fixed (DESIGN.md, docs/protocol.md): a header, then per record its
+title, summary and facts as bullets. ``within_tokens`` cuts a list of records to what
+fits in a number of model tokens (about four characters each).
+"""
+
+from __future__ import annotations
+
+HEADER = "## Prior observations from kirolearn"
+
+
+def without_repeats(records: list[dict]) -> list[dict]:
+    """Records in order, less any whose title and summary (whitespace aside) repeat an
+    earlier one's: the same memory saved in two namespaces is shown once."""
+    seen: set[tuple[str, str]] = set()
+    kept = []
+    for record in records:
+        key = (" ".join(record["title"].split()).casefold(),
+               " ".join(record["summary"].split()).casefold())
+        if key not in seen:
+            seen.add(key)
+            kept.append(record)
+    return kept
+
+
+def record_section(record: dict) -> str:
+    """One record in the context: its title, summary and facts."""
+    parts = ["### " + " ".join(record["title"].split())]
+    if record["summary"].strip():
+        parts.append(record["summary"].strip())
+    facts = [" ".join(fact.split()) for fact in record["facts"]]
+    if any(facts):
+        parts.append("\n".join(f"- {fact}" for fact in facts if fact))
+    return "\n\n".join(parts)
+
+
+def context_block(records: list[dict]) -> str:
+    """The fixed format: a header, then per record its title, summary and facts."""
+    if not records:
+        return ""
+    return "\n\n".join([HEADER, *(record_section(record) for record in records)])
+
+
+def within_tokens(records: list[dict], max_tokens: int | None) -> list[dict]:
+    """The best-ranked records whose context block fits in max_tokens (None: all): the
+    lowest-ranked go first. A first record too big on its own is kept, without its facts
+    and its summary cut to fit, so the best match is never dropped for its size alone."""
+    if max_tokens is None or not records:
+        return records
+    kept: list[dict] = []
+    used = estimate_tokens(HEADER)
+    for record in records:
+        cost = estimate_tokens(record_section(record)) + 1
+        if used + cost > max_tokens:
+            break
+        kept.append(record)
+        used += cost
+    if not kept:
+        first = {**records[0], "facts": []}
+        over = estimate_tokens(context_block([first])) - max_tokens
+        while over > 0 and first["summary"]:
+            first["summary"] = first["summary"][:max(0, len(first["summary"]) - 4 * over - 4)]
+            over = estimate_tokens(context_block([first])) - max_tokens
+        kept = [first]
+    return kept
+
+
+SESSION_HEADER = "## This project so far (from kirolearn)"
+SESSION_RECENT = 5  # newest records listed as one line each
+SESSION_TOP = 20  # candidates for the records given in full
+SESSION_LOOKBACK = 500  # recent retrievals counted to find the records that matter most
+
+
+def estimate_tokens(text: str) -> int:
+    """About four characters per token: close enough for English and code."""
+    return (len(text) + 3) // 4
+
+
+def session_block(recent: list[dict], top: list[dict],
+                  token_budget: int) -> tuple[str, list[dict]]:
+    """The session-start context and the records in it: one line per recent record,
+    then the top records in full (the context block's format), as many as fit in
+    token_budget."""
+    included: list[dict] = []
+    if not recent and not top:
+        return "", included
+    parts = [SESSION_HEADER, "Recent work:"]
+    used = estimate_tokens("\n\n".join(parts))
+    lines: list[str] = []
+    for record in recent:
+        first = " ".join(record["summary"].split())
+        line = f"- {record['created_at'][:10]} {' '.join(record['title'].split())}"
+        if first and first != record["title"]:
+            line += f": {first[:160]}" + ("…" if len(first) > 160 else "")
+        if used + estimate_tokens(line) + 1 > token_budget:
+            break
+        lines.append(line)
+        included.append(record)
+        used += estimate_tokens(line) + 1
+    if lines:
+        parts[-1] += "\n" + "\n".join(lines)
+    else:
+        parts.pop()
+    for record in top:
+        section = context_block([record]).split("\n\n", 1)[1]
+        if used + estimate_tokens(section) + 1 > token_budget:
+            continue  # a shorter one further down may still fit
+        parts.append(section)
+        included.append(record)
+        used += estimate_tokens(section) + 1
+    return ("\n\n".join(parts), included) if included else ("", [])

@@ -1,0 +1,191 @@
+"""What the viewer's pages show, read from the database (``db.views``) and shaped for
+the templates and the JSON API. Each call opens its own read-only connection:
+requests run on several threads."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from starlette.exceptions import HTTPException
+
+from kirolearn import contract, db, paths, tooluse
+from kirolearn.db import reads, views
+from kirolearn.viewer.chart import latency_series
+
+PAGE_SIZE = 50
+TAIL_SIZE = 50
+USES_LOOKBACK = 5000  # retrievals searched for the prompts a memory was given to
+
+
+def summarize_event(event: dict, seq: int) -> dict:
+    """One event as the live tail and the session pages show it: each kind its own way
+    (a prompt's text; a tool's name, what it did and how it ended; a turn summary; a
+    note)."""
+    body = event["body"]
+    kind = event["kind"]
+    item = {"seq": seq, "event_id": event["event_id"], "kind": kind,
+            "namespace": event["namespace"], "session_id": event["session_id"],
+            "valid_time": event["valid_time"], "headline": "", "detail": "", "outcome": "",
+            "output": ""}
+    if kind == "tool_use" and isinstance(body, dict) and body.get("type") == "json":
+        action = tooluse.observe(body.get("data"))
+        item["headline"] = action.tool
+        done = tooluse.fact(action, event.get("source", {}).get("project_path"))
+        item["detail"] = done or action.command or ", ".join(action.paths)
+        if action.failed:
+            item["outcome"] = "failed" + (f" (exit {action.exit_status})"
+                                          if action.exit_status not in (None, 0) else "")
+        elif action.exit_status is not None:
+            item["outcome"] = f"exit {action.exit_status}"
+        if action.output.strip():  # the lines that say what went wrong, else the last ones
+            item["output"] = tooluse.first_lines(action.output, 8)[:1000]
+    else:
+        text = contract.body_text(body)
+        item["headline"] = {"prompt": "Prompt", "session_summary": "Turn summary",
+                            "note": "Note"}.get(kind, kind)
+        item["detail"] = text[:2000] + ("…" if len(text) > 2000 else "")
+    return item
+
+
+def retrieval_from_row(row: tuple, prompt_chars: int | None = 200) -> dict:
+    prompt = contract.body_text(json.loads(row[8])) if row[8] else ""
+    if prompt_chars is not None:
+        prompt = tooluse.cut(prompt, prompt_chars)
+    return {"id": row[0], "prompt_event_id": row[1], "namespace": row[2],
+            "record_ids": json.loads(row[3]), "latency_ms": round(row[4], 1), "outcome": row[5],
+            "created_at": row[6], "error": row[7], "prompt": prompt}
+
+
+class Reader:
+    """The viewer's reads of one kirolearn home."""
+
+    def __init__(self, base: Path):
+        self.path = paths.db_path(base)
+
+    @contextlib.contextmanager
+    def conn(self) -> Iterator[sqlite3.Connection]:
+        if not self.path.exists():
+            raise HTTPException(503, "no database yet: kirolearn has not stored anything")
+        with db.reading(self.path) as conn:
+            yield conn
+
+    def projects(self) -> list[dict]:
+        """Every namespace, labelled with its project folder when known."""
+        with self.conn() as conn:
+            found = views.namespaces(conn)
+        return sorted(({"namespace": ns, "label": folder or ns} for ns, folder in found.items()),
+                      key=lambda p: p["label"])
+
+    def strategies(self) -> list[str]:
+        with self.conn() as conn:
+            return views.strategies(conn)
+
+    def overview(self, namespace: str | None, days: int) -> dict:
+        since = (datetime.now(UTC) - timedelta(days=days)).isoformat(timespec="seconds")
+        with self.conn() as conn:
+            stats = reads.stats(conn, namespace)
+            types = views.record_counts(conn, "observation_type", namespace)
+            strategies = views.record_counts(conn, "strategy", namespace)
+            rows = views.retrieval_latencies(conn, since, namespace)
+        events: dict[str, int] = {}
+        for entry in stats["namespaces"]:
+            for kind, count in entry["events"].items():
+                events[kind] = events.get(kind, 0) + count
+        return {"totals": stats["totals"], "events_by_kind": events, "records_by_type": types,
+                "strategies": strategies, "retrievals": latency_series(rows, days)}
+
+    def events(self, after: int = 0, namespace: str | None = None, session_id: str | None = None,
+               limit: int = TAIL_SIZE, newest: bool = False) -> list[dict]:
+        """Events past seq ``after`` (oldest first), or the newest ``limit`` (newest first)."""
+        with self.conn() as conn:
+            found = views.events_page(conn, after, namespace, session_id, limit, newest)
+        return [summarize_event(event, seq) for seq, event in found]
+
+    def event(self, event_id: str) -> dict | None:
+        with self.conn() as conn:
+            found = views.event_by_id(conn, event_id)
+        if found is None:
+            return None
+        seq, event = found
+        return {"event": event, "summary": summarize_event(event, seq)}
+
+    def records(self, namespace: str | None, observation_type: str | None,
+                strategy: str | None, since: str | None, until: str | None,
+                before: int | None = None) -> list[dict]:
+        """Newest first, PAGE_SIZE at a time (``before``: the id to continue below)."""
+        with self.conn() as conn:
+            return views.records_page(conn, namespace, observation_type, strategy, since,
+                                      until, before, PAGE_SIZE)
+
+    def record(self, record_id: str) -> dict | None:
+        with self.conn() as conn:
+            record = reads.record_by_id(conn, record_id)
+            if record is None:
+                return None
+            found = views.source_events(conn, record["source_event_ids"])
+            uses = views.record_uses(conn, record["namespace"], record_id, USES_LOOKBACK)
+        record["sources"] = [
+            {"event_id": i, "kind": found[i][1] if i in found else None,
+             "valid_time": found[i][2] if i in found else None,
+             "text": tooluse.cut(contract.body_text(json.loads(found[i][3])), 200)
+             if i in found else ""}
+            for i in record["source_event_ids"]]
+        record["retrievals"] = [{"id": r[0], "created_at": r[1], "outcome": r[2]} for r in uses]
+        return record
+
+    def retrievals(self, namespace: str | None, outcome: str | None,
+                   before: int | None = None) -> list[dict]:
+        with self.conn() as conn:
+            rows = views.retrievals_page(conn, namespace, outcome, before, PAGE_SIZE)
+        return [retrieval_from_row(row) for row in rows]
+
+    def retrieval(self, retrieval_id: int) -> dict | None:
+        with self.conn() as conn:
+            row = views.retrieval_by_id(conn, retrieval_id)
+            if row is None:
+                return None
+            item = retrieval_from_row(row[:-1], prompt_chars=None)
+            item["context"] = row[-1]
+            found = {r["record_id"]: r for r in reads.records_by_id(
+                conn, item["record_ids"], [item["namespace"] or ""])}
+        item["records"] = [{**found[i], "forgotten": False} if i in found
+                           else {"record_id": i, "forgotten": True} for i in item["record_ids"]]
+        return item
+
+    def sessions(self, namespace: str | None) -> list[dict]:
+        with self.conn() as conn:
+            return views.sessions_page(conn, namespace, PAGE_SIZE)
+
+    def session(self, session_id: str) -> list[dict]:
+        """The session's turns in order: a prompt, the tools used after it, and the turn
+        summary that ended it (events before the first prompt make a turn of their own)."""
+        with self.conn() as conn:
+            found = views.session_events(conn, session_id)
+        turns: list[dict] = []
+        for seq, event in found:
+            item = summarize_event(event, seq)
+            if item["kind"] == "prompt" or not turns or turns[-1]["summary"] is not None:
+                turns.append({"prompt": None, "tools": [], "notes": [], "summary": None})
+            turn = turns[-1]
+            if item["kind"] == "prompt":
+                turn["prompt"] = item
+            elif item["kind"] == "tool_use":
+                turn["tools"].append(item)
+            elif item["kind"] == "session_summary":
+                turn["summary"] = item
+            else:
+                turn["notes"].append(item)
+        return turns
+
+    def export(self, namespace: str | None) -> Iterator[str]:
+        """Events, then memory records, as JSON Lines (``kirolearn export``'s format)."""
+        with self.conn() as conn:
+            for event in reads.iter_events(conn, namespace):
+                yield json.dumps(event, ensure_ascii=False) + "\n"
+            for record in reads.iter_records(conn, namespace):
+                yield json.dumps(record, ensure_ascii=False) + "\n"
