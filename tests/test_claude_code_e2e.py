@@ -18,8 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import kl
-from shimkit import ACTOR, stored_events, wait_events, wait_records
+from helpers import ACTOR, kl, stored_events, wait_events, wait_records
 
 from kirolearn import project
 

@@ -12,7 +12,7 @@ import time
 import msgpack
 import pytest
 import zmq
-from conftest import KL, kl, make_event, processes_using, status, wait_for
+from helpers import KL, kl, make_event, processes_using, status, wait_for
 
 from kirolearn import contract, paths, protocol, transport
 from kirolearn.privacy import REDACTED

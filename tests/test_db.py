@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from conftest import NAMESPACE, make_event
+from helpers import NAMESPACE, make_event
 
 from kirolearn import contract, db
 from kirolearn.db import reads, schema, writes
@@ -53,14 +53,14 @@ def test_migration_drift_and_newer_databases_are_refused(conn):
     with pytest.raises(schema.MigrationError, match="differs"):
         schema.migrate(conn)
     conn.execute("UPDATE _migrations SET checksum = ? WHERE version = 1",
-                 (db._checksum(schema.MIGRATIONS[0][2]),))
+                 (schema._checksum(schema.MIGRATIONS[0][2]),))
     conn.execute("INSERT INTO _migrations VALUES (99, 'future', 'x', 'now')")
     with pytest.raises(schema.MigrationError, match="newer"):
         schema.migrate(conn)
 
 
 def test_a_database_from_an_older_version_is_migrated_forward(tmp_path, monkeypatch):
-    monkeypatch.setattr(db, "MIGRATIONS", schema.MIGRATIONS[:1])
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
     old = writes.connect_writer(tmp_path / "old.db")
     old.execute("BEGIN")
     writes.insert_record(old, record_for(["E" * 26]))
@@ -138,7 +138,8 @@ def test_a_near_duplicate_record_is_merged_into_the_recent_one(conn):
     def batch_with(*records: dict) -> None:
         event = make_event(content=contract.new_ulid())
         store(conn, event)
-        assert writes.complete_batch(conn, _form(conn), records, merge_window_s=3600) == len(records)
+        done = writes.complete_batch(conn, _form(conn), records, merge_window_s=3600)
+        assert done == len(records)
 
     first = {**record_for(["A" * 26]), "title": "run the tests", "facts": ["ran `pytest`"],
              "files_touched": ["a.py", "b.py"]}

@@ -6,7 +6,7 @@ import json
 import signal
 import subprocess
 
-from conftest import KL, NAMESPACE, kl, make_event, wait_for
+from helpers import KL, NAMESPACE, kl, make_event, wait_for
 
 from kirolearn import paths, transport
 

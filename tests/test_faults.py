@@ -8,7 +8,7 @@ import signal
 import sqlite3
 import subprocess
 
-from conftest import KL, make_event, status, wait_for
+from helpers import KL, make_event, status, wait_for
 
 from kirolearn import paths
 

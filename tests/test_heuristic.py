@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import NAMESPACE
+from helpers import NAMESPACE
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -9,13 +9,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import NAMESPACE, kl, wait_for
+from helpers import NAMESPACE, kl, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kirolearn import contract, db, paths, protocol, transport
 from kirolearn.db import writes
-from kirolearn.search import context, embeddings, searcher, vectors
+from kirolearn.search import context as context_format
+from kirolearn.search import embeddings, vectors
+from kirolearn.search.searcher import Searcher
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +171,7 @@ def corpus_db(tmp_path_factory, embedder) -> Path:
 
 
 def test_semantic_search_finds_what_lexical_search_cannot(corpus_db, embedder):
-    searcher = searcher.Searcher(corpus_db, embedder=embedder)
+    searcher = Searcher(corpus_db, embedder=embedder)
     query = "Where are schema changes kept?"
     try:
         assert searcher.search(NAMESPACE, query, 10, 5000).records == []  # lexical: no words
@@ -192,8 +194,8 @@ def test_semantic_search_finds_what_lexical_search_cannot(corpus_db, embedder):
 @given(st.text(max_size=80) | st.sampled_from(["database migrations", "the invoices", "images",
                                               "KeyError", "what is the weather"]))
 def test_a_dead_embedder_gives_exactly_the_lexical_result(corpus_db, query):
-    lexical = searcher.Searcher(corpus_db)
-    dead = searcher.Searcher(corpus_db, embedder=DeadEmbedder())
+    lexical = Searcher(corpus_db)
+    dead = Searcher(corpus_db, embedder=DeadEmbedder())
     try:
         expected = lexical.search(NAMESPACE, query, 10, 5000)
         for mode in ("hybrid", "semantic"):
@@ -205,8 +207,8 @@ def test_a_dead_embedder_gives_exactly_the_lexical_result(corpus_db, query):
 
 
 def test_a_slow_embedder_gives_the_lexical_result_within_the_budget(corpus_db, embedder):
-    lexical = searcher.Searcher(corpus_db)
-    slow = searcher.Searcher(corpus_db, embedder=SlowEmbedder(embedder))
+    lexical = Searcher(corpus_db)
+    slow = Searcher(corpus_db, embedder=SlowEmbedder(embedder))
     try:
         expected = lexical.search(NAMESPACE, "database migrations", 10, 300)
         got = slow.search(NAMESPACE, "database migrations", 10, 300, mode="hybrid")
@@ -219,12 +221,12 @@ def test_a_slow_embedder_gives_the_lexical_result_within_the_budget(corpus_db, e
 
 def test_the_context_is_capped_and_the_lowest_ranked_go_first():
     long = [record(f"Record {n}", "word " * 300) for n in range(5)]  # ~380 tokens each
-    kept = context.within_tokens(long, 1000)
+    kept = context_format.within_tokens(long, 1000)
     assert [r["title"] for r in kept] == ["Record 0", "Record 1"]
-    assert context.estimate_tokens(context.context_block(kept)) <= 1000
-    assert context.within_tokens(long, None) == long
-    [cut] = context.within_tokens([record("Huge", "x" * 20_000)], 500)
-    assert context.estimate_tokens(context.context_block([cut])) <= 500
+    assert context_format.estimate_tokens(context_format.context_block(kept)) <= 1000
+    assert context_format.within_tokens(long, None) == long
+    [cut] = context_format.within_tokens([record("Huge", "x" * 20_000)], 500)
+    assert context_format.estimate_tokens(context_format.context_block([cut])) <= 500
 
 
 # -- the daemon: back-fill, status, modes ----------------------------------------------------

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import kl
+from helpers import kl
 
 from kirolearn.shims import install
 

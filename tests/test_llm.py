@@ -14,7 +14,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import NAMESPACE, kl, make_event, status, wait_for
+from helpers import NAMESPACE, kl, make_event, status, wait_for
 from test_heuristic import KIRO_CLI_SESSION
 
 from kirolearn import config, contract, paths, transport

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import kl
+from helpers import ACTOR, BIN, Workspace, kl, retrieval
 from hypothesis import given
 from hypothesis import strategies as st
 from mcp import Client, StdioServerParameters
-from shimkit import ACTOR, BIN, Workspace, retrieval
 
 from kirolearn import mcp_server, paths, project, protocol, transport
 
@@ -446,7 +445,7 @@ def record(namespace: str, **fields: object) -> dict:
 
 
 def test_ingest_checks_put_record_and_forget(ingest):
-    from conftest import NAMESPACE
+    from helpers import NAMESPACE
 
     def refused(op: str, body: dict) -> protocol.RemoteError:
         with pytest.raises(protocol.RemoteError) as caught:
@@ -479,7 +478,7 @@ def test_ingest_checks_put_record_and_forget(ingest):
 
 
 def test_retrieval_checks_get_records_and_timeline(daemon):
-    from conftest import NAMESPACE
+    from helpers import NAMESPACE
 
     with transport.Client(paths.endpoint("retrieval"), timeout_ms=5000) as client:
         for op, body, reason in [

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from conftest import kl
+from helpers import kl
 
 from kirolearn.search import embeddings
 

@@ -101,6 +101,6 @@ def test_quick_start_install_and_start_in_a_fresh_checkout(tmp_path):
 
 
 def processes_using_home(home: Path) -> list[int]:
-    from conftest import processes_using
+    from helpers import processes_using
 
     return processes_using(home / ".kirolearn")

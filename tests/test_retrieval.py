@@ -10,7 +10,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import KL, NAMESPACE, kl, make_event, status, wait_for
+from helpers import KL, NAMESPACE, kl, make_event, status, wait_for
 
 from kirolearn import paths, project, protocol, transport
 from kirolearn.db import writes

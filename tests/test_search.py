@@ -10,9 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kirolearn import contract, search
+from kirolearn import contract
 from kirolearn.db import schema, writes
-from kirolearn.search import context, query, searcher
+from kirolearn.search import context as context_format
+from kirolearn.search import query as fts_query
+from kirolearn.search.searcher import Searcher
 
 NS_A = "/actor/tester/project/" + "a" * 64 + "/"
 NS_B = "/actor/tester/project/" + "b" * 64 + "/"
@@ -70,7 +72,7 @@ def corpus_db(tmp_path):
 
 @pytest.fixture
 def searcher(corpus_db):
-    s = searcher.Searcher(corpus_db)
+    s = Searcher(corpus_db)
     yield s
     s.close()
 
@@ -87,13 +89,13 @@ def test_query_comes_from_the_prompt_body():
 
 
 def test_tokens_split_on_whitespace_drop_empties_and_dedupe_in_order():
-    assert query.words("  migrate the user\ttable to\nthe  user uuid ") == [
+    assert fts_query.words("  migrate the user\ttable to\nthe  user uuid ") == [
         "migrate", "the", "user", "table", "to", "uuid"]
-    assert query.words("a\x00b \x00") == ["ab"]
+    assert fts_query.words("a\x00b \x00") == ["ab"]
 
 
 def test_each_term_is_quoted_and_joined_with_or():
-    assert query.fts_expression(["what's", 'say "hi"', "NOT"]) == (
+    assert fts_query.fts_expression(["what's", 'say "hi"', "NOT"]) == (
         '"what\'s" OR "say ""hi""" OR "NOT"')
 
 
@@ -103,10 +105,10 @@ def test_the_expression_is_valid_fts5_for_any_text(text):
     conn = sqlite3.connect(":memory:")
     conn.execute(f"CREATE VIRTUAL TABLE t USING fts5 (a, tokenize = '{schema.FTS_TOKENIZE}')")
     conn.execute("INSERT INTO t VALUES ('migrate the user table')")
-    terms, _ = query.select_terms(query.words(text), {}, 0, query.term_budget_for(0))
-    assert len(terms) <= query.MAX_TERMS and len(set(terms)) == len(terms)
+    terms, _ = fts_query.select_terms(fts_query.words(text), {}, 0, fts_query.term_budget_for(0))
+    assert len(terms) <= fts_query.MAX_TERMS and len(set(terms)) == len(terms)
     if terms:
-        conn.execute("SELECT rowid FROM t WHERE t MATCH ?", (query.fts_expression(terms),))
+        conn.execute("SELECT rowid FROM t WHERE t MATCH ?", (fts_query.fts_expression(terms),))
     conn.close()
 
 
@@ -116,7 +118,7 @@ def test_the_expression_is_valid_fts5_for_any_text(text):
 def test_search_never_falls_back_or_fails_on_any_text(searcher, text):
     result = searcher.search(NS_A, text, 10, 5000)
     assert result.outcome in ("ok", "empty"), result.error
-    assert len(result.terms) <= query.MAX_TERMS
+    assert len(result.terms) <= fts_query.MAX_TERMS
     assert len(set(result.terms)) == len(result.terms)
     assert all(r["record_id"] != "R0000000000000000000000004" for r in result.records)
 
@@ -127,9 +129,9 @@ freqs = st.dictionaries(st.text(min_size=1, max_size=4), st.integers(0, 500), ma
 @given(freqs, st.integers(1, 500))
 def test_past_32_terms_the_rarest_are_kept(doc_freq, total):
     terms = list(doc_freq)
-    kept, window = query.select_terms(terms, doc_freq, total, 10**9, 10**9)
+    kept, window = fts_query.select_terms(terms, doc_freq, total, 10**9, 10**9)
     assert kept == [t for t in terms if t in kept]  # query order
-    assert len(kept) == min(len(terms), query.MAX_TERMS) and window is None
+    assert len(kept) == min(len(terms), fts_query.MAX_TERMS) and window is None
     dropped = [t for t in terms if t not in kept]
     if dropped:  # IDF = ln(N / max(df, 1)): unseen terms (df 0) count as rare
         assert max(max(doc_freq[t], 1) for t in kept) <= min(max(doc_freq[t], 1) for t in dropped)
@@ -139,8 +141,8 @@ def test_past_32_terms_the_rarest_are_kept(doc_freq, total):
 def test_common_terms_are_dropped_first_and_short_common_queries_are_windowed(
         doc_freq, total, term_budget, window_rows):
     terms = list(doc_freq)
-    kept, window = query.select_terms(terms, doc_freq, total, term_budget, window_rows)
-    capped, _ = query.select_terms(terms, doc_freq, total, 10**9, 10**9)
+    kept, window = fts_query.select_terms(terms, doc_freq, total, term_budget, window_rows)
+    capped, _ = fts_query.select_terms(terms, doc_freq, total, 10**9, 10**9)
     assert set(kept) <= set(capped) and kept == [t for t in terms if t in kept]
     seen = [t for t in kept if doc_freq[t]]
     touched = sum(doc_freq[t] for t in seen)
@@ -151,7 +153,7 @@ def test_common_terms_are_dropped_first_and_short_common_queries_are_windowed(
     assert [t for t in capped if not doc_freq[t]] == [t for t in kept if not doc_freq[t]]
     for t in set(capped) - set(kept):  # only terms more common than every kept one go
         assert all(doc_freq[t] >= doc_freq[k] for k in seen)
-    short = len([t for t in capped if doc_freq[t]]) <= query.SHORT_QUERY_TERMS
+    short = len([t for t in capped if doc_freq[t]]) <= fts_query.SHORT_QUERY_TERMS
     rows = window_rows if short else term_budget
     assert (window is not None) == (touched > rows and total > rows)
     if window is not None:
@@ -194,15 +196,16 @@ def test_nothing_to_search_is_empty_without_searching(searcher):
 
 
 def test_the_term_budget_grows_with_the_corpus_within_bounds():
-    assert query.term_budget_for(0) == query.term_budget_for(50_000) == 2000
-    assert query.term_budget_for(75_000) == 3000
-    assert query.term_budget_for(100_000) == query.term_budget_for(10**7) == 4000
+    assert fts_query.term_budget_for(0) == fts_query.term_budget_for(50_000) == 2000
+    assert fts_query.term_budget_for(75_000) == 3000
+    assert fts_query.term_budget_for(100_000) == fts_query.term_budget_for(10**7) == 4000
 
 
 def test_a_record_without_summary_or_facts_is_just_its_title():
-    assert context.context_block([{"title": "Multi\nline  title", "summary": " ", "facts": []}]) \
-        == "## Prior observations from kirolearn\n\n### Multi line title"
-    assert context.context_block([]) == ""
+    record = {"title": "Multi\nline  title", "summary": " ", "facts": []}
+    assert context_format.context_block([record]) == (
+        "## Prior observations from kirolearn\n\n### Multi line title")
+    assert context_format.context_block([]) == ""
 
 
 def test_when_fts5_rejects_the_expression_like_finds_the_literal_text(tmp_path, monkeypatch):
@@ -211,8 +214,8 @@ def test_when_fts5_rejects_the_expression_like_finds_the_literal_text(tmp_path, 
         record(2, title="progress 100xxdone ok", summary="not a literal match"),
         record(3, title="progress 100%_done\\ok again", summary="newest"),
     ])
-    monkeypatch.setattr(search, "fts_expression", lambda terms: '"unterminated')
-    s = searcher.Searcher(path)
+    monkeypatch.setattr("kirolearn.search.searcher.fts_expression", lambda terms: '"unterminated')
+    s = Searcher(path)
     result = s.search(NS_A, "100%_done\\ok", 10, 5000)
     s.close()
     assert result.outcome == "fallback"
@@ -224,7 +227,7 @@ def test_past_32_terms_the_common_ones_are_dropped(tmp_path):
     # word wN is in N+1 of 50 records: the higher N, the lower its IDF
     records = [record(i, summary=" ".join(f"w{n}" for n in range(40) if i <= n))
                for i in range(50)]
-    s = searcher.Searcher(make_db(tmp_path / "k.db", records))
+    s = Searcher(make_db(tmp_path / "k.db", records))
     query = " ".join(f"w{n}" for n in range(40)) + " unseen1 unseen2"
     result = s.search(NS_A, query, 10, 5000)
     s.close()
@@ -238,7 +241,7 @@ def test_common_words_are_dropped_and_ranked_over_the_newest_records(tmp_path):
     records += [record(i, summary="common words here" + (" rare" if i in (3, 7) else ""))
                 for i in range(1, 101)]
     path = make_db(tmp_path / "k.db", records)
-    s = searcher.Searcher(path, term_budget=20, window_rows=20)
+    s = Searcher(path, term_budget=20, window_rows=20)
     rare = s.search(NS_A, "common rare words", 10, 5000)
     assert (rare.terms, rare.window) == (["rare"], None)
     assert sorted(rare.record_ids) == ["R0000000000000000000000003", "R0000000000000000000000007"]
@@ -262,7 +265,7 @@ def test_a_namespace_never_sees_another_ones_records(tmp_path_factory, words, bu
         make_db(path, [record(i, namespace=ns, title=f"shared uuid user table {ns}",
                               summary="shared logging abc x project tester actor")
                        for i, ns in enumerate(namespaces * 3)])
-    s = searcher.Searcher(path, term_budget=budget, window_rows=budget)
+    s = Searcher(path, term_budget=budget, window_rows=budget)
     for ns in namespaces:
         result = s.search(ns, " ".join(words), 10, 5000)
         for r in result.records:
@@ -274,7 +277,7 @@ def test_a_namespace_never_sees_another_ones_records(tmp_path_factory, words, bu
 # -- never throws ------------------------------------------------------------------------------
 
 def test_a_missing_database_is_an_error_result_and_is_retried(tmp_path):
-    s = searcher.Searcher(tmp_path / "later.db")
+    s = Searcher(tmp_path / "later.db")
     result = s.search(NS_A, "uuid", 10, 5000)
     assert result.outcome == "error" and result.records == [] and result.latency_ms >= 0
     make_db(tmp_path / "later.db", [record(1, title="uuid")])
@@ -292,7 +295,7 @@ def test_a_slow_query_is_interrupted_at_the_deadline(tmp_path):
     words = [f"word{n}" for n in range(32)]
     records = [record(i, summary=" ".join(words), facts=[" ".join(words)] * 4)
                for i in range(3000)]
-    s = searcher.Searcher(make_db(tmp_path / "big.db", records), 10**9, 10**9)
+    s = Searcher(make_db(tmp_path / "big.db", records), 10**9, 10**9)
     full = s.search(NS_A, " ".join(words), 10, 60_000)
     assert full.outcome == "ok" and full.latency_ms > 10, "the query must be slow for this test"
     cut = s.search(NS_A, " ".join(words), 10, full.latency_ms / 5)  # whatever this machine's speed
@@ -317,8 +320,8 @@ def test_the_schema_tokenizes_like_the_query_tokenizer(corpus_db):
 def test_the_session_context_stays_within_its_token_budget(sizes, budget):
     records = [record(i, title="t" * t, summary="word " * (s // 5)) for i, (t, s)
                in enumerate(sizes)]
-    context, included = context.session_block(records[:5], records[5:], budget)
-    assert context.estimate_tokens(context) <= budget
+    context, included = context_format.session_block(records[:5], records[5:], budget)
+    assert context_format.estimate_tokens(context) <= budget
     assert bool(context) == bool(included)
     for r in included:
         assert " ".join(r["title"].split()) in context
@@ -334,7 +337,7 @@ def test_the_session_context_gives_recent_work_then_what_is_retrieved_most(corpu
         writes.log_retrieval(conn, None, NS_A, [f"R{2:025d}"], 1.0, "ok")
     conn.execute("COMMIT")
     conn.close()
-    s = searcher.Searcher(corpus_db)
+    s = Searcher(corpus_db)
     try:
         result = s.session_context(NS_A, 1000)
         assert result.outcome == "ok"

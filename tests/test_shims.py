@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from shimkit import (
+from helpers import (
     BIN,
     Workspace,
     check_prompt_answer,

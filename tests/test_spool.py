@@ -8,8 +8,7 @@ import signal
 import time
 
 import pytest
-from conftest import kl, status, wait_for
-from shimkit import Workspace, stored_events, wait_events
+from helpers import Workspace, kl, status, stored_events, wait_events, wait_for
 
 from kirolearn import paths, spool
 

@@ -15,15 +15,16 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import kl, status, wait_for
+from helpers import Workspace, kl, retrieval, status, wait_for, wait_records
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from shimkit import Workspace, retrieval, wait_records
 from starlette.testclient import TestClient
 
-from kirolearn import paths, search, web
+from kirolearn import control, paths, search
 from kirolearn.db import writes
-from kirolearn.roles import viewer
+from kirolearn.viewer import chart, pages, queries
+from kirolearn.viewer.app import create_app
+from kirolearn.viewer.auth import COOKIE, load_token
 
 SESSION = "7a9c1e-claude-session"
 BASE_URL = "http://127.0.0.1"
@@ -61,9 +62,9 @@ def one_turn(ws: Workspace) -> None:
 
 def client(base: Path, token: str | None = None) -> TestClient:
     """The app for this home, as a browser that has been handed the token."""
-    app_client = TestClient(web.create_app(base, web.load_token(base)), base_url=BASE_URL)
+    app_client = TestClient(create_app(base, load_token(base)), base_url=BASE_URL)
     if token is not None:
-        app_client.cookies.set(web.COOKIE, token)
+        app_client.cookies.set(COOKIE, token)
     return app_client
 
 
@@ -75,7 +76,7 @@ def test_pages_and_api_show_what_a_turn_captured_distilled_and_retrieved(daemon,
              message="the turn's records")
     shown = json.loads(claude(ws, "UserPromptSubmit", prompt="why does test_backoff fail"))
     injected = shown["hookSpecificOutput"]["additionalContext"]
-    token = web.load_token(daemon)
+    token = load_token(daemon)
     app = client(daemon, token)
 
     overview = app.get("/api/overview", params={"project": ws.namespace}).json()
@@ -163,7 +164,7 @@ def test_pages_and_api_show_what_a_turn_captured_distilled_and_retrieved(daemon,
 def test_forget_needs_the_token_in_the_request_and_goes_through_the_daemon(daemon, ws):
     one_turn(ws)
     wait_records(ws.namespace)
-    token = web.load_token(daemon)
+    token = load_token(daemon)
     app = client(daemon, token)
     record = wait_for(lambda: app.get("/api/memories").json()["records"], message="records")[0]
     path = f"/memories/{record['record_id']}/forget"
@@ -197,7 +198,7 @@ PROTECTED = ["/", "/live", "/memories", "/memories/mr_x", "/retrievals", "/retri
 
 def test_every_page_and_api_call_needs_the_token_and_the_host_must_be_ours(home):
     writes.connect_writer(paths.db_path(home)).close()
-    token = web.load_token(home)
+    token = load_token(home)
     stranger = client(home)
     for path in PROTECTED:
         answer = stranger.get(path)
@@ -218,7 +219,7 @@ def test_every_page_and_api_call_needs_the_token_and_the_host_must_be_ours(home)
     assert handed.status_code == 303
     assert handed.headers["location"] == "/memories?type=error"  # the token leaves the URL
     cookie = handed.headers["set-cookie"]
-    assert f"{web.COOKIE}={token}" in cookie
+    assert f"{COOKIE}={token}" in cookie
     assert "HttpOnly" in cookie and "samesite=strict" in cookie.lower()
     assert stranger.get("/memories").status_code == 200  # the browser now has the cookie
     assert stranger.get("/api/overview").json()["totals"]["events"] == 0
@@ -226,7 +227,7 @@ def test_every_page_and_api_call_needs_the_token_and_the_host_must_be_ours(home)
 
 def test_security_headers_on_every_answer_and_nothing_inline(home):
     writes.connect_writer(paths.db_path(home)).close()
-    app = client(home, web.load_token(home))
+    app = client(home, load_token(home))
     for path in ("/", "/live", "/static/viewer.js", "/static/viewer.css", "/nope",
                  "/api/overview", "/memories/mr_missing"):
         headers = app.get(path).headers
@@ -246,26 +247,26 @@ def test_security_headers_on_every_answer_and_nothing_inline(home):
 
 
 def test_the_token_is_made_once_private_and_kept(home):
-    first = web.load_token(home)
-    path = web.token_path(home)
+    first = load_token(home)
+    path = paths.viewer_token(home)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert len(first) >= 40 and web.load_token(home) == first
+    assert len(first) >= 40 and load_token(home) == first
     path.write_text("short\n")  # a damaged file is replaced, not trusted
-    assert web.load_token(home) not in (first, "short")
+    assert load_token(home) not in (first, "short")
 
 
 def test_the_viewer_runs_in_the_daemon_and_streams_events_as_they_arrive(daemon, ws):
     state = status()
     roles = {r["name"]: r for r in state["roles"]}
     assert roles["viewer"]["state"] == "RUNNING"
-    assert state["viewer"] == viewer.read_info(daemon)["url"]
+    assert state["viewer"] == control.viewer_info(daemon)["url"]
     assert f"viewer: {state['viewer']} (kirolearn open)" in kl("status", check=True).stdout
     url = kl("open", "--url", check=True).stdout.strip()
     base, token = url.split("?token=")
-    info = viewer.read_info(daemon)
+    info = control.viewer_info(daemon)
     assert base == info["url"] == f"http://127.0.0.1:{info['port']}/"
-    assert token == web.load_token(daemon)
-    for private in (viewer.info_path(daemon), web.token_path(daemon)):
+    assert token == load_token(daemon)
+    for private in (paths.viewer_info(daemon), paths.viewer_token(daemon)):
         assert stat.S_IMODE(private.stat().st_mode) == 0o600
     opened = daemon / "opened.txt"  # a stand-in browser: $BROWSER gets the URL
     fake = daemon / "browser.sh"
@@ -295,9 +296,9 @@ def test_the_viewer_runs_in_the_daemon_and_streams_events_as_they_arrive(daemon,
         item = json.loads(event[5:])
         assert item["kind"] == "prompt" and item["detail"] == "is the retry fix live yet"
         assert item["seq"] > after
-        assert arrived < web.FEED_WAIT_S  # woken by storage's feed, not by the poll timer
+        assert arrived < pages.FEED_WAIT_S  # woken by storage's feed, not by the poll timer
     kl("stop", check=True)
-    assert viewer.read_info(daemon) is None
+    assert control.viewer_info(daemon) is None
     kl("start", check=True)
 
 
@@ -310,7 +311,7 @@ def test_a_taken_port_moves_the_viewer_and_open_says_where(home, monkeypatch):
     try:
         kl("start", check=True)
         try:
-            info = viewer.read_info(home)
+            info = control.viewer_info(home)
             assert info["port"] != port
             assert kl("open", "--url", check=True).stdout.startswith(info["url"] + "?token=")
             log = (paths.log_dir(home) / "viewer.log").read_text()
@@ -335,7 +336,7 @@ def test_open_says_what_to_do_when_the_daemon_is_down(home):
 def test_latency_series_counts_every_retrieval_once_and_orders_percentiles(rows, days):
     logged = [(when.isoformat() + "+00:00", ms, outcome) for when, ms, outcome in rows]
     now = datetime(2026, 6, 1, 12, 30, tzinfo=UTC)
-    series = web.latency_series(logged, days, now)
+    series = chart.latency_series(logged, days, now)
     buckets = series["buckets"]
     assert sum(b["count"] for b in buckets) == len(rows)
     assert [b["bucket"] for b in buckets] == sorted({b["bucket"] for b in buckets})
@@ -346,7 +347,7 @@ def test_latency_series_counts_every_retrieval_once_and_orders_percentiles(rows,
             assert bucket["p50_ms"] <= bucket["p95_ms"]
         else:
             assert bucket["p50_ms"] is bucket["p95_ms"] is None
-    drawn = web.chart(series)
+    drawn = chart.chart(series)
     assert drawn["empty"] == (not rows)
     if rows:
         for bar in drawn["bars"]:
@@ -367,7 +368,7 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(m
 def test_any_stored_body_is_summarized_without_raising(kind, body):
     event = {"event_id": "01J0", "kind": kind, "body": body, "namespace": "/n/",
              "session_id": "s", "valid_time": "2026-01-01T00:00:00+00:00", "source": {}}
-    item = web.summarize_event(event, 1)
+    item = queries.summarize_event(event, 1)
     assert isinstance(item["headline"], str) and isinstance(item["detail"], str)
     json.dumps(item)
 
@@ -377,7 +378,7 @@ def test_a_retrieval_past_its_budget_is_logged_with_its_reason(home, ws, monkeyp
     kl("start", check=True)
     try:
         assert claude(ws, "UserPromptSubmit", prompt="anything about retries?") == ""
-        app = client(home, web.load_token(home))
+        app = client(home, load_token(home))
         logged = wait_for(lambda: app.get("/api/retrievals").json()["retrievals"],
                           message="the logged retrieval")[0]
         assert logged["outcome"] == "timeout" and logged["prompt"] == "anything about retries?"
@@ -403,7 +404,7 @@ def test_search_and_forget_say_so_when_the_daemon_does_not_answer(home):
               "created_at": "2026-11-01T10:00:00+00:00"}
     writes.insert_record(conn, record)
     conn.close()
-    app = client(home, web.load_token(home))
+    app = client(home, load_token(home))
     page = app.get("/memories", params={"q": "wal", "project": record["namespace"]})
     assert page.status_code == 200
     assert "the daemon&#39;s retrieval role did not answer" in page.text
@@ -412,6 +413,6 @@ def test_search_and_forget_say_so_when_the_daemon_does_not_answer(home):
     assert answer.json() == {"error": "the daemon's retrieval role did not answer"}
     assert app.get("/api/memories").json()["records"][0]["title"] == "Use WAL mode"  # reads stay
     refused = app.post(f"/api/memories/{record['record_id']}/forget",
-                       headers={"x-kirolearn-token": web.load_token(home)})
+                       headers={"x-kirolearn-token": load_token(home)})
     assert refused.status_code == 503
     assert app.get(f"/api/memories/{record['record_id']}").status_code == 200

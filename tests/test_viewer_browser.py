@@ -10,13 +10,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import kl, wait_for
+from helpers import Workspace, kl, retrieval, wait_for, wait_records
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ready
 from selenium.webdriver.support.ui import Select, WebDriverWait
-from shimkit import Workspace, retrieval, wait_records
 from test_viewer import claude, one_turn
 
 ARTIFACTS = Path(os.environ.get("KIROLEARN_ARTIFACTS")

@@ -1,0 +1,189 @@
+"""What the tests share besides fixtures: the CLI as a user runs it, events, the agents'
+workspace and shims, and one way to wait.
+
+``wait_for`` is the only wait: it polls a predicate for a positive signal (a row, a
+log line, a counter) and fails loudly, naming what it waited for, when the time runs
+out. Every other wait here is built on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kirolearn import contract, control, db, paths, project
+
+KL = [sys.executable, "-m", "kirolearn"]
+BIN = Path(sys.executable).parent
+NAMESPACE = "/actor/tester/project/" + "a" * 64 + "/"
+ACTOR = "tester"
+
+
+def wait_for(predicate, timeout: float = 30, interval: float = 0.05,
+             message: str = "condition"):
+    """The first truthy value of ``predicate()``, polled every ``interval`` seconds;
+    AssertionError naming ``message`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {message}")
+        time.sleep(interval)
+
+
+def processes_using(home: Path) -> list[int]:
+    """Pids of live processes whose environment points at this home."""
+    needle = f"KIROLEARN_HOME={home}\0".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes():
+                state = (entry / "stat").read_text().split()[2]
+                if state != "Z":
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def kl(*args: str, input: str | None = None, timeout: float = 60, check: bool = False,
+       env: dict | None = None, cwd: str = "/tmp") -> subprocess.CompletedProcess:
+    """Run the kirolearn CLI as a user would."""
+    result = subprocess.run([*KL, *args], input=input, capture_output=True, text=True,
+                            timeout=timeout, env=env, cwd=cwd)
+    if check and result.returncode != 0:
+        raise AssertionError(f"kirolearn {' '.join(args)} failed ({result.returncode}):\n"
+                             f"{result.stdout}\n{result.stderr}")
+    return result
+
+
+def status() -> dict:
+    return json.loads(kl("status", "--json").stdout)
+
+
+def make_event(kind: str = "prompt", content: str = "hello", **overrides) -> dict:
+    body = overrides.pop("body", None) or (
+        {"type": "json", "data": {"tool_name": "fs_read", "tool_input": {"path": content}}}
+        if kind == "tool_use" else {"type": "text", "content": content})
+    event = contract.make_event(
+        kind, body, namespace=overrides.pop("namespace", NAMESPACE), actor_id="tester",
+        session_id=overrides.pop("session_id", "session-1"), surface="kiro-cli",
+        version="0.1.0", client_id="testhost", project_path="/tmp/project")
+    event.update(overrides)
+    return event
+
+
+def log_has(role: str, needle: str, home: Path | None = None) -> bool:
+    """Whether a role's log holds ``needle`` (a positive signal to wait for)."""
+    path = paths.log_dir(home) / f"{role}.log"
+    return path.exists() and needle in path.read_text("utf-8", errors="replace")
+
+
+# -- the agents' side ---------------------------------------------------------------------------
+
+class Workspace:
+    """A user's home holding one git project, as the agents see it."""
+
+    def __init__(self, root: Path):
+        self.home = root / "home"
+        self.project = self.home / "proj"
+        (self.project / ".git").mkdir(parents=True)
+        (self.project / "src").mkdir()
+        found = project.resolve_project(self.project, home=str(self.home), override="")
+        self.root = found.root
+        self.namespace = found.namespace(ACTOR)
+
+    def env(self, **extra: str) -> dict:
+        env = {k: v for k, v in os.environ.items() if k not in ("USER_PROMPT",)}
+        env.update(HOME=str(self.home), USER=ACTOR, LOGNAME=ACTOR, **extra)
+        return env
+
+    def hook(self, script: str, payload: dict | str | None = None, *args: str,
+             cwd: Path | None = None, **env: str) -> tuple[subprocess.CompletedProcess, float]:
+        """Run an installed shim with payload (a dict as JSON) on stdin; returns the
+        finished process and its wall time."""
+        started = time.monotonic()
+        text = json.dumps(payload) if isinstance(payload, dict) else payload or ""
+        result = subprocess.run(
+            [str(BIN / script), *args], input=text,
+            capture_output=True, text=True, timeout=30, cwd=cwd or self.project,
+            env=self.env(**env))
+        return result, time.monotonic() - started
+
+
+def stored_events() -> list[dict]:
+    """Every stored event, oldest first (export also writes the records: left out)."""
+    if not paths.db_path().exists():
+        return []
+    out = kl("export", check=True).stdout
+    lines = [json.loads(line) for line in out.splitlines() if line.strip()]
+    return [line for line in lines if "kind" in line]
+
+
+def wait_events(count: int, timeout: float = 30) -> list[dict]:
+    """The stored events, once there are at least ``count``."""
+    return wait_for(lambda: (lambda found: found if len(found) >= count else None)(
+        stored_events()), timeout, 0.1, f"{count} stored event(s)")
+
+
+def retrieval(op: str, body: dict) -> dict:
+    return control.call("retrieval", op, body, timeout_ms=control.LOOKUP_MS)
+
+
+def settled_context(namespace: str, query: str, timeout: float = 30) -> str:
+    """The context a prompt gets once the project's new records have their vectors and
+    retrieval has loaded them (until then a hybrid search answers lexically): the same
+    answer twice, half a second apart, with no record waiting for its vector."""
+    seen: list[str] = []
+
+    def settled() -> bool:
+        seen.append(retrieval("search", {"query": query, "namespace": namespace})["context"])
+        waiting = (control.embeddings_state() or {}).get("unembedded", 0)
+        return len(seen) > 1 and seen[-1] == seen[-2] and not waiting
+
+    wait_for(settled, timeout, 0.5, f"a settled answer to {query!r}")
+    return seen[-1]
+
+
+def logged_retrieval(prompt_event_id: str) -> dict:
+    """The retrieval log's entry for a prompt (written just after the answer)."""
+    def row() -> tuple | None:
+        with db.reading(paths.db_path()) as conn:
+            return conn.execute("SELECT context, outcome, error FROM retrievals"
+                                " WHERE prompt_event_id = ?", (prompt_event_id,)).fetchone()
+
+    context, outcome, error = wait_for(row, message=f"the retrieval log of {prompt_event_id}")
+    return {"context": context, "outcome": outcome, "error": error}
+
+
+def check_prompt_answer(printed: str, namespace: str, query: str, hybrid: str) -> None:
+    """The shim printed exactly what retrieval answered for the prompt it sent, and that
+    is the settled hybrid answer, or, where the log says the semantic side was skipped
+    (the query's embedding missed the budget on a busy machine), the lexical one."""
+    prompt = stored_events()[-1]
+    assert prompt["kind"] == "prompt" and contract.body_text(prompt["body"]) == query
+    logged = logged_retrieval(prompt["event_id"])
+    assert logged["outcome"] == "ok", logged
+    assert printed == logged["context"]
+    if printed != hybrid:
+        assert (logged["error"] or "").startswith("semantic side skipped"), logged
+        lexical = retrieval("search", {"query": query, "namespace": namespace,
+                                       "mode": "lexical"})["context"]
+        assert printed == lexical
+
+
+def wait_records(namespace: str, timeout: float = 30) -> None:
+    """Until extraction has stored a record in the namespace."""
+    def records() -> int:
+        out = json.loads(kl("stats", "--namespace", namespace, "--json", check=True).stdout)
+        return out["namespaces"][0]["records"] if out["namespaces"] else 0
+
+    wait_for(records, timeout, 0.2, f"a memory record in {namespace}")
