@@ -239,7 +239,8 @@ def _problem(error: Any) -> str:
 def build_server(scope: Scope, base: Path, autostart: bool = True) -> MCPServer:
     """The server and its tools, bound to one scope and the daemon of ``base``."""
 
-    def daemon_call(target: str, op: str, body: dict, timeout_ms: int) -> dict:
+    def daemon_call(target: str, op: str, body: dict,
+                    timeout_ms: int = control.LOOKUP_MS) -> dict:
         return ask(target, op, body, timeout_ms, base, autostart)
 
     server = KirolearnServer(SERVER_NAME, instructions=INSTRUCTIONS, version=__version__)
