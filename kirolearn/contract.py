@@ -369,12 +369,6 @@ EVENT_FIELDS = {
 }
 
 
-def validate_event(event: Any) -> dict:
-    """Check an event against contract v1 and return it; raise ContractError otherwise."""
-    check_event(event)
-    return event
-
-
 class CheckedEvent(NamedTuple):
     """What validation computed on the way, for the caller to reuse."""
 
@@ -382,8 +376,9 @@ class CheckedEvent(NamedTuple):
     valid_ms: int  # valid_time as Unix milliseconds
 
 
-def check_event(event: Any) -> CheckedEvent:
-    """Validate an event; return its body's canonical JSON and its time (computed once)."""
+def validate_event(event: Any) -> CheckedEvent:
+    """Check an event against contract v1 (ContractError lists every violation); return
+    its body's canonical JSON and its time, computed on the way."""
     if not isinstance(event, dict):
         raise ContractError([FieldError("event", "must be an object")])
     errors: list[FieldError] = []

@@ -11,12 +11,15 @@ Rules this module enforces so no caller has to remember them:
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
+from typing import TYPE_CHECKING
 
 import zmq
 
 from kirolearn import protocol
+
+if TYPE_CHECKING:  # logging costs a hook 8 ms to import; the shims never log
+    import logging
 
 DEFAULT_HWM = 10_000
 HARD_MAX_MSG = 16 * 1024 * 1024  # libzmq drops larger messages before we see them

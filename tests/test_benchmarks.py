@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
+@pytest.mark.timeout(600)  # embedding 2,000 records takes minutes on a loaded machine
 def test_retrieval_benchmark_quick_run_prints_one_line_per_query_set(home):
     env = {k: v for k, v in os.environ.items() if k != "KIROLEARN_HOME"}
     result = subprocess.run([sys.executable, str(BENCHMARKS / "retrieval.py"), "--quick",

@@ -34,7 +34,8 @@ def test_valid_events_survive_msgpack_and_json_round_trips(kind, body, session):
     event = contract.make_event(kind, body, namespace=NAMESPACE, actor_id="me",
                                 session_id=session, surface="kiro-cli", version="1",
                                 client_id="host", project_path="/p")
-    assert contract.validate_event(event) is event
+    checked = contract.validate_event(event)
+    assert checked.body_json == contract.canonical_json(event["body"])
     for decoded in (msgpack.unpackb(msgpack.packb(event), raw=False),
                     json.loads(json.dumps(event))):
         assert decoded == event

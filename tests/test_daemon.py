@@ -7,7 +7,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import time
 
 import msgpack
 import pytest
@@ -303,10 +302,10 @@ def test_foreground_stops_cleanly_on_ctrl_c(home):
 
 
 def test_logs_follow_prints_new_lines(daemon):
-    follower = subprocess.Popen([*KL, "logs", "storage", "-f", "-n", "0"], cwd="/tmp",
+    follower = subprocess.Popen([*KL, "logs", "storage", "-f", "-n", "1"], cwd="/tmp",
                                 stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.5)
+        assert "[kirolearn.storage]" in follower.stdout.readline()  # it is following now
         with transport.Client(paths.endpoint("ingest")) as client:
             client.call("put_event", {"event": make_event("prompt", "follow me")})
             client.call("put_event", {"event": make_event("session_summary", "followed")})

@@ -168,7 +168,8 @@ def test_the_breaker_opens_per_namespace_and_half_opens_after_the_cooldown(endpo
     other = NAMESPACE.replace("a" * 64, "b" * 64)
     endpoint.script = [(200, GOOD, 0)]
     assert made.extract(other, KIRO_CLI_SESSION)[1] == "llm-summary"  # other projects unaffected
-    time.sleep(0.6)
+    wait_for(lambda: made.breaker.allows(NAMESPACE, time.monotonic()), timeout=5,
+             message="the breaker's cool-down")
     endpoint.script = [(200, GOOD, 0)]
     assert made.extract(NAMESPACE, KIRO_CLI_SESSION)[1] == "llm-summary"  # half-open, closes
     assert made.breaker.open(time.monotonic()) == []
@@ -285,11 +286,12 @@ def test_status_shows_busy_workers_the_model_budget_and_what_waits(home, monkeyp
         assert busy["extraction"]["strategy"] == "openai"
         assert [w["busy"] for w in busy["extraction"]["workers"]] == [True]
 
-        def idle() -> dict | None:
+        def idle() -> dict | None:  # and its records committed (they reach storage after)
             now = json.loads(kl("status", "--json", check=True).stdout)
-            return now if not now["extraction"]["workers"][0]["busy"] else None
+            finished = not now["extraction"]["workers"][0]["busy"] and not now["pending"]["batches"]
+            return now if finished else None
 
-        done = wait_for(idle, timeout=15, message="the worker to finish")
+        done = wait_for(idle, timeout=30, message="the worker to finish")
         worker = done["extraction"]["workers"][0]
         assert worker["batches_done"] == 1 and worker["breakers_open"] == []
         assert worker["llm_budget_left"]["calls"] == 49

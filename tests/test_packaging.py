@@ -23,7 +23,7 @@ def run_python(code: str) -> str:
 def test_both_supervisor_packages_import_side_by_side():
     out = run_python(
         "import supervisor, supervisor.supervisord, supervisor.options\n"
-        "import kirolearn.supervisor, kirolearn.supervisor.cli, kirolearn.supervisor.arbiter\n"
+        "import kirolearn.supervisor, kirolearn.cli, kirolearn.supervisor.arbiter\n"
         "print(supervisor.__file__); print(kirolearn.supervisor.__file__)")
     theirs, ours = out.splitlines()
     assert "kirolearn" not in theirs and theirs.endswith("supervisor/__init__.py")

@@ -253,3 +253,35 @@ def test_a_finished_turn_is_remembered_for_the_next_prompt(home, ctx):
         assert "- ran `pytest -q tests/test_export.py` → exit 1, 1 failed" in context
     finally:
         kl("stop", check=True)
+
+
+def test_a_prompt_whose_search_cannot_be_sent_is_logged_with_why(home, monkeypatch):
+    """With retrieval down (here: refused by its configuration, so FATAL), ingest cannot
+    send the search: the prompt is still stored and answered, and the retrieval log and
+    ingest's log say why there was no context."""
+    monkeypatch.setenv("KIROLEARN_RETRIEVAL_MODE", "no-such-mode")
+    started = kl("start")
+    try:
+        assert started.returncode == 1 and "not every role reached RUNNING" in started.stderr
+        states = wait_for(lambda: (lambda now: now if now["ingest"] == "RUNNING" else None)(
+            {r["role"]: r["state"] for r in status()["roles"]}), message="ingest RUNNING")
+        assert states["retrieval"] == "FATAL"
+        event = make_event("prompt", "what broke the build?")
+        with transport.Client(paths.endpoint("ingest"), timeout_ms=5000) as client:
+            reply = client.call("put_event", {"event": event, "retrieve": True})
+        assert reply["status"] == "stored"
+        assert reply["retrieval"]["outcome"] == "error" and reply["retrieval"]["context"] == ""
+
+        def logged():
+            conn = sqlite3.connect(f"file:{paths.db_path()}?mode=ro", uri=True)
+            try:
+                return conn.execute("SELECT outcome, error FROM retrievals WHERE"
+                                    " prompt_event_id = ?", (event["event_id"],)).fetchone()
+            finally:
+                conn.close()
+
+        assert wait_for(logged, message="the retrieval log") == (
+            "error", "retrieval is not accepting requests")
+        assert "search for " + event["event_id"] in kl("logs", "ingest").stdout
+    finally:
+        kl("stop", check=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 from helpers import (
@@ -231,19 +230,3 @@ def test_a_shim_never_fails_the_agent(daemon, ws):
                          capture_output=True, timeout=30)
     assert raw.returncode == 0 and raw.stdout == raw.stderr == b""
     assert [e["body"]["content"] for e in wait_events(2)] == ["a?b", "caf\ufffd"]
-
-
-def test_shims_import_nothing_heavy():
-    """Start-up is most of a hook's cost: no click, python-ulid, tenacity, asyncio,
-    hashlib's OpenSSL, and of kirolearn only the dependency-light modules."""
-    code = ("import sys; import kirolearn.shims.kiro_cli, kirolearn.shims.kiro_ide,"
-            " kirolearn.shims.claude_code; print(' '.join(sorted(sys.modules)))")
-    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                check=True, cwd="/tmp").stdout.split())
-    assert not loaded & {"click", "ulid", "tenacity", "asyncio", "_hashlib", "sqlite3",
-                         "logging", "tomllib", "subprocess", "socket"}
-    ours = {m for m in loaded if m.startswith("kirolearn.")}
-    assert ours <= {"kirolearn.contract", "kirolearn.paths", "kirolearn.project",
-                    "kirolearn.protocol", "kirolearn.spool", "kirolearn.shims",
-                    "kirolearn.shims.common", "kirolearn.shims.kiro_cli",
-                    "kirolearn.shims.kiro_ide", "kirolearn.shims.claude_code"}

@@ -377,6 +377,9 @@ def test_a_retrieval_past_its_budget_is_logged_with_its_reason(home, ws, monkeyp
     monkeypatch.setenv("KIROLEARN_RETRIEVAL_BUDGET_MS", "1")  # every search is late
     kl("start", check=True)
     try:
+        # The shim polls with a budget of its own: 1 ms there would spool the prompt
+        # before ingest has it, and a spooled prompt is never searched for.
+        monkeypatch.setenv("KIROLEARN_RETRIEVAL_BUDGET_MS", "5000")
         assert claude(ws, "UserPromptSubmit", prompt="anything about retries?") == ""
         app = client(home, load_token(home))
         logged = wait_for(lambda: app.get("/api/retrievals").json()["retrievals"],
@@ -416,3 +419,33 @@ def test_search_and_forget_say_so_when_the_daemon_does_not_answer(home):
                        headers={"x-kirolearn-token": load_token(home)})
     assert refused.status_code == 503
     assert app.get(f"/api/memories/{record['record_id']}").status_code == 200
+
+
+def test_a_refusal_behind_forget_is_a_400_and_a_bug_a_500(home, monkeypatch):
+    """Only the daemon's refusal is the client's fault (400, with the daemon's reason);
+    anything else raised behind a call is a bug, answered 500 and never dressed as 400."""
+    conn = writes.connect_writer(paths.db_path(home))
+    record = {"record_id": "mr_01J0000000000000000000000B", "namespace": "/actor/a/project/p/",
+              "title": "Use WAL mode", "summary": "WAL lets readers go on while one writes.",
+              "facts": [], "concepts": [], "files_touched": [], "observation_type": "decision",
+              "strategy": "heuristic", "source_event_ids": [],
+              "created_at": "2026-11-01T10:00:00+00:00"}
+    writes.insert_record(conn, record)
+    conn.close()
+    token = load_token(home)
+    app = TestClient(create_app(home, token), base_url=BASE_URL, raise_server_exceptions=False)
+    forget = f"/api/memories/{record['record_id']}/forget"
+    headers = {"authorization": f"Bearer {token}"}
+
+    def refuse(*args, **kwargs):
+        raise control.RemoteError(4, "'namespaces' must be a non-empty list")
+
+    def broken(*args, **kwargs):
+        raise KeyError("deleted")
+
+    monkeypatch.setattr(control, "call", refuse)
+    refused = app.post(forget, headers=headers)
+    assert refused.status_code == 400
+    assert refused.json() == {"error": "'namespaces' must be a non-empty list"}
+    monkeypatch.setattr(control, "call", broken)
+    assert app.post(forget, headers=headers).status_code == 500

@@ -77,8 +77,11 @@ class Ingest(base.Role):
         self.serve_on(paths.endpoint("ingest", self.base))
         self.storage = transport.make_socket(self.ctx, zmq.DEALER,
                                              connect=paths.endpoint("storage", self.base))
-        self.retrieval = transport.make_socket(self.ctx, zmq.DEALER,
-                                               connect=paths.endpoint("retrieval", self.base))
+        # IMMEDIATE: with retrieval down a search fails at once (and is logged as such)
+        # instead of queueing for a peer that is not there and timing out at the budget.
+        self.retrieval = transport.make_socket(self.ctx, zmq.DEALER)
+        self.retrieval.setsockopt(zmq.IMMEDIATE, 1)
+        self.retrieval.connect(paths.endpoint("retrieval", self.base))
         self.add_socket(self.storage, self._on_storage)
         self.add_socket(self.retrieval, self._on_retrieval)
         # Events prepared but not yet sent: one storage request (one group commit) per
@@ -421,7 +424,7 @@ def prepare(event: object) -> tuple[dict, dict]:
     """
     if isinstance(event, _BadLine):
         raise contract.ContractError([contract.FieldError("event", event.reason)])
-    body_json, valid_ms = contract.check_event(event)
+    body_json, valid_ms = contract.validate_event(event)
     digest = contract.hash_json(body_json)
     claimed = event.get("content_hash")
     if claimed is not None and claimed != digest:

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 MODEL_NAME = "all-MiniLM-L6-v2"  # as packaged (int8 ONNX), or from the hub (float32)
 MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"  # names the vector space in each record's hash
 DIMENSIONS = 384
-MAX_TOKENS = 256  # the model's training length; longer text is truncated
+MAX_MODEL_TOKENS = 256  # the model's training length in tokens; longer text is truncated
 MAX_CHARS = 10_000  # text cut before tokenizing (a 4,000-character summary fits)
 PACKAGED_TOKENIZER = ("embeddings", "data", MODEL_ID, "tokenizer.json")
 HUB_REPO = "sentence-transformers/all-MiniLM-L6-v2"
@@ -127,7 +127,7 @@ class Embedder:
         self.np = np
         self.files = files
         self.tokenizer = Tokenizer.from_file(str(files.tokenizer))
-        self.tokenizer.enable_truncation(MAX_TOKENS)
+        self.tokenizer.enable_truncation(MAX_MODEL_TOKENS)
         self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
