@@ -7,10 +7,12 @@ a ZeroMQ context that cannot terminate (an unclosed socket). Helpers are in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,8 +22,8 @@ from helpers import kl, processes_using
 from kirolearn import paths, transport
 
 
-@pytest.fixture
-def home(monkeypatch):
+@contextlib.contextmanager
+def private_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A short, private KIROLEARN_HOME; checked for leftovers afterwards."""
     base = Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))
     monkeypatch.setenv("KIROLEARN_HOME", str(base))
@@ -40,11 +42,27 @@ def home(monkeypatch):
 
 
 @pytest.fixture
+def home(monkeypatch):
+    with private_home(monkeypatch) as base:
+        yield base
+
+
+@pytest.fixture
 def daemon(home):
     """A running daemon in the test's home; stopped (and checked) afterwards."""
     kl("start", check=True)
     yield home
     kl("stop", check=True)
+
+
+@pytest.fixture(scope="module")
+def module_daemon():
+    """A daemon shared by a module's tests, for a scenario played once and checked claim
+    by claim (its home is the environment's only while the module runs)."""
+    with pytest.MonkeyPatch.context() as monkeypatch, private_home(monkeypatch) as base:
+        kl("start", check=True)
+        yield base
+        kl("stop", check=True)
 
 
 @pytest.fixture

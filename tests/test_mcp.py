@@ -106,9 +106,14 @@ def test_tools_are_listed_with_schemas_and_descriptions_for_a_model(ws, daemon):
 
 
 # -- the happy paths -------------------------------------------------------------------------
+# One agent session, played once against a daemon shared by the tests below (each checks
+# one claim about it).
 
 
-def test_save_search_recall_timeline_get_and_forget(ws, daemon):
+@pytest.fixture(scope="module")
+def session(module_daemon, tmp_path_factory) -> dict:
+    ws = Workspace(tmp_path_factory.mktemp("mcp"))
+
     async def scenario(client: Client) -> dict:
         out = {"first": await call(client, "save_observation", **observation(
             summary="Readers never block the writer. <private>staging host db-7</private>"
@@ -130,21 +135,32 @@ def test_save_search_recall_timeline_get_and_forget(ws, daemon):
         out["get_after"] = await call(client, "get_records", ids=[first])
         out["again"] = await call(client, "forget", record_id=first)
         out["nothing"] = await call(client, "recall", query="kubernetes")
+        out["retrieved"] = retrieval("search", {"query": "WAL writer",
+                                                "namespace": ws.namespace})
+        out["stored_after"] = stored(first, [ws.namespace])
         return out
 
     out = serve(ws, scenario, cwd=ws.project / "src")  # a subdirectory: the same project
-    assert not out["first"][0] and out["first"][1].startswith("Saved mr_")
-    assert out["first"][1].endswith("(decision): Use WAL mode for SQLite")
-    first, second = saved_id(out["first"][1]), saved_id(out["second"][1])
+    out["ids"] = saved_id(out["first"][1]), saved_id(out["second"][1])
+    return out
 
-    # What the shims call this project is where it was saved, scrubbed like an event.
-    [record] = out["stored"]
+
+def test_save_observation_answers_with_the_id_and_title(session):
+    assert not session["first"][0] and session["first"][1].startswith("Saved mr_")
+    assert session["first"][1].endswith("(decision): Use WAL mode for SQLite")
+
+
+def test_a_saved_record_is_in_the_shims_project_scrubbed_like_an_event(session):
+    [record] = session["stored"]
     assert record["summary"] == "Readers never block the writer. [REDACTED] password=[REDACTED]"
     assert record["strategy"] == "mcp_observation" and record["observation_type"] == "decision"
     assert record["concepts"] == ["sqlite", "wal"] and record["facts"] == ["synchronous is FULL"]
     assert len(record["source_event_ids"]) == 1
 
-    is_error, text = out["search"]
+
+def test_search_memory_shows_title_summary_concepts_files_and_id(session):
+    first, _ = session["ids"]
+    is_error, text = session["search"]
     assert not is_error
     assert text.split("\n\n")[0] == (
         "### Use WAL mode for SQLite\n"
@@ -152,7 +168,10 @@ def test_save_search_recall_timeline_get_and_forget(ws, daemon):
         "Concepts: sqlite, wal\nFiles: kirolearn/db.py\n"
         f"(id: {first}, decision, {datetime.now(UTC):%Y-%m-%d})")
 
-    is_error, text = out["recall"]
+
+def test_recall_lists_each_memory_with_a_confidence(session):
+    first, second = session["ids"]
+    is_error, text = session["recall"]
     head, _, bullets = text.partition("\n\n")
     assert not is_error
     assert re.fullmatch(r"Found 2 relevant memories \(as of \d{4}-\d\d-\d\d \d\d:\d\d UTC\):",
@@ -166,31 +185,44 @@ def test_save_search_recall_timeline_get_and_forget(ws, daemon):
                         rf" \(\d{{4}}-\d\d-\d\d\) c:[01]\.\d\d", lines[1])
     assert sum(line.endswith(" c:1.00") for line in lines) == 1  # the best match
 
-    is_error, text = out["timeline"]
+
+def test_timeline_shows_the_records_around_one_by_id_or_query(session):
+    first, second = session["ids"]
+    is_error, text = session["timeline"]
     rows = text.splitlines()
     assert not is_error and rows[0].startswith(f"Records around {first} in this project")
     assert re.fullmatch(rf"→ {first}  \d{{4}}-\d\d-\d\d \d\d:\d\d  decision  Use WAL mode for"
                         " SQLite", rows[1])
     assert rows[2].startswith(f"  {second}  ") and rows[2].endswith("pattern  Batches close"
                                                                       " at turn end")
-    assert out["timeline_query"][1].splitlines()[1:] == [rows[1].replace("→", " "),
-                                                         rows[2].replace("  ", "→ ", 1)]
+    assert session["timeline_query"][1].splitlines()[1:] == [rows[1].replace("→", " "),
+                                                             rows[2].replace("  ", "→ ", 1)]
 
-    is_error, text = out["get"]
+
+def test_get_records_shows_a_record_in_full_once(session):
+    first, _ = session["ids"]
+    [record] = session["stored"]
+    is_error, text = session["get"]
     assert not is_error and text.count("### ") == 1  # an id asked twice is shown once
     assert f"id: {first} · type: decision · strategy: mcp_observation · created: " in text
     assert "Facts:\n- synchronous is FULL" in text and "Concepts: sqlite, wal" in text
     assert f"Source events: {record['source_event_ids'][0]}" in text
 
-    assert out["forget"] == (False, f"Forgot {first}: Use WAL mode for SQLite")
-    assert first not in out["after"][1] and second not in out["after"][1]
-    assert out["get_after"][0] and "none of these records is in this project" in out["get_after"][1]
-    assert out["again"][0] and "nothing was deleted" in out["again"][1]
-    assert out["nothing"] == (False, "No relevant memories found.")
+
+def test_a_forgotten_record_is_gone_from_every_tool_and_from_prompts(session):
+    first, second = session["ids"]
+    assert session["forget"] == (False, f"Forgot {first}: Use WAL mode for SQLite")
+    assert first not in session["after"][1] and second not in session["after"][1]
+    get_after = session["get_after"]
+    assert get_after[0] and "none of these records is in this project" in get_after[1]
+    assert session["again"][0] and "nothing was deleted" in session["again"][1]
     # Gone from what a prompt retrieves too, and from the index itself.
-    found = retrieval("search", {"query": "WAL writer", "namespace": ws.namespace})
-    assert first not in found["record_ids"]
-    assert stored(first, [ws.namespace]) == []
+    assert first not in session["retrieved"]["record_ids"]
+    assert session["stored_after"] == []
+
+
+def test_recall_with_no_match_says_so(session):
+    assert session["nothing"] == (False, "No relevant memories found.")
 
 
 def test_save_session_summary_is_the_seeds_record_and_searchable_at_once(ws, daemon):
