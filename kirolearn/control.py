@@ -129,7 +129,7 @@ def wait_answering(target: str, timeout_s: float, base: Path | None = None) -> b
     while time.monotonic() < deadline:
         if running(base):
             try:
-                call(target, "ping", timeout_ms=500, base=base)
+                call(target, "ping", timeout_ms=PROBE_MS, base=base)
                 return True
             except Unanswered:
                 pass

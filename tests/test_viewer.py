@@ -68,27 +68,48 @@ def client(base: Path, token: str | None = None) -> TestClient:
     return app_client
 
 
-def test_pages_and_api_show_what_a_turn_captured_distilled_and_retrieved(daemon, ws):
+# -- one turn, played once, then seen through every page ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def turn(module_daemon, tmp_path_factory) -> dict:
+    """A Claude Code turn (a prompt, a file written, failing tests, a summary), its records
+    extracted, then a second prompt that was given some of them."""
+    ws = Workspace(tmp_path_factory.mktemp("viewer"))
     one_turn(ws)
     wait_records(ws.namespace)
     wait_for(lambda: len(retrieval("search", {"query": "retries backoff", "mode": "lexical",
                                               "namespace": ws.namespace})["record_ids"]) >= 3,
              message="the turn's records")
     shown = json.loads(claude(ws, "UserPromptSubmit", prompt="why does test_backoff fail"))
-    injected = shown["hookSpecificOutput"]["additionalContext"]
-    token = load_token(daemon)
-    app = client(daemon, token)
+    app = client(module_daemon, load_token(module_daemon))
+    records = app.get("/api/memories", params={"project": ws.namespace}).json()["records"]
+    return {"ws": ws, "app": app, "records": records,
+            "injected": shown["hookSpecificOutput"]["additionalContext"],
+            "error": next(r for r in records if r["observation_type"] == "error"),
+            "turn": next(r for r in records if r["observation_type"] == "tool_use")}
 
+
+def test_the_overview_counts_events_records_and_retrievals(turn):
+    app, ws = turn["app"], turn["ws"]
     overview = app.get("/api/overview", params={"project": ws.namespace}).json()
     assert overview["events_by_kind"] == {"prompt": 2, "tool_use": 2, "session_summary": 1}
     assert overview["records_by_type"] == {"tool_use": 1, "error": 1, "session_summary": 1}
     assert overview["strategies"] == {"heuristic": 3}
     assert overview["totals"]["pending_batches"] == 0
-    buckets = wait_for(lambda: app.get("/api/overview").json()["retrievals"]["buckets"],
-                       message="the logged retrievals")
-    assert sum(b["count"] for b in buckets) == sum(b["ok"] + b["empty"] for b in buckets) == 2
     assert [p["label"] for p in overview["projects"]] == [ws.root]
+    def both_logged() -> list[dict] | None:  # each is logged just after its answer
+        found = app.get("/api/overview").json()["retrievals"]["buckets"]
+        return found if sum(b["count"] for b in found) >= 2 else None
 
+    buckets = wait_for(both_logged, message="the two logged retrievals")
+    assert sum(b["count"] for b in buckets) == sum(b["ok"] + b["empty"] for b in buckets) == 2
+    for path in ("/", "/?days=1", "/retrievals?outcome=ok", f"/memories?project={ws.namespace}"):
+        assert app.get(path).status_code == 200, path
+
+
+def test_the_live_tail_tells_each_kind_of_event_its_own_way(turn):
+    app, ws = turn["app"], turn["ws"]
     events = app.get("/api/events", params={"project": ws.namespace}).json()["events"]
     assert [e["kind"] for e in events] == ["prompt", "tool_use", "tool_use", "session_summary",
                                            "prompt"]
@@ -101,60 +122,74 @@ def test_pages_and_api_show_what_a_turn_captured_distilled_and_retrieved(daemon,
     assert "FAILED tests/test_retry.py::test_backoff" in tests["output"]
     assert summary["detail"] == "Retries are in src/retry.py; test_backoff still fails."
     assert app.get("/api/events", params={"after": tests["seq"]}).json()["events"][0] == summary
-
     live = app.get("/live").text
     assert "&lt;script&gt;zmq&lt;/script&gt;" in live and "<script>zmq" not in live
     assert live.index("test_backoff still fails") < live.index("edited `src/retry.py`")
 
-    records = app.get("/api/memories", params={"project": ws.namespace}).json()["records"]
-    error = next(r for r in records if r["observation_type"] == "error")
-    turn = next(r for r in records if r["observation_type"] == "tool_use")
+
+def test_memories_are_filtered_and_searched_lexically(turn):
+    app, ws, error, record = turn["app"], turn["ws"], turn["error"], turn["turn"]
     only_errors = app.get("/api/memories", params={"type": "error"}).json()["records"]
     assert [r["record_id"] for r in only_errors] == [error["record_id"]]
     assert app.get("/api/memories", params={"strategy": "llm"}).json()["records"] == []
     assert app.get("/api/memories", params={"until": "2000-01-01"}).json()["records"] == []
     found = app.get("/api/memories", params={"q": "backoff retries", "mode": "lexical",
                                              "project": ws.namespace}).json()["records"]
-    assert {error["record_id"], turn["record_id"]} <= {r["record_id"] for r in found}
+    assert {error["record_id"], record["record_id"]} <= {r["record_id"] for r in found}
     page = app.get("/memories", params={"q": "backoff", "mode": "lexical"}).text
-    assert turn["title"].replace("<", "&lt;").replace(">", "&gt;") in page
+    assert record["title"].replace("<", "&lt;").replace(">", "&gt;") in page
     assert "<option value=\"heuristic\">heuristic</option>" in page
-    # Hybrid (the default mode) finds it by meaning too, once the vectors are in.
-    wait_for(lambda: turn["record_id"] in [r["record_id"] for r in app.get("/api/memories", params={
-        "q": "exponential delay between reconnect attempts"}).json()["records"]],
-        timeout=30, message="a hybrid match with none of the words")
-    assert turn["record_id"] not in [r["record_id"] for r in app.get("/api/memories", params={
-        "q": "exponential delay between reconnect attempts", "mode": "lexical"}).json()["records"]]
 
-    detail = app.get(f"/api/memories/{turn['record_id']}").json()
+
+def test_hybrid_search_finds_a_memory_by_meaning(turn):
+    app, record = turn["app"], turn["turn"]
+    query = "exponential delay between reconnect attempts"  # none of the record's words
+    wait_for(lambda: record["record_id"] in [r["record_id"] for r in app.get(
+        "/api/memories", params={"q": query}).json()["records"]],
+        timeout=30, message="a hybrid match with none of the words")
+    assert record["record_id"] not in [r["record_id"] for r in app.get(
+        "/api/memories", params={"q": query, "mode": "lexical"}).json()["records"]]
+
+
+def test_a_memory_links_to_the_events_it_came_from(turn):
+    app, record = turn["app"], turn["turn"]
+    detail = app.get(f"/api/memories/{record['record_id']}").json()
     assert [s["kind"] for s in detail["sources"]] == ["prompt", "tool_use", "tool_use",
                                                       "session_summary"]
-    html = app.get(f"/memories/{turn['record_id']}").text
-    for fact in turn["facts"]:
-        assert fact.replace("`", "`") in html
+    html = app.get(f"/memories/{record['record_id']}").text
+    for fact in record["facts"]:
+        assert fact in html
     for source in detail["sources"]:
         assert f'href="/events/{source["event_id"]}"' in html
     assert app.get(f"/events/{detail['sources'][2]['event_id']}").status_code == 200
 
-    logged = app.get("/api/retrievals", params={"project": ws.namespace}).json()["retrievals"]
+
+def test_a_retrieval_shows_exactly_the_context_the_agent_was_given(turn):
+    app, ws, error = turn["app"], turn["ws"], turn["error"]
+    logged = wait_for(lambda: [r for r in app.get("/api/retrievals", params={
+        "project": ws.namespace}).json()["retrievals"]
+        if r["prompt"] == "why does test_backoff fail"], message="the prompt's retrieval")
     latest = logged[0]
-    assert latest["prompt"] == "why does test_backoff fail"
     assert latest["outcome"] == "ok" and latest["latency_ms"] > 0
     one = app.get(f"/api/retrievals/{latest['id']}").json()
-    assert one["context"] == injected
+    assert one["context"] == turn["injected"]
     assert [r["record_id"] for r in one["records"]] == one["record_ids"]
     assert error["record_id"] in one["record_ids"]
     page = app.get(f"/retrievals/{latest['id']}").text
     assert "test_backoff" in page and f'/memories/{error["record_id"]}' in page
 
+
+def test_a_session_shows_its_turns_in_order(turn):
+    app = turn["app"]
     turns = app.get(f"/api/sessions/{SESSION}").json()["turns"]
     assert [(t["prompt"]["detail"][:10], len(t["tools"]), bool(t["summary"])) for t in turns] == [
         ("Add retrie", 2, True), ("why does t", 0, False)]
     assert SESSION in app.get("/sessions").text
     assert "test_backoff still fails" in app.get(f"/sessions/{SESSION}").text
-    for path in ("/", "/?days=1", "/retrievals?outcome=ok", f"/memories?project={ws.namespace}"):
-        assert app.get(path).status_code == 200, path
 
+
+def test_export_is_what_the_cli_exports(turn):
+    app, ws = turn["app"], turn["ws"]
     exported = app.get("/export", params={"project": ws.namespace})
     assert exported.headers["content-disposition"].startswith("attachment;")
     assert exported.text == kl("export", "--namespace", ws.namespace, check=True).stdout

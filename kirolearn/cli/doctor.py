@@ -42,7 +42,7 @@ def doctor(project_dir: str | None) -> None:
             report(False, "roles",
                    f"the supervisor does not answer ({exc}); run: kirolearn restart")
         try:
-            control.call("ingest", "ping", timeout_ms=1000)
+            control.call("ingest", "ping")
             report(True, "sockets", f"ingest answers on {paths.endpoint('ingest')}")
         except control.Unanswered as exc:
             report(False, "sockets", f"ingest does not answer ({exc}); run: kirolearn restart")
