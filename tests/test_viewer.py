@@ -433,15 +433,21 @@ def test_a_retrieval_past_its_budget_is_logged_with_its_reason(home, ws, monkeyp
         kl("stop", check=True)
 
 
-def test_search_and_forget_say_so_when_the_daemon_does_not_answer(home):
-    conn = writes.connect_writer(paths.db_path(home))
+def stored_record(home: Path) -> dict:
+    """One record written straight into the home's database (no daemon needed)."""
     record = {"record_id": "mr_01J0000000000000000000000A", "namespace": "/actor/a/project/p/",
               "title": "Use WAL mode", "summary": "WAL lets readers go on while one writes.",
               "facts": [], "concepts": [], "files_touched": [], "observation_type": "decision",
               "strategy": "heuristic", "source_event_ids": [],
               "created_at": "2026-11-01T10:00:00+00:00"}
+    conn = writes.connect_writer(paths.db_path(home))
     writes.insert_record(conn, record)
     conn.close()
+    return record
+
+
+def test_search_and_forget_say_so_when_the_daemon_does_not_answer(home):
+    record = stored_record(home)
     app = client(home, load_token(home))
     page = app.get("/memories", params={"q": "wal", "project": record["namespace"]})
     assert page.status_code == 200
@@ -459,14 +465,7 @@ def test_search_and_forget_say_so_when_the_daemon_does_not_answer(home):
 def test_a_refusal_behind_forget_is_a_400_and_a_bug_a_500(home, monkeypatch):
     """Only the daemon's refusal is the client's fault (400, with the daemon's reason);
     anything else raised behind a call is a bug, answered 500 and never dressed as 400."""
-    conn = writes.connect_writer(paths.db_path(home))
-    record = {"record_id": "mr_01J0000000000000000000000B", "namespace": "/actor/a/project/p/",
-              "title": "Use WAL mode", "summary": "WAL lets readers go on while one writes.",
-              "facts": [], "concepts": [], "files_touched": [], "observation_type": "decision",
-              "strategy": "heuristic", "source_event_ids": [],
-              "created_at": "2026-11-01T10:00:00+00:00"}
-    writes.insert_record(conn, record)
-    conn.close()
+    record = stored_record(home)
     token = load_token(home)
     app = TestClient(create_app(home, token), base_url=BASE_URL, raise_server_exceptions=False)
     forget = f"/api/memories/{record['record_id']}/forget"

@@ -72,11 +72,10 @@ class Request:
                              protocol.reply_error(self.id, code, reason, body))
 
     def require(self, key: str, kind: type | tuple[type, ...], what: str) -> Any:
-        """``body[key]`` if it is of ``kind`` (never a bool for a number), else BadRequest
-        saying ``'key' must be <what>``."""
+        """``body[key]`` if it is of ``kind`` (and not a bool, which Python counts as an
+        int), else BadRequest saying ``'key' must be <what>``."""
         value = self.body.get(key)
-        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in (
-                kind if isinstance(kind, tuple) else (kind,))):
+        if not isinstance(value, kind) or isinstance(value, bool):
             raise BadRequest(f"'{key}' must be {what}")
         return value
 
@@ -238,7 +237,7 @@ class Role:
 
         return self.add_socket(sock, read)
 
-    def _refuse(self, request: Request) -> None:
+    def _refuse(self, request: Request) -> object:
         request.fail(Code.SHUTTING_DOWN, f"{self.role} is stopping")
         return LATER
 
