@@ -287,6 +287,6 @@ def test_a_prompt_whose_search_cannot_be_sent_is_logged_with_why(home, monkeypat
 
         assert wait_for(logged, message="the retrieval log") == (
             "error", "retrieval is not accepting requests")
-        assert "search for " + event["event_id"] in kl("logs", "ingest").stdout
+        assert "no search for " + event["event_id"] in kl("logs", "ingest").stdout
     finally:
         kl("stop", check=True)

@@ -77,8 +77,9 @@ class Ingest(base.Role):
         self.serve_on(paths.endpoint("ingest", self.base))
         self.storage = transport.make_socket(self.ctx, zmq.DEALER,
                                              connect=paths.endpoint("storage", self.base))
-        # IMMEDIATE: with retrieval down a search fails at once (and is logged as such)
-        # instead of queueing for a peer that is not there and timing out at the budget.
+        # IMMEDIATE: a search is never queued for a peer that is not there; one that
+        # cannot be sent is retried until its deadline, then logged as not sent (not as
+        # a search that ran too long).
         self.retrieval = transport.make_socket(self.ctx, zmq.DEALER)
         self.retrieval.setsockopt(zmq.IMMEDIATE, 1)
         self.retrieval.connect(paths.endpoint("retrieval", self.base))
@@ -90,6 +91,7 @@ class Ingest(base.Role):
         self.outbox_bytes = self.outbox_events = 0
         self.by_storage_id: dict[str, list[Pending]] = {}
         self.by_retrieval_id: dict[str, Pending] = {}
+        self.unsent: dict[str, tuple[Pending, bytes]] = {}  # searches waiting for retrieval
         # Record writes relayed to storage: its request id → (client request, deadline).
         self.relays: dict[str, tuple[base.Request, float]] = {}
         self.accepted = 0
@@ -167,6 +169,7 @@ class Ingest(base.Role):
         if pending.event is not None:
             self.by_retrieval_id = {k: v for k, v in self.by_retrieval_id.items()
                                     if v is not pending}
+            self.unsent = {k: v for k, v in self.unsent.items() if v[0] is not pending}
 
     def _relay(self, request: base.Request, check) -> object:
         """Check a record write, then send it on to storage; storage's answer goes back
@@ -243,14 +246,32 @@ class Ingest(base.Role):
         pending.retrieval_started = now
         pending.retrieval_deadline = now + self.budget_s
         try:
-            self.retrieval.send_multipart([b"", protocol.pack(message)], flags=zmq.NOBLOCK)
-            self.by_retrieval_id[message["id"]] = pending
-        except (zmq.Again, ValueError, TypeError, OverflowError) as exc:  # no peer, unpackable
-            reason = ("retrieval is not accepting requests" if isinstance(exc, zmq.Again)
-                      else f"the request could not be sent: {type(exc).__name__}: {exc}")
-            self.log.warning("%s for %s: %s", message["op"], event["event_id"], reason)
-            pending.retrieval = {**empty_retrieval(0.0, "error"), "error": reason}
-            self._log_retrieval(pending)
+            frame = protocol.pack(message)
+        except (ValueError, TypeError, OverflowError) as exc:
+            self._no_retrieval(pending, f"the {message['op']} request could not be packed:"
+                                        f" {type(exc).__name__}: {exc}")
+            return
+        self._send_search(pending, message["id"], frame)
+
+    def _send_search(self, pending: Pending, request_id: str, frame: bytes) -> None:
+        """Send a search; while retrieval is not connected (the socket is IMMEDIATE, so
+        nothing queues for a peer that is not there) it is tried again each tick until
+        its deadline (``tick``)."""
+        try:
+            self.retrieval.send_multipart([b"", frame], flags=zmq.NOBLOCK)
+        except zmq.Again:
+            self.unsent[request_id] = (pending, frame)
+            return
+        self.by_retrieval_id[request_id] = pending
+
+    def _no_retrieval(self, pending: Pending, reason: str) -> None:
+        """The search could not be asked: said in the log and in the retrieval log; the
+        prompt is answered without context."""
+        self.log.warning("no search for %s: %s", pending.event["event_id"], reason)
+        pending.retrieval = {**empty_retrieval(
+            (time.monotonic() - pending.retrieval_started) * 1000, "error"), "error": reason}
+        self._log_retrieval(pending)
+        self._maybe_reply(pending)
 
     # -- downstream replies -----------------------------------------------------------------
 
@@ -372,6 +393,12 @@ class Ingest(base.Role):
         now = time.monotonic()
         if not self.spooling and not self.stopping and now >= self.next_spool:
             self._drain_spool(now)
+        for rid, (pending, frame) in list(self.unsent.items()):
+            del self.unsent[rid]
+            if now >= pending.retrieval_deadline:
+                self._no_retrieval(pending, "retrieval is not accepting requests")
+            else:
+                self._send_search(pending, rid, frame)
         for rid, pending in list(self.by_retrieval_id.items()):
             if now >= pending.retrieval_deadline:
                 del self.by_retrieval_id[rid]
