@@ -81,12 +81,6 @@ def make_event(kind: str = "prompt", content: str = "hello", **overrides) -> dic
     return event
 
 
-def log_has(role: str, needle: str, home: Path | None = None) -> bool:
-    """Whether a role's log holds ``needle`` (a positive signal to wait for)."""
-    path = paths.log_dir(home) / f"{role}.log"
-    return path.exists() and needle in path.read_text("utf-8", errors="replace")
-
-
 # -- the agents' side ---------------------------------------------------------------------------
 
 class Workspace:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import click
 
@@ -29,12 +30,14 @@ def require_running() -> None:
         raise click.ClickException("kirolearn is not running; start it with 'kirolearn start'")
 
 
-def reader() -> sqlite3.Connection:
-    """A read-only connection to this home's database (the caller closes it)."""
+@contextlib.contextmanager
+def reader() -> Iterator[sqlite3.Connection]:
+    """A read-only connection to this home's database, closed after the block."""
     path = paths.db_path()
     if not path.exists():
         raise click.ClickException(f"no database at {path} yet; start kirolearn first")
-    return db.connect_reader(path)
+    with db.reading(path) as conn:
+        yield conn
 
 
 def scope_options(command: Callable) -> Callable:

@@ -57,14 +57,11 @@ def export(namespace: str | None, project: str | None) -> None:
         kirolearn export --project ~/code/app > app.jsonl
     """
     namespace = namespace_of(namespace, project)
-    conn = reader()
-    try:
+    with reader() as conn:
         for event in reads.iter_events(conn, namespace):
             click.echo(json.dumps(event, ensure_ascii=False))
         for record in reads.iter_records(conn, namespace):
             click.echo(json.dumps(record, ensure_ascii=False))
-    finally:
-        conn.close()
 
 
 @click.command()
@@ -73,11 +70,8 @@ def export(namespace: str | None, project: str | None) -> None:
 def stats(namespace: str | None, project: str | None, as_json: bool) -> None:
     """Counts per namespace: events by kind, records, pending extraction work."""
     namespace = namespace_of(namespace, project)
-    conn = reader()
-    try:
+    with reader() as conn:
         result = reads.stats(conn, namespace)
-    finally:
-        conn.close()
     if as_json:
         click.echo(json.dumps(result))
         return

@@ -47,11 +47,8 @@ def embeddings_backfill(timeout: float) -> None:
             raise click.ClickException(f"retrieval does not answer ({exc})") from exc
         if "unembedded" not in found:
             raise click.ClickException(f"embeddings are {found['embeddings']}")
-        conn = reader()
-        try:
+        with reader() as conn:
             waiting = reads.count_unembedded(conn)
-        finally:
-            conn.close()
         click.echo(f"{waiting} record(s) waiting", err=True)
         if waiting == 0:
             click.echo("every record has its vector")
