@@ -147,7 +147,7 @@ def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap
         floor, _ = timed_calls(retrieval, "ping", [{}] * 200)
         exact = None  # the seed's ranking: every term scored over every record
         if overlap and mode == "lexical":
-            exact = searcher.Searcher(paths.db_path(home), term_budget=10**12, window_rows=10**12)
+            exact = searcher.Searcher(paths.db_path(home), term_budget=10**12)
         for name, queries in query_sets.items():
             say(f"  {len(queries)} {name} queries")
             bodies = [{"query": q, "namespace": SEARCHED, "mode": mode} for q in queries]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 import sqlite3
 import time
 
@@ -129,7 +130,7 @@ freqs = st.dictionaries(st.text(min_size=1, max_size=4), st.integers(0, 500), ma
 @given(freqs, st.integers(1, 500))
 def test_past_32_terms_the_rarest_are_kept(doc_freq, total):
     terms = list(doc_freq)
-    kept, window = fts_query.select_terms(terms, doc_freq, total, 10**9, 10**9)
+    kept, window = fts_query.select_terms(terms, doc_freq, total, 10**9)
     assert kept == [t for t in terms if t in kept]  # query order
     assert len(kept) == min(len(terms), fts_query.MAX_TERMS) and window is None
     dropped = [t for t in terms if t not in kept]
@@ -137,12 +138,11 @@ def test_past_32_terms_the_rarest_are_kept(doc_freq, total):
         assert max(max(doc_freq[t], 1) for t in kept) <= min(max(doc_freq[t], 1) for t in dropped)
 
 
-@given(freqs, st.integers(0, 2000), st.integers(1, 300), st.integers(1, 300))
-def test_common_terms_are_dropped_first_and_short_common_queries_are_windowed(
-        doc_freq, total, term_budget, window_rows):
+@given(freqs, st.integers(0, 2000), st.integers(1, 300))
+def test_common_terms_are_dropped_first_and_never_the_rarest(doc_freq, total, term_budget):
     terms = list(doc_freq)
-    kept, window = fts_query.select_terms(terms, doc_freq, total, term_budget, window_rows)
-    capped, _ = fts_query.select_terms(terms, doc_freq, total, 10**9, 10**9)
+    kept, window = fts_query.select_terms(terms, doc_freq, total, term_budget)
+    capped, _ = fts_query.select_terms(terms, doc_freq, total, 10**9)
     assert set(kept) <= set(capped) and kept == [t for t in terms if t in kept]
     seen = [t for t in kept if doc_freq[t]]
     touched = sum(doc_freq[t] for t in seen)
@@ -153,12 +153,11 @@ def test_common_terms_are_dropped_first_and_short_common_queries_are_windowed(
     assert [t for t in capped if not doc_freq[t]] == [t for t in kept if not doc_freq[t]]
     for t in set(capped) - set(kept):  # only terms more common than every kept one go
         assert all(doc_freq[t] >= doc_freq[k] for k in seen)
-    short = len([t for t in capped if doc_freq[t]]) <= fts_query.SHORT_QUERY_TERMS
-    rows = window_rows if short else term_budget
-    assert (window is not None) == (touched > rows and total > rows)
+    # A window is put only on one term left that alone matches more than the budget:
+    # a term in fewer records than that is always ranked over the whole history.
+    assert (window is not None) == (touched > term_budget and total > term_budget)
     if window is not None:
-        assert short or len(seen) == 1  # a longer query is windowed only down to one term
-        assert window == math.ceil(total * rows / touched)
+        assert len(seen) == 1 and window == math.ceil(total * term_budget / touched)
 
 
 # -- searching -------------------------------------------------------------------------------------
@@ -241,7 +240,7 @@ def test_common_words_are_dropped_and_ranked_over_the_newest_records(tmp_path):
     records += [record(i, summary="common words here" + (" rare" if i in (3, 7) else ""))
                 for i in range(1, 101)]
     path = make_db(tmp_path / "k.db", records)
-    s = Searcher(path, term_budget=20, window_rows=20)
+    s = Searcher(path, term_budget=20)
     rare = s.search(NS_A, "common rare words", 10, 5000)
     assert (rare.terms, rare.window) == (["rare"], None)
     assert sorted(rare.record_ids) == ["R0000000000000000000000003", "R0000000000000000000000007"]
@@ -265,7 +264,7 @@ def test_a_namespace_never_sees_another_ones_records(tmp_path_factory, words, bu
         make_db(path, [record(i, namespace=ns, title=f"shared uuid user table {ns}",
                               summary="shared logging abc x project tester actor")
                        for i, ns in enumerate(namespaces * 3)])
-    s = Searcher(path, term_budget=budget, window_rows=budget)
+    s = Searcher(path, term_budget=budget)
     for ns in namespaces:
         result = s.search(ns, " ".join(words), 10, 5000)
         for r in result.records:
@@ -351,3 +350,63 @@ def test_the_session_context_gives_recent_work_then_what_is_retrieved_most(corpu
         assert s.session_context("/actor/x/project/none/", 1000).outcome == "empty"
     finally:
         s.close()
+
+
+# -- the rare match ---------------------------------------------------------------------------------
+
+COMMON = ["fix", "test", "page", "error", "config", "build", "deploy", "cache", "query", "user",
+          "api", "model", "route", "token", "schema", "index", "view", "form", "log", "job"]
+RARE_WORD = "zanzibarquux"
+
+
+def rare_match_corpus(path, size: int, seed: int, position: int) -> list[dict]:
+    """``size`` records of five common words each; the one at ``position`` (0 the oldest)
+    also holds RARE_WORD."""
+    rng = random.Random(seed)
+    records = []
+    for n in range(size):
+        words = rng.sample(COMMON, 5)
+        if n == position:
+            words[rng.randrange(5)] = RARE_WORD
+        records.append(record(n, summary=" ".join(words)))
+    make_db(path, records)
+    return records
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(size=st.integers(10, 10_000), seed=st.integers(0, 2**16), data=st.data())
+def test_a_record_alone_holding_a_term_of_the_query_is_always_found(tmp_path_factory, size,
+                                                                     seed, data):
+    position = data.draw(st.integers(0, size - 1), label="position")
+    others = data.draw(st.lists(st.sampled_from(COMMON), max_size=2, unique=True), label="others")
+    query = data.draw(st.permutations([RARE_WORD, *others]), label="order")
+    path = tmp_path_factory.mktemp("rare") / "k.db"
+    wanted = rare_match_corpus(path, size, seed, position)[position]["record_id"]
+    s = Searcher(path)
+    try:
+        found = s.search(NS_A, " ".join(query), 10, 60_000)
+        assert found.outcome == "ok" and wanted in found.record_ids
+    finally:
+        s.close()
+
+
+def test_pagination_cursor_finds_the_one_record_holding_cursor(tmp_path):
+    """The case a user met: 250 records, many about pagination, one older one about the
+    cursor; both short queries find it, and the ranking is exactly the seed's."""
+    records = [record(1, title="Keyset pagination for the orders list",
+                      summary="Pages are read after a cursor instead of with OFFSET.")]
+    records += [record(n, title=f"Pagination of endpoint {n}",
+                       summary="The list endpoint pages with limit and offset.")
+                for n in range(2, 251)]
+    path = make_db(tmp_path / "k.db", records)
+    s, exact = Searcher(path), Searcher(path, term_budget=10**12)
+    try:
+        for query in ("pagination cursor", "keyset pagination", "cursor", "pagination"):
+            found = s.search(NS_A, query, 10, 60_000)
+            assert found.record_ids == exact.search(NS_A, query, 10, 60_000).record_ids
+            if query != "pagination":
+                assert found.record_ids[0] == records[0]["record_id"]
+    finally:
+        s.close()
+        exact.close()

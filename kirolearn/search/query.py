@@ -7,11 +7,13 @@ Two additions keep common words from making search slow; BM25 scores every row t
 matches any term, so a prompt full of words found everywhere would score most of the
 corpus. While the terms would match more rows between them than ``term_budget_for``
 the corpus (4% of the records, 2,000 to 4,000), the most common is left out: it
-weighs least in BM25. And a query of one or two common words, or a prompt left with
-one very common word, is ranked over the newest records holding a bounded number of
-its matches, widened until the namespace has enough. Below those sizes nothing
-changes: a small corpus gets exactly the seed's results. ``benchmarks/retrieval.py``
-measures what this changes against the seed's ranking.
+weighs least in BM25. And a query left with one word that alone matches more is
+ranked over the newest records holding about that many of its matches, widened until
+the namespace has enough. Neither ever touches a rare term: the rarest term is never
+left out, and a window is only ever put on a term more common than the budget, so a
+record that alone holds a word of the query is always ranked. A corpus no bigger than
+the budget gets exactly the seed's results. ``benchmarks/retrieval.py`` measures what
+this changes against the seed's ranking.
 """
 
 from __future__ import annotations
@@ -23,8 +25,7 @@ MAX_TERMS = 32
 # terms of one search may match 4% of the records between them, within these bounds:
 TERM_BUDGET_MIN = 2000
 TERM_BUDGET_MAX = 4000
-WINDOW_ROWS = 100  # rows a short query (one or two terms) may match
-SHORT_QUERY_TERMS = 2
+RARE_MATCHES = 10  # a term in no more records than this is rare (see Searcher._hybrid)
 MAX_WORDS = 1000  # distinct words considered from one prompt (a pasted log can be huge)
 
 
@@ -56,8 +57,7 @@ def term_budget_for(total: int) -> int:
 
 
 def select_terms(terms: list[str], doc_freq: dict[str, int], total: int,
-                 term_budget: int, window_rows: int = WINDOW_ROWS
-                 ) -> tuple[list[str], int | None]:
+                 term_budget: int) -> tuple[list[str], int | None]:
     """Which terms to search for, and how many of the newest records to rank (None: all).
 
     ``doc_freq`` maps each term to the number of records containing it (0 when
@@ -66,10 +66,7 @@ def select_terms(terms: list[str], doc_freq: dict[str, int], total: int,
     while the kept terms match more than ``term_budget`` rows between them, the most
     common is dropped, down to the rarest term that matches anything; if that one
     alone matches more, it is ranked over the newest records only: the share of them
-    that holds about ``term_budget`` of its matches. A short query (one or two terms)
-    gets such a window already past ``window_rows`` matches: two words carry little
-    to rank by beyond their own counts, while three or more rank records by how many
-    of them they share, which needs the whole history. Kept terms stay in query order.
+    that holds about ``term_budget`` of its matches. Kept terms stay in query order.
     """
     def idf(term: str) -> float:
         return math.log(total / max(doc_freq.get(term, 0), 1)) if total else 0.0
@@ -77,7 +74,6 @@ def select_terms(terms: list[str], doc_freq: dict[str, int], total: int,
     by_rarity = sorted(terms, key=idf, reverse=True)  # stable: ties keep query order
     kept = set(by_rarity[:MAX_TERMS] if total else terms[:MAX_TERMS])
     seen = [t for t in by_rarity if t in kept and doc_freq.get(t, 0)]
-    rows = window_rows if len(seen) <= SHORT_QUERY_TERMS else term_budget
     touched = sum(doc_freq[t] for t in seen)
     if total > term_budget:
         while touched > term_budget and len(seen) > 1:  # unseen terms match nothing
@@ -85,6 +81,6 @@ def select_terms(terms: list[str], doc_freq: dict[str, int], total: int,
             kept.discard(term)
             touched -= doc_freq[term]
     window = None
-    if touched > rows and total > rows:
-        window = math.ceil(total * rows / touched)
+    if touched > term_budget and total > term_budget:  # one common term is left
+        window = math.ceil(total * term_budget / touched)
     return [t for t in terms if t in kept], window

@@ -40,7 +40,7 @@ from kirolearn.search.context import (
 )
 from kirolearn.search.query import (
     MAX_WORDS,
-    WINDOW_ROWS,
+    RARE_MATCHES,
     fts_expression,
     quote,
     select_terms,
@@ -66,6 +66,7 @@ class Result:
     latency_ms: float
     terms: list[str] = field(default_factory=list)
     window: int | None = None
+    rare: list[str] = field(default_factory=list)  # the terms in at most RARE_MATCHES records
     error: str | None = None
     block: str | None = None  # the context when it is not the search format (session start)
 
@@ -97,7 +98,7 @@ class Searcher:
     reopened after a failure), so it reads while the storage role writes."""
 
     def __init__(self, path: Path, term_budget: int | None = None,
-                 window_rows: int = WINDOW_ROWS, embedder: embeddings.Embedder | None = None,
+                 embedder: embeddings.Embedder | None = None,
                  min_similarity: float = MIN_SIMILARITY, rrf_k: int = vectors.RRF_K):
         """``term_budget`` None: ``term_budget_for`` the corpus at hand. With an
         ``embedder``, searches may be ``semantic`` or ``hybrid`` (see ``_hybrid``)."""
@@ -113,7 +114,6 @@ class Searcher:
         # search waits for a load (they are lexical until it is done).
         self.request_load: Callable[[str], None] | None = None
         self.term_budget = term_budget
-        self.window_rows = window_rows
         self.conn: sqlite3.Connection | None = None
         self.deadline = math.inf
         self._stems: dict[str, tuple[str, ...]] = {}
@@ -210,7 +210,8 @@ class Searcher:
         total, doc_freq = self._frequencies(conn, unique)
         token_freq = {t: doc_freq[stems[t]] for t in candidates}
         budget = self.term_budget or term_budget_for(total)
-        terms, window = select_terms(candidates, token_freq, total, budget, self.window_rows)
+        terms, window = select_terms(candidates, token_freq, total, budget)
+        rare = [t for t in terms if 0 < token_freq[t] <= RARE_MATCHES]
         try:
             # Room for the repeats `without_repeats` leaves out when namespaces are merged.
             wanted = limit if len(namespaces) == 1 else limit + SCOPE_SLACK
@@ -223,14 +224,16 @@ class Searcher:
         records = self._records(conn, ids)
         if len(namespaces) > 1:
             records = without_repeats(records)[:limit]
-        return Result(records, "ok" if records else "empty", 0.0, terms, window)
+        return Result(records, "ok" if records else "empty", 0.0, terms, window, rare)
 
     def _hybrid(self, namespaces: tuple[str, ...], query: str, limit: int, mode: str) -> Result:
         """Lexical and semantic candidates (limit × 4 each) fused by reciprocal rank with a
         small recency boost (``vectors.fuse``); ``semantic`` ranks by the vectors alone.
         A candidate whose vector is less similar to the query than ``min_similarity`` is
         left out (one not embedded yet stays on its lexical merit), so an unrelated
-        prompt gets nothing. The lexical side runs first, then the query is embedded on a
+        prompt gets nothing; but a record holding a rare word of the query (one found in
+        at most RARE_MATCHES records: a name, an identifier) is always among the results,
+        however the meaning scores it. The lexical side runs first, then the query is embedded on a
         thread (overlapping the two saved nothing, measured); if the embedder fails or
         has not answered in time, or the namespace's vectors are still loading, the answer
         is exactly the lexical search's (``_lexical_instead``)."""
@@ -249,22 +252,30 @@ class Searcher:
             pending.cancel()
             return self._lexical_instead(namespaces, query, limit, lexical,
                                          f"{type(exc).__name__}: {exc}")
+        conn = self._connection()
         if mode == "semantic":
             lexical = None
-        conn = self._connection()
+        rare = self._rare_matches(conn, namespaces, lexical.rare if lexical else [], limit)
         near = self.vectors.top(namespaces, query_vector, wide, self.min_similarity)
         created = {record_id: when for record_id, _, when in near}
         rankings = [[record_id for record_id, _, _ in near]]
-        if lexical is not None:
-            for record in lexical.records:
-                created[record["record_id"]] = vectors.created_ms(record["created_at"])
-            rankings.append([r["record_id"] for r in lexical.records])
+        lexical_ranking = [r["record_id"] for r in lexical.records] if lexical else []
+        lexical_ranking += [i for i in rare if i not in lexical_ranking]
+        for record in (lexical.records if lexical else []) + list(rare.values()):
+            created[record["record_id"]] = vectors.created_ms(record["created_at"])
+        rankings.append(lexical_ranking)
         fused = vectors.fuse(rankings, created, time.time() * 1000, self.rrf_k)
         # A lexical match on common words only is no match: whatever has a vector must be
         # close enough in meaning, so an unrelated prompt brings nothing.
         cosine = self.vectors.similarities(namespaces, [i for i, _ in fused], query_vector)
         fused = [(i, score) for i, score in fused
-                 if cosine.get(i, self.min_similarity) >= self.min_similarity][:limit]
+                 if i in rare or cosine.get(i, self.min_similarity) >= self.min_similarity]
+        left_out = [item for item in fused[limit:] if item[0] in rare]
+        fused = fused[:limit]
+        if left_out:  # the rare matches take the places of the lowest-ranked others
+            others = [i for i, _ in fused if i not in rare]
+            dropped = set(others[max(0, len(others) - len(left_out)):])
+            fused = ([item for item in fused if item[0] not in dropped] + left_out)[:limit]
         found = {r["record_id"]: r for r in reads.records_by_id(conn, [i for i, _ in fused],
                                                              namespaces)}
         missing = {i for i, _ in fused if i not in found}
@@ -276,6 +287,15 @@ class Searcher:
         terms = lexical.terms if lexical else []
         return Result(records, "ok" if records else "empty", 0.0, terms,
                       lexical.window if lexical else None)
+
+    def _rare_matches(self, conn: sqlite3.Connection, namespaces: tuple[str, ...],
+                      rare: list[str], limit: int) -> dict[str, dict]:
+        """The best records holding a rare term of the query, by id (few: each rare term
+        is in at most RARE_MATCHES records)."""
+        if not rare:
+            return {}
+        ids = self._rank(conn, namespaces, fts_expression(rare), limit, None)
+        return {r["record_id"]: r for r in self._records(conn, ids)}
 
     def _lexical_instead(self, namespaces: tuple[str, ...], query: str, limit: int,
                          wide: Result | None, why: str) -> Result:
