@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import sqlite3
 import time
 from pathlib import Path
@@ -217,6 +218,57 @@ def test_a_slow_embedder_gives_the_lexical_result_within_the_budget(corpus_db, e
     finally:
         lexical.close()
         slow.close()
+
+
+COMMON = ["fix", "test", "page", "error", "config", "build", "deploy", "cache", "query", "user",
+          "api", "model", "route", "token", "schema", "index", "view", "form", "log", "job"]
+RARE_WORD = "zanzibarquux"
+
+
+@pytest.fixture(scope="module")
+def sentences(embedder) -> dict[str, np.ndarray]:
+    """Forty texts of five common words, and their vectors (made once)."""
+    rng = random.Random(5)
+    texts = [" ".join(rng.sample(COMMON, 5)) for _ in range(40)]
+    return dict(zip(texts, embedder.embed(texts), strict=True))
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(size=st.integers(10, 10_000), seed=st.integers(0, 2**16), data=st.data())
+def test_hybrid_always_finds_a_record_alone_holding_a_term(tmp_path_factory, embedder,
+                                                           sentences, size, seed, data):
+    """Records of common words, all embedded; one also holds a rare word: whatever the
+    meaning scores say, a search naming that word lists it."""
+    position = data.draw(st.integers(0, size - 1), label="position")
+    others = data.draw(st.lists(st.sampled_from(COMMON), max_size=2, unique=True), label="others")
+    query = " ".join(data.draw(st.permutations([RARE_WORD, *others]), label="order"))
+    rng = random.Random(seed)
+    texts = list(sentences)
+    records, vectors_of = [], {}
+    for n in range(size):
+        text = rng.choice(texts)
+        if n == position:
+            text = f"{text} {RARE_WORD}"
+            vectors_of[text] = embedder.embed([f"note\n\n{text}"])[0]
+        records.append(record("note", text, created_at=f"2026-01-01T00:00:{n % 60:02d}Z"))
+    path = tmp_path_factory.mktemp("hybrid-rare") / "kirolearn.db"
+    conn = writes.connect_writer(path)
+    conn.execute("BEGIN")
+    for r in records:
+        writes.insert_record(conn, r)
+        vector = vectors_of.get(r["summary"], sentences.get(r["summary"]))
+        conn.execute("UPDATE memory_records SET embedding = ?, embedding_hash = ?"
+                     " WHERE record_id = ?", (embeddings.to_blob(vector),
+                                              embeddings.record_hash(r), r["record_id"]))
+    conn.execute("COMMIT")
+    conn.close()
+    searcher = Searcher(path, embedder=embedder)
+    try:
+        found = searcher.search(NAMESPACE, query, 10, 60_000, mode="hybrid")
+        assert records[position]["record_id"] in found.record_ids, found.error
+    finally:
+        searcher.close()
 
 
 def test_the_context_is_capped_and_the_lowest_ranked_go_first():

@@ -25,7 +25,7 @@ MAX_TERMS = 32
 # terms of one search may match 4% of the records between them, within these bounds:
 TERM_BUDGET_MIN = 2000
 TERM_BUDGET_MAX = 4000
-RARE_MATCHES = 10  # a term in no more records than this is rare (see Searcher._hybrid)
+RARE_MATCHES = 10  # a term in at most this many records, and a tenth of them, is rare
 MAX_WORDS = 1000  # distinct words considered from one prompt (a pasted log can be huge)
 
 
@@ -49,6 +49,12 @@ def quote(token: str) -> str:
 
 def fts_expression(terms: list[str]) -> str:
     return " OR ".join(quote(t) for t in terms)
+
+
+def is_rare(doc_freq: int, total: int) -> bool:
+    """Whether a term found in ``doc_freq`` of ``total`` records names something: a file,
+    an identifier (see ``Searcher._hybrid``)."""
+    return 0 < doc_freq <= RARE_MATCHES and doc_freq * 10 <= total
 
 
 def term_budget_for(total: int) -> int:

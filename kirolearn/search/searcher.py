@@ -40,8 +40,8 @@ from kirolearn.search.context import (
 )
 from kirolearn.search.query import (
     MAX_WORDS,
-    RARE_MATCHES,
     fts_expression,
+    is_rare,
     quote,
     select_terms,
     term_budget_for,
@@ -66,7 +66,7 @@ class Result:
     latency_ms: float
     terms: list[str] = field(default_factory=list)
     window: int | None = None
-    rare: list[str] = field(default_factory=list)  # the terms in at most RARE_MATCHES records
+    rare: list[str] = field(default_factory=list)  # the kept terms that are ``is_rare``
     error: str | None = None
     block: str | None = None  # the context when it is not the search format (session start)
 
@@ -211,7 +211,7 @@ class Searcher:
         token_freq = {t: doc_freq[stems[t]] for t in candidates}
         budget = self.term_budget or term_budget_for(total)
         terms, window = select_terms(candidates, token_freq, total, budget)
-        rare = [t for t in terms if 0 < token_freq[t] <= RARE_MATCHES]
+        rare = [t for t in terms if is_rare(token_freq[t], total)]
         try:
             # Room for the repeats `without_repeats` leaves out when namespaces are merged.
             wanted = limit if len(namespaces) == 1 else limit + SCOPE_SLACK
@@ -231,9 +231,8 @@ class Searcher:
         small recency boost (``vectors.fuse``); ``semantic`` ranks by the vectors alone.
         A candidate whose vector is less similar to the query than ``min_similarity`` is
         left out (one not embedded yet stays on its lexical merit), so an unrelated
-        prompt gets nothing; but a record holding a rare word of the query (one found in
-        at most RARE_MATCHES records: a name, an identifier) is always among the results,
-        however the meaning scores it. The lexical side runs first, then the query is embedded on a
+        prompt gets nothing; but a record holding a rare word of the query (``is_rare``: a
+        name, an identifier) is always among the results, however the meaning scores it. The lexical side runs first, then the query is embedded on a
         thread (overlapping the two saved nothing, measured); if the embedder fails or
         has not answered in time, or the namespace's vectors are still loading, the answer
         is exactly the lexical search's (``_lexical_instead``)."""
@@ -290,8 +289,7 @@ class Searcher:
 
     def _rare_matches(self, conn: sqlite3.Connection, namespaces: tuple[str, ...],
                       rare: list[str], limit: int) -> dict[str, dict]:
-        """The best records holding a rare term of the query, by id (few: each rare term
-        is in at most RARE_MATCHES records)."""
+        """The best records holding a rare term of the query, by id (few, by definition)."""
         if not rare:
             return {}
         ids = self._rank(conn, namespaces, fts_expression(rare), limit, None)
