@@ -29,6 +29,10 @@ EVENT_KINDS = ("prompt", "tool_use", "session_summary", "note")
 BODY_TYPES = ("text", "message", "json")
 OBSERVATION_TYPES = ("tool_use", "decision", "error", "discovery", "pattern", "session_summary")
 MAX_BODY_BYTES = 1024 * 1024  # serialized body cap, enforced by ingest
+# An event or record is walked (without recursion) before anything else reads it: a
+# value nested deeper than this, or holding more values, is refused as it stands.
+MAX_DEPTH = 64
+MAX_VALUES = 250_000
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # Patterns, compiled on first use (see _matches).
@@ -272,6 +276,32 @@ class ContractError(ValueError):
 UNPAIRED_SURROGATE = "must be valid Unicode text, not an unpaired surrogate such as \\ud800"
 
 
+def check_shape(value: Any, field: str) -> None:
+    """Refuse (ContractError) a value nested more than MAX_DEPTH levels deep, holding
+    more than MAX_VALUES values, or with a map key that is not a string: what JSON can
+    say, bounded. It walks with a stack of its own, so no input can exhaust Python's,
+    and runs before any code that recurses (serializing, scrubbing) sees the value."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    count = 0
+    while stack:
+        item, depth = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise ContractError([FieldError(field, f"holds more than {MAX_VALUES} values",
+                                            "too_large")])
+        if isinstance(item, dict | list | tuple) and depth > MAX_DEPTH:
+            raise ContractError([FieldError(field, f"is nested more than {MAX_DEPTH} levels"
+                                                   " deep")])
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise ContractError([FieldError(
+                        field, f"has a map key that is not a string ({type(key).__name__})")])
+                stack.append((child, depth + 1))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, depth + 1) for child in item)
+
+
 def is_text(value: str) -> bool:
     """Whether value can be stored as UTF-8 (JSON text may decode to lone surrogates)."""
     if value.isascii():
@@ -381,6 +411,7 @@ def validate_event(event: Any) -> CheckedEvent:
     its body's canonical JSON and its time, computed on the way."""
     if not isinstance(event, dict):
         raise ContractError([FieldError("event", "must be an object")])
+    check_shape(event, "event")
     errors: list[FieldError] = []
     extra = set(event) - EVENT_FIELDS
     if extra:
@@ -455,6 +486,7 @@ def validate_record(record: Any) -> dict:
     """Check a memory record against contract v1 and return it."""
     if not isinstance(record, dict):
         raise ContractError([FieldError("record", "must be an object")])
+    check_shape(record, "record")
     errors: list[FieldError] = []
     extra = set(record) - RECORD_FIELDS
     if extra:

@@ -236,8 +236,9 @@ def status(base: Path | None = None, strategy: str = "unknown") -> dict | None:
 
 
 def pending(base: Path | None = None) -> dict | None:
-    """Events and batches waiting for extraction, per project with any; None when the
-    database cannot be read (status must still report the processes)."""
+    """Events and batches waiting for extraction, per project with any, and the failed
+    batches (newest 20, with why); None when the database cannot be read (status must
+    still report the processes)."""
     import sqlite3
 
     from kirolearn import db
@@ -249,10 +250,12 @@ def pending(base: Path | None = None) -> dict | None:
     try:
         with db.reading(path) as conn:
             stats = reads.stats(conn)
+            failed = reads.failed_batches(conn)
     except sqlite3.Error:
         return None
     return {"events": stats["totals"]["pending_events"],
             "batches": stats["totals"]["pending_batches"],
+            "failed": failed,
             "namespaces": [{k: n[k] for k in ("namespace", "pending_events", "pending_batches")}
                            for n in stats["namespaces"]
                            if n["pending_events"] or n["pending_batches"]]}

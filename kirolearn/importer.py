@@ -2,7 +2,8 @@
 
 Ingest validates one chunk while storage commits another. A chunk is retried while
 ingest or storage restarts (its already-stored events then come back as
-duplicates); a line that cannot be an event is rejected here with its reason.
+duplicates); a line that cannot be an event is rejected here with its reason. Every
+rejected line is kept, with its number and reason, in ``quarantine/import-<time>.jsonl``.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import collections
 import concurrent.futures
 import json
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import tenacity
 
@@ -33,6 +36,7 @@ class Report:
     counts: dict[str, int] = field(
         default_factory=lambda: {"stored": 0, "duplicate": 0, "rejected": 0})
     rejected: list[tuple[int, str]] = field(default_factory=list)  # (line number, reason)
+    quarantine: Path | None = None  # where the rejected lines were kept
 
     def add(self, line_no: int, status: str, reason: str = "") -> None:
         self.counts[status] += 1
@@ -40,10 +44,22 @@ class Report:
             self.rejected.append((line_no, reason))
 
 
+def keep_rejected(report: Report, texts: dict[int, str], base: Path | None = None) -> None:
+    """Write the rejected lines, with their number and reason, to the quarantine."""
+    if not report.rejected:
+        return
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = paths.ensure_private_dir(paths.quarantine_dir(base)) / f"import-{stamp}.jsonl"
+    data = "".join(json.dumps({"line": line_no, "reason": reason, "text": texts[line_no]},
+                              ensure_ascii=False) + "\n"
+                   for line_no, reason in sorted(report.rejected))
+    report.quarantine = paths.write_private(path, data.encode("utf-8", "surrogatepass"))
+
+
 def _is_record(line: str) -> bool:
     try:
         item = json.loads(line)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return False
     return isinstance(item, dict) and "record_id" in item
 
@@ -80,6 +96,12 @@ def import_lines(lines: Iterable[str], base=None) -> Report:
 
     in_flight: collections.deque = collections.deque()
 
+    texts: dict[int, str] = {}  # the lines in flight, kept until they are answered
+
+    def reject(line_no: int, text: str, reason: str) -> None:
+        report.add(line_no, "rejected", reason)
+        texts[line_no] = text.rstrip("\r\n")
+
     def collect_oldest() -> None:
         numbers, future = in_flight.popleft()
         try:
@@ -90,7 +112,13 @@ def import_lines(lines: Iterable[str], base=None) -> Report:
             raise Stalled(f"ingest stopped answering ({exc}); the lines before"
                           f" line {numbers[0]} were sent") from exc
         for line_no, result in zip(numbers, results, strict=True):
-            report.add(line_no, result["status"], result.get("reason", ""))
+            text = pending_texts.pop(line_no)
+            if result["status"] == "rejected":
+                reject(line_no, text, result.get("reason", ""))
+            else:
+                report.add(line_no, result["status"])
+
+    pending_texts: dict[int, str] = {}
 
     try:
         with concurrent.futures.ThreadPoolExecutor(IN_FLIGHT) as pool:
@@ -109,15 +137,16 @@ def import_lines(lines: Iterable[str], base=None) -> Report:
             for line_no, line in enumerate(lines, start=1):
                 if not line.strip():
                     continue
-                size = len(line.encode("utf-8"))
+                size = len(line.encode("utf-8", "surrogatepass"))
                 if size > protocol.MAX_FRAME_BYTES // 2:
-                    report.add(line_no, "rejected", f"the line is {size} bytes; an event's"
-                               f" body may be at most {contract.MAX_BODY_BYTES} bytes")
+                    reject(line_no, line, f"the line is {size} bytes; an event's"
+                           f" body may be at most {contract.MAX_BODY_BYTES} bytes")
                     continue
                 if '"record_id"' in line and _is_record(line):
-                    report.add(line_no, "rejected", "a memory record, not an event (records"
-                               " are rebuilt by extraction)")
+                    reject(line_no, line, "a memory record, not an event (records"
+                           " are rebuilt by extraction)")
                     continue
+                pending_texts[line_no] = line
                 if chunk_bytes + size > CHUNK_BYTES:
                     submit()  # a large line travels alone rather than overfill a chunk
                 chunk.append(line)
@@ -131,4 +160,5 @@ def import_lines(lines: Iterable[str], base=None) -> Report:
     finally:
         for client in clients:
             client.close()
+        keep_rejected(report, texts, base)
     return report

@@ -171,6 +171,11 @@ def full_record(record: dict) -> str:
     if record["files_touched"]:
         lines.append("Files: " + ", ".join(record["files_touched"]))
     lines += ["", "Source events: " + ", ".join(record["source_event_ids"])]
+    for number, version in enumerate(record.get("versions") or [], start=1):
+        lines += ["", f"Version {number} (until {utc(version['replaced_at'])} UTC):",
+                  version["summary"].strip()]
+        if version["facts"]:
+            lines += [f"- {one_line(fact)}" for fact in version["facts"]]
     return "\n".join(lines)
 
 
@@ -276,10 +281,6 @@ def build_server(scope: Scope, base: Path, autostart: bool = True) -> MCPServer:
                   "source_event_ids": [contract.new_ulid()], "created_at": contract.now_iso(),
                   **record}
         saved = daemon_call("ingest", "put_record", {"record": record}, control.WRITE_MS)
-        if saved["status"] == "merged":
-            return (f"Saved into {saved['record_id']}, a record with the same title, type and"
-                    " files saved earlier (its summary is now this one; facts and concepts"
-                    " were combined).")
         return f"Saved {saved['record_id']} ({record['observation_type']}): {record['title']}"
 
     @tool(read_only)

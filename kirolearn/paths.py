@@ -37,6 +37,12 @@ def spool_dir(base: Path | None = None) -> Path:
     return (base or home()) / "spool"
 
 
+def quarantine_dir(base: Path | None = None) -> Path:
+    """What could not be stored, kept for a person with the reason: spool files
+    (``<event_id>.json`` and ``.reason``) and import lines (``import-<time>.jsonl``)."""
+    return (base or home()) / "quarantine"
+
+
 def sessions_dir(base: Path | None = None) -> Path:
     return (base or home()) / "sessions"
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from kirolearn import paths
 
 SUFFIX = ".json"
-REJECTED = "rejected"  # files ingest could not accept, kept for a person to read
 
 
 def write(event: dict, base: Path | None = None) -> Path:
@@ -43,12 +42,12 @@ def read(path: Path) -> object:
     """The event in a spool file, or a string saying why it cannot be read."""
     try:
         return json.loads(path.read_bytes())
-    except (OSError, ValueError) as exc:
-        return f"unreadable spool file {path.name}: {exc}"
+    except (OSError, ValueError, RecursionError) as exc:
+        return f"unreadable spool file {path.name}: {type(exc).__name__}: {exc}"
 
 
-def reject(path: Path, reason: str) -> None:
-    """Move a file ingest cannot accept aside, with the reason next to it."""
-    directory = paths.ensure_private_dir(path.parent / REJECTED)
+def reject(path: Path, reason: str, base: Path | None = None) -> None:
+    """Move a file ingest cannot accept to the quarantine, with the reason next to it."""
+    directory = paths.ensure_private_dir(paths.quarantine_dir(base))
     os.replace(path, directory / path.name)
-    (directory / f"{path.name}.reason").write_text(reason + "\n", encoding="utf-8")
+    paths.write_private(directory / f"{path.name}.reason", (reason + "\n").encode("utf-8"))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 
 import pytest
 from helpers import NAMESPACE, make_event
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kirolearn import contract, db
 from kirolearn.db import reads, schema, writes
@@ -106,10 +109,68 @@ def test_fts_index_follows_records_through_triggers(conn):
 
 
 def _form(conn, reason="turn_end"):
-    conn.execute("BEGIN IMMEDIATE")
-    batch_id = writes.form_batch(conn, NAMESPACE, reason)
-    conn.execute("COMMIT")
+    with db.transaction(conn):
+        [batch_id] = writes.form_batches(conn, NAMESPACE, reason, 1 << 30)
     return batch_id
+
+
+turns = st.lists(st.lists(st.integers(1, 5000), min_size=1, max_size=12), min_size=1,
+                 max_size=25)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(turns=turns, max_bytes=st.integers(1, 20_000), max_events=st.integers(1, 30),
+       data=st.data())
+def test_batches_are_bounded_and_cut_after_whole_turns(tmp_path_factory, turns, max_bytes,
+                                                       max_events, data):
+    """Each turn is tool events of these sizes, then its end; whatever the arrival, every
+    pending event is in exactly one batch, in order, each within the limits (an event
+    larger alone is a batch of its own), and a batch ends after a turn's end unless the
+    turn itself does not fit."""
+    conn = writes.connect_writer(tmp_path_factory.mktemp("batches") / "k.db")
+    try:
+        events = []
+        for sizes in turns:
+            events += [make_event("tool_use", "x" * size) for size in sizes]
+            events.append(make_event("session_summary", body={"type": "text", "content": "end"}))
+        for event in events:
+            store(conn, event, window_ms=0)
+        with db.transaction(conn):
+            ids = writes.form_batches(conn, NAMESPACE, "size", max_bytes, max_events)
+        order = {e["event_id"]: n for n, e in enumerate(events)}  # arrival order
+        batches = [sorted(reads.batch_events(conn, batch_id), key=lambda e: order[e["event_id"]])
+                   for batch_id in ids]
+        assert [e["event_id"] for b in batches for e in b] == [e["event_id"] for e in events]
+        for batch in batches:
+            size = sum(len(e["body_json"]) for e in batch)
+            assert len(batch) == 1 or (size <= max_bytes and len(batch) <= max_events)
+        for batch, following in itertools.pairwise(batches):
+            if batch[-1]["kind"] != "session_summary":  # cut inside a turn: it did not fit
+                assert not any(e["kind"] == "session_summary" for e in batch)
+            assert following  # no empty batch
+        with db.transaction(conn):
+            assert writes.form_batches(conn, NAMESPACE, "idle", max_bytes) == []
+    finally:
+        conn.close()
+
+
+def test_a_batch_that_keeps_failing_is_split_then_failed_with_its_reason(conn):
+    for content in ("one", "two", "three"):
+        store(conn, make_event(content=content))
+    batch_id = _form(conn)
+    with db.transaction(conn):
+        other = writes.split_batch(conn, batch_id)
+    assert [len(reads.batch_events(conn, b)) for b in (batch_id, other)] == [1, 2]
+    with db.transaction(conn):
+        assert writes.split_batch(conn, batch_id) is None  # one event: cannot be split
+        writes.fail_batch(conn, batch_id, "5 attempts failed; last: ValueError: bad")
+    [failed] = reads.failed_batches(conn)
+    assert failed == {"batch_id": batch_id, "namespace": NAMESPACE, "events": 1,
+                      "attempts": 0, "error": "5 attempts failed; last: ValueError: bad"}
+    with db.transaction(conn):
+        assert writes.retry_batches(conn) == 1
+    assert reads.failed_batches(conn) == []
 
 
 def test_events_arriving_during_extraction_wait_for_the_next_batch(conn):
@@ -151,12 +212,28 @@ def test_a_near_duplicate_record_is_merged_into_the_recent_one(conn):
     rows = list(reads.iter_records(conn))
     assert len(rows) == 2
     merged = next(r for r in rows if r["record_id"] == first["record_id"])
+    # A merge only adds: both summaries, every fact and source; the earlier state stays.
     assert merged["facts"] == ["ran `pytest`", "ran `tox`"]
     assert merged["source_event_ids"] == ["A" * 26, "B" * 26]
-    assert merged["summary"] == "All green now."
+    assert merged["summary"] == f"{first['summary']}\n\nAll green now."
+    [version] = merged["versions"]
+    assert {k: version[k] for k in ("summary", "facts", "source_event_ids", "created_at")} == {
+        k: first[k] for k in ("summary", "facts", "source_event_ids", "created_at")}
     found = conn.execute("SELECT rowid FROM memory_records_fts WHERE memory_records_fts"
                          " MATCH 'tox'").fetchall()
     assert len(found) == 1  # the index follows the merge
+    assert writes.delete_record(conn, merged["record_id"], [merged["namespace"]])
+    assert conn.execute("SELECT count(*) FROM record_versions").fetchone()[0] == 0
+
+
+def test_a_merge_past_a_records_limits_is_a_new_record(conn):
+    first = {**record_for(["A" * 26]), "facts": [f"fact {n}" for n in range(60)]}
+    again = {**record_for(["B" * 26]), "facts": [f"fact {n}" for n in range(50, 110)]}
+    with db.transaction(conn):
+        assert writes.save_record(conn, first, merge_window_s=3600) is None
+        assert writes.save_record(conn, again, merge_window_s=3600) is None
+    rows = list(reads.iter_records(conn))
+    assert [len(r["facts"]) for r in rows] == [60, 60] and all(not r["versions"] for r in rows)
 
 
 def test_records_outside_the_window_or_with_merging_off_are_kept_apart(conn):

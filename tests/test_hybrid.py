@@ -331,13 +331,17 @@ def test_records_are_embedded_as_they_come_and_searched_by_meaning(ingest, daemo
 
 
 def test_a_merge_re_embeds_the_new_text(ingest, daemon):
-    first = record("Deploy checklist", "Run the migrations first.")
+    first = record("Deploy checklist", "Run the migrations first.", strategy="heuristic")
     save(ingest, [first])
     wait_for(lambda: unembedded(daemon) == 0, timeout=30, message="the back-fill")
     before = stored_vectors(daemon)[first["record_id"]]
-    merged = ingest.call("put_record", {"record": record(
-        "Deploy checklist", "Announce the release in the team channel.")})
-    assert merged == {"record_id": first["record_id"], "status": "merged"}
+    conn = writes.connect_writer(paths.db_path(daemon))  # as a batch's merge does
+    with db.transaction(conn):
+        merged_into = writes.save_record(conn, record(
+            "Deploy checklist", "Announce the release in the team channel.",
+            strategy="heuristic"), merge_window_s=3600)
+    conn.close()
+    assert merged_into == first["record_id"]
     wait_for(lambda: unembedded(daemon) == 0, timeout=30, message="the re-embedding")
     assert stored_vectors(daemon)[first["record_id"]] != before
 

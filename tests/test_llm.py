@@ -245,12 +245,12 @@ def test_the_daemon_extracts_with_the_configured_model(home, monkeypatch, ctx):
 
 def test_a_worker_killed_while_the_model_thinks_loses_nothing_and_repeats_nothing(
         home, monkeypatch, ctx):
+    """Its batch is taken up again within seconds, not at the end of the 300 s lease."""
     server = ScriptedEndpoint("openai")
-    server.script = [(200, GOOD, 3.0)] + [(200, GOOD, 0)] * 3  # the first answer comes late
+    server.script = [(200, GOOD, 120.0)] + [(200, GOOD, 0)] * 3  # the first never in time
     for name, value in (("STRATEGY", "openai"), ("LLM_URL", server.url + "/v1"),
-                        ("LLM_MODEL", "scripted")):
+                        ("LLM_MODEL", "scripted"), ("LLM_TIMEOUT_S", "300")):
         monkeypatch.setenv(f"KIROLEARN_EXTRACTION_{name}", value)
-    monkeypatch.setenv("KIROLEARN_STORAGE_LEASE_S", "1")
     kl("start", check=True)
     try:
         worker = next(r for r in status()["roles"] if r["role"] == "extraction")
@@ -259,10 +259,11 @@ def test_a_worker_killed_while_the_model_thinks_loses_nothing_and_repeats_nothin
         wait_for(lambda: server.requests, message="the worker to ask the model")
         os.kill(worker["pid"], signal.SIGKILL)  # mid-batch: the model has not answered
 
-        wait_for(records_exported, timeout=30, message="the re-dispatched batch's records")
+        wait_for(records_exported, timeout=20, message="the re-dispatched batch's records")
         time.sleep(1.5)  # a second commit of the same batch would show by now
         assert [r["strategy"] for r in records_exported()] == ["llm-summary"]
-        assert "handed out again" in kl("logs", "storage", "-n", "200").stdout
+        logged = kl("logs", "storage", "-n", "200").stdout
+        assert f"worker {worker['pid']} is gone; handing it out again" in logged
     finally:
         kl("stop", check=True)
         server.close()

@@ -254,6 +254,28 @@ def test_save_session_summary_is_the_seeds_record_and_searchable_at_once(ws, dae
     assert not found[0] and f"id: {record['record_id']}" in found[1]
 
 
+def test_two_saves_with_the_same_title_both_stay_readable(ws, daemon):
+    """A second summary of the same request, or a second observation with the same
+    title, is a record of its own: the first one's findings are never replaced."""
+    async def scenario(client: Client) -> list:
+        summaries = [await call(client, "save_session_summary", request="Fix the failing tests",
+                                investigated=f"Run {n}.", learned=learned, completed="",
+                                next_steps="", files_read=[], files_modified=[])
+                     for n, learned in enumerate(["The clock was mocked wrongly.",
+                                                  "The fixture leaked a socket."])]
+        observations = [await call(client, "save_observation", **observation(summary=summary))
+                        for summary in ("First finding.", "Second finding.")]
+        ids = [saved_id(text) for _, text in summaries + observations]
+        return [ids, await call(client, "get_records", ids=ids)]
+
+    ids, (is_error, text) = serve(ws, scenario)
+    assert len(set(ids)) == 4 and not is_error and text.count("### ") == 4
+    for finding in ("The clock was mocked wrongly.", "The fixture leaked a socket.",
+                    "First finding.", "Second finding."):
+        assert finding in text
+    assert all(stored(i, [ws.namespace]) for i in ids)
+
+
 def test_a_long_session_summary_drops_whole_sections_from_the_bottom(ws, daemon):
     sections = {key: key[0] * 1500 for key, _ in mcp_server.SUMMARY_SECTIONS}
 
@@ -410,7 +432,7 @@ def test_scopes_project_global_and_both(ws, daemon):
     theirs = serve(ws, in_global, "--scope", "global")
     assert stored(mine[0], [ws.namespace]) and stored(theirs[0], [everywhere])
     started_at_home = serve(ws, in_global, cwd=ws.home)  # outside any project: global
-    assert started_at_home == theirs  # the same records again: merged into the first
+    assert all(stored(i, [everywhere]) for i in started_at_home + theirs)  # never merged
 
     async def look(client: Client) -> tuple[bool, str]:
         return await call(client, "search_memory", query="release rule messages")
@@ -427,7 +449,7 @@ def test_scopes_project_global_and_both(ws, daemon):
     both = serve(ws, look, KIROLEARN_MCP_SCOPE="project+global")[1]
     assert mine[0] in both and theirs[0] in both
     assert both.count("### Shared rule") == 1  # the same memory in both: shown once
-    assert (mine[1] in both) != (theirs[1] in both)
+    assert sum(i in both for i in (mine[1], theirs[1], started_at_home[1])) == 1
 
 
 def test_an_unknown_scope_is_refused_before_serving(ws):
@@ -499,10 +521,10 @@ def test_ingest_checks_put_record_and_forget(ingest):
     [saved] = retrieval("get_records", {"ids": [first["record_id"]], "namespaces": [NAMESPACE]}
                         )["records"]
     assert saved["title"] == "password=[REDACTED]"
-    # The same title, type, strategy and files again: merged into the first.
+    # The same title, type, strategy and files again: a record of its own.
     again = ingest.call("put_record", {"record": record(NAMESPACE, title=long_title,
                                                         summary="Newer")})
-    assert again == {"record_id": first["record_id"], "status": "merged"}
+    assert again["status"] == "stored" and again["record_id"] != first["record_id"]
     assert ingest.call("forget", {"record_id": first["record_id"],
                                   "namespaces": [NAMESPACE]}) == {"deleted": True}
     assert ingest.call("forget", {"record_id": first["record_id"],

@@ -352,7 +352,7 @@ def test_the_session_context_gives_recent_work_then_what_is_retrieved_most(corpu
         s.close()
 
 
-# -- the rare match ---------------------------------------------------------------------------------
+# -- the rare match -------------------------------------------------------------------------------
 
 COMMON = ["fix", "test", "page", "error", "config", "build", "deploy", "cache", "query", "user",
           "api", "model", "route", "token", "schema", "index", "view", "form", "log", "job"]

@@ -107,13 +107,17 @@ def test_a_bad_spool_file_is_set_aside_and_the_rest_stored(home, ws):
     try:
         wait_for(lambda: not spool.waiting(), message="the spool to drain")
         assert [e["body"]["content"] for e in stored_events()] == ["ok"]
-        rejected = sorted(p.name for p in (directory / spool.REJECTED).iterdir())
+        quarantine = paths.quarantine_dir()
+        rejected = sorted(p.name for p in quarantine.iterdir())
         assert rejected == ["01ARZ3NDEKTSV4RRFFQ69G5FAV.json",
                             "01ARZ3NDEKTSV4RRFFQ69G5FAV.json.reason",
                             "01ARZ3NDEKTSV4RRFFQ69G5FAW.json",
                             "01ARZ3NDEKTSV4RRFFQ69G5FAW.json.reason"]
-        reason = (directory / spool.REJECTED / "01ARZ3NDEKTSV4RRFFQ69G5FAV.json.reason")
+        reason = quarantine / "01ARZ3NDEKTSV4RRFFQ69G5FAV.json.reason"
         assert "unreadable spool file" in reason.read_text()
+        doctor = kl("doctor")
+        assert "note  quarantine: 2 item(s)" in doctor.stdout
+        assert "01ARZ3NDEKTSV4RRFFQ69G5FAV.json: unreadable spool file" in doctor.stdout
         assert all(r["state"] == "RUNNING" for r in status()["roles"])
     finally:
         kl("stop", check=True)

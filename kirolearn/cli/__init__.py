@@ -2,8 +2,8 @@
 
 ``daemon`` runs it (start, stop, restart, status, scale, logs, worker, open), ``data``
 reads and writes what is stored (import, export, stats, search), ``embeddings`` the
-vectors, ``agents`` connects the agents (install, uninstall, mcp), and ``doctor`` says
-what is wrong.
+vectors, ``extraction`` the batches that become records (failed, retry), ``agents``
+connects the agents (install, uninstall, mcp), and ``doctor`` says what is wrong.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from kirolearn import __version__
-from kirolearn.cli import agents, daemon, data, doctor, embeddings
+from kirolearn.cli import agents, daemon, data, doctor, embeddings, extraction
 
 
 @click.group()
@@ -23,6 +23,6 @@ def cli() -> None:
     """
 
 
-for module in (daemon, data, embeddings, agents, doctor):
+for module in (daemon, data, embeddings, extraction, agents, doctor):
     for command in module.COMMANDS:
         cli.add_command(command)

@@ -76,8 +76,8 @@ def restart(ctx: click.Context, extraction_workers: int | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(as_json: bool) -> None:
     """Each role process (pid, state, uptime, restarts), the extraction workers (busy or
-    idle, batches done, model budget and breakers) and what waits for extraction, per
-    project. Exit 3 when not running."""
+    idle, batches done, model budget and breakers), what waits for extraction, per
+    project, and the batches extraction gave up on, with why. Exit 3 when not running."""
     try:
         strategy = settings()["extraction"]["strategy"]
     except click.ClickException:  # the file changed since start and is broken now
@@ -123,6 +123,12 @@ def status(as_json: bool) -> None:
     for ns in pending["namespaces"]:
         click.echo(f"  {ns['namespace']}: {ns['pending_events']} event(s),"
                    f" {ns['pending_batches']} batch(es)")
+    if pending["failed"]:
+        click.echo(f"failed batches: {len(pending['failed'])} (their events stay stored;"
+                   " after fixing the cause run: kirolearn extraction retry)")
+        for batch in pending["failed"]:
+            click.echo(f"  {batch['batch_id']} {batch['namespace']}: {batch['events']}"
+                       f" event(s): {batch['error']}")
 
 
 @click.command()

@@ -26,7 +26,8 @@ def import_(file) -> None:
     """Send v1 events (JSON Lines; '-' for stdin) through ingest.
 
     Reports how many were stored, duplicate or rejected, with the reason for each
-    rejected line. Exits 1 if any line was rejected.
+    rejected line; the rejected lines are kept in the quarantine folder. Exits 1 if
+    any line was rejected.
 
     \b
     Example:
@@ -43,6 +44,8 @@ def import_(file) -> None:
     click.echo(f"stored {counts['stored']}, duplicate {counts['duplicate']},"
                f" rejected {counts['rejected']}")
     if counts["rejected"]:
+        click.echo(f"the rejected lines, with their reasons, are in {report.quarantine}",
+                   err=True)
         sys.exit(1)
 
 

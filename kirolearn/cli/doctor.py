@@ -54,6 +54,7 @@ def doctor(project_dir: str | None) -> None:
                " within seconds of starting")
     else:
         report(True, "spool", "empty")
+    report(*_check_quarantine())
     scopes: list[tuple[str, Path | None]] = [("user", None)]
     here = Path(project_dir).resolve() if project_dir else None
     if here is None and not project.resolve_project().is_global:
@@ -73,6 +74,27 @@ def doctor(project_dir: str | None) -> None:
         report(None, "agents", "no agent has kirolearn's hooks here; run: kirolearn install"
                " --agent kiro-cli|kiro-ide|claude-code")
     sys.exit(1 if problems else 0)
+
+
+def _check_quarantine() -> tuple[bool | None, str, str]:
+    """What could not be stored: each spool file and import kept aside, and why."""
+    directory = paths.quarantine_dir()
+    kept = sorted(p for p in directory.glob("*") if not p.name.endswith(".reason")
+                  and not p.name.startswith(".")) if directory.is_dir() else []
+    if not kept:
+        return True, "quarantine", "empty"
+    lines = []
+    for path in kept[-10:]:
+        reason = path.with_name(path.name + ".reason")
+        if reason.exists():
+            lines.append(f"  {path.name}: {reason.read_text(encoding='utf-8').strip()}")
+        else:
+            count = sum(1 for _ in path.open(encoding="utf-8", errors="replace"))
+            lines.append(f"  {path.name}: {count} rejected import line(s), each with its reason")
+    more = f"\n  … and {len(kept) - 10} more" if len(kept) > 10 else ""
+    return None, "quarantine", (f"{len(kept)} item(s) in {directory} could not be stored"
+                                " (kept with the reason; fix and re-import, or delete them):\n"
+                                + "\n".join(lines) + more)
 
 
 def _check_database() -> tuple[bool | None, str, str]:

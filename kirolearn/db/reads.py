@@ -114,14 +114,38 @@ def vectors(conn: sqlite3.Connection, namespace: str) -> Iterator[tuple[str, str
         " WHERE namespace = ? AND embedding IS NOT NULL", (namespace,))
 
 
+def with_versions(conn: sqlite3.Connection, records: list[dict]) -> list[dict]:
+    """The records, each with ``versions``: what it was before each merge, oldest first
+    (each with the time it was replaced)."""
+    versions: dict[str, list[dict]] = {r["record_id"]: [] for r in records}
+    if versions:
+        ids_sql, ids = in_list(list(versions))
+        for row in conn.execute(
+                "SELECT record_id, title, summary, facts_json, concepts_json, files_touched_json,"
+                " source_event_ids_json, created_at, replaced_at FROM record_versions"
+                f" WHERE record_id IN {ids_sql} ORDER BY record_id, id", ids):
+            versions[row[0]].append({
+                "title": row[1], "summary": row[2], "facts": json.loads(row[3]),
+                "concepts": json.loads(row[4]), "files_touched": json.loads(row[5]),
+                "source_event_ids": json.loads(row[6]), "created_at": row[7],
+                "replaced_at": row[8]})
+    return [{**r, "versions": versions[r["record_id"]]} for r in records]
+
+
 def iter_records(conn: sqlite3.Connection, namespace: str | None = None) -> Iterator[dict]:
+    """Every record (of a namespace), oldest first, with its ``versions``."""
     sql = f"SELECT {RECORD_COLUMNS} FROM memory_records"
     args: tuple = ()
     if namespace:
         sql += " WHERE namespace = ?"
         args = (namespace,)
+    page: list[dict] = []
     for row in conn.execute(sql + " ORDER BY created_at, record_id", args):
-        yield record_from_row(row)
+        page.append(record_from_row(row))
+        if len(page) == 500:
+            yield from with_versions(conn, page)
+            page = []
+    yield from with_versions(conn, page)
 
 
 
@@ -142,6 +166,33 @@ def due_batches(conn: sqlite3.Connection, now: int, limit: int) -> list[tuple[st
         "SELECT batch_id, namespace, attempts FROM extraction_batches WHERE state = 'ready'"
         " UNION ALL SELECT batch_id, namespace, attempts FROM extraction_batches"
         " WHERE state = 'leased' AND lease_expires_ms < ? LIMIT ?", (now, limit)).fetchall()
+
+
+def claimed_batches(conn: sqlite3.Connection) -> list[tuple[str, int]]:
+    """(batch id, worker pid) of each leased batch a worker has said it took."""
+    return conn.execute("SELECT batch_id, worker_pid FROM extraction_batches"
+                        " WHERE state = 'leased' AND worker_pid IS NOT NULL").fetchall()
+
+
+def batch_error(conn: sqlite3.Connection, batch_id: str) -> str | None:
+    """Why a batch's last attempt failed (None: no worker said)."""
+    row = conn.execute("SELECT error FROM extraction_batches WHERE batch_id = ?",
+                       (batch_id,)).fetchone()
+    return row[0] if row else None
+
+
+def failed_batches(conn: sqlite3.Connection, namespace: str | None = None,
+                   limit: int = 20) -> list[dict]:
+    """The failed batches (of a namespace), newest first: which project, how many
+    events, and why."""
+    rows = conn.execute(
+        "SELECT b.batch_id, b.namespace, b.error, b.attempts, (SELECT count(*) FROM events e"
+        " INDEXED BY events_namespace WHERE e.namespace = b.namespace"
+        " AND e.seq BETWEEN b.first_seq AND b.last_seq) FROM extraction_batches b"
+        " WHERE b.state = 'failed' AND (?1 IS NULL OR b.namespace = ?1)"
+        " ORDER BY b.created_ms DESC, b.batch_id DESC LIMIT ?2", (namespace, limit))
+    return [{"batch_id": r[0], "namespace": r[1], "error": r[2] or "", "attempts": r[3],
+             "events": r[4]} for r in rows]
 
 
 def batch_events(conn: sqlite3.Connection, batch_id: str) -> list[dict]:

@@ -149,6 +149,33 @@ CREATE INDEX retrievals_time ON retrievals (created_at, namespace, latency_ms, o
 -- the wide rows (a record's vector alone is 1.5 KB).
 CREATE INDEX memory_records_kind ON memory_records (namespace, observation_type, strategy);
 """),
+    (6, "record_versions", """
+-- What a record was before a merge changed it: a merge only adds, and every earlier
+-- state stays readable (get_records, export). Forgetting a record forgets its versions.
+CREATE TABLE record_versions (
+    id INTEGER PRIMARY KEY,
+    record_id TEXT NOT NULL,
+    title TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    facts_json TEXT NOT NULL,
+    concepts_json TEXT NOT NULL,
+    files_touched_json TEXT NOT NULL,
+    source_event_ids_json TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    replaced_at TEXT NOT NULL
+) STRICT;
+CREATE INDEX record_versions_record ON record_versions (record_id, id);
+CREATE TRIGGER memory_records_versions_ad AFTER DELETE ON memory_records BEGIN
+    DELETE FROM record_versions WHERE record_id = old.record_id;
+END;
+"""),
+    (7, "batch_failures", """
+-- Why a batch's last attempt failed (shown by status and the viewer; a failed batch is
+-- re-queued by `kirolearn extraction retry`), and the worker process holding its lease
+-- (a batch whose worker died is handed out again at once).
+ALTER TABLE extraction_batches ADD COLUMN error TEXT;
+ALTER TABLE extraction_batches ADD COLUMN worker_pid INTEGER;
+"""),
 ]
 
 

@@ -104,34 +104,51 @@ def insert_record(conn: sqlite3.Connection, record: dict, batch_id: str | None =
     )
 
 
+MAX_SUMMARY = 4000  # a record's limits (contract.validate_record): a merge that would
+MAX_ITEMS = 100  # pass them does not happen; the record is saved as a new one
+
+
 def save_record(conn: sqlite3.Connection, record: dict, batch_id: str | None = None,
                 merge_window_s: float = 0) -> str | None:
     """Insert a record, or merge it into a near-duplicate: a record of the namespace with
-    the same title, type, strategy and files, created within ``merge_window_s``. The merged record
-    keeps its id, takes the newer summary and time, and gathers both facts, concepts and
-    source events. Returns the id of the record it merged into (None: inserted)."""
+    the same title, type, strategy and files, created within ``merge_window_s``.
+
+    A merge only adds: the record keeps its id and every summary, fact, concept and
+    source event of both (a summary it does not already hold is appended), takes the
+    newer time, and its previous state is kept in ``record_versions``. A merge that
+    would pass a record's limits is not made. Returns the id of the record it merged
+    into (None: inserted)."""
     if merge_window_s > 0:
         files = set(record.get("files_touched", []))
         for row in conn.execute(
-                "SELECT id, facts_json, concepts_json, source_event_ids_json, files_touched_json,"
-                " record_id FROM memory_records WHERE namespace = ? AND title = ?"
-                " AND observation_type = ? AND strategy = ?"
+                "SELECT id, summary, facts_json, concepts_json, source_event_ids_json,"
+                " files_touched_json, record_id FROM memory_records WHERE namespace = ?"
+                " AND title = ? AND observation_type = ? AND strategy = ?"
                 " AND julianday(created_at) >= julianday('now') - ? ORDER BY id DESC",
                 (record["namespace"], record["title"], record["observation_type"],
                  record["strategy"], merge_window_s / 86400)):
-            if set(json.loads(row[4])) != files:
+            if set(json.loads(row[5])) != files:
                 continue
-            facts = list(dict.fromkeys(json.loads(row[1]) + record.get("facts", [])))[:100]
-            concepts = list(dict.fromkeys(json.loads(row[2]) + record.get("concepts", [])))
-            sources = list(dict.fromkeys(json.loads(row[3]) + record["source_event_ids"]))
+            summary = row[1] if record["summary"] in row[1] else f"{row[1]}\n\n{record['summary']}"
+            facts = list(dict.fromkeys(json.loads(row[2]) + record.get("facts", [])))
+            concepts = list(dict.fromkeys(json.loads(row[3]) + record.get("concepts", [])))
+            sources = list(dict.fromkeys(json.loads(row[4]) + record["source_event_ids"]))
+            if (len(summary) > MAX_SUMMARY or len(facts) > MAX_ITEMS
+                    or len(concepts) > MAX_ITEMS):
+                break
+            conn.execute(
+                "INSERT INTO record_versions (record_id, title, summary, facts_json,"
+                " concepts_json, files_touched_json, source_event_ids_json, created_at,"
+                " replaced_at) SELECT record_id, title, summary, facts_json, concepts_json,"
+                " files_touched_json, source_event_ids_json, created_at, ?"
+                " FROM memory_records WHERE id = ?", (utc_now(), row[0]))
             conn.execute(
                 "UPDATE memory_records SET summary = ?, facts_json = ?, facts_text = ?,"
                 " concepts_json = ?, source_event_ids_json = ?, created_at = ?, batch_id = ?,"
                 " embedding_hash = NULL WHERE id = ?",
-                (record["summary"], json.dumps(facts), " ".join(facts),
-                 json.dumps(concepts[:100]), json.dumps(sources), record["created_at"],
-                 batch_id, row[0]))
-            return row[5]
+                (summary, json.dumps(facts), " ".join(facts), json.dumps(concepts),
+                 json.dumps(sources), record["created_at"], batch_id, row[0]))
+            return row[6]
     insert_record(conn, record, batch_id)
     return None
 
@@ -159,38 +176,103 @@ def save_embedding(conn: sqlite3.Connection, record_id: str, text_hash: str, blo
 
 # --- extraction batches ----------------------------------------------------------------------
 
-def form_batch(conn: sqlite3.Connection, namespace: str, reason: str) -> str | None:
-    """Make the namespace's pending events a new ready batch (caller's transaction).
+MAX_BATCH_EVENTS = 1000  # a batch's events, whatever their size
 
-    Events stored after this (higher seq) stay pending for the next batch.
+
+def form_batches(conn: sqlite3.Connection, namespace: str, reason: str, max_bytes: int,
+                 max_events: int = MAX_BATCH_EVENTS) -> list[str]:
+    """Make the namespace's pending events ready batches (caller's transaction), each at
+    most ``max_bytes`` of body (an event larger alone is a batch of its own) and
+    ``max_events`` events, cut after a turn's end (a ``session_summary``) where the
+    limits leave one, so a turn stays whole. Events stored after this stay pending.
     """
     cursor = conn.execute("SELECT last_seq FROM extraction_cursor WHERE namespace = ?",
                           (namespace,)).fetchone()
     first = (cursor[0] if cursor else 0) + 1
-    last = conn.execute("SELECT MAX(seq) FROM events WHERE namespace = ?",
-                        (namespace,)).fetchone()[0]
-    if last is None or last < first:
-        return None
-    batch_id = contract.new_ulid()
-    conn.execute("INSERT INTO extraction_batches (batch_id, namespace, first_seq, last_seq,"
-                 " state, reason, created_ms) VALUES (?, ?, ?, ?, 'ready', ?, ?)",
-                 (batch_id, namespace, first, last, reason, now_ms()))
-    conn.execute("INSERT INTO extraction_cursor VALUES (?, ?) ON CONFLICT (namespace)"
-                 " DO UPDATE SET last_seq = excluded.last_seq", (namespace, last))
-    return batch_id
+    rows = conn.execute("SELECT seq, kind = 'session_summary', length(body_json) FROM events"
+                        " INDEXED BY events_namespace WHERE namespace = ? AND seq >= ?"
+                        " ORDER BY seq", (namespace, first)).fetchall()
+    ranges: list[tuple[int, int]] = []
+    start = 0
+    while start < len(rows):
+        end, size, turn_end = start, 0, None  # rows[start:end] is the batch so far
+        while end < len(rows) and (end == start or (size + rows[end][2] <= max_bytes
+                                                    and end - start < max_events)):
+            size += rows[end][2]
+            if rows[end][1]:
+                turn_end = end
+            end += 1
+        if end < len(rows) and turn_end is not None:
+            end = turn_end + 1  # the limits fell inside a turn: cut after the last whole one
+        ranges.append((rows[start][0], rows[end - 1][0]))
+        start = end
+    batch_ids = []
+    for low, high in ranges:
+        batch_ids.append(contract.new_ulid())
+        conn.execute("INSERT INTO extraction_batches (batch_id, namespace, first_seq, last_seq,"
+                     " state, reason, created_ms) VALUES (?, ?, ?, ?, 'ready', ?, ?)",
+                     (batch_ids[-1], namespace, low, high, reason, now_ms()))
+    if ranges:
+        conn.execute("INSERT INTO extraction_cursor VALUES (?, ?) ON CONFLICT (namespace)"
+                     " DO UPDATE SET last_seq = excluded.last_seq", (namespace, ranges[-1][1]))
+    return batch_ids
 
 
 
 def lease_batch(conn: sqlite3.Connection, batch_id: str, expires_ms: int) -> None:
     """The batch is out with a worker until ``expires_ms``; one more attempt counted."""
     conn.execute("UPDATE extraction_batches SET state = 'leased', lease_expires_ms = ?,"
-                 " attempts = attempts + 1 WHERE batch_id = ?", (expires_ms, batch_id))
+                 " attempts = attempts + 1, worker_pid = NULL WHERE batch_id = ?",
+                 (expires_ms, batch_id))
 
 
-def fail_batch(conn: sqlite3.Connection, batch_id: str) -> None:
-    """Give up on a batch (its events stay stored)."""
-    conn.execute("UPDATE extraction_batches SET state = 'failed' WHERE batch_id = ?",
-                 (batch_id,))
+def claim_batch(conn: sqlite3.Connection, batch_id: str, worker_pid: int) -> None:
+    """The worker process that took a leased batch (watched: if it dies, the batch goes
+    out again at once)."""
+    conn.execute("UPDATE extraction_batches SET worker_pid = ? WHERE batch_id = ?"
+                 " AND state = 'leased'", (worker_pid, batch_id))
+
+
+def batch_attempt_failed(conn: sqlite3.Connection, batch_id: str, error: str) -> None:
+    """The lease of a batch whose attempt failed ends now (it is handed out again), and
+    why is kept."""
+    conn.execute("UPDATE extraction_batches SET lease_expires_ms = 0, worker_pid = NULL,"
+                 " error = ? WHERE batch_id = ? AND state = 'leased'", (error, batch_id))
+
+
+def split_batch(conn: sqlite3.Connection, batch_id: str) -> str | None:
+    """Split a batch of several events into two ready batches (attempts counted afresh);
+    None when it has one event only, and cannot be split."""
+    namespace, first, last = conn.execute(
+        "SELECT namespace, first_seq, last_seq FROM extraction_batches WHERE batch_id = ?",
+        (batch_id,)).fetchone()
+    seqs = [seq for (seq,) in conn.execute(
+        "SELECT seq FROM events INDEXED BY events_namespace WHERE namespace = ?"
+        " AND seq BETWEEN ? AND ? ORDER BY seq", (namespace, first, last))]
+    if len(seqs) < 2:
+        return None
+    middle = seqs[len(seqs) // 2 - 1]
+    other = contract.new_ulid()
+    conn.execute("UPDATE extraction_batches SET last_seq = ?, state = 'ready', attempts = 0,"
+                 " lease_expires_ms = NULL, worker_pid = NULL WHERE batch_id = ?",
+                 (middle, batch_id))
+    conn.execute("INSERT INTO extraction_batches (batch_id, namespace, first_seq, last_seq,"
+                 " state, reason, created_ms) VALUES (?, ?, ?, ?, 'ready', 'split', ?)",
+                 (other, namespace, middle + 1, last, now_ms()))
+    return other
+
+
+def fail_batch(conn: sqlite3.Connection, batch_id: str, error: str) -> None:
+    """Give up on a batch for now, saying why (its events stay stored; ``retry_batches``
+    hands it out again)."""
+    conn.execute("UPDATE extraction_batches SET state = 'failed', error = ?, worker_pid = NULL"
+                 " WHERE batch_id = ?", (error, batch_id))
+
+
+def retry_batches(conn: sqlite3.Connection) -> int:
+    """Every failed batch ready again, its attempts counted afresh; how many."""
+    return conn.execute("UPDATE extraction_batches SET state = 'ready', attempts = 0,"
+                        " lease_expires_ms = NULL WHERE state = 'failed'").rowcount
 
 
 def complete_batch(conn: sqlite3.Connection, batch_id: str, records: Iterable[dict],

@@ -268,7 +268,10 @@ class Role:
                     except Exception:
                         self.log.exception("error while reading a socket; carrying on")
                 if time.monotonic() >= next_tick:
-                    self.tick()
+                    try:
+                        self.tick()
+                    except Exception:
+                        self.log.exception("error in periodic work; carrying on")
                     next_tick = time.monotonic() + self.tick_interval_s
                 if self._signals:
                     self.log.info("received signal %d; stopping", self._signals[0])

@@ -1,8 +1,9 @@
 """Extraction worker: PULLs a leased batch of events, PUSHes memory records back.
 
 Workers hold no state: storage leases each batch and commits the returned
-records together with the batch's completion, so a worker may die at any point
-and the batch is simply handed out again when its lease expires.
+records together with the batch's completion. A worker says which batch it took
+(with its pid), so if it dies the batch is handed out again at once; an attempt
+that fails is reported with its reason, and the batch goes out again.
 
 Records come from the extractor ``extraction.strategy`` names (``kirolearn.extract``):
 the heuristic one, or a model that falls back to it whenever it cannot be used.
@@ -11,6 +12,7 @@ the heuristic one, or a model that falls back to it whenever it cannot be used.
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import zmq
@@ -42,9 +44,16 @@ class ExtractionWorker(base.Role):
             self.log.warning("dropped a malformed batch: %s", exc)
             return
         started = time.monotonic()
-        for event in events:  # storage sends bodies still encoded
-            event["body"] = json.loads(event.pop("body_json"))
-        records, strategy = self.extractor.extract(namespace, events)
+        self.records.send(protocol.pack({"batch_id": batch_id, "worker_pid": os.getpid()}))
+        try:
+            for event in events:  # storage sends bodies still encoded
+                event["body"] = json.loads(event.pop("body_json"))
+            records, strategy = self.extractor.extract(namespace, events)
+        except Exception as exc:  # a bug or a poison batch: said, and handed out again
+            self.log.exception("batch %s could not be extracted", batch_id)
+            self.records.send(protocol.pack({"batch_id": batch_id,
+                                             "error": f"{type(exc).__name__}: {exc}"}))
+            return
         self.records.send(protocol.pack({"batch_id": batch_id, "records": records}))
         self.batches_done += 1
         self.log.info("batch %s", json.dumps({

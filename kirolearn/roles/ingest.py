@@ -204,6 +204,11 @@ class Ingest(base.Role):
             except contract.ContractError as exc:
                 pending.results[index] = rejection(event, exc)
                 continue
+            except Exception as exc:  # a bug must cost this event, not the others
+                self.log.exception("an event could not be prepared")
+                pending.results[index] = rejection(event, contract.ContractError(
+                    [contract.FieldError("event", f"could not be read: {type(exc).__name__}")]))
+                continue
             clean.append(stored)
             pending.storage_slots.append(index)
             if first_body is None:
@@ -373,9 +378,9 @@ class Ingest(base.Role):
         for path, result in zip(pending.spool_files, pending.results, strict=True):
             try:
                 if result["status"] == "rejected":
-                    self.log.warning("spool: %s rejected (%s); moved to %s/", path.name,
-                                     result["reason"], spool.REJECTED)
-                    spool.reject(path, result["reason"])
+                    self.log.warning("spool: %s rejected (%s); moved to %s", path.name,
+                                     result["reason"], paths.quarantine_dir(self.base))
+                    spool.reject(path, result["reason"], self.base)
                 else:
                     stored += result["status"] == "stored"
                     path.unlink(missing_ok=True)
@@ -440,6 +445,8 @@ def _decode(line: str) -> object:
         return json.loads(line)
     except json.JSONDecodeError as exc:
         return _BadLine(f"not JSON: {exc}")
+    except RecursionError:
+        return _BadLine(f"is nested more than {contract.MAX_DEPTH} levels deep")
 
 
 def prepare(event: object) -> tuple[dict, dict]:

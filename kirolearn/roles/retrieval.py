@@ -224,7 +224,7 @@ class Retrieval(base.Role):
     @base.op("get_records")
     def get_records(self, request: base.Request) -> dict:
         """``get_records {ids, namespaces}`` → ``{records}``: those found, in the order
-        asked."""
+        asked, each with its earlier ``versions``."""
         namespaces = parse_namespaces(request.body)
         ids = request.body.get("ids")
         if (not isinstance(ids, list) or not 1 <= len(ids) <= MAX_IDS

@@ -8,9 +8,12 @@ Sockets (all bound here):
   queued are committed together in one transaction (group commit), so a burst
   costs one fsync instead of one per event.
 - ``batches`` PUSH: ready extraction batches, leased to whichever worker pulls.
-- ``records`` PULL: a worker's records for a batch, committed together with the
-  batch's completion. A batch already done is ignored, so a batch whose lease
-  expired and was handed out twice is still committed once.
+- ``records`` PULL: from a worker, that it took a batch (its pid: a batch whose
+  worker dies goes out again at once), that an attempt failed (and why), or the
+  batch's records, committed together with the batch's completion. A batch already
+  done is ignored, so a batch whose lease expired and was handed out twice is still
+  committed once. A batch that keeps failing is split in two; one event that keeps
+  failing is marked failed with the reason (``retry_batches`` re-queues it).
 - ``feed`` PUB: after each commit, what changed (``events``, ``records`` or
   ``retrievals``, one frame, no payload), so the viewer reads new rows at once
   instead of polling. Nothing waits on it: a slow or absent subscriber loses
@@ -20,6 +23,7 @@ Sockets (all bound here):
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import time
 
@@ -152,20 +156,28 @@ class Storage(base.Role):
 
     @base.op("put_record")
     def put_record(self, request: base.Request) -> dict:
-        """``put_record {record}`` → ``{record_id, status: stored | merged}``: a record
-        saved through MCP (checked and scrubbed by ingest; checked again here)."""
+        """``put_record {record}`` → ``{record_id, status: stored}``: a record saved
+        through MCP (checked and scrubbed by ingest; checked again here). What the agent
+        saved on purpose is never merged into another record."""
         try:
             record = contract.validate_record(request.body.get("record"))
         except contract.ContractError as exc:
             raise base.BadRequest(str(exc)) from exc
         with db.transaction(self.conn):
-            merged_into = writes.save_record(self.conn, record,
-                                             merge_window_s=self.merge_window_s)
-        result = {"record_id": merged_into or record["record_id"],
-                  "status": "merged" if merged_into else "stored"}
+            writes.insert_record(self.conn, record)
+        result = {"record_id": record["record_id"], "status": "stored"}
         self.log.info("put_record: %s", result)
         self._announce(b"records")
         return result
+
+    @base.op("retry_batches")
+    def retry_batches(self, request: base.Request) -> dict:
+        """``retry_batches`` → ``{requeued}``: every failed extraction batch is handed out
+        again (``kirolearn extraction retry``)."""
+        with db.transaction(self.conn):
+            requeued = writes.retry_batches(self.conn)
+        self.log.info("retry_batches: %d failed batch(es) re-queued", requeued)
+        return {"requeued": requeued}
 
     @base.op("forget")
     def forget(self, request: base.Request) -> dict:
@@ -209,6 +221,7 @@ class Storage(base.Role):
         self.last_batch_work = now
         try:
             self._form_batches()
+            self._reclaim_from_dead_workers()
             self._dispatch_batches()
         except sqlite3.Error:
             self.log.exception("batch bookkeeping failed; will retry")
@@ -228,27 +241,61 @@ class Storage(base.Role):
             return
         with db.transaction(self.conn):
             for namespace, reason in ready:
-                writes.form_batch(self.conn, namespace, reason)
+                writes.form_batches(self.conn, namespace, reason, self.max_bytes)
         for namespace, _reason in ready:
             del self.pending[namespace]
+
+    def _reclaim_from_dead_workers(self) -> None:
+        """A batch whose worker process is gone goes out again now, not at lease end."""
+        for batch_id, pid in reads.claimed_batches(self.conn):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                self.log.warning("batch %s: worker %d is gone; handing it out again",
+                                 batch_id, pid)
+                with db.transaction(self.conn):
+                    writes.batch_attempt_failed(self.conn, batch_id,
+                                                f"worker {pid} died while extracting it")
+            except PermissionError:
+                pass  # alive, as another user (a remote worker's pid means nothing here)
 
     def _dispatch_batches(self) -> None:
         now = db.now_ms()
         for batch_id, namespace, attempts in reads.due_batches(self.conn, now, limit=16):
             if attempts >= MAX_BATCH_ATTEMPTS:
-                self.log.error("batch %s failed %d times; giving up on it (its events stay stored)",
-                               batch_id, attempts)
-                writes.fail_batch(self.conn, batch_id)
+                self._give_up(batch_id, f"{attempts} attempts failed")
                 continue
             events = reads.batch_events(self.conn, batch_id)
-            message = {"batch_id": batch_id, "namespace": namespace, "events": events}
+            frame = protocol.pack({"batch_id": batch_id, "namespace": namespace,
+                                   "events": events})
+            if len(frame) > protocol.MAX_FRAME_BYTES:
+                self._give_up(batch_id, f"the batch is {len(frame)} bytes; a frame may carry"
+                                        f" {protocol.MAX_FRAME_BYTES}")
+                continue
             try:
-                self.batches.send(protocol.pack(message), flags=zmq.NOBLOCK)
+                self.batches.send(frame, flags=zmq.NOBLOCK)
             except zmq.Again:
                 return  # no worker ready; try again next tick
-            writes.lease_batch(self.conn, batch_id, now + self.lease_ms)
+            with db.transaction(self.conn):
+                writes.lease_batch(self.conn, batch_id, now + self.lease_ms)
             if attempts:
-                self.log.warning("batch %s lease expired; handed out again", batch_id)
+                self.log.warning("batch %s handed out again (attempt %d)", batch_id,
+                                 attempts + 1)
+
+    def _give_up(self, batch_id: str, why: str) -> None:
+        """A batch that cannot be done whole is split in two; a single event that cannot
+        be done is marked failed, with the reason, for ``kirolearn extraction retry``."""
+        with db.transaction(self.conn):
+            other = writes.split_batch(self.conn, batch_id)
+            if other is None:
+                last = reads.batch_error(self.conn, batch_id)
+                writes.fail_batch(self.conn, batch_id, why + (f"; last: {last}" if last else ""))
+        if other is None:
+            self.log.error("batch %s failed (%s); its event stays stored, and `kirolearn"
+                           " extraction retry` hands it out again", batch_id, why)
+        else:
+            self.log.warning("batch %s split in two (%s); the second half is %s", batch_id,
+                             why, other)
 
     def _on_records(self, sock: zmq.Socket) -> None:
         try:
@@ -258,6 +305,15 @@ class Storage(base.Role):
             return
         batch_id = message.get("batch_id")
         records = message.get("records")
+        if isinstance(batch_id, str) and isinstance(message.get("worker_pid"), int):
+            with db.transaction(self.conn):
+                writes.claim_batch(self.conn, batch_id, message["worker_pid"])
+            return
+        if isinstance(batch_id, str) and isinstance(message.get("error"), str):
+            self.log.warning("batch %s: an attempt failed: %s", batch_id, message["error"])
+            with db.transaction(self.conn):
+                writes.batch_attempt_failed(self.conn, batch_id, message["error"][:1000])
+            return
         if not isinstance(batch_id, str) or not isinstance(records, list):
             self.log.warning("dropped a records message without batch_id/records")
             return

@@ -232,10 +232,11 @@ class Searcher:
         A candidate whose vector is less similar to the query than ``min_similarity`` is
         left out (one not embedded yet stays on its lexical merit), so an unrelated
         prompt gets nothing; but a record holding a rare word of the query (``is_rare``: a
-        name, an identifier) is always among the results, however the meaning scores it. The lexical side runs first, then the query is embedded on a
-        thread (overlapping the two saved nothing, measured); if the embedder fails or
-        has not answered in time, or the namespace's vectors are still loading, the answer
-        is exactly the lexical search's (``_lexical_instead``)."""
+        name, an identifier) is always among the results, however the meaning scores
+        it. The lexical side runs first, then the query is embedded on a thread
+        (overlapping the two saved nothing, measured); if the embedder fails or has not
+        answered in time, or the namespace's vectors are still loading, the answer is
+        exactly the lexical search's (``_lexical_instead``)."""
         if not query.strip() or limit <= 0:
             return Result([], "empty", 0.0)
         wide = limit * CANDIDATES
@@ -332,8 +333,10 @@ class Searcher:
                                 item["created"])
 
     def get_records(self, record_ids: list[str], namespaces: Sequence[str]) -> list[dict]:
-        """Records by id, in these namespaces (raises sqlite3.Error)."""
-        return reads.records_by_id(self._connection(), record_ids, namespaces)
+        """Records by id, in these namespaces, with their earlier ``versions`` (raises
+        sqlite3.Error)."""
+        conn = self._connection()
+        return reads.with_versions(conn, reads.records_by_id(conn, record_ids, namespaces))
 
     def timeline(self, record_id: str, namespaces: Sequence[str], before: int,
                  after: int) -> list[dict]:

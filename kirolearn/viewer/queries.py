@@ -92,12 +92,14 @@ class Reader:
             types = views.record_counts(conn, "observation_type", namespace)
             strategies = views.record_counts(conn, "strategy", namespace)
             rows = views.retrieval_latencies(conn, since, namespace)
+            failed = reads.failed_batches(conn, namespace)
         events: dict[str, int] = {}
         for entry in stats["namespaces"]:
             for kind, count in entry["events"].items():
                 events[kind] = events.get(kind, 0) + count
         return {"totals": stats["totals"], "events_by_kind": events, "records_by_type": types,
-                "strategies": strategies, "retrievals": latency_series(rows, days)}
+                "strategies": strategies, "retrievals": latency_series(rows, days),
+                "failed_batches": failed}
 
     def events(self, after: int = 0, namespace: str | None = None, session_id: str | None = None,
                limit: int = TAIL_SIZE, newest: bool = False) -> list[dict]:
