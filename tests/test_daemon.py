@@ -257,7 +257,7 @@ def test_an_expired_lease_is_handed_out_again_and_committed_once(home, monkeypat
         wait_for(lambda: "already committed" in kl("logs", "storage", "-n", "100").stdout,
                  timeout=15, message="the late result to be ignored")
         assert records() == 2
-        assert "lease expired; handed out again" in kl("logs", "storage", "-n", "100").stdout
+        assert "handed out again (attempt 2)" in kl("logs", "storage", "-n", "100").stdout
     finally:
         kl("stop", check=True)
 

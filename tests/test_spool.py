@@ -117,7 +117,7 @@ def test_a_bad_spool_file_is_set_aside_and_the_rest_stored(home, ws):
         assert "unreadable spool file" in reason.read_text()
         doctor = kl("doctor")
         assert "note  quarantine: 2 item(s)" in doctor.stdout
-        assert "01ARZ3NDEKTSV4RRFFQ69G5FAV.json: unreadable spool file" in doctor.stdout
+        assert "01ARZ3NDEKTSV4RRFFQ69G5FAV.json: event: unreadable spool file" in doctor.stdout
         assert all(r["state"] == "RUNNING" for r in status()["roles"])
     finally:
         kl("stop", check=True)
