@@ -1,8 +1,9 @@
 """Bulk import: JSON Lines of v1 events through ingest, a few chunks in flight.
 
 Ingest validates one chunk while storage commits another. A chunk is retried while
-ingest or storage restarts (its already-stored events then come back as
-duplicates); a line that cannot be an event is rejected here with its reason. Every
+ingest or storage restarts: an event its own earlier attempt stored comes back as
+a duplicate stored since the import began, and is counted as stored. A line that
+cannot be an event is rejected here with its reason. Every
 rejected line is kept, with its number and reason, in ``quarantine/import-<time>.jsonl``.
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import tenacity
 
-from kirolearn import contract, control, paths, protocol, transport
+from kirolearn import contract, control, db, paths, protocol, transport
 
 CHUNK_LINES = 500
 CHUNK_BYTES = 1024 * 1024  # a chunk of lines stays well under the frame limit
@@ -84,6 +85,8 @@ def import_lines(lines: Iterable[str], base=None) -> Report:
     """Send every non-blank line (a JSON event) through ingest; raises Stalled when
     ingest stops answering."""
     report = Report()
+    began = db.utc_now()
+    seen: set[str] = set()  # event ids answered so far: a second one is a true duplicate
     local = threading.local()
     clients: list[transport.Client] = []
     endpoint = paths.endpoint("ingest", base)
@@ -113,10 +116,15 @@ def import_lines(lines: Iterable[str], base=None) -> Report:
                           f" line {numbers[0]} were sent") from exc
         for line_no, result in zip(numbers, results, strict=True):
             text = pending_texts.pop(line_no)
-            if result["status"] == "rejected":
+            status = result["status"]
+            if status == "rejected":
                 reject(line_no, text, result.get("reason", ""))
-            else:
-                report.add(line_no, result["status"])
+                continue
+            if (status == "duplicate" and result.get("stored_at", "") >= began
+                    and result["event_id"] not in seen):
+                status = "stored"  # by this import's own attempt, before a retry
+            seen.add(result["event_id"])
+            report.add(line_no, status)
 
     pending_texts: dict[int, str] = {}
 

@@ -168,6 +168,13 @@ def due_batches(conn: sqlite3.Connection, now: int, limit: int) -> list[tuple[st
         " WHERE state = 'leased' AND lease_expires_ms < ? LIMIT ?", (now, limit)).fetchall()
 
 
+def event_stored_at(conn: sqlite3.Connection, event_id: str) -> str | None:
+    """When the event with this id was stored (its transaction time), if it was."""
+    row = conn.execute("SELECT transaction_time FROM events WHERE event_id = ?",
+                       (event_id,)).fetchone()
+    return row[0] if row else None
+
+
 def claimed_batches(conn: sqlite3.Connection) -> list[tuple[str, int]]:
     """(batch id, worker pid) of each leased batch a worker has said it took."""
     return conn.execute("SELECT batch_id, worker_pid FROM extraction_batches"

@@ -137,7 +137,10 @@ class Storage(base.Role):
             return {"event_id": event_id, "status": "rejected", "reason": f"malformed: {exc!r}"}
         if status == "stored":
             stored.append(event)
-        return {"event_id": event_id, "status": status}
+            return {"event_id": event_id, "status": status}
+        stored_at = reads.event_stored_at(self.conn, event_id)  # None: the same content
+        return {"event_id": event_id, "status": status, **({"stored_at": stored_at}
+                                                            if stored_at else {})}
 
     @base.op("log_retrieval")
     def log_retrieval(self, request: base.Request) -> None:
