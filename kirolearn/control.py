@@ -206,8 +206,9 @@ def stop(base: Path | None = None) -> bool:
 def status(base: Path | None = None, strategy: str = "unknown") -> dict | None:
     """Everything ``kirolearn status`` shows, or None when the daemon is not running: the
     supervisor's view of each process, each extraction worker's counters (``strategy``
-    names the configured extractor), what waits for extraction, the embeddings' state
-    and the viewer's URL."""
+    names the configured extractor), why the database cannot be written (``fault``,
+    None when it can), what waits for extraction, the embeddings' state and the
+    viewer's URL."""
     from kirolearn.supervisor.states import RUNNING
 
     if not running(base):
@@ -229,6 +230,12 @@ def status(base: Path | None = None, strategy: str = "unknown") -> dict | None:
         workers.append({"name": r["name"], "busy": False,
                         **{k: info[k] for k in keep if k in info}})
     result["extraction"] = {"strategy": strategy, "workers": workers}
+    try:  # why the database cannot be written, when it cannot
+        found = call("storage", "ping", timeout_ms=BUSY_PROBE_MS, base=base)
+        result["fault"] = ({"reason": found["fault"], "since": found["fault_since"]}
+                           if "fault" in found else None)
+    except Unanswered:
+        result["fault"] = None
     result["pending"] = pending(base)
     result["embeddings"] = embeddings_state(base)
     result["viewer"] = (viewer_info(base) or {}).get("url")

@@ -1,16 +1,22 @@
-"""SIGKILL roles in the middle of an import: every acknowledged event is stored once."""
+"""Faults a real machine produces: roles killed mid-import, a full disk, a read-only file
+system, a deleted WAL. Every acknowledged event is stored once; a fault is said at once,
+shown by status and doctor, and mended by itself once fixed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sqlite3
 import subprocess
+import time
+from pathlib import Path
 
-from helpers import KL, make_event, status, wait_for
+import pytest
+from helpers import KL, kl, make_event, status, stored_events, wait_for
 
-from kirolearn import paths
+from kirolearn import paths, protocol, transport
 
 EVENTS = 20_000
 
@@ -55,3 +61,86 @@ def test_sigkill_storage_and_ingest_mid_import_loses_nothing(daemon, tmp_path):
     assert ids == {e["event_id"] for e in events}  # each exactly once (event_id is the key)
     restarts = {r["role"]: r["restarts"] for r in status()["roles"]}
     assert restarts["storage"] == 1 and restarts["ingest"] == 1, (restarts, killed)
+
+
+# -- the disk and the file fail under a running daemon ---------------------------------------
+
+@pytest.fixture
+def small_disk(home):
+    """The home on a real 8 MiB file system of its own (tmpfs), that can fill up."""
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs",
+                              str(home)], capture_output=True, text=True)
+    if mounted.returncode:
+        pytest.skip(f"a file system of its own needs mount rights: {mounted.stderr.strip()}")
+    try:
+        yield home
+    finally:
+        subprocess.run(["umount", "-l", str(home)], check=True)
+
+
+def fill(path) -> None:
+    """Fill the file system holding path to the last byte."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for chunk in (65536, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * chunk)
+    finally:
+        os.close(fd)
+
+
+FAULTS = {
+    "full": (lambda home: fill(home / "filler"), lambda home: (home / "filler").unlink(),
+             "is full"),
+}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_disk_fault_is_said_at_once_and_mended_by_itself(small_disk, ctx, fault):
+    make, mend, words = FAULTS[fault]
+    kl("start", check=True)
+    try:
+        with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as ingest:
+            before = make_event(content="stored before the fault")
+            assert ingest.call("put_event", {"event": before})["status"] == "stored"
+            make(small_disk)
+            started = time.monotonic()
+            with pytest.raises(protocol.RemoteError) as refused:
+                ingest.call("put_event", {"event": make_event(content="during the fault")})
+            assert time.monotonic() - started < 1.0  # said at once, not at a timeout
+            assert refused.value.code == protocol.ErrorCode.UNAVAILABLE
+            assert "storage cannot write" in refused.value.reason and words in refused.value.reason
+            shown = status()
+            assert shown["fault"] and words in shown["fault"]["reason"]
+            assert all(r["state"] == "RUNNING" for r in shown["roles"])
+            doctor = kl("doctor")
+            assert doctor.returncode == 1 and "FAIL  writes: storage cannot write" in doctor.stdout
+            mend(small_disk)
+            after = make_event(content="stored after the fault")
+            wait_for(lambda: _stored(ingest, after), timeout=30, message="writes to resume")
+            assert status()["fault"] is None
+        contents = [e["body"]["content"] for e in stored_events()]
+        assert contents == ["stored before the fault", "stored after the fault"]
+    finally:
+        kl("stop", check=True)
+
+
+def _stored(ingest: transport.Client, event: dict) -> bool:
+    try:
+        return ingest.call("put_event", {"event": event})["status"] in ("stored", "duplicate")
+    except protocol.RemoteError:
+        return False
+
+
+def test_a_deleted_wal_hides_nothing_from_readers(daemon, ctx):
+    with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as ingest:
+        first = make_event(content="committed before the WAL went")
+        assert ingest.call("put_event", {"event": first})["status"] == "stored"
+        Path(f"{paths.db_path(daemon)}-wal").unlink()
+        second = make_event(content="committed after the WAL went")
+        assert ingest.call("put_event", {"event": second})["status"] == "stored"
+    wait_for(lambda: [e["body"]["content"] for e in stored_events()] == [
+        "committed before the WAL went", "committed after the WAL went"], timeout=15,
+        message="both events to be readable")
+    assert "the WAL file was deleted" in kl("logs", "storage", "-n", "50").stdout

@@ -93,6 +93,9 @@ def status(as_json: bool) -> None:
         click.echo(json.dumps(result))
         return
     print_status(result)
+    if result["fault"]:
+        click.echo(f"FAULT since {result['fault']['since']}: storage cannot write:"
+                   f" {result['fault']['reason']}")
     ext, pending = result["extraction"], result["pending"]
     busy = sum(w["busy"] for w in ext["workers"])
     line = (f"extraction ({ext['strategy']}): {len(ext['workers'])} worker(s), {busy} busy;"

@@ -46,6 +46,15 @@ class BadRequest(ValueError):
         self.body = body
 
 
+class Unavailable(RuntimeError):
+    """What the request needs is broken (a full disk, a read-only database): answered
+    ``UNAVAILABLE`` with the reason, which says what to do."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
 class _Later:
     def __repr__(self) -> str:
         return "LATER"
@@ -114,6 +123,9 @@ def dispatch(request: Request, table: dict[str, Handler], who: str,
         result = handler(request)
     except BadRequest as exc:
         request.fail(Code.BAD_REQUEST, exc.reason, exc.body)
+        return
+    except Unavailable as exc:
+        request.fail(Code.UNAVAILABLE, exc.reason)
         return
     except Exception as exc:  # a bug or a broken resource: say so, and carry on
         log.exception("%s failed", request.op)

@@ -18,6 +18,13 @@ Sockets (all bound here):
   ``retrievals``, one frame, no payload), so the viewer reads new rows at once
   instead of polling. Nothing waits on it: a slow or absent subscriber loses
   only wake-ups, never data.
+
+When the database cannot be written (a full disk, a read-only or damaged file, an I/O
+error) every request gets an ``UNAVAILABLE`` reply that names the fault and what to do
+(the shims then keep their events in the spool), ``ping`` carries it for ``kirolearn
+status`` and ``doctor``, and the writer is reopened every few seconds until a write
+succeeds again. A WAL file deleted under the running writer is folded back into the
+database and started afresh, so readers see every committed event.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ import contextlib
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import zmq
 
@@ -38,6 +47,25 @@ Code = protocol.ErrorCode
 MAX_BATCH_ATTEMPTS = 5
 BUSY_WINDOW_S = 0.05  # a put this recent means ingest traffic is flowing
 BATCH_WORK_MAX_DEFER_S = 10.0  # extraction waits at most this long behind a burst
+REOPEN_S = 2.0  # while the database cannot be written, how often to try again
+
+
+def describe_fault(exc: sqlite3.Error, path: Path) -> str | None:
+    """What a database error says about the machine, and what to do; None for an error
+    that is not a fault of the disk or the file (a bug, a constraint)."""
+    text = str(exc).lower()
+    if "full" in text:
+        return (f"the disk holding {path} is full; free some space there (the agents keep"
+                " their events in the spool meanwhile, and they are stored once there is room)")
+    if "readonly" in text or "read-only" in text:
+        return (f"{path} cannot be written (a read-only file or file system); make it writable"
+                " again (chmod u+w, or remount read-write)")
+    if "malformed" in text or "not a database" in text or "corrupt" in text:
+        return (f"{path} is damaged ({exc}); stop kirolearn and put a good copy in its place"
+                " (kirolearn export/import keeps one), or move it aside to start afresh")
+    if "disk i/o" in text or "unable to open" in text:
+        return f"{path} cannot be read or written ({exc}); check the disk and the file's folder"
+    return None
 
 
 class Storage(base.Role):
@@ -52,12 +80,20 @@ class Storage(base.Role):
         self.max_bytes = cfg["batch_max_bytes"]
         self.lease_ms = int(cfg["lease_s"] * 1000)
         self.group_max = max(1, cfg["group_commit_max"])
-        self.conn = writes.connect_writer(paths.db_path(self.base))
+        self.path = paths.db_path(self.base)
+        self._conn: sqlite3.Connection | None = None
+        self.fault: str | None = None  # why the database cannot be written, said to all
+        self.fault_since: str | None = None
+        self.reopen_at = 0.0
         # Unbatched events per namespace: [bytes, newest arrival ms], kept in memory so
         # deciding when a batch is due costs nothing per tick. After a restart the idle
         # clock starts again from now.
-        self.pending = {ns: [size, db.now_ms()]
-                        for ns, size in reads.pending_by_namespace(self.conn).items()}
+        try:
+            self.pending = {ns: [size, db.now_ms()]
+                            for ns, size in reads.pending_by_namespace(self.conn).items()}
+        except (base.Unavailable, sqlite3.Error) as exc:  # serve, and say why, until fixed
+            self.log.error("the database cannot be read at start: %s", exc)
+            self.pending = {}
         self.turn_ended: set[str] = set()
         self.group: list[base.Request] = []  # put_events waiting for the next commit
         self.service = self.serve_on(paths.endpoint("storage", self.base))
@@ -70,7 +106,67 @@ class Storage(base.Role):
         self.last_put = self.last_batch_work = 0.0
 
     def counters(self) -> dict:
-        return {"events_stored": self.events_stored, "commits": self.commits}
+        counters = {"events_stored": self.events_stored, "commits": self.commits}
+        if self.fault:
+            counters.update(fault=self.fault, fault_since=self.fault_since)
+        return counters
+
+    # -- the writer connection ----------------------------------------------------------------
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """The writer, opened again (at most every REOPEN_S) after a fault; Unavailable,
+        naming the fault, while it cannot be."""
+        if self._conn is None:
+            if time.monotonic() < self.reopen_at:
+                raise base.Unavailable(f"storage cannot write: {self.fault}")
+            try:
+                self._conn = writes.connect_writer(self.path)
+            except sqlite3.Error as exc:
+                self._fail_writer(exc)
+                raise base.Unavailable(f"storage cannot write: {self.fault}") from exc
+        return self._conn
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[sqlite3.Connection]:
+        """One transaction on the writer; a fault of the disk or file becomes Unavailable
+        (and the writer is reopened later), a success clears the fault."""
+        conn = self.conn
+        try:
+            with db.transaction(conn):
+                yield conn
+        except sqlite3.Error as exc:
+            if describe_fault(exc, self.path) is None:
+                raise
+            self._fail_writer(exc)
+            raise base.Unavailable(f"storage cannot write: {self.fault}") from exc
+        if self.fault:
+            self.log.warning("the database can be written again (fault since %s: %s)",
+                             self.fault_since, self.fault)
+            self.fault = self.fault_since = None
+
+    def _fail_writer(self, exc: sqlite3.Error) -> None:
+        fault = describe_fault(exc, self.path) or f"{self.path}: {exc}"
+        if fault != self.fault:
+            self.log.error("storage cannot write: %s", fault)
+            self.fault, self.fault_since = fault, db.utc_now()
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            self._conn = None
+        self.reopen_at = time.monotonic() + REOPEN_S
+
+    def _check_wal(self) -> None:
+        """A WAL deleted under the writer hides what it holds from every reader: fold it
+        into the database (the writer still has it open) and start a new one."""
+        if self._conn is None or self.commits == 0:
+            return
+        if not Path(f"{self.path}-wal").exists():
+            self.log.warning("the WAL file was deleted; folding it into the database")
+            with contextlib.suppress(sqlite3.Error):
+                writes.checkpoint(self._conn)
+            self._conn.close()
+            self._conn = None  # reopened (with a new WAL) by the next write
 
     def _announce(self, what: bytes) -> None:
         with contextlib.suppress(zmq.ZMQError):
@@ -99,9 +195,13 @@ class Storage(base.Role):
         stored: list[dict] = []
         transaction_time = db.utc_now()
         try:
-            with db.transaction(self.conn):
+            with self.writing():
                 results = [[self._put_one(event, transaction_time, stored)
                             for event in request.body["events"]] for request in group]
+        except base.Unavailable as exc:  # said in the log once, when the fault began
+            for request in group:
+                request.fail(Code.UNAVAILABLE, exc.reason)
+            return
         except Exception as exc:
             self.log.exception("commit failed")
             for request in group:
@@ -148,7 +248,7 @@ class Storage(base.Role):
         context, error?}`` → ``{}``: one prompt's retrieval, for the viewer."""
         body = request.body
         try:
-            with db.transaction(self.conn):
+            with self.writing():
                 writes.log_retrieval(
                     self.conn, body.get("prompt_event_id"), body.get("namespace"),
                     list(body.get("record_ids") or []), float(body.get("latency_ms", 0.0)),
@@ -166,7 +266,7 @@ class Storage(base.Role):
             record = contract.validate_record(request.body.get("record"))
         except contract.ContractError as exc:
             raise base.BadRequest(str(exc)) from exc
-        with db.transaction(self.conn):
+        with self.writing():
             writes.insert_record(self.conn, record)
         result = {"record_id": record["record_id"], "status": "stored"}
         self.log.info("put_record: %s", result)
@@ -177,7 +277,7 @@ class Storage(base.Role):
     def retry_batches(self, request: base.Request) -> dict:
         """``retry_batches`` → ``{requeued}``: every failed extraction batch is handed out
         again (``kirolearn extraction retry``)."""
-        with db.transaction(self.conn):
+        with self.writing():
             requeued = writes.retry_batches(self.conn)
         self.log.info("retry_batches: %d failed batch(es) re-queued", requeued)
         return {"requeued": requeued}
@@ -188,7 +288,7 @@ class Storage(base.Role):
         there, in one of those namespaces."""
         record_id = request.require("record_id", str, "a record id")
         namespaces = request.require("namespaces", list, "a list of namespaces")
-        with db.transaction(self.conn):
+        with self.writing():
             deleted = writes.delete_record(self.conn, record_id, namespaces)
         self.log.info("forget: %s %s", record_id, "deleted" if deleted else "not found")
         self._announce(b"records")
@@ -201,7 +301,7 @@ class Storage(base.Role):
         made from."""
         items = request.require("items", list, "a list")
         written = 0
-        with db.transaction(self.conn):
+        with self.writing():
             for item in items:
                 if (isinstance(item, dict) and isinstance(item.get("record_id"), str)
                         and isinstance(item.get("text_hash"), str)
@@ -217,15 +317,20 @@ class Storage(base.Role):
     def tick(self) -> None:
         """Batch bookkeeping, deferred while events are pouring in (acks come first),
         but never for longer than BATCH_WORK_MAX_DEFER_S."""
+        self._check_wal()
         now = time.monotonic()
         busy = now - self.last_put < BUSY_WINDOW_S
         if busy and now - self.last_batch_work < BATCH_WORK_MAX_DEFER_S:
             return
+        if self._conn is None and now < self.reopen_at:
+            return  # a fault: nothing can be done before the writer is tried again
         self.last_batch_work = now
         try:
             self._form_batches()
             self._reclaim_from_dead_workers()
             self._dispatch_batches()
+        except base.Unavailable:
+            pass  # said when the fault began
         except sqlite3.Error:
             self.log.exception("batch bookkeeping failed; will retry")
 
@@ -242,7 +347,7 @@ class Storage(base.Role):
         self.turn_ended.clear()
         if not ready:
             return
-        with db.transaction(self.conn):
+        with self.writing():
             for namespace, reason in ready:
                 writes.form_batches(self.conn, namespace, reason, self.max_bytes)
         for namespace, _reason in ready:
@@ -256,7 +361,7 @@ class Storage(base.Role):
             except ProcessLookupError:
                 self.log.warning("batch %s: worker %d is gone; handing it out again",
                                  batch_id, pid)
-                with db.transaction(self.conn):
+                with self.writing():
                     writes.batch_attempt_failed(self.conn, batch_id,
                                                 f"worker {pid} died while extracting it")
             except PermissionError:
@@ -279,7 +384,7 @@ class Storage(base.Role):
                 self.batches.send(frame, flags=zmq.NOBLOCK)
             except zmq.Again:
                 return  # no worker ready; try again next tick
-            with db.transaction(self.conn):
+            with self.writing():
                 writes.lease_batch(self.conn, batch_id, now + self.lease_ms)
             if attempts:
                 self.log.warning("batch %s handed out again (attempt %d)", batch_id,
@@ -288,7 +393,7 @@ class Storage(base.Role):
     def _give_up(self, batch_id: str, why: str) -> None:
         """A batch that cannot be done whole is split in two; a single event that cannot
         be done is marked failed, with the reason, for ``kirolearn extraction retry``."""
-        with db.transaction(self.conn):
+        with self.writing():
             other = writes.split_batch(self.conn, batch_id)
             if other is None:
                 last = reads.batch_error(self.conn, batch_id)
@@ -309,12 +414,12 @@ class Storage(base.Role):
         batch_id = message.get("batch_id")
         records = message.get("records")
         if isinstance(batch_id, str) and isinstance(message.get("worker_pid"), int):
-            with db.transaction(self.conn):
+            with self.writing():
                 writes.claim_batch(self.conn, batch_id, message["worker_pid"])
             return
         if isinstance(batch_id, str) and isinstance(message.get("error"), str):
             self.log.warning("batch %s: an attempt failed: %s", batch_id, message["error"])
-            with db.transaction(self.conn):
+            with self.writing():
                 writes.batch_attempt_failed(self.conn, batch_id, message["error"][:1000])
             return
         if not isinstance(batch_id, str) or not isinstance(records, list):
@@ -326,8 +431,13 @@ class Storage(base.Role):
                 valid.append(contract.validate_record(record))
             except contract.ContractError as exc:
                 self.log.warning("batch %s: dropped an invalid record: %s", batch_id, exc)
-        count = writes.complete_batch(self.conn, batch_id, valid,
-                                     self.merge_window_s)
+        try:
+            count = writes.complete_batch(self.conn, batch_id, valid, self.merge_window_s)
+        except sqlite3.Error as exc:  # the batch goes out again when its lease ends
+            if describe_fault(exc, self.path) is None:
+                raise
+            self._fail_writer(exc)
+            return
         if count is None:
             self.log.info("batch %s was already committed; ignored a second result", batch_id)
         else:
@@ -344,7 +454,7 @@ class Storage(base.Role):
             self._commit_group()
 
     def teardown(self) -> None:
-        conn = getattr(self, "conn", None)
+        conn = getattr(self, "_conn", None)
         if conn is not None:
             with contextlib.suppress(sqlite3.Error):
                 writes.checkpoint(conn)
