@@ -14,6 +14,7 @@ import zmq
 from helpers import KL, kl, make_event, processes_using, status, wait_for
 
 from kirolearn import contract, paths, protocol, transport
+from kirolearn.db import writes
 from kirolearn.privacy import REDACTED
 
 
@@ -173,20 +174,21 @@ def test_scale_and_crash_restart(daemon):
 
 def test_a_role_that_cannot_start_ends_fatal_not_looping(home):
     paths.ensure_layout(home)
-    paths.db_path(home).mkdir()  # storage cannot open its database
+    conn = writes.connect_writer(paths.db_path(home))  # a database from a newer kirolearn
+    conn.execute("INSERT INTO _migrations VALUES (999, 'future', '', '')")
+    conn.close()
     kl("start")
     try:
         storage = wait_for(lambda: next(
             (r for r in status()["roles"] if r["role"] == "storage" and r["state"] == "FATAL"),
             None), timeout=30, message="storage to go FATAL")
         assert storage["pid"] is None
-        assert json.loads(kl("status", "--json").stdout)["pending"] is None
-        assert "waiting for extraction: unknown" in kl("status").stdout
     finally:
         kl("stop", check=True)
     log = kl("logs", "supervisor", "-n", "200").stdout
     assert "storage entered BACKOFF state" in log
     assert "gave up: storage entered FATAL state" in log
+    assert "migration(s) [999] this kirolearn does not know" in kl("logs", "storage").stdout
 
 
 def test_configuration_errors_are_reported(home):

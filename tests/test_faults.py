@@ -144,3 +144,30 @@ def test_a_deleted_wal_hides_nothing_from_readers(daemon, ctx):
         "committed before the WAL went", "committed after the WAL went"], timeout=15,
         message="both events to be readable")
     assert "the WAL file was deleted" in kl("logs", "storage", "-n", "50").stdout
+
+
+def test_a_damaged_database_is_said_and_a_good_copy_is_taken_up(home, ctx):
+    kl("start", check=True)
+    with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as ingest:
+        assert ingest.call("put_event", {"event": make_event(content="kept")})["status"] == "stored"
+    kl("stop", check=True)
+    path = paths.db_path(home)
+    good = path.read_bytes()
+    path.write_bytes(b"\xde\xad" * 50 + good[100:])  # the header gone: not a database
+    kl("start", check=True)  # every role comes up, to say what is wrong
+    try:
+        with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as ingest:
+            with pytest.raises(protocol.RemoteError) as refused:
+                ingest.call("put_event", {"event": make_event(content="refused")})
+            assert refused.value.code == protocol.ErrorCode.UNAVAILABLE
+            assert "is damaged" in refused.value.reason
+            assert "is damaged" in status()["fault"]["reason"]
+            doctor = kl("doctor")
+            assert "FAIL  database:" in doctor.stdout and "FAIL  writes:" in doctor.stdout
+            assert "waiting for extraction: unknown" in kl("status").stdout
+            path.write_bytes(good)  # a good copy put back
+            after = make_event(content="after the repair")
+            wait_for(lambda: _stored(ingest, after), timeout=30, message="writes to resume")
+        assert [e["body"]["content"] for e in stored_events()] == ["kept", "after the repair"]
+    finally:
+        kl("stop", check=True)
