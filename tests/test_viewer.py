@@ -15,13 +15,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import Workspace, kl, retrieval, status, wait_for, wait_records
+from helpers import NAMESPACE, Workspace, kl, make_event, retrieval, status, wait_for, wait_records
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from kirolearn import control, paths, search
+from kirolearn import control, db, paths, search
 from kirolearn.db import writes
+from kirolearn.roles.ingest import prepare
 from kirolearn.viewer import chart, pages, queries
 from kirolearn.viewer.app import create_app
 from kirolearn.viewer.auth import COOKIE, load_token
@@ -106,6 +107,21 @@ def test_the_overview_counts_events_records_and_retrievals(turn):
     assert sum(b["count"] for b in buckets) == sum(b["ok"] + b["empty"] for b in buckets) == 2
     for path in ("/", "/?days=1", "/retrievals?outcome=ok", f"/memories?project={ws.namespace}"):
         assert app.get(path).status_code == 200, path
+
+
+def test_the_overview_shows_failed_batches_with_why(home):
+    conn = writes.connect_writer(paths.db_path(home))
+    with db.transaction(conn):
+        writes.insert_event(conn, prepare(make_event(content="a poison turn"))[0], 0)
+        [batch_id] = writes.form_batches(conn, NAMESPACE, "turn_end", 1 << 20)
+        writes.fail_batch(conn, batch_id, "5 attempts failed; last: ValueError: no")
+    conn.close()
+    app = client(home, load_token(home))
+    [failed] = app.get("/api/overview").json()["failed_batches"]
+    assert (failed["batch_id"], failed["events"]) == (batch_id, 1)
+    page = app.get("/").text
+    assert "failed batches" in page and "5 attempts failed; last: ValueError: no" in page
+    assert "kirolearn extraction retry" in page
 
 
 def test_the_live_tail_tells_each_kind_of_event_its_own_way(turn):
