@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import KL, kl, make_event, status, stored_events, wait_for
+from helpers import KL, Workspace, kl, make_event, status, stored_events, wait_for
 
-from kirolearn import paths, protocol, transport
+from kirolearn import paths, protocol, spool, transport
 
 EVENTS = 20_000
 
@@ -146,7 +146,8 @@ def test_a_deleted_wal_hides_nothing_from_readers(daemon, ctx):
     assert "the WAL file was deleted" in kl("logs", "storage", "-n", "50").stdout
 
 
-def test_a_damaged_database_is_said_and_a_good_copy_is_taken_up(home, ctx):
+def test_a_damaged_database_is_said_and_a_good_copy_is_taken_up(home, ctx, tmp_path):
+    ws = Workspace(tmp_path)
     kl("start", check=True)
     with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as ingest:
         assert ingest.call("put_event", {"event": make_event(content="kept")})["status"] == "stored"
@@ -165,9 +166,15 @@ def test_a_damaged_database_is_said_and_a_good_copy_is_taken_up(home, ctx):
             doctor = kl("doctor")
             assert "FAIL  database:" in doctor.stdout and "FAIL  writes:" in doctor.stdout
             assert "waiting for extraction: unknown" in kl("status").stdout
+            hooked, _ = ws.hook("kirolearn-kiro-cli", {  # an agent's turn ends meanwhile
+                "hook_event_name": "stop", "cwd": str(ws.project),
+                "assistant_response": "said during the fault"})
+            assert hooked.returncode == 0 and len(spool.waiting()) == 1  # kept, not lost
             path.write_bytes(good)  # a good copy put back
             after = make_event(content="after the repair")
             wait_for(lambda: _stored(ingest, after), timeout=30, message="writes to resume")
-        assert [e["body"]["content"] for e in stored_events()] == ["kept", "after the repair"]
+            wait_for(lambda: not spool.waiting(), timeout=30, message="the spool to drain")
+        assert sorted(e["body"]["content"] for e in stored_events()) == [
+            "after the repair", "kept", "said during the fault"]
     finally:
         kl("stop", check=True)
