@@ -178,3 +178,29 @@ def test_a_damaged_database_is_said_and_a_good_copy_is_taken_up(home, ctx, tmp_p
             "after the repair", "kept", "said during the fault"]
     finally:
         kl("stop", check=True)
+
+
+def test_a_read_only_database_is_said_and_taken_up_once_writable(home, ctx):
+    kl("start", check=True)
+    kl("stop", check=True)
+    path = str(paths.db_path(home))
+    mounted = subprocess.run(["mount", "--bind", path, path], capture_output=True, text=True)
+    if mounted.returncode:
+        pytest.skip(f"a read-only file needs mount rights: {mounted.stderr.strip()}")
+    try:  # the file read-only, whoever opens it (root included)
+        subprocess.run(["mount", "-o", "remount,bind,ro", path], check=True)
+        started = kl("start")
+        assert started.returncode == 0, started.stderr  # every role up, to say what is wrong
+        with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as ingest:
+            with pytest.raises(protocol.RemoteError) as refused:
+                ingest.call("put_event", {"event": make_event(content="refused")})
+            assert "cannot be written (a read-only file" in refused.value.reason
+            assert "read-only" in status()["fault"]["reason"]
+            assert "FAIL  writes: storage cannot write" in kl("doctor").stdout
+            subprocess.run(["umount", "-l", path], check=True)  # writable again
+            after = make_event(content="after it was made writable")
+            wait_for(lambda: _stored(ingest, after), timeout=30, message="writes to resume")
+        assert [e["body"]["content"] for e in stored_events()] == ["after it was made writable"]
+    finally:
+        subprocess.run(["umount", "-l", path], capture_output=True)
+        kl("stop", check=True)
