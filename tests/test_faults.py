@@ -155,7 +155,8 @@ def test_a_damaged_database_is_said_and_a_good_copy_is_taken_up(home, ctx, tmp_p
     path = paths.db_path(home)
     good = path.read_bytes()
     path.write_bytes(b"\xde\xad" * 50 + good[100:])  # the header gone: not a database
-    kl("start", check=True)  # every role comes up, to say what is wrong
+    started = kl("start")  # every role comes up, to say what is wrong; but not a success
+    assert started.returncode == 1 and "is damaged" in started.stderr
     try:
         with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as ingest:
             with pytest.raises(protocol.RemoteError) as refused:
@@ -189,8 +190,8 @@ def test_a_read_only_database_is_said_and_taken_up_once_writable(home, ctx):
         pytest.skip(f"a read-only file needs mount rights: {mounted.stderr.strip()}")
     try:  # the file read-only, whoever opens it (root included)
         subprocess.run(["mount", "-o", "remount,bind,ro", path], check=True)
-        started = kl("start")
-        assert started.returncode == 0, started.stderr  # every role up, to say what is wrong
+        started = kl("start")  # every role up, to say what is wrong; but not a success
+        assert started.returncode == 1 and "started, but storage cannot write" in started.stderr
         with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as ingest:
             with pytest.raises(protocol.RemoteError) as refused:
                 ingest.call("put_event", {"event": make_event(content="refused")})

@@ -30,7 +30,9 @@ def print_status(status: dict) -> None:
 @click.option("--extraction-workers", type=click.IntRange(1, 64), default=None,
               help="Extraction worker processes (default: extraction.workers).")
 def start(foreground: bool, extraction_workers: int | None) -> None:
-    """Start the daemon and wait until every role is RUNNING.
+    """Start the daemon and wait until every role is RUNNING. Exit 1 if one is not, or
+    if the database cannot be written (it keeps running, to say why and take the events
+    once that is fixed).
 
     \b
     Example:
@@ -55,6 +57,12 @@ def start(foreground: bool, extraction_workers: int | None) -> None:
         raise click.ClickException(
             f"not every role reached RUNNING; see the logs in {paths.log_dir()}")
     print_status(status)
+    try:
+        fault = control.call("storage", "ping").get("fault")
+    except control.Unanswered:
+        fault = None
+    if fault:
+        raise click.ClickException(f"started, but storage cannot write: {fault}")
 
 
 @click.command()

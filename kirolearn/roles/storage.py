@@ -121,10 +121,14 @@ class Storage(base.Role):
             if time.monotonic() < self.reopen_at:
                 raise base.Unavailable(f"storage cannot write: {self.fault}")
             try:
-                self._conn = writes.connect_writer(self.path)
+                conn = writes.connect_writer(self.path)
+                if not os.access(self.path, os.W_OK):  # SQLite would open it read-only
+                    conn.close()
+                    raise sqlite3.OperationalError("the database file is read-only")
             except sqlite3.Error as exc:
                 self._fail_writer(exc)
                 raise base.Unavailable(f"storage cannot write: {self.fault}") from exc
+            self._conn = conn
         return self._conn
 
     @contextlib.contextmanager
