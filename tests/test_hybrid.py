@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import NAMESPACE, kl, wait_for
+from helpers import NAMESPACE, kl, retrieval, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -344,6 +344,12 @@ def test_a_merge_re_embeds_the_new_text(ingest, daemon):
     assert merged_into == first["record_id"]
     wait_for(lambda: unembedded(daemon) == 0, timeout=30, message="the re-embedding")
     assert stored_vectors(daemon)[first["record_id"]] != before
+    # The record as it was before the merge stays readable.
+    [merged] = retrieval("get_records", {"ids": [first["record_id"]],
+                                         "namespaces": [NAMESPACE]})["records"]
+    assert merged["summary"] == ("Run the migrations first.\n\n"
+                                 "Announce the release in the team channel.")
+    assert [v["summary"] for v in merged["versions"]] == ["Run the migrations first."]
 
 
 def test_the_back_fill_survives_a_stop_half_way(home, embedder):
