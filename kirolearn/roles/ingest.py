@@ -131,7 +131,7 @@ class Ingest(base.Role):
 
     @base.op("put_record")
     def put_record(self, request: base.Request) -> object:
-        """``put_record {record}`` → ``{record_id, status: stored | merged}``: a record
+        """``put_record {record}`` → ``{record_id, status: stored}``: a record
         saved through MCP, scrubbed like an event and relayed to storage."""
         return self._relay(request, check_put_record)
 
