@@ -85,6 +85,7 @@ class Storage(base.Role):
         self.fault: str | None = None  # why the database cannot be written, said to all
         self.fault_since: str | None = None
         self.reopen_at = 0.0
+        self.wal: int | None = None  # the inode of the WAL file the writer writes to
         # Unbatched events per namespace: [bytes, newest arrival ms], kept in memory so
         # deciding when a batch is due costs nothing per tick. After a restart the idle
         # clock starts again from now.
@@ -144,6 +145,9 @@ class Storage(base.Role):
                 raise
             self._fail_writer(exc)
             raise base.Unavailable(f"storage cannot write: {self.fault}") from exc
+        if self.wal is None:
+            with contextlib.suppress(OSError):
+                self.wal = os.stat(f"{self.path}-wal").st_ino
         if self.fault:
             self.log.warning("the database can be written again (fault since %s: %s)",
                              self.fault_since, self.fault)
@@ -157,20 +161,25 @@ class Storage(base.Role):
         if self._conn is not None:
             with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
-            self._conn = None
+            self._conn = self.wal = None
         self.reopen_at = time.monotonic() + REOPEN_S
 
     def _check_wal(self) -> None:
-        """A WAL deleted under the writer hides what it holds from every reader: fold it
-        into the database (the writer still has it open) and start a new one."""
-        if self._conn is None or self.commits == 0:
+        """A WAL deleted (or replaced) under the writer hides what it holds from every
+        reader: fold it into the database (the writer still has it open) and start
+        afresh."""
+        if self._conn is None or self.wal is None:
             return
-        if not Path(f"{self.path}-wal").exists():
+        try:
+            same = os.stat(f"{self.path}-wal").st_ino == self.wal
+        except FileNotFoundError:
+            same = False
+        if not same:
             self.log.warning("the WAL file was deleted; folding it into the database")
             with contextlib.suppress(sqlite3.Error):
                 writes.checkpoint(self._conn)
             self._conn.close()
-            self._conn = None  # reopened (with a new WAL) by the next write
+            self._conn = self.wal = None  # reopened by the next write
 
     def _announce(self, what: bytes) -> None:
         with contextlib.suppress(zmq.ZMQError):
