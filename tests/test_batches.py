@@ -8,6 +8,10 @@ import json
 
 from helpers import kl, make_event, status, wait_for
 
+from kirolearn import db, paths, transport
+from kirolearn.db import writes
+from kirolearn.roles.ingest import prepare
+
 TURNS = 2000
 TOOLS_PER_TURN = 8  # with the prompt and the turn's end: 10 events a turn, 20,000 in all
 
@@ -47,8 +51,34 @@ def test_a_large_history_imported_at_full_speed_becomes_a_record_per_turn(daemon
     assert not missing, f"{len(missing)} turns have no record, e.g. {missing[:3]}"
 
 
-def test_failed_batches_are_listed_and_retried(daemon):
+def test_a_poison_batch_is_failed_with_its_reason_listed_and_retried(home):
+    """A stored event no worker can read (a body that is not JSON, as a damaged or
+    hand-edited database may hold): its batch is tried, said failed with the reason, and
+    handed out again on demand; the events around it still become records."""
+    conn = writes.connect_writer(paths.db_path(home))
     assert kl("extraction", "failed").stdout.strip() == "no failed batches"
-    retried = kl("extraction", "retry")
-    assert retried.returncode == 0
-    assert retried.stdout.strip() == "0 failed batch(es) handed out again"
+    with db.transaction(conn):
+        poison = prepare(make_event(content="poison"))[0]
+        writes.insert_event(conn, {**poison, "body_json": "{not json"}, 0)
+    conn.close()
+    kl("start", check=True)
+    try:
+        with transport.Client(paths.endpoint("ingest"), timeout_ms=5000) as ingest:
+            for event in (make_event("prompt", "Rename the billing module"),
+                          make_event("session_summary", "Renamed it")):
+                assert ingest.call("put_event", {"event": event})["status"] == "stored"
+        failed = wait_for(lambda: status()["pending"]["failed"], timeout=60,
+                          message="the poison batch to be failed")
+        assert [f["events"] for f in failed] == [1]
+        assert "attempts failed; last: JSONDecodeError" in failed[0]["error"]
+        listed = kl("extraction", "failed")
+        assert listed.returncode == 1 and failed[0]["batch_id"] in listed.stdout
+        assert "failed batches: 1" in kl("status").stdout
+        wait_for(lambda: json.loads(kl("stats", "--json").stdout)["totals"]["records"] == 2,
+                 timeout=60, message="the good events' records")
+        retried = kl("extraction", "retry")
+        assert retried.stdout.strip() == "1 failed batch(es) handed out again"
+        wait_for(lambda: "handed out again (attempt 2)" in kl("logs", "storage").stdout,
+                 timeout=30, message="the retried batch to go out again")
+    finally:
+        kl("stop", check=True)
