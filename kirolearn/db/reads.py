@@ -175,12 +175,6 @@ def event_stored_at(conn: sqlite3.Connection, event_id: str) -> str | None:
     return row[0] if row else None
 
 
-def claimed_batches(conn: sqlite3.Connection) -> list[tuple[str, int]]:
-    """(batch id, worker pid) of each leased batch a worker has said it took."""
-    return conn.execute("SELECT batch_id, worker_pid FROM extraction_batches"
-                        " WHERE state = 'leased' AND worker_pid IS NOT NULL").fetchall()
-
-
 def batch_error(conn: sqlite3.Connection, batch_id: str) -> str | None:
     """Why a batch's last attempt failed (None: no worker said)."""
     row = conn.execute("SELECT error FROM extraction_batches WHERE batch_id = ?",

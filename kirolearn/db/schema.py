@@ -171,10 +171,8 @@ END;
 """),
     (7, "batch_failures", """
 -- Why a batch's last attempt failed (shown by status and the viewer; a failed batch is
--- re-queued by `kirolearn extraction retry`), and the worker process holding its lease
--- (a batch whose worker died is handed out again at once).
+-- re-queued by `kirolearn extraction retry`).
 ALTER TABLE extraction_batches ADD COLUMN error TEXT;
-ALTER TABLE extraction_batches ADD COLUMN worker_pid INTEGER;
 """),
 ]
 

@@ -222,22 +222,14 @@ def form_batches(conn: sqlite3.Connection, namespace: str, reason: str, max_byte
 def lease_batch(conn: sqlite3.Connection, batch_id: str, expires_ms: int) -> None:
     """The batch is out with a worker until ``expires_ms``; one more attempt counted."""
     conn.execute("UPDATE extraction_batches SET state = 'leased', lease_expires_ms = ?,"
-                 " attempts = attempts + 1, worker_pid = NULL WHERE batch_id = ?",
-                 (expires_ms, batch_id))
-
-
-def claim_batch(conn: sqlite3.Connection, batch_id: str, worker_pid: int) -> None:
-    """The worker process that took a leased batch (watched: if it dies, the batch goes
-    out again at once)."""
-    conn.execute("UPDATE extraction_batches SET worker_pid = ? WHERE batch_id = ?"
-                 " AND state = 'leased'", (worker_pid, batch_id))
+                 " attempts = attempts + 1 WHERE batch_id = ?", (expires_ms, batch_id))
 
 
 def batch_attempt_failed(conn: sqlite3.Connection, batch_id: str, error: str) -> None:
     """The lease of a batch whose attempt failed ends now (it is handed out again), and
     why is kept."""
-    conn.execute("UPDATE extraction_batches SET lease_expires_ms = 0, worker_pid = NULL,"
-                 " error = ? WHERE batch_id = ? AND state = 'leased'", (error, batch_id))
+    conn.execute("UPDATE extraction_batches SET lease_expires_ms = 0, error = ?"
+                 " WHERE batch_id = ? AND state = 'leased'", (error, batch_id))
 
 
 def split_batch(conn: sqlite3.Connection, batch_id: str) -> str | None:
@@ -254,7 +246,7 @@ def split_batch(conn: sqlite3.Connection, batch_id: str) -> str | None:
     middle = seqs[len(seqs) // 2 - 1]
     other = contract.new_ulid()
     conn.execute("UPDATE extraction_batches SET last_seq = ?, state = 'ready', attempts = 0,"
-                 " lease_expires_ms = NULL, worker_pid = NULL WHERE batch_id = ?",
+                 " lease_expires_ms = NULL WHERE batch_id = ?",
                  (middle, batch_id))
     conn.execute("INSERT INTO extraction_batches (batch_id, namespace, first_seq, last_seq,"
                  " state, reason, created_ms) VALUES (?, ?, ?, ?, 'ready', 'split', ?)",
@@ -265,8 +257,8 @@ def split_batch(conn: sqlite3.Connection, batch_id: str) -> str | None:
 def fail_batch(conn: sqlite3.Connection, batch_id: str, error: str) -> None:
     """Give up on a batch for now, saying why (its events stay stored; ``retry_batches``
     hands it out again)."""
-    conn.execute("UPDATE extraction_batches SET state = 'failed', error = ?, worker_pid = NULL"
-                 " WHERE batch_id = ?", (error, batch_id))
+    conn.execute("UPDATE extraction_batches SET state = 'failed', error = ? WHERE batch_id = ?",
+                 (error, batch_id))
 
 
 def retry_batches(conn: sqlite3.Connection) -> int:

@@ -86,6 +86,7 @@ class Storage(base.Role):
         self.fault_since: str | None = None
         self.reopen_at = 0.0
         self.wal: int | None = None  # the inode of the WAL file the writer writes to
+        self.claims: dict[str, int] = {}  # leased batch → the pid of the worker that took it
         # Unbatched events per namespace: [bytes, newest arrival ms], kept in memory so
         # deciding when a batch is due costs nothing per tick. After a restart the idle
         # clock starts again from now.
@@ -367,18 +368,20 @@ class Storage(base.Role):
             del self.pending[namespace]
 
     def _reclaim_from_dead_workers(self) -> None:
-        """A batch whose worker process is gone goes out again now, not at lease end."""
-        for batch_id, pid in reads.claimed_batches(self.conn):
+        """A batch whose worker process is gone goes out again now, not at lease end.
+        (Kept in memory: after a restart of storage, the lease does it.)"""
+        for batch_id, pid in list(self.claims.items()):
             try:
                 os.kill(pid, 0)
             except ProcessLookupError:
                 self.log.warning("batch %s: worker %d is gone; handing it out again",
                                  batch_id, pid)
+                del self.claims[batch_id]
                 with self.writing():
                     writes.batch_attempt_failed(self.conn, batch_id,
                                                 f"worker {pid} died while extracting it")
             except PermissionError:
-                pass  # alive, as another user (a remote worker's pid means nothing here)
+                pass  # alive, as another user
 
     def _dispatch_batches(self) -> None:
         now = db.now_ms()
@@ -427,9 +430,10 @@ class Storage(base.Role):
         batch_id = message.get("batch_id")
         records = message.get("records")
         if isinstance(batch_id, str) and isinstance(message.get("worker_pid"), int):
-            with self.writing():
-                writes.claim_batch(self.conn, batch_id, message["worker_pid"])
+            self.claims[batch_id] = message["worker_pid"]
             return
+        if isinstance(batch_id, str):
+            self.claims.pop(batch_id, None)
         if isinstance(batch_id, str) and isinstance(message.get("error"), str):
             self.log.warning("batch %s: an attempt failed: %s", batch_id, message["error"])
             with self.writing():
