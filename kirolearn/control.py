@@ -230,16 +230,21 @@ def status(base: Path | None = None, strategy: str = "unknown") -> dict | None:
         workers.append({"name": r["name"], "busy": False,
                         **{k: info[k] for k in keep if k in info}})
     result["extraction"] = {"strategy": strategy, "workers": workers}
-    try:  # why the database cannot be written, when it cannot
-        found = call("storage", "ping", timeout_ms=BUSY_PROBE_MS, base=base)
-        result["fault"] = ({"reason": found["fault"], "since": found["fault_since"]}
-                           if "fault" in found else None)
-    except Unanswered:
+    try:
+        result["fault"] = storage_fault(base, BUSY_PROBE_MS)
+    except Unanswered:  # the roles' states say why
         result["fault"] = None
     result["pending"] = pending(base)
     result["embeddings"] = embeddings_state(base)
     result["viewer"] = (viewer_info(base) or {}).get("url")
     return result
+
+
+def storage_fault(base: Path | None = None, timeout_ms: int = CONTROL_MS) -> dict | None:
+    """Why storage cannot write to the database (``{reason, since}``), or None when it
+    can; Timeout or RemoteError when storage does not answer."""
+    found = call("storage", "ping", timeout_ms=timeout_ms, base=base)
+    return {"reason": found["fault"], "since": found["fault_since"]} if "fault" in found else None
 
 
 def pending(base: Path | None = None) -> dict | None:

@@ -98,8 +98,8 @@ def import_lines(lines: Iterable[str], base=None) -> Report:
         return send_chunk(local.client, chunk)
 
     in_flight: collections.deque = collections.deque()
-
-    texts: dict[int, str] = {}  # the lines in flight, kept until they are answered
+    sent: dict[int, str] = {}  # each line in flight, until it is answered
+    texts: dict[int, str] = {}  # each rejected line, for the quarantine
 
     def reject(line_no: int, text: str, reason: str) -> None:
         report.add(line_no, "rejected", reason)
@@ -115,7 +115,7 @@ def import_lines(lines: Iterable[str], base=None) -> Report:
             raise Stalled(f"ingest stopped answering ({exc}); the lines before"
                           f" line {numbers[0]} were sent") from exc
         for line_no, result in zip(numbers, results, strict=True):
-            text = pending_texts.pop(line_no)
+            text = sent.pop(line_no)
             status = result["status"]
             if status == "rejected":
                 reject(line_no, text, result.get("reason", ""))
@@ -125,8 +125,6 @@ def import_lines(lines: Iterable[str], base=None) -> Report:
                 status = "stored"  # by this import's own attempt, before a retry
             seen.add(result["event_id"])
             report.add(line_no, status)
-
-    pending_texts: dict[int, str] = {}
 
     try:
         with concurrent.futures.ThreadPoolExecutor(IN_FLIGHT) as pool:
@@ -154,7 +152,7 @@ def import_lines(lines: Iterable[str], base=None) -> Report:
                     reject(line_no, line, "a memory record, not an event (records"
                            " are rebuilt by extraction)")
                     continue
-                pending_texts[line_no] = line
+                sent[line_no] = line
                 if chunk_bytes + size > CHUNK_BYTES:
                     submit()  # a large line travels alone rather than overfill a chunk
                 chunk.append(line)

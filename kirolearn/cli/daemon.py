@@ -58,11 +58,11 @@ def start(foreground: bool, extraction_workers: int | None) -> None:
             f"not every role reached RUNNING; see the logs in {paths.log_dir()}")
     print_status(status)
     try:
-        fault = control.call("storage", "ping").get("fault")
+        fault = control.storage_fault()
     except control.Unanswered:
-        fault = None
+        fault = None  # every role is RUNNING: a late ping is no fault
     if fault:
-        raise click.ClickException(f"started, but storage cannot write: {fault}")
+        raise click.ClickException(f"started, but storage cannot write: {fault['reason']}")
 
 
 @click.command()

@@ -47,10 +47,10 @@ def doctor(project_dir: str | None) -> None:
         except control.Unanswered as exc:
             report(False, "sockets", f"ingest does not answer ({exc}); run: kirolearn restart")
         try:
-            fault = control.call("storage", "ping").get("fault")
-            report(not fault, "writes", f"storage cannot write: {fault}; it retries by itself"
-                   " and takes events again once that is fixed" if fault else
-                   "storage can write to the database")
+            fault = control.storage_fault()
+            report(not fault, "writes", f"storage cannot write: {fault['reason']}; it"
+                   " retries by itself and takes events again once that is fixed" if fault
+                   else "storage can write to the database")
         except control.Unanswered as exc:
             report(False, "writes", f"storage does not answer ({exc}); see: kirolearn logs"
                    " storage")
