@@ -122,7 +122,8 @@ def save_record(conn: sqlite3.Connection, record: dict, batch_id: str | None = N
         files = set(record.get("files_touched", []))
         for row in conn.execute(
                 "SELECT id, summary, facts_json, concepts_json, source_event_ids_json,"
-                " files_touched_json, record_id FROM memory_records WHERE namespace = ?"
+                " files_touched_json, record_id FROM memory_records INDEXED BY memory_records_title"
+                " WHERE namespace = ?"
                 " AND title = ? AND observation_type = ? AND strategy = ?"
                 " AND julianday(created_at) >= julianday('now') - ? ORDER BY id DESC",
                 (record["namespace"], record["title"], record["observation_type"],
@@ -176,7 +177,9 @@ def save_embedding(conn: sqlite3.Connection, record_id: str, text_hash: str, blo
 
 # --- extraction batches ----------------------------------------------------------------------
 
-MAX_BATCH_EVENTS = 1000  # a batch's events, whatever their size
+# A batch's events, whatever their size: what a model reads whole in one prompt, and
+# what storage commits in a few milliseconds (acks wait while it does).
+MAX_BATCH_EVENTS = 200
 
 
 def form_batches(conn: sqlite3.Connection, namespace: str, reason: str, max_bytes: int,

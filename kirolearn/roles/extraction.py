@@ -20,11 +20,14 @@ import zmq
 from kirolearn import extract, paths, protocol, transport
 from kirolearn.roles import base
 
+NICENESS = 10
+
 
 class ExtractionWorker(base.Role):
     role = "extraction"
 
     def setup(self) -> None:
+        os.nice(NICENESS)  # background work: hooks' acks and searches come first
         pull = transport.make_socket(self.ctx, zmq.PULL, hwm=1,
                                      connect=paths.endpoint("batches", self.base))
         self.add_socket(pull, self._on_batch)

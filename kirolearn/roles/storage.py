@@ -99,7 +99,7 @@ class Storage(base.Role):
         self.turn_ended: set[str] = set()
         self.group: list[base.Request] = []  # put_events waiting for the next commit
         self.service = self.serve_on(paths.endpoint("storage", self.base))
-        self.batches = self.bind(zmq.PUSH, paths.endpoint("batches", self.base), hwm=4)
+        self.batches = self.bind(zmq.PUSH, paths.endpoint("batches", self.base), hwm=1)
         self.add_socket(self.bind(zmq.PULL, paths.endpoint("records", self.base)),
                         self._on_records)
         self.feed = self.bind(zmq.PUB, paths.endpoint("feed", self.base), hwm=100)
@@ -386,6 +386,8 @@ class Storage(base.Role):
     def _dispatch_batches(self) -> None:
         now = db.now_ms()
         for batch_id, namespace, attempts in reads.due_batches(self.conn, now, limit=16):
+            if not self.batches.poll(0, zmq.POLLOUT):
+                return  # no worker ready: read no batch for nothing; try again next tick
             if attempts >= MAX_BATCH_ATTEMPTS:
                 self._give_up(batch_id, f"{attempts} attempts failed")
                 continue
@@ -399,7 +401,7 @@ class Storage(base.Role):
             try:
                 self.batches.send(frame, flags=zmq.NOBLOCK)
             except zmq.Again:
-                return  # no worker ready; try again next tick
+                return  # the worker went away since the poll
             with self.writing():
                 writes.lease_batch(self.conn, batch_id, now + self.lease_ms)
             if attempts:
