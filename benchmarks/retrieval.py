@@ -27,7 +27,7 @@ Prints one JSON line per records × mode × query set (DESIGN.md §10).
 
     python benchmarks/retrieval.py            # 10,000 and 100,000 records, 200 queries each
     python benchmarks/retrieval.py --mode hybrid --records 100000
-    python benchmarks/retrieval.py --quick    # a smoke run in seconds
+    python benchmarks/retrieval.py --quick    # a smoke run in seconds (title vectors)
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
-        args.records, args.queries = [2_000], 40
+        args.records, args.queries, args.title_vectors = [1_000], 30, True
     if args.mode is None:
         try:
             embeddings.find_model()

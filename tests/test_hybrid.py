@@ -190,7 +190,7 @@ def test_semantic_search_finds_what_lexical_search_cannot(corpus_db, embedder):
         searcher.close()
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.text(max_size=80) | st.sampled_from(["database migrations", "the invoices", "images",
                                               "KeyError", "what is the weather"]))
@@ -233,7 +233,7 @@ def sentences(embedder) -> dict[str, np.ndarray]:
     return dict(zip(texts, embedder.embed(texts), strict=True))
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(size=st.integers(10, 10_000), seed=st.integers(0, 2**16), data=st.data())
 def test_hybrid_always_finds_a_record_alone_holding_a_term(tmp_path_factory, embedder,

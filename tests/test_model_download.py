@@ -120,9 +120,7 @@ def test_download_fails_clearly_and_leaves_no_file(home, hub, tmp_path):
            " fetched" in missing.stderr
     assert not cached(tmp_path, embeddings.HUB_FILES["tokenizer"]).exists()
 
-    down = kl("embeddings", "download", env=hub_env(tmp_path, "http://127.0.0.1:9"))
-    assert down.returncode == 1 and "could not be fetched" in down.stderr
-    assert "Traceback" not in down.stderr
+    assert "Traceback" not in missing.stderr
 
     offline = kl("embeddings", "download",
                  env=hub_env(tmp_path / "other", hub, HF_HUB_OFFLINE="1"))

@@ -462,15 +462,15 @@ def stored_record(home: Path) -> dict:
     return record
 
 
-def test_search_and_forget_say_so_when_the_daemon_does_not_answer(home):
+def test_search_and_forget_say_so_when_the_daemon_is_down(home):
     record = stored_record(home)
     app = client(home, load_token(home))
     page = app.get("/memories", params={"q": "wal", "project": record["namespace"]})
     assert page.status_code == 200
-    assert "the daemon&#39;s retrieval role did not answer" in page.text
+    assert "the daemon&#39;s retrieval role is not running" in page.text
     answer = app.get("/api/memories", params={"q": "wal"})
     assert answer.status_code == 503
-    assert answer.json() == {"error": "the daemon's retrieval role did not answer"}
+    assert answer.json() == {"error": "the daemon's retrieval role is not running"}
     assert app.get("/api/memories").json()["records"][0]["title"] == "Use WAL mode"  # reads stay
     refused = app.post(f"/api/memories/{record['record_id']}/forget",
                        headers={"x-kirolearn-token": load_token(home)})
@@ -479,8 +479,9 @@ def test_search_and_forget_say_so_when_the_daemon_does_not_answer(home):
 
 
 def test_a_refusal_behind_forget_is_a_400_and_a_bug_a_500(home, monkeypatch):
-    """Only the daemon's refusal is the client's fault (400, with the daemon's reason);
-    anything else raised behind a call is a bug, answered 500 and never dressed as 400."""
+    """Only the daemon's refusal is the client's fault (400, with the daemon's reason); a
+    daemon that does not answer is a 503; anything else raised behind a call is a bug,
+    answered 500 and never dressed as 400."""
     record = stored_record(home)
     token = load_token(home)
     app = TestClient(create_app(home, token), base_url=BASE_URL, raise_server_exceptions=False)
@@ -493,6 +494,14 @@ def test_a_refusal_behind_forget_is_a_400_and_a_bug_a_500(home, monkeypatch):
     def broken(*args, **kwargs):
         raise KeyError("deleted")
 
+    def silent(*args, **kwargs):
+        raise control.Timeout("no reply")
+
+    monkeypatch.setattr(control, "listening", lambda *args: True)
+    monkeypatch.setattr(control, "call", silent)
+    silence = app.post(forget, headers=headers)
+    assert silence.status_code == 503
+    assert silence.json() == {"error": "the daemon's ingest role did not answer"}
     monkeypatch.setattr(control, "call", refuse)
     refused = app.post(forget, headers=headers)
     assert refused.status_code == 400
