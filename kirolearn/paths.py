@@ -3,7 +3,8 @@ module) only.
 
 Everything lives under ``KIROLEARN_HOME`` (default ``~/.kirolearn``): the
 database, ``run/`` (sockets, pidfile), ``logs/``, ``spool/`` (events a shim could
-not deliver) and ``sessions/`` (each project's current session). ipc socket
+not deliver), ``quarantine/``, ``backups/`` and ``sessions/`` (each project's current
+session). ipc socket
 paths must stay under libzmq's ~107-byte limit, so when the home is too deep the
 runtime directory moves to ``/tmp/kirolearn-<uid>-<hash>`` (still 0700, still
 unique to the home).
@@ -41,6 +42,11 @@ def quarantine_dir(base: Path | None = None) -> Path:
     """What could not be stored, kept for a person with the reason: spool files
     (``<event_id>.json`` and ``.reason``) and import lines (``import-<time>.jsonl``)."""
     return (base or home()) / "quarantine"
+
+
+def backup_dir(base: Path | None = None) -> Path:
+    """Where ``kirolearn backup`` writes when it is given no path."""
+    return (base or home()) / "backups"
 
 
 def sessions_dir(base: Path | None = None) -> Path:

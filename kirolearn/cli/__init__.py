@@ -3,7 +3,8 @@
 ``daemon`` runs it (start, stop, restart, status, scale, logs, worker, open), ``data``
 reads and writes what is stored (import, export, stats, search), ``embeddings`` the
 vectors, ``extraction`` the batches that become records (failed, retry), ``agents``
-connects the agents (install, uninstall, mcp), and ``doctor`` says what is wrong.
+connects the agents (install, uninstall, mcp), ``backup`` copies the database and puts
+a copy back (backup, restore), and ``doctor`` says what is wrong.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import click
 
 from kirolearn import __version__
-from kirolearn.cli import agents, daemon, data, doctor, embeddings, extraction
+from kirolearn.cli import agents, backup, daemon, data, doctor, embeddings, extraction
 
 
 @click.group()
@@ -23,6 +24,6 @@ def cli() -> None:
     """
 
 
-for module in (daemon, data, embeddings, extraction, agents, doctor):
+for module in (daemon, data, backup, embeddings, extraction, agents, doctor):
     for command in module.COMMANDS:
         cli.add_command(command)

@@ -5,7 +5,8 @@
   the retrieval log — each change inside ``transaction``;
 - ``reads``: what every reader asks (records, events, batches, stats, export);
 - ``fts``: the full-text statements search is made of;
-- ``views``: the viewer's pages.
+- ``views``: the viewer's pages;
+- ``backup``: a consistent copy of the live database, and putting one back.
 
 Only the storage process writes (one connection, WAL, ``BEGIN IMMEDIATE``). Readers
 (retrieval, the viewer, the CLI's stats and export) open ``mode=ro`` connections,

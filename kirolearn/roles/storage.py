@@ -25,13 +25,18 @@ error) every request gets an ``UNAVAILABLE`` reply that names the fault and what
 status`` and ``doctor``, and the writer is reopened every few seconds until a write
 succeeds again. A WAL file deleted under the running writer is folded back into the
 database and started afresh, so readers see every committed event.
+
+With ``backup.interval_h`` set, a backup is taken that often into ``backups/``
+(``scheduled-<time>.db``, the last ``backup.keep`` kept), on a thread beside the writer.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +44,7 @@ from pathlib import Path
 import zmq
 
 from kirolearn import contract, db, paths, protocol
+from kirolearn.db import backup as backups
 from kirolearn.db import reads, writes
 from kirolearn.roles import base
 from kirolearn.search import embeddings
@@ -87,6 +93,10 @@ class Storage(base.Role):
         self.reopen_at = 0.0
         self.wal: int | None = None  # the inode of the WAL file the writer writes to
         self.claims: dict[str, int] = {}  # leased batch → the pid of the worker that took it
+        self.backup_every_s = self.settings["backup"]["interval_h"] * 3600  # 0: never
+        self.backup_due = (backups.next_due(paths.backup_dir(self.base), self.backup_every_s)
+                           if self.backup_every_s else math.inf)
+        self.backup_thread: threading.Thread | None = None
         # Unbatched events per namespace: [bytes, newest arrival ms], kept in memory so
         # deciding when a batch is due costs nothing per tick. After a restart the idle
         # clock starts again from now.
@@ -332,6 +342,7 @@ class Storage(base.Role):
         """Batch bookkeeping, deferred while events are pouring in (acks come first),
         but never for longer than BATCH_WORK_MAX_DEFER_S."""
         self._check_wal()
+        self._start_backup_when_due()
         now = time.monotonic()
         busy = now - self.last_put < BUSY_WINDOW_S
         if busy and now - self.last_batch_work < BATCH_WORK_MAX_DEFER_S:
@@ -347,6 +358,27 @@ class Storage(base.Role):
             pass  # said when the fault began
         except sqlite3.Error:
             self.log.exception("batch bookkeeping failed; will retry")
+
+    def _start_backup_when_due(self) -> None:
+        if time.time() < self.backup_due or (self.backup_thread and self.backup_thread.is_alive()):
+            return
+        self.backup_due = time.time() + self.backup_every_s
+        self.backup_thread = threading.Thread(target=self._backup, name="backup", daemon=True)
+        self.backup_thread.start()
+
+    def _backup(self) -> None:
+        """A scheduled backup, on a thread and a connection of its own: SQLite copies
+        without holding the GIL, so commits go on meanwhile."""
+        try:
+            folder = paths.ensure_private_dir(paths.backup_dir(self.base))
+            dest, summary, removed = backups.take_scheduled(self.path, folder,
+                                                            self.settings["backup"]["keep"])
+        except (backups.BackupError, OSError) as exc:
+            self.log.error("scheduled backup failed: %s", exc)
+            return
+        self.log.info("scheduled backup: %d events and %d records to %s%s", summary["events"],
+                      summary["records"], dest,
+                      f"; {len(removed)} older removed" if removed else "")
 
     def _form_batches(self) -> None:
         now = db.now_ms()
@@ -386,11 +418,11 @@ class Storage(base.Role):
     def _dispatch_batches(self) -> None:
         now = db.now_ms()
         for batch_id, namespace, attempts in reads.due_batches(self.conn, now, limit=16):
-            if not self.batches.poll(0, zmq.POLLOUT):
-                return  # no worker ready: read no batch for nothing; try again next tick
             if attempts >= MAX_BATCH_ATTEMPTS:
                 self._give_up(batch_id, f"{attempts} attempts failed")
                 continue
+            if not self.batches.poll(0, zmq.POLLOUT):
+                return  # no worker ready: read no batch for nothing; try again next tick
             events = reads.batch_events(self.conn, batch_id)
             frame = protocol.pack({"batch_id": batch_id, "namespace": namespace,
                                    "events": events})
@@ -473,6 +505,8 @@ class Storage(base.Role):
             self._commit_group()
 
     def teardown(self) -> None:
+        if getattr(self, "backup_thread", None) is not None:
+            self.backup_thread.join()  # a backup is finished, never left half-written
         conn = getattr(self, "_conn", None)
         if conn is not None:
             with contextlib.suppress(sqlite3.Error):

@@ -1,0 +1,158 @@
+"""Backups: a consistent copy of the live database, and putting one back.
+
+SQLite's online backup API copies the database inside one read transaction, so the
+copy is the database as of one commit while the storage role goes on writing; a file
+copy of a live WAL database is not (the pages still in the WAL are missing, and
+deleting or copying the WAL under a running writer corrupts). A copy is checked
+(``PRAGMA integrity_check``) before it gets its name, and is a standalone file: no
+WAL beside it. ``verify`` says whether a file is a kirolearn database this version
+can use; ``restore`` puts one in place of a stopped daemon's database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kirolearn.db import connect_reader, schema
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+SCHEDULED = "scheduled-"  # the storage role's backups (``backup.interval_h``), pruned
+REQUIRED_TABLES = {"_migrations", "events", "memory_records"}
+
+
+class BackupError(Exception):
+    """A backup or restore that cannot be made; nothing was changed."""
+
+
+def take(source: Path, dest: Path) -> dict:
+    """Copy the database at ``source`` (running daemon or not) to ``dest``, a new file;
+    what the copy holds (``verify``)."""
+    dest = dest.absolute()
+    if not source.exists():
+        raise BackupError(f"there is no database at {source} yet: nothing to back up")
+    live = {source.resolve(), *(Path(f"{source.resolve()}{s}") for s in ("-wal", "-shm"))}
+    if dest.resolve() in live:
+        raise BackupError(f"{dest} is the live database itself; choose another path")
+    if dest.exists():
+        raise BackupError(f"{dest} already exists; a backup never replaces a file")
+    partial = dest.with_name(f".{dest.name}.partial")
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.close(fd)
+    except OSError as exc:
+        raise BackupError(f"cannot write {dest}: {exc.strerror}") from exc
+    try:
+        _copy(connect_reader(source), partial)
+        summary = verify(partial)
+        os.replace(partial, dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise
+    return summary
+
+
+def verify(path: Path) -> dict:
+    """``{events, records, schema}`` of a kirolearn database file this version can use;
+    BackupError saying why not (not SQLite, not kirolearn's, newer, damaged)."""
+    try:
+        with path.open("rb") as handle:
+            magic = handle.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise BackupError(f"cannot read {path}: {exc.strerror}") from exc
+    if magic != SQLITE_MAGIC:
+        raise BackupError(f"{path} is not a SQLite database")
+    # immutable: read the file as it is, creating no -wal or -shm beside it
+    conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        tables = {name for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables >= REQUIRED_TABLES:
+            raise BackupError(f"{path} is a SQLite database, but not kirolearn's")
+        version = conn.execute("SELECT max(version) FROM _migrations").fetchone()[0] or 0
+        if version > schema.latest():
+            raise BackupError(f"{path} was written by a newer kirolearn (schema {version};"
+                              f" this one knows up to {schema.latest()})")
+        problems = [row[0] for row in conn.execute("PRAGMA integrity_check")]
+        if problems != ["ok"]:
+            raise BackupError(f"{path} is damaged: {'; '.join(problems[:3])}")
+        return {"events": conn.execute("SELECT count(*) FROM events").fetchone()[0],
+                "records": conn.execute("SELECT count(*) FROM memory_records").fetchone()[0],
+                "schema": version}
+    except sqlite3.DatabaseError as exc:
+        raise BackupError(f"{path} cannot be read as a database: {exc}") from exc
+    finally:
+        conn.close()
+
+
+def restore(backup: Path, target: Path) -> Path | None:
+    """Put the backup in place of the database at ``target`` (its daemon stopped); the
+    database it replaces is kept beside it, renamed. Returns that file (None: there was
+    no database)."""
+    verify(backup)
+    partial = target.with_name(f".{target.name}.restoring")
+    schema.create_private(partial)
+    try:
+        _copy(sqlite3.connect(f"file:{backup}?mode=ro&immutable=1", uri=True), partial)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise
+    kept = None
+    if target.exists():  # kept with its WAL, as the daemon left them
+        kept = target.with_name(f"{target.name}.before-restore-{stamp()}")
+        os.replace(target, kept)
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(f"{target}-wal", f"{kept}-wal")
+    with contextlib.suppress(FileNotFoundError):
+        Path(f"{target}-shm").unlink()
+    os.replace(partial, target)
+    return kept
+
+
+def take_scheduled(source: Path, folder: Path, keep: int) -> tuple[Path, dict, list[Path]]:
+    """A scheduled backup into ``folder``, then the oldest scheduled ones past ``keep``
+    (0: all kept) removed: (the backup, what it holds, the ones removed)."""
+    dest = folder / f"{SCHEDULED}{stamp()}.db"
+    summary = take(source, dest)
+    removed = scheduled(folder)[:-keep] if keep else []
+    for old in removed:
+        old.unlink()
+    return dest, summary, removed
+
+
+def scheduled(folder: Path) -> list[Path]:
+    """The scheduled backups in ``folder``, oldest first (their names sort by time)."""
+    return sorted(folder.glob(f"{SCHEDULED}*.db"))
+
+
+def next_due(folder: Path, interval_s: float) -> float:
+    """When (``time.time()``) the next scheduled backup is due: an interval after the
+    newest, so a restarted daemon keeps the rhythm; now, when there is none."""
+    newest = scheduled(folder)[-1:] if folder.is_dir() else []
+    return newest[0].stat().st_mtime + interval_s if newest else 0.0
+
+
+def _copy(source: sqlite3.Connection, dest: Path) -> None:
+    """The whole database in one step (one read transaction: one consistent state), then
+    made a standalone file and flushed to disk."""
+    copy = sqlite3.connect(dest, isolation_level=None)
+    try:
+        source.backup(copy)
+        copy.execute("PRAGMA journal_mode=DELETE")
+    except sqlite3.Error as exc:
+        raise BackupError(f"the copy failed: {exc}") from exc
+    finally:
+        copy.close()
+        source.close()
+    with dest.open("rb+") as handle:
+        os.fsync(handle.fileno())
+
+
+def stamp() -> str:
+    """A UTC time for file names: 20261123T171500Z."""
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
