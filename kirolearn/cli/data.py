@@ -1,4 +1,4 @@
-"""Commands over what is stored: import, export, stats, search."""
+"""Commands over what is stored: import, export, stats, search, forget."""
 
 from __future__ import annotations
 
@@ -138,4 +138,78 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
                    f" {result['latency_ms']:.1f} ms)", err=True)
 
 
-COMMANDS = [import_, export, stats, search_]
+@click.command()
+@click.argument("record_ids", nargs=-1)
+@click.option("--query", default=None, help="Forget the records this search finds.")
+@scope_options
+@click.option("--yes", is_flag=True, help="Do not ask first.")
+def forget(record_ids: tuple[str, ...], query: str | None, namespace: str | None,
+           project: str | None, yes: bool) -> None:
+    """Delete memory records for good: by id, or those a search finds (in this
+    directory's project, or the one named). Shows what it would forget and asks first.
+    The records leave search, the context given to prompts, the viewer and later
+    exports, with their earlier versions and vectors; the captured events stay.
+
+    
+    Examples:
+        kirolearn forget mr_01JD3V8Q1X2Y3Z4A5B6C7D8E9F
+        kirolearn forget --query "the old deploy script" --yes
+    """
+    if bool(record_ids) == bool(query):
+        raise click.UsageError("give RECORD_IDS or --query, not both and not neither")
+    if record_ids and (namespace or project):
+        raise click.UsageError("--namespace and --project go with --query; an id is enough")
+    require_running()
+    if query:
+        if namespace is None and project is None:
+            project = os.getcwd()
+        records = _searched(query, namespace_of(namespace, project))
+        if not records:
+            click.echo("no memories matched; nothing was forgotten")
+            return
+    else:
+        records = _by_id(record_ids)
+    for record in records:
+        click.echo(f"{record['record_id']}  {record['title']}")
+    if not yes:
+        click.confirm(f"Forget these {len(records)} record(s)?", abort=True)
+    for record in records:
+        try:
+            reply = control.call("ingest", "forget", {"record_id": record["record_id"],
+                                                      "namespaces": [record["namespace"]]},
+                                 timeout_ms=control.WRITE_MS)
+        except control.Unanswered as exc:
+            raise click.ClickException(f"forgetting {record['record_id']} failed: {exc}") from exc
+        click.echo(f"forgot {record['record_id']}" if reply["deleted"]
+                   else f"{record['record_id']} was already gone")
+
+
+def _by_id(record_ids: tuple[str, ...]) -> list[dict]:
+    """The records, in any project; every id must be one (nothing is forgotten else)."""
+    bad = [i for i in record_ids if not contract.is_record_id(i)]
+    if bad:
+        raise click.UsageError(f"not a record id (mr_ and a ULID): {', '.join(bad)}")
+    with reader() as conn:
+        found = {i: reads.record_by_id(conn, i) for i in dict.fromkeys(record_ids)}
+    unknown = [i for i, record in found.items() if record is None]
+    if unknown:
+        raise click.ClickException(f"no record {', '.join(unknown)}; nothing was forgotten")
+    return list(found.values())
+
+
+def _searched(query: str, namespace: str | None) -> list[dict]:
+    """The records a search for QUERY returns, as an agent's prompt would get them."""
+    if not contract.is_text(query):
+        raise click.UsageError("--query is not valid text in this terminal's encoding")
+    loaded = settings()
+    timeout_ms = int(loaded["retrieval"]["budget_ms"]) + control.SEARCH_MARGIN_MS
+    try:
+        result = control.call("retrieval", "search", {
+            "query": query, "namespace": namespace, "limit": loaded["retrieval"]["limit"],
+            "records": True}, timeout_ms=timeout_ms)
+    except control.Unanswered as exc:
+        raise click.ClickException(f"search failed: {exc}") from exc
+    return result["records"]
+
+
+COMMANDS = [import_, export, stats, search_, forget]
