@@ -140,6 +140,10 @@ def test_claude_code_remembers_across_runs(daemon, fake_api, tmp_path):
         "ANTHROPIC_API_KEY": "sk-ant-test", "DISABLE_TELEMETRY": "1",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
         "DISABLE_ERROR_REPORTING": "1",
+        # In -p mode Claude Code connects MCP servers in the background: on a loaded
+        # machine the first model turn can come before our server is up, and its tools
+        # are then missing. Blocking makes it wait for them (up to MCP_TIMEOUT).
+        "MCP_CONNECTION_NONBLOCKING": "0",
     }
     installed = kl("install", "--agent", "claude-code", "--project", str(proj), env=env,
                    cwd=str(proj))
