@@ -46,7 +46,11 @@ def take(source: Path, dest: Path) -> dict:
     except OSError as exc:
         raise BackupError(f"cannot write {dest}: {exc.strerror}") from exc
     try:
-        _copy(connect_reader(source), partial)
+        try:
+            reader = connect_reader(source)
+        except sqlite3.Error as exc:
+            raise BackupError(f"cannot read {source}: {exc}") from exc
+        _copy(reader, partial)
         summary = verify(partial)
         os.replace(partial, dest)
     except BaseException:

@@ -373,7 +373,7 @@ class Storage(base.Role):
             folder = paths.ensure_private_dir(paths.backup_dir(self.base))
             dest, summary, removed = backups.take_scheduled(self.path, folder,
                                                             self.settings["backup"]["keep"])
-        except (backups.BackupError, OSError) as exc:
+        except (backups.BackupError, OSError, sqlite3.Error) as exc:
             self.log.error("scheduled backup failed: %s", exc)
             return
         self.log.info("scheduled backup: %d events and %d records to %s%s", summary["events"],
