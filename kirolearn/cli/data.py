@@ -150,7 +150,7 @@ def forget(record_ids: tuple[str, ...], query: str | None, namespace: str | None
     The records leave search, the context given to prompts, the viewer and later
     exports, with their earlier versions and vectors; the captured events stay.
 
-    
+    \b
     Examples:
         kirolearn forget mr_01JD3V8Q1X2Y3Z4A5B6C7D8E9F
         kirolearn forget --query "the old deploy script" --yes
