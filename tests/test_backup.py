@@ -76,12 +76,17 @@ def test_a_backup_taken_during_an_import_holds_every_acknowledged_event(daemon, 
                                     " rejected 0")
 
 
-def test_the_default_backup_goes_to_the_homes_backups_folder(daemon, tmp_path):
+def test_the_default_backup_goes_to_the_homes_backups_folder_and_any_name_works(daemon, tmp_path):
     kl("import", str(_import(tmp_path, [make_event("prompt", "use WAL mode")])), check=True)
     taken = kl("backup", check=True)
     made = next((daemon / "backups").glob("kirolearn-*.db"))
     assert taken.stdout.strip() == f"backed up 1 events and 0 records to {made}"
     assert stat.S_IMODE((daemon / "backups").stat().st_mode) == 0o700
+
+    odd = tmp_path / "my #1 backup?.db"  # characters a SQLite URI would misread
+    assert kl("backup", str(odd), check=True).stdout.strip() == (
+        f"backed up 1 events and 0 records to {odd}")
+    assert "restored 1 events" in kl("restore", str(odd), "--yes", check=True).stdout
 
 
 def test_bad_backups_and_restores_are_refused_and_change_nothing(daemon, tmp_path):

@@ -16,6 +16,7 @@ import os
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import quote
 
 from kirolearn.db import connect_reader, schema
 
@@ -70,8 +71,7 @@ def verify(path: Path) -> dict:
         raise BackupError(f"cannot read {path}: {exc.strerror}") from exc
     if magic != SQLITE_MAGIC:
         raise BackupError(f"{path} is not a SQLite database")
-    # immutable: read the file as it is, creating no -wal or -shm beside it
-    conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    conn = _open_as_is(path)
     try:
         tables = {name for (name,) in conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -101,7 +101,7 @@ def restore(backup: Path, target: Path) -> Path | None:
     partial = target.with_name(f".{target.name}.restoring")
     schema.create_private(partial)
     try:
-        _copy(sqlite3.connect(f"file:{backup}?mode=ro&immutable=1", uri=True), partial)
+        _copy(_open_as_is(backup), partial)
     except BaseException:
         with contextlib.suppress(OSError):
             partial.unlink()
@@ -139,6 +139,11 @@ def next_due(folder: Path, interval_s: float) -> float:
     newest, so a restarted daemon keeps the rhythm; now, when there is none."""
     newest = scheduled(folder)[-1:] if folder.is_dir() else []
     return newest[0].stat().st_mtime + interval_s if newest else 0.0
+
+
+def _open_as_is(path: Path) -> sqlite3.Connection:
+    """A file read as it is (immutable): no lock, no -wal or -shm made beside it."""
+    return sqlite3.connect(f"file:{quote(str(path.absolute()))}?mode=ro&immutable=1", uri=True)
 
 
 def _copy(source: sqlite3.Connection, dest: Path) -> None:
