@@ -121,11 +121,7 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
             "limit": limit or loaded["retrieval"]["limit"], "records": as_json}
     if mode:
         body["mode"] = mode
-    timeout_ms = int(loaded["retrieval"]["budget_ms"]) + control.SEARCH_MARGIN_MS
-    try:
-        result = control.call("retrieval", "search", body, timeout_ms=timeout_ms)
-    except control.Unanswered as exc:
-        raise click.ClickException(f"search failed: {exc}") from exc
+    result = _search(body, loaded)
     if as_json:
         result.pop("context")
         click.echo(json.dumps({"query": query, "namespace": namespace, **result},
@@ -161,9 +157,14 @@ def forget(record_ids: tuple[str, ...], query: str | None, namespace: str | None
         raise click.UsageError("--namespace and --project go with --query; an id is enough")
     require_running()
     if query:
+        if not contract.is_text(query):
+            raise click.UsageError("--query is not valid text in this terminal's encoding")
         if namespace is None and project is None:
             project = os.getcwd()
-        records = _searched(query, namespace_of(namespace, project))
+        loaded = settings()
+        records = _search({"query": query, "namespace": namespace_of(namespace, project),
+                           "limit": loaded["retrieval"]["limit"], "records": True},
+                          loaded)["records"]
         if not records:
             click.echo("no memories matched; nothing was forgotten")
             return
@@ -197,19 +198,14 @@ def _by_id(record_ids: tuple[str, ...]) -> list[dict]:
     return list(found.values())
 
 
-def _searched(query: str, namespace: str | None) -> list[dict]:
-    """The records a search for QUERY returns, as an agent's prompt would get them."""
-    if not contract.is_text(query):
-        raise click.UsageError("--query is not valid text in this terminal's encoding")
-    loaded = settings()
+def _search(body: dict, loaded: dict) -> dict:
+    """One search in the daemon, exactly as for a prompt (``loaded``: the settings); its
+    reply."""
     timeout_ms = int(loaded["retrieval"]["budget_ms"]) + control.SEARCH_MARGIN_MS
     try:
-        result = control.call("retrieval", "search", {
-            "query": query, "namespace": namespace, "limit": loaded["retrieval"]["limit"],
-            "records": True}, timeout_ms=timeout_ms)
+        return control.call("retrieval", "search", body, timeout_ms=timeout_ms)
     except control.Unanswered as exc:
         raise click.ClickException(f"search failed: {exc}") from exc
-    return result["records"]
 
 
 COMMANDS = [import_, export, stats, search_, forget]
