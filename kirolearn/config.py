@@ -48,6 +48,12 @@ def _coerce(name: str, default: Any, value: Any) -> Any:
             return type(default)(number)
     elif isinstance(default, str) and isinstance(value, str):
         return value
+    elif isinstance(default, list):  # a list of text; in the environment, split on ':'
+        if isinstance(value, str):
+            return [part for part in value.split(os.pathsep) if part]
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return value
+        raise ConfigError(f"{name}: expected a list of strings, got {value!r}")
     raise ConfigError(f"{name}: expected {type(default).__name__}, got {value!r}")
 
 

@@ -513,6 +513,94 @@ def validate_record(record: Any) -> dict:
     return record
 
 
+# What an export adds to a record line, and what one of its versions holds.
+EXPORTED_RECORD_EXTRAS = {"versions", "invalid_reason", "embedding"}
+VERSION_FIELDS = {"title", "summary", "facts", "concepts", "files_touched",
+                  "source_event_ids", "created_at", "replaced_at", "reason"}
+
+
+def split_exported_record(item: Any) -> tuple[dict, list, str | None, dict | None]:
+    """A record line of an export: (record, versions, invalid_reason, embedding), each
+    still to be validated (raises ContractError for the shape of the extras)."""
+    if not isinstance(item, dict) or "record_id" not in item:
+        raise ContractError([FieldError("line", "is neither an event, a record nor a"
+                                                " tombstone")])
+    check_shape(item, "record")
+    errors: list[FieldError] = []
+    versions = item.get("versions", [])
+    if not isinstance(versions, list) or len(versions) > 1000:
+        errors.append(FieldError("versions", "must be a list of at most 1000 versions"))
+    _check_str(errors, item, "invalid_reason", 1, 1000, required=False)
+    embedding = item.get("embedding")
+    if embedding is not None and not (
+            isinstance(embedding, dict) and set(embedding) == {"hash", "vector"}
+            and isinstance(embedding["hash"], str) and 0 < len(embedding["hash"]) <= 200
+            and isinstance(embedding["vector"], str)):
+        errors.append(FieldError("embedding", "must be {hash, vector} (base64)"))
+    if errors:
+        raise ContractError(errors)
+    record = {k: v for k, v in item.items() if k not in EXPORTED_RECORD_EXTRAS}
+    return record, versions, item.get("invalid_reason"), embedding
+
+
+def validate_version(version: Any) -> dict:
+    """One earlier state of a record, as an export carries it."""
+    if not isinstance(version, dict):
+        raise ContractError([FieldError("versions[]", "must be an object")])
+    errors: list[FieldError] = []
+    extra = set(version) - VERSION_FIELDS
+    if extra:
+        errors.append(FieldError("versions[]", f"unknown field(s): {sorted(extra)}"))
+    _check_str(errors, version, "title", 1, 200, "versions[].")
+    _check_str(errors, version, "summary", 1, 4000, "versions[].")
+    _check_str(errors, version, "reason", 1, 1000, "versions[].", required=False)
+    for field, item_max, count_max in (("facts", 500, 100), ("concepts", 100, 100),
+                                       ("files_touched", 500, 500)):
+        if field not in version:
+            errors.append(FieldError(f"versions[].{field}", "is required"))
+        _check_str_list(errors, version, field, item_max, count_max)
+    sources = version.get("source_event_ids")
+    if not isinstance(sources, list) or not all(is_ulid(s) for s in sources):
+        errors.append(FieldError("versions[].source_event_ids", "must be a list of ULIDs"))
+    _check_time(errors, version, "created_at")
+    _check_time(errors, version, "replaced_at")
+    if errors:
+        raise ContractError(errors)
+    return version
+
+
+def validate_tombstone(tombstone: Any) -> dict:
+    """What remains of a forgotten record: its id, namespace and when."""
+    if not isinstance(tombstone, dict) or set(tombstone) != {"record_id", "namespace",
+                                                              "forgotten_at"}:
+        raise ContractError([FieldError("tombstone", "must be {record_id, namespace,"
+                                                     " forgotten_at}")])
+    errors: list[FieldError] = []
+    if not is_record_id(tombstone["record_id"]):
+        errors.append(FieldError("tombstone.record_id", "must be mr_ followed by a ULID"))
+    if not is_namespace(tombstone["namespace"]):
+        errors.append(FieldError("tombstone.namespace",
+                                 "must look like /actor/<user>/project/<id>/"))
+    _check_time(errors, tombstone, "forgotten_at")
+    if errors:
+        raise ContractError(errors)
+    return tombstone
+
+
+def check_record_changes(changes: dict) -> None:
+    """An edit's new title, summary or facts, within a record's limits."""
+    errors: list[FieldError] = []
+    _check_str(errors, changes, "title", 1, 200, required=False)
+    _check_str(errors, changes, "summary", 1, 4000, required=False)
+    if "facts" in changes:
+        _check_str_list(errors, changes, "facts", 500, 100)
+    for field in ("title", "summary"):
+        if isinstance(changes.get(field), str) and not changes[field].strip():
+            errors.append(FieldError(field, "must not be blank"))
+    if errors:
+        raise ContractError(errors)
+
+
 # --- builders ------------------------------------------------------------------------------
 
 

@@ -26,6 +26,7 @@ WRITE_MS = 8000  # writes through ingest, which waits up to ingest.storage_timeo
 EVENT_MS = 200  # a shim's event that is not a prompt: the ack is a group commit away
 IMPORT_MS = 3000  # one chunk of an import (retried while ingest or storage restarts)
 SEARCH_MARGIN_MS = 2000  # a search waits for its own budget plus this
+MAINTENANCE_MS = 600_000  # forgetting a whole project, pruning and compacting the file
 
 READY_TIMEOUT_S = 30.0  # `kirolearn start` waits this long for every role to be RUNNING
 STOP_TIMEOUT_S = 60.0  # then the supervisor is killed

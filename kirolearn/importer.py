@@ -1,4 +1,5 @@
-"""Bulk import: JSON Lines of v1 events through ingest, a few chunks in flight.
+"""Bulk import: JSON Lines of v1 events, and an export's records and tombstones, through
+ingest, a few chunks in flight.
 
 Ingest validates one chunk while storage commits another. A chunk is retried while
 ingest or storage restarts: an event its own earlier attempt stored comes back as
@@ -21,6 +22,7 @@ from pathlib import Path
 import tenacity
 
 from kirolearn import contract, control, db, paths, protocol, transport
+from kirolearn.db import reads, schema
 
 CHUNK_LINES = 500
 CHUNK_BYTES = 1024 * 1024  # a chunk of lines stays well under the frame limit
@@ -57,12 +59,28 @@ def keep_rejected(report: Report, texts: dict[int, str], base: Path | None = Non
     report.quarantine = paths.write_private(path, data.encode("utf-8", "surrogatepass"))
 
 
-def _is_record(line: str) -> bool:
+class NotAnExport(ValueError):
+    """The file cannot be imported at all (a newer schema); nothing was sent."""
+
+
+def _parsed(line: str) -> dict | None:
     try:
         item = json.loads(line)
     except (json.JSONDecodeError, RecursionError):
-        return False
-    return isinstance(item, dict) and "record_id" in item
+        return None
+    return item if isinstance(item, dict) else None
+
+
+def _check_header(header: dict) -> None:
+    """An export's first line: its format and schema must be ones this version reads."""
+    form, schema_version = header.get("kirolearn_export"), header.get("schema")
+    if form != reads.EXPORT_FORMAT or not isinstance(schema_version, int):
+        raise NotAnExport(f"line 1: not an export this kirolearn reads (format {form!r});"
+                          " nothing was imported")
+    if schema_version > schema.latest():
+        raise NotAnExport(f"the export is from a newer kirolearn (schema {schema_version};"
+                          f" this one knows up to {schema.latest()}); upgrade kirolearn to"
+                          " import it. Nothing was imported")
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -72,18 +90,27 @@ def _retryable(exc: BaseException) -> bool:
             protocol.ErrorCode.INTERNAL))
 
 
-def send_chunk(client: transport.Client, lines: list[str]) -> list[dict]:
-    """put_events with retries while ingest or storage is restarting."""
+# What a chunk of each kind of line is sent as.
+REQUESTS = {"events": ("put_events", {}), "history": ("put_events", {"history": True}),
+            "records": ("put_records", {})}
+
+
+def send_chunk(client: transport.Client, lines: list[str], kind: str = "events") -> list[dict]:
+    """One chunk of lines of a kind, with retries while ingest or storage is
+    restarting."""
+    op, extra = REQUESTS[kind]
     retrying = tenacity.Retrying(
         stop=tenacity.stop_after_delay(RETRY_FOR_S),
         wait=tenacity.wait_exponential_jitter(initial=0.1, max=2),
         retry=tenacity.retry_if_exception(_retryable), reraise=True)
-    return retrying(client.call, "put_events", {"lines": lines})["results"]
+    return retrying(client.call, op, {"lines": lines, **extra})["results"]
 
 
 def import_lines(lines: Iterable[str], base=None) -> Report:
-    """Send every non-blank line (a JSON event) through ingest; raises Stalled when
-    ingest stops answering."""
+    """Send every non-blank line through ingest: events, and an export's records and
+    tombstones. In a kirolearn export (its first line says so), the events it had
+    already distilled are not extracted again. Raises NotAnExport (before sending
+    anything) or Stalled when ingest stops answering."""
     report = Report()
     began = db.utc_now()
     seen: set[str] = set()  # event ids answered so far: a second one is a true duplicate
@@ -91,11 +118,11 @@ def import_lines(lines: Iterable[str], base=None) -> Report:
     clients: list[transport.Client] = []
     endpoint = paths.endpoint("ingest", base)
 
-    def send(chunk: list[str]) -> list[dict]:
+    def send(chunk: list[str], kind: str) -> list[dict]:
         if not hasattr(local, "client"):
             local.client = transport.Client(endpoint, timeout_ms=control.IMPORT_MS)
             clients.append(local.client)
-        return send_chunk(local.client, chunk)
+        return send_chunk(local.client, chunk, kind)
 
     in_flight: collections.deque = collections.deque()
     sent: dict[int, str] = {}  # each line in flight, until it is answered
@@ -106,7 +133,7 @@ def import_lines(lines: Iterable[str], base=None) -> Report:
         texts[line_no] = text.rstrip("\r\n")
 
     def collect_oldest() -> None:
-        numbers, future = in_flight.popleft()
+        numbers, kind, future = in_flight.popleft()
         try:
             results = future.result()
         except protocol.RemoteError as exc:  # the whole chunk was refused
@@ -120,26 +147,29 @@ def import_lines(lines: Iterable[str], base=None) -> Report:
             if status == "rejected":
                 reject(line_no, text, result.get("reason", ""))
                 continue
-            if (status == "duplicate" and result.get("stored_at", "") >= began
-                    and result["event_id"] not in seen):
+            if kind != "records" and (status == "duplicate" and result.get("stored_at", "")
+                                      >= began and result["event_id"] not in seen):
                 status = "stored"  # by this import's own attempt, before a retry
-            seen.add(result["event_id"])
+            if kind != "records":
+                seen.add(result["event_id"])
             report.add(line_no, status)
 
     try:
         with concurrent.futures.ThreadPoolExecutor(IN_FLIGHT) as pool:
-            chunk: list[str] = []
-            numbers: list[int] = []
-            chunk_bytes = 0
+            chunks: dict[str, tuple[list[str], list[int], list[int]]] = {
+                kind: ([], [], [0]) for kind in REQUESTS}
 
-            def submit() -> None:
-                nonlocal chunk, numbers, chunk_bytes
+            def submit(kind: str) -> None:
+                chunk, numbers, _ = chunks[kind]
                 if chunk:
-                    in_flight.append((numbers, pool.submit(send, chunk)))
-                    chunk, numbers, chunk_bytes = [], [], 0
+                    in_flight.append((numbers, kind, pool.submit(send, chunk, kind)))
+                    chunks[kind] = ([], [], [0])
                 if len(in_flight) >= IN_FLIGHT:
                     collect_oldest()
 
+            export = False  # the first line is an export's header
+            undistilled: set[str] = set()
+            first = True
             for line_no, line in enumerate(lines, start=1):
                 if not line.strip():
                     continue
@@ -148,19 +178,40 @@ def import_lines(lines: Iterable[str], base=None) -> Report:
                     reject(line_no, line, f"the line is {size} bytes; an event's"
                            f" body may be at most {contract.MAX_BODY_BYTES} bytes")
                     continue
-                if '"record_id"' in line and _is_record(line):
-                    reject(line_no, line, "a memory record, not an event (records"
-                           " are rebuilt by extraction)")
+                item = _parsed(line) if (export or first or '"record_id"' in line
+                                         or '"tombstone"' in line) else None
+                if first and item is not None and "kirolearn_export" in item:
+                    _check_header(item)
+                    export = True
+                    first = False
                     continue
+                first = False
+                if item is not None and set(item) == {"undistilled"}:
+                    found = item["undistilled"]
+                    ids = found.get("event_ids") if isinstance(found, dict) else None
+                    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+                        reject(line_no, line, "undistilled: must be {namespace, event_ids}")
+                    else:
+                        undistilled.update(ids)
+                    continue
+                if item is not None and ("record_id" in item or set(item) == {"tombstone"}):
+                    kind = "records"
+                elif export and item is not None and item.get("event_id") not in undistilled:
+                    kind = "history"
+                else:
+                    kind = "events"
                 sent[line_no] = line
-                if chunk_bytes + size > CHUNK_BYTES:
-                    submit()  # a large line travels alone rather than overfill a chunk
+                chunk, numbers, chunk_bytes = chunks[kind]
+                if chunk_bytes[0] + size > CHUNK_BYTES:
+                    submit(kind)  # a large line travels alone rather than overfill a chunk
+                    chunk, numbers, chunk_bytes = chunks[kind]
                 chunk.append(line)
                 numbers.append(line_no)
-                chunk_bytes += size
+                chunk_bytes[0] += size
                 if len(chunk) >= CHUNK_LINES:
-                    submit()
-            submit()
+                    submit(kind)
+            for kind in REQUESTS:
+                submit(kind)
             while in_flight:
                 collect_oldest()
     finally:

@@ -46,8 +46,9 @@ learned. Before work that may have been done or discussed before, use `recall` o
 `search_memory`. To dig in cheaply, `timeline` lists the records around one as short rows \
 and `get_records` fetches the full ones by id. Save a decision, a discovered cause or a \
 pattern worth keeping with `save_observation`, and, at the end of substantial work, \
-a recap with `save_session_summary`. `forget` deletes a record that is wrong or \
-unwanted. Never save secrets: text inside <private>…</private> is redacted."""
+a recap with `save_session_summary`. `update_memory` corrects a record, or marks one \
+that is no longer true invalid; `forget` deletes one that is unwanted. Never save \
+secrets: text inside <private>…</private> is redacted."""
 
 
 class Scope(NamedTuple):
@@ -171,8 +172,11 @@ def full_record(record: dict) -> str:
     if record["files_touched"]:
         lines.append("Files: " + ", ".join(record["files_touched"]))
     lines += ["", "Source events: " + ", ".join(record["source_event_ids"])]
+    if record.get("invalid_reason"):
+        lines.insert(2, f"INVALID: {record['invalid_reason']} (kept, never recalled)")
     for number, version in enumerate(record.get("versions") or [], start=1):
-        lines += ["", f"Version {number} (until {utc(version['replaced_at'])} UTC):",
+        why = f"; {one_line(version['reason'])}" if version.get("reason") else ""
+        lines += ["", f"Version {number} (until {utc(version['replaced_at'])} UTC{why}):",
                   version["summary"].strip()]
         if version["facts"]:
             lines += [f"- {one_line(fact)}" for fact in version["facts"]]
@@ -368,6 +372,44 @@ def build_server(scope: Scope, base: Path, autostart: bool = True) -> MCPServer:
         if not reply["deleted"]:
             raise ToolError(f"{record_id} was already gone; nothing was deleted")
         return f"Forgot {record_id}: {one_line(found[0]['title'])}"
+
+    @tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
+    def update_memory(record_id: RecordId,
+                      reason: Annotated[str, NonBlank, Field(max_length=1000)],
+                      title: Annotated[str | None, Field(max_length=200)] = None,
+                      summary: Annotated[str | None, Field(max_length=4000)] = None,
+                      facts: Annotated[list[Fact] | None, Field(max_length=50)] = None,
+                      invalid: bool = False) -> str:
+        """Correct one memory record, or mark it invalid, saying why.
+
+        Use it when a memory is partly wrong or outdated: give the corrected `title`,
+        `summary` or `facts` (they replace the old list) and the `reason`; what it said
+        before is kept as a version. When it is no longer true at all, set `invalid` to
+        true with the reason instead: it stays readable with `get_records` but is never
+        recalled or searched again. Returns what changed."""
+        edits = {k: v.strip() for k, v in (("title", title), ("summary", summary))
+                 if v is not None}
+        if facts is not None:
+            edits["facts"] = unique(f.strip() for f in facts)
+        if invalid == bool(edits):
+            raise ToolError("give title, summary or facts to correct the record, or"
+                            " invalid=true alone to mark it invalid")
+        if any(not value for value in edits.values() if isinstance(value, str)):
+            raise ToolError("title and summary must not be blank")
+        found = records_by_id([record_id])
+        if not found:
+            raise ToolError(f"there is no record {record_id} in {scope.label}; nothing was"
+                            " changed")
+        changes = {"invalid_reason": reason.strip()} if invalid else edits
+        reply = daemon_call("ingest", "update_record", {
+            "record_id": record_id, "namespaces": list(scope.namespaces), "changes": changes,
+            "reason": reason.strip()}, control.WRITE_MS)
+        if not reply["updated"]:
+            raise ToolError(f"{record_id} was forgotten meanwhile; nothing was changed")
+        if invalid:
+            return f"Marked {record_id} invalid ({one_line(reason)}); it is no longer recalled"
+        return (f"Updated {record_id} ({', '.join(sorted(changes))}); the earlier text is kept"
+                " as a version")
 
     @tool(writes)
     def save_observation(

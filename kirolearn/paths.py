@@ -49,6 +49,11 @@ def backup_dir(base: Path | None = None) -> Path:
     return (base or home()) / "backups"
 
 
+def paused_file(base: Path | None = None) -> Path:
+    """Where ``kirolearn pause`` says capture is off (everywhere, or for projects)."""
+    return (base or home()) / "paused.json"
+
+
 def sessions_dir(base: Path | None = None) -> Path:
     return (base or home()) / "sessions"
 

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kirolearn import __version__, contract, control, paths, project, protocol, spool
+from kirolearn import __version__, capture, contract, control, paths, project, protocol, spool
 
 SESSION_IDLE_S = 3600  # a surface without a session-start hook starts anew after this
 STDIN_WAIT_S = 0.05  # how long a shim that may get stdin waits for it
@@ -158,6 +158,7 @@ class Shim:
         self.project = project.resolve_project(self.cwd)
         self.actor = project.actor_id()
         self.namespace = self.project.namespace(self.actor)
+        self.off = capture.why_off(self.project.root, self.cwd, self.base)
 
     def event(self, kind: str, body: dict, session_id: str,
               parent_event_id: str | None = None) -> dict:
@@ -169,7 +170,11 @@ class Shim:
 
     def post(self, event: dict, retrieve: bool | str = False) -> str:
         """Hand the event to the daemon; return the context it sent back ("" if none).
-        On any failure to deliver, the event is spooled instead."""
+        On any failure to deliver, the event is spooled instead. Where capture is paused
+        or excluded, nothing is sent, spooled or injected."""
+        if self.off:
+            debug(f"not captured: {self.off}")
+            return ""
         timeout_ms = prompt_timeout_ms() if retrieve else control.EVENT_MS
         try:
             reply = self._request(event, retrieve, timeout_ms)

@@ -19,7 +19,7 @@ Where (``DIR`` is ``--project DIR``, ``~`` is ``--global``):
 
 The MCP tools that only read or add memories are pre-approved (Kiro CLI
 ``allowedTools``, Kiro IDE ``autoApprove``, Claude Code ``permissions.allow``);
-``forget`` deletes, so the agent asks first.
+``forget`` deletes and ``update_memory`` rewrites, so the agent asks first.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ KIRO_AGENT_TEMPLATE = {
 MCP_NAME = "kirolearn"
 MCP_ENTRY = "MCP server"  # how check() names our MCP server among the hooks
 APPROVED_TOOLS = ("search_memory", "recall", "timeline", "get_records", "save_observation",
-                  "save_session_summary")  # everything but forget
+                  "save_session_summary")  # not forget, nor update_memory: the agent asks
 # The kinds of file we write, and how each agent names an approved tool of ours.
 KIRO_AGENT, KIRO_HOOK, KIRO_MCP, CLAUDE_SETTINGS, CLAUDE_MCP = (
     "kiro-agent", "kiro-hook", "kiro-mcp", "claude-settings", "claude-mcp")

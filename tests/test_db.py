@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import sqlite3
 
 import pytest
@@ -65,9 +66,13 @@ def test_migration_drift_and_newer_databases_are_refused(conn):
 def test_a_database_from_an_older_version_is_migrated_forward(tmp_path, monkeypatch):
     monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
     old = writes.connect_writer(tmp_path / "old.db")
-    old.execute("BEGIN")
-    writes.insert_record(old, record_for(["E" * 26]))
-    old.execute("COMMIT")
+    r = record_for(["E" * 26])
+    old.execute(  # the columns of the first version
+        "INSERT INTO memory_records (record_id, namespace, title, summary, facts_json,"
+        " facts_text, concepts_json, files_touched_json, observation_type, strategy,"
+        " source_event_ids_json, created_at) VALUES (?,?,?,?,'[]','','[]','[]',?,?,?,?)",
+        (r["record_id"], r["namespace"], r["title"], r["summary"], r["observation_type"],
+         r["strategy"], json.dumps(r["source_event_ids"]), r["created_at"]))
     old.close()
     monkeypatch.undo()
     conn = writes.connect_writer(tmp_path / "old.db")
@@ -77,6 +82,8 @@ def test_a_database_from_an_older_version_is_migrated_forward(tmp_path, monkeypa
                         " INDEXED BY memory_records_id_namespace WHERE id = 1").fetchall()
     assert "COVERING INDEX" in plan[0][-1]
     assert len(list(reads.iter_records(conn))) == 1
+    assert conn.execute("SELECT rowid FROM memory_records_fts WHERE memory_records_fts"
+                        " MATCH ?", (r["title"].split()[0],)).fetchall()  # still indexed
     conn.close()
 
 

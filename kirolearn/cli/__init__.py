@@ -1,7 +1,9 @@
 """The ``kirolearn`` command: one click group, each command a thin skin over the library.
 
 ``daemon`` runs it (start, stop, restart, status, scale, logs, worker, open), ``data``
-reads and writes what is stored (import, export, stats, search), ``embeddings`` the
+reads and writes what is stored (import, export, stats, search, prune), ``records``
+corrects it (forget, edit), ``capture`` says where it is captured (pause, resume),
+``embeddings`` the
 vectors, ``extraction`` the batches that become records (failed, retry), ``agents``
 connects the agents (install, uninstall, mcp), ``backup`` copies the database and puts
 a copy back (backup, restore), and ``doctor`` says what is wrong.
@@ -12,7 +14,17 @@ from __future__ import annotations
 import click
 
 from kirolearn import __version__
-from kirolearn.cli import agents, backup, daemon, data, doctor, embeddings, extraction
+from kirolearn.cli import (
+    agents,
+    backup,
+    capture,
+    daemon,
+    data,
+    doctor,
+    embeddings,
+    extraction,
+    records,
+)
 
 
 @click.group()
@@ -24,6 +36,7 @@ def cli() -> None:
     """
 
 
-for module in (daemon, data, backup, embeddings, extraction, agents, doctor):
+for module in (daemon, data, records, capture, backup, embeddings, extraction, agents,
+               doctor):
     for command in module.COMMANDS:
         cli.add_command(command)

@@ -25,6 +25,22 @@ def settings() -> dict:
     return loaded
 
 
+def ask(target: str, op: str, body: dict, doing: str, timeout_ms: int = control.WRITE_MS
+        ) -> dict:
+    """One request to the daemon; its failure is an error that says what was being done."""
+    try:
+        return control.call(target, op, body, timeout_ms=timeout_ms)
+    except control.Unanswered as exc:
+        raise click.ClickException(f"{doing} failed: {exc}") from exc
+
+
+def daemon_search(body: dict, loaded: dict) -> dict:
+    """One search in the daemon, exactly as for a prompt (``loaded``: the settings); its
+    reply."""
+    timeout_ms = int(loaded["retrieval"]["budget_ms"]) + control.SEARCH_MARGIN_MS
+    return ask("retrieval", "search", body, "search", timeout_ms)
+
+
 def require_running() -> None:
     if not control.running():
         raise click.ClickException("kirolearn is not running; start it with 'kirolearn start'")

@@ -1,15 +1,18 @@
-"""Commands over what is stored: import, export, stats, search, forget."""
+"""Commands over what is stored: import, export, stats, search, prune."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+import time
 
 import click
 
 from kirolearn import contract, control, importer
 from kirolearn.cli.common import (
+    ask,
+    daemon_search,
     namespace_of,
     reader,
     require_running,
@@ -23,11 +26,13 @@ from kirolearn.search import MODES
 @click.command(name="import")
 @click.argument("file", type=click.File("r", encoding="utf-8"))
 def import_(file) -> None:
-    """Send v1 events (JSON Lines; '-' for stdin) through ingest.
+    """Send v1 events, or a kirolearn export (JSON Lines; '-' for stdin), through ingest.
 
-    Reports how many were stored, duplicate or rejected, with the reason for each
-    rejected line; the rejected lines are kept in the quarantine folder. Exits 1 if
-    any line was rejected.
+    An export's records come back with their versions, vectors and validity, its
+    forgotten records stay forgotten, and the events it had already distilled are not
+    extracted again; nothing already stored is replaced. Reports how many lines were
+    stored, duplicate or rejected, with the reason for each rejected line; the rejected
+    lines are kept in the quarantine folder. Exits 1 if any line was rejected.
 
     \b
     Example:
@@ -36,7 +41,7 @@ def import_(file) -> None:
     require_running()
     try:
         report = importer.import_lines(file)
-    except importer.Stalled as exc:
+    except (importer.Stalled, importer.NotAnExport) as exc:
         raise click.ClickException(str(exc)) from exc
     for line_no, reason in sorted(report.rejected):
         click.echo(f"line {line_no}: rejected: {reason}", err=True)
@@ -51,20 +56,30 @@ def import_(file) -> None:
 
 @click.command()
 @scope_options
-def export(namespace: str | None, project: str | None) -> None:
-    """Write events, then memory records, as JSON Lines to stdout.
+@click.option("--vectors", is_flag=True, help="With each record's vector (base64).")
+def export(namespace: str | None, project: str | None, vectors: bool) -> None:
+    """Write everything as JSON Lines to stdout: a header, the events, the records with
+    their versions, and the ids of forgotten records. `kirolearn import` of it into
+    another home gives back the same export.
 
     \b
     Examples:
         kirolearn export > everything.jsonl
-        kirolearn export --project ~/code/app > app.jsonl
+        kirolearn export --project ~/code/app --vectors > app.jsonl
     """
     namespace = namespace_of(namespace, project)
+    damaged: list[str] = []
+
+    def report(event_id: str, why: str) -> None:
+        damaged.append(event_id)
+        click.echo(f"event {event_id} left out: {why}", err=True)
+
     with reader() as conn:
-        for event in reads.iter_events(conn, namespace):
-            click.echo(json.dumps(event, ensure_ascii=False))
-        for record in reads.iter_records(conn, namespace):
-            click.echo(json.dumps(record, ensure_ascii=False))
+        for line in reads.export_lines(conn, namespace, vectors, report):
+            click.echo(line, nl=False)
+    if damaged:
+        raise click.ClickException(f"{len(damaged)} damaged event(s) were left out of the"
+                                   " export (kirolearn doctor checks the database)")
 
 
 @click.command()
@@ -121,7 +136,7 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
             "limit": limit or loaded["retrieval"]["limit"], "records": as_json}
     if mode:
         body["mode"] = mode
-    result = _search(body, loaded)
+    result = daemon_search(body, loaded)
     if as_json:
         result.pop("context")
         click.echo(json.dumps({"query": query, "namespace": namespace, **result},
@@ -134,78 +149,49 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
                    f" {result['latency_ms']:.1f} ms)", err=True)
 
 
+DURATION_UNITS = {"d": 86400, "h": 3600}
+
+
+def parse_age(text: str) -> float:
+    """``90d`` or ``12h`` as seconds (a UsageError otherwise)."""
+    unit = DURATION_UNITS.get(text[-1:].lower())
+    try:
+        amount = float(text[:-1])
+    except ValueError:
+        amount = -1.0
+    if unit is None or not 0 < amount < 100_000:
+        raise click.UsageError(f"--events-older-than: give days or hours, such as 90d or 12h;"
+                               f" got {text!r}")
+    return amount * unit
+
+
 @click.command()
-@click.argument("record_ids", nargs=-1)
-@click.option("--query", default=None, help="Forget the records this search finds.")
+@click.option("--events-older-than", "age", required=True,
+              help="Remove events older than this (90d, 12h).")
 @scope_options
 @click.option("--yes", is_flag=True, help="Do not ask first.")
-def forget(record_ids: tuple[str, ...], query: str | None, namespace: str | None,
-           project: str | None, yes: bool) -> None:
-    """Delete memory records for good: by id, or those a search finds (in this
-    directory's project, or the one named). Shows what it would forget and asks first.
-    The records leave search, the context given to prompts, the viewer and later
-    exports, with their earlier versions and vectors; the captured events stay.
+def prune(age: str, namespace: str | None, project: str | None, yes: bool) -> None:
+    """Remove raw events older than an age, once distilled into records (the records
+    stay; events still waiting for extraction stay too), and give the space back to
+    the disk. Off unless run.
 
     \b
-    Examples:
-        kirolearn forget mr_01JD3V8Q1X2Y3Z4A5B6C7D8E9F
-        kirolearn forget --query "the old deploy script" --yes
+    Example:
+        kirolearn prune --events-older-than 90d --project ~/code/app
     """
-    if bool(record_ids) == bool(query):
-        raise click.UsageError("give RECORD_IDS or --query, not both and not neither")
-    if record_ids and (namespace or project):
-        raise click.UsageError("--namespace and --project go with --query; an id is enough")
+    seconds = parse_age(age)
+    namespace = namespace_of(namespace, project)
     require_running()
-    if query:
-        if not contract.is_text(query):
-            raise click.UsageError("--query is not valid text in this terminal's encoding")
-        if namespace is None and project is None:
-            project = os.getcwd()
-        loaded = settings()
-        records = _search({"query": query, "namespace": namespace_of(namespace, project),
-                           "limit": loaded["retrieval"]["limit"], "records": True},
-                          loaded)["records"]
-        if not records:
-            click.echo("no memories matched; nothing was forgotten")
-            return
-    else:
-        records = _by_id(record_ids)
-    for record in records:
-        click.echo(f"{record['record_id']}  {record['title']}")
+    where = f"in {namespace}" if namespace else "in every project"
     if not yes:
-        click.confirm(f"Forget these {len(records)} record(s)?", abort=True)
-    for record in records:
-        try:
-            reply = control.call("ingest", "forget", {"record_id": record["record_id"],
-                                                      "namespaces": [record["namespace"]]},
-                                 timeout_ms=control.WRITE_MS)
-        except control.Unanswered as exc:
-            raise click.ClickException(f"forgetting {record['record_id']} failed: {exc}") from exc
-        click.echo(f"forgot {record['record_id']}" if reply["deleted"]
-                   else f"{record['record_id']} was already gone")
+        click.confirm(f"Remove the distilled events older than {age} {where}?", abort=True)
+    before_ms = int((time.time() - seconds) * 1000)
+    removed = ask("ingest", "prune_events", {"before_ms": before_ms, "namespace": namespace},
+                  "pruning", control.MAINTENANCE_MS)
+    mib = 1024 * 1024
+    click.echo(f"removed {removed['events']} event(s) {where}; the database went from"
+               f" {removed['bytes_before'] / mib:.1f} MiB to {removed['bytes_after'] / mib:.1f}"
+               " MiB")
 
 
-def _by_id(record_ids: tuple[str, ...]) -> list[dict]:
-    """The records, in any project; every id must be one (nothing is forgotten else)."""
-    bad = [i for i in record_ids if not contract.is_record_id(i)]
-    if bad:
-        raise click.UsageError(f"not a record id (mr_ and a ULID): {', '.join(bad)}")
-    with reader() as conn:
-        found = {i: reads.record_by_id(conn, i) for i in dict.fromkeys(record_ids)}
-    unknown = [i for i, record in found.items() if record is None]
-    if unknown:
-        raise click.ClickException(f"no record {', '.join(unknown)}; nothing was forgotten")
-    return list(found.values())
-
-
-def _search(body: dict, loaded: dict) -> dict:
-    """One search in the daemon, exactly as for a prompt (``loaded``: the settings); its
-    reply."""
-    timeout_ms = int(loaded["retrieval"]["budget_ms"]) + control.SEARCH_MARGIN_MS
-    try:
-        return control.call("retrieval", "search", body, timeout_ms=timeout_ms)
-    except control.Unanswered as exc:
-        raise click.ClickException(f"search failed: {exc}") from exc
-
-
-COMMANDS = [import_, export, stats, search_, forget]
+COMMANDS = [import_, export, stats, search_, prune]

@@ -78,14 +78,15 @@ def rank(conn: sqlite3.Connection, namespaces: Sequence[str], expression: str, l
 def like(conn: sqlite3.Connection, namespaces: Sequence[str], text: str,
          limit: int) -> list[tuple[int, None]]:
     """The records holding ``text`` as a literal substring (``%``, ``_`` and ``\\``
-    escaped), newest first."""
+    escaped), newest first; none marked invalid."""
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     marks, args = in_list(namespaces)
     return conn.execute(
         "SELECT id, NULL FROM memory_records WHERE"
         " (title LIKE ?1 ESCAPE '\\' OR summary LIKE ?1 ESCAPE '\\'"
         " OR facts_text LIKE ?1 ESCAPE '\\')"
-        f" AND namespace IN {marks} ORDER BY created_at DESC, id DESC LIMIT ?",
+        f" AND namespace IN {marks} AND invalid_reason IS NULL"
+        " ORDER BY created_at DESC, id DESC LIMIT ?",
         (f"%{escaped}%", *args, limit)).fetchall()
 
 
@@ -102,14 +103,16 @@ def records_by_rowid(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, 
 
 def newest_records(conn: sqlite3.Connection, namespace: str, limit: int,
                    types: Sequence[str] = ()) -> list[dict]:
-    """A namespace's newest records (of these observation types, when given)."""
+    """A namespace's newest records (of these observation types, when given), less those
+    marked invalid."""
     where, args = "", []
     if types:
         marks, args = in_list(types)
         where = f" AND observation_type IN {marks}"
     return [reads.record_from_row(row) for row in conn.execute(
         f"SELECT {reads.RECORD_COLUMNS} FROM memory_records WHERE namespace = ?{where}"
-        " ORDER BY created_at DESC, id DESC LIMIT ?", (namespace, *args, limit))]
+        " AND invalid_reason IS NULL ORDER BY created_at DESC, id DESC LIMIT ?",
+        (namespace, *args, limit))]
 
 
 def retrieved_counts(conn: sqlite3.Connection, namespace: str, lookback: int) -> dict[str, int]:

@@ -6,9 +6,10 @@ writer's.
 
 from __future__ import annotations
 
+import base64
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from kirolearn.db import in_list
 
@@ -27,28 +28,41 @@ def event_from_row(row: tuple) -> dict:
     return event
 
 
-def iter_events(conn: sqlite3.Connection, namespace: str | None = None) -> Iterator[dict]:
+def iter_events(conn: sqlite3.Connection, namespace: str | None = None,
+                damaged: Callable[[str, str], None] | None = None) -> Iterator[dict]:
+    """Every event (of a namespace) in time order. A row whose JSON cannot be read (a
+    damaged file) is left out and reported to ``damaged(event_id, why)``."""
     sql = f"SELECT {EVENT_COLUMNS} FROM events"
     args: tuple = ()
     if namespace:
         sql += " WHERE namespace = ?"
         args = (namespace,)
     for row in conn.execute(sql + " ORDER BY valid_ms, event_id", args):
-        yield event_from_row(row)
+        try:
+            yield event_from_row(row)
+        except (ValueError, TypeError) as exc:
+            if damaged is None:
+                raise
+            damaged(row[0], f"its stored body or source is not JSON ({exc})")
 
 
 RECORD_COLUMNS = ("record_id, namespace, title, summary, facts_json, concepts_json,"
                   " files_touched_json, observation_type, strategy, source_event_ids_json,"
-                  " created_at")
+                  " created_at, invalid_reason")
 
 
 def record_from_row(row: tuple) -> dict:
-    return {
+    """A record as the contract has it, with ``invalid_reason`` when it was marked
+    invalid."""
+    record = {
         "record_id": row[0], "namespace": row[1], "title": row[2], "summary": row[3],
         "facts": json.loads(row[4]), "concepts": json.loads(row[5]),
         "files_touched": json.loads(row[6]), "observation_type": row[7], "strategy": row[8],
         "source_event_ids": json.loads(row[9]), "created_at": row[10],
     }
+    if row[11] is not None:
+        record["invalid_reason"] = row[11]
+    return record
 
 
 def record_by_id(conn: sqlite3.Connection, record_id: str) -> dict | None:
@@ -58,17 +72,18 @@ def record_by_id(conn: sqlite3.Connection, record_id: str) -> dict | None:
 
 
 def records_by_id(conn: sqlite3.Connection, record_ids: list[str],
-                  namespaces: Iterable[str]) -> list[dict]:
-    """The records with these ids in these namespaces, in the order asked; ids that are
-    not there are left out."""
+                  namespaces: Iterable[str], valid_only: bool = False) -> list[dict]:
+    """The records with these ids in these namespaces (``valid_only``: not marked
+    invalid), in the order asked; ids that are not there are left out."""
     if not record_ids:
         return []
     ids_sql, ids = in_list(record_ids)
     ns_sql, ns = in_list(namespaces)
+    valid = " AND invalid_reason IS NULL" if valid_only else ""
     # `+namespace`: look the ids up by their unique index, not the namespace's rows.
     found = {row[0]: record_from_row(row) for row in conn.execute(
         f"SELECT {RECORD_COLUMNS} FROM memory_records WHERE record_id IN {ids_sql}"
-        f" AND +namespace IN {ns_sql}", ids + ns)}
+        f" AND +namespace IN {ns_sql}{valid}", ids + ns)}
     return [found[i] for i in dict.fromkeys(record_ids) if i in found]
 
 
@@ -115,37 +130,102 @@ def vectors(conn: sqlite3.Connection, namespace: str) -> Iterator[tuple[str, str
 
 
 def with_versions(conn: sqlite3.Connection, records: list[dict]) -> list[dict]:
-    """The records, each with ``versions``: what it was before each merge, oldest first
-    (each with the time it was replaced)."""
+    """The records, each with ``versions``: what it was before each merge or edit, oldest
+    first (each with the time it was replaced and, for an edit, the reason given)."""
     versions: dict[str, list[dict]] = {r["record_id"]: [] for r in records}
     if versions:
         ids_sql, ids = in_list(list(versions))
         for row in conn.execute(
                 "SELECT record_id, title, summary, facts_json, concepts_json, files_touched_json,"
-                " source_event_ids_json, created_at, replaced_at FROM record_versions"
+                " source_event_ids_json, created_at, replaced_at, reason FROM record_versions"
                 f" WHERE record_id IN {ids_sql} ORDER BY record_id, id", ids):
-            versions[row[0]].append({
+            version = {
                 "title": row[1], "summary": row[2], "facts": json.loads(row[3]),
                 "concepts": json.loads(row[4]), "files_touched": json.loads(row[5]),
                 "source_event_ids": json.loads(row[6]), "created_at": row[7],
-                "replaced_at": row[8]})
+                "replaced_at": row[8]}
+            if row[9] is not None:
+                version["reason"] = row[9]
+            versions[row[0]].append(version)
     return [{**r, "versions": versions[r["record_id"]]} for r in records]
 
 
-def iter_records(conn: sqlite3.Connection, namespace: str | None = None) -> Iterator[dict]:
-    """Every record (of a namespace), oldest first, with its ``versions``."""
-    sql = f"SELECT {RECORD_COLUMNS} FROM memory_records"
+def iter_records(conn: sqlite3.Connection, namespace: str | None = None,
+                 vectors: bool = False) -> Iterator[dict]:
+    """Every record (of a namespace), oldest first, with its ``versions`` and, with
+    ``vectors``, its ``embedding`` (``{hash, vector}``, base64) when it has one."""
+    sql = f"SELECT {RECORD_COLUMNS}, embedding, embedding_hash FROM memory_records"
     args: tuple = ()
     if namespace:
         sql += " WHERE namespace = ?"
         args = (namespace,)
     page: list[dict] = []
+    embedded: dict[str, dict] = {}
     for row in conn.execute(sql + " ORDER BY created_at, record_id", args):
         page.append(record_from_row(row))
+        if vectors and row[-2] is not None:
+            embedded[row[0]] = {"hash": row[-1],
+                                "vector": base64.b64encode(row[-2]).decode("ascii")}
         if len(page) == 500:
-            yield from with_versions(conn, page)
+            yield from _with_embeddings(with_versions(conn, page), embedded)
             page = []
-    yield from with_versions(conn, page)
+    yield from _with_embeddings(with_versions(conn, page), embedded)
+
+
+def _with_embeddings(records: list[dict], embedded: dict[str, dict]) -> Iterator[dict]:
+    for record in records:
+        vector = embedded.pop(record["record_id"], None)
+        yield record if vector is None else {**record, "embedding": vector}
+
+
+def iter_tombstones(conn: sqlite3.Connection, namespace: str | None = None) -> Iterator[dict]:
+    """What remains of each forgotten record (of a namespace), by id."""
+    for row in conn.execute("SELECT record_id, namespace, forgotten_at FROM tombstones"
+                            " WHERE ?1 IS NULL OR namespace = ?1 ORDER BY record_id",
+                            (namespace,)):
+        yield {"record_id": row[0], "namespace": row[1], "forgotten_at": row[2]}
+
+
+def undistilled(conn: sqlite3.Connection, namespace: str | None = None) -> dict[str, list[str]]:
+    """Per namespace, the ids of the events not yet distilled into records: still in
+    the buffer, or in a batch not done."""
+    found: dict[str, list[str]] = {}
+    for ns, event_id in conn.execute(
+            "SELECT e.namespace, e.event_id FROM events e LEFT JOIN extraction_cursor c"
+            " ON c.namespace = e.namespace WHERE (?1 IS NULL OR e.namespace = ?1) AND"
+            " (e.seq > COALESCE(c.last_seq, 0) OR EXISTS (SELECT 1 FROM extraction_batches b"
+            " WHERE b.namespace = e.namespace AND b.state != 'done'"
+            " AND e.seq BETWEEN b.first_seq AND b.last_seq))"
+            " ORDER BY e.namespace, e.event_id", (namespace,)):
+        found.setdefault(ns, []).append(event_id)
+    return found
+
+
+EXPORT_FORMAT = 1
+
+
+def export_lines(conn: sqlite3.Connection, namespace: str | None = None, vectors: bool = False,
+                 damaged: Callable[[str, str], None] | None = None) -> Iterator[str]:
+    """The export, as JSON Lines: a header (the format and the schema), the events not yet
+    distilled (so an import extracts those only), every event, every record with its
+    versions (and vectors), and the tombstones of forgotten records. Everything is in a
+    fixed order: exporting an import of it gives the same lines."""
+    def line(item: dict) -> str:
+        return json.dumps(item, ensure_ascii=False) + "\n"
+
+    yield line({"kirolearn_export": EXPORT_FORMAT, "schema": _schema_version(conn)})
+    for ns, event_ids in undistilled(conn, namespace).items():
+        yield line({"undistilled": {"namespace": ns, "event_ids": event_ids}})
+    for event in iter_events(conn, namespace, damaged):
+        yield line(event)
+    for record in iter_records(conn, namespace, vectors):
+        yield line(record)
+    for tombstone in iter_tombstones(conn, namespace):
+        yield line({"tombstone": tombstone})
+
+
+def _schema_version(conn: sqlite3.Connection) -> int:
+    return conn.execute("SELECT max(version) FROM _migrations").fetchone()[0]
 
 
 

@@ -174,6 +174,42 @@ END;
 -- re-queued by `kirolearn extraction retry`).
 ALTER TABLE extraction_batches ADD COLUMN error TEXT;
 """),
+    (8, "tombstones_and_edits", """
+-- What remains of a forgotten record: its id, so that no import brings it back.
+CREATE TABLE tombstones (
+    record_id TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    forgotten_at TEXT NOT NULL
+) STRICT;
+-- A record marked invalid (and why) stays readable (get_records, the viewer, export)
+-- but is never retrieved: it leaves the full-text index and has no vector.
+ALTER TABLE memory_records ADD COLUMN invalid_reason TEXT;
+-- Why a version was replaced: NULL for a merge, the reason given for an edit.
+ALTER TABLE record_versions ADD COLUMN reason TEXT;
+DROP TRIGGER memory_records_ai;
+CREATE TRIGGER memory_records_ai AFTER INSERT ON memory_records
+WHEN new.invalid_reason IS NULL BEGIN
+    INSERT INTO memory_records_fts (rowid, title, summary, facts_text)
+    VALUES (new.id, new.title, new.summary, new.facts_text);
+END;
+DROP TRIGGER memory_records_ad;
+CREATE TRIGGER memory_records_ad AFTER DELETE ON memory_records
+WHEN old.invalid_reason IS NULL BEGIN
+    INSERT INTO memory_records_fts (memory_records_fts, rowid, title, summary, facts_text)
+    VALUES ('delete', old.id, old.title, old.summary, old.facts_text);
+END;
+-- Only a change of the indexed text (or of validity) touches the index: storing a
+-- vector does not.
+DROP TRIGGER memory_records_au;
+CREATE TRIGGER memory_records_au AFTER UPDATE OF title, summary, facts_text, invalid_reason
+ON memory_records BEGIN
+    INSERT INTO memory_records_fts (memory_records_fts, rowid, title, summary, facts_text)
+    SELECT 'delete', old.id, old.title, old.summary, old.facts_text
+    WHERE old.invalid_reason IS NULL;
+    INSERT INTO memory_records_fts (rowid, title, summary, facts_text)
+    SELECT new.id, new.title, new.summary, new.facts_text WHERE new.invalid_reason IS NULL;
+END;
+"""),
 ]
 
 

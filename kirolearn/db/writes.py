@@ -22,6 +22,9 @@ def connect_writer(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA busy_timeout=5000")
+    # What is deleted (a forgotten record, pruned events) is overwritten on disk, not left
+    # readable in free pages.
+    conn.execute("PRAGMA secure_delete=ON")
     # Index pages (content hashes are random) stay in memory instead of being re-read.
     conn.execute("PRAGMA cache_size=-65536")
     schema.migrate(conn)
@@ -35,6 +38,13 @@ def connect_writer(path: Path) -> sqlite3.Connection:
 def checkpoint(conn: sqlite3.Connection) -> None:
     """Fold the WAL into the database file (at a clean stop)."""
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def compact(conn: sqlite3.Connection) -> None:
+    """Give the free pages back to the disk (``VACUUM``, outside a transaction), then
+    fold the WAL in."""
+    conn.execute("VACUUM")
+    checkpoint(conn)
 
 
 # --- events ----------------------------------------------------------------------------------
@@ -90,18 +100,35 @@ def insert_event(conn: sqlite3.Connection, event: dict, dedup_window_ms: int,
 
 # --- memory records ----------------------------------------------------------------------------
 
-def insert_record(conn: sqlite3.Connection, record: dict, batch_id: str | None = None) -> None:
+def insert_record(conn: sqlite3.Connection, record: dict, batch_id: str | None = None,
+                  invalid_reason: str | None = None) -> None:
+    """A new record; one marked invalid (an import) is kept out of the full-text index
+    and is never embedded."""
     facts = record.get("facts", [])
     conn.execute(
         "INSERT INTO memory_records (record_id, namespace, title, summary, facts_json,"
         " facts_text, concepts_json, files_touched_json, observation_type, strategy,"
-        " source_event_ids_json, created_at, batch_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        " source_event_ids_json, created_at, batch_id, invalid_reason, embedding_hash)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (record["record_id"], record["namespace"], record["title"], record["summary"],
          json.dumps(facts), " ".join(facts), json.dumps(record.get("concepts", [])),
          json.dumps(record.get("files_touched", [])), record["observation_type"],
          record["strategy"], json.dumps(record["source_event_ids"]), record["created_at"],
-         batch_id),
+         batch_id, invalid_reason, None if invalid_reason is None else NOT_EMBEDDED),
     )
+
+
+NOT_EMBEDDED = "invalid"  # the embedding_hash of a record marked invalid: never embedded
+
+
+def _keep_version(conn: sqlite3.Connection, row_id: int, reason: str | None = None) -> None:
+    """Keep a record's present state in ``record_versions`` before it changes."""
+    conn.execute(
+        "INSERT INTO record_versions (record_id, title, summary, facts_json, concepts_json,"
+        " files_touched_json, source_event_ids_json, created_at, replaced_at, reason)"
+        " SELECT record_id, title, summary, facts_json, concepts_json, files_touched_json,"
+        " source_event_ids_json, created_at, ?, ? FROM memory_records WHERE id = ?",
+        (utc_now(), reason, row_id))
 
 
 MAX_SUMMARY = 4000  # a record's limits (contract.validate_record): a merge that would
@@ -137,12 +164,7 @@ def save_record(conn: sqlite3.Connection, record: dict, batch_id: str | None = N
             if (len(summary) > MAX_SUMMARY or len(facts) > MAX_ITEMS
                     or len(concepts) > MAX_ITEMS):
                 break
-            conn.execute(
-                "INSERT INTO record_versions (record_id, title, summary, facts_json,"
-                " concepts_json, files_touched_json, source_event_ids_json, created_at,"
-                " replaced_at) SELECT record_id, title, summary, facts_json, concepts_json,"
-                " files_touched_json, source_event_ids_json, created_at, ?"
-                " FROM memory_records WHERE id = ?", (utc_now(), row[0]))
+            _keep_version(conn, row[0])
             conn.execute(
                 "UPDATE memory_records SET summary = ?, facts_json = ?, facts_text = ?,"
                 " concepts_json = ?, source_event_ids_json = ?, created_at = ?, batch_id = ?,"
@@ -154,12 +176,117 @@ def save_record(conn: sqlite3.Connection, record: dict, batch_id: str | None = N
     return None
 
 
-def delete_record(conn: sqlite3.Connection, record_id: str, namespaces: Iterable[str]) -> bool:
-    """Delete a record (its full-text entry goes with it, by trigger); whether it was
-    there, in one of these namespaces."""
+def _record_row(conn: sqlite3.Connection, record_id: str,
+                namespaces: Iterable[str]) -> tuple[int, str] | None:
+    """(row id, namespace) of the record with this id in one of these namespaces."""
     ns_sql, ns = in_list(namespaces)
-    return conn.execute(f"DELETE FROM memory_records WHERE record_id = ? AND +namespace IN"
-                        f" {ns_sql}", [record_id, *ns]).rowcount > 0
+    return conn.execute(f"SELECT id, namespace FROM memory_records WHERE record_id = ?"
+                        f" AND +namespace IN {ns_sql}", [record_id, *ns]).fetchone()
+
+
+def delete_record(conn: sqlite3.Connection, record_id: str, namespaces: Iterable[str]) -> bool:
+    """Forget a record: its text, full-text entry and versions go (by trigger) and a
+    tombstone keeps its id, so no import brings it back. Whether it was there, in one of
+    these namespaces."""
+    row = _record_row(conn, record_id, namespaces)
+    if row is None:
+        return False
+    conn.execute("INSERT OR IGNORE INTO tombstones VALUES (?, ?, ?)",
+                 (record_id, row[1], utc_now()))
+    conn.execute("DELETE FROM memory_records WHERE id = ?", (row[0],))
+    return True
+
+
+def forget_namespace(conn: sqlite3.Connection, namespace: str) -> dict[str, int]:
+    """Forget everything of one project: its events, records (tombstones kept), batches
+    and retrieval log. How many events and records were removed."""
+    conn.execute("INSERT OR IGNORE INTO tombstones SELECT record_id, namespace, ?"
+                 " FROM memory_records WHERE namespace = ?", (utc_now(), namespace))
+    records = conn.execute("DELETE FROM memory_records WHERE namespace = ?",
+                           (namespace,)).rowcount
+    events = conn.execute("DELETE FROM events WHERE namespace = ?", (namespace,)).rowcount
+    for table in ("extraction_batches", "extraction_cursor", "retrievals"):
+        conn.execute(f"DELETE FROM {table} WHERE namespace = ?", (namespace,))
+    return {"events": events, "records": records}
+
+
+def update_record(conn: sqlite3.Connection, record_id: str, namespaces: Iterable[str],
+                  changes: dict, reason: str | None) -> bool:
+    """Edit a record's ``title``, ``summary`` or ``facts`` (its previous state becomes a
+    version, with the reason), or, with ``changes`` ``{"invalid_reason": why}``, mark it
+    invalid: it stays readable but is never retrieved. Whether it was there."""
+    row = _record_row(conn, record_id, namespaces)
+    if row is None:
+        return False
+    if "invalid_reason" in changes:
+        conn.execute("UPDATE memory_records SET invalid_reason = ?, embedding = NULL,"
+                     " embedding_hash = ? WHERE id = ?",
+                     (changes["invalid_reason"], NOT_EMBEDDED, row[0]))
+        return True
+    _keep_version(conn, row[0], reason)
+    columns = {"title": changes.get("title"), "summary": changes.get("summary")}
+    if "facts" in changes:
+        columns.update(facts_json=json.dumps(changes["facts"]),
+                       facts_text=" ".join(changes["facts"]))
+    columns = {k: v for k, v in columns.items() if v is not None}
+    assignments = ", ".join(f"{name} = ?" for name in columns)
+    # A valid record is embedded again from its new text.
+    conn.execute(f"UPDATE memory_records SET {assignments}, embedding_hash = CASE WHEN"
+                 f" invalid_reason IS NULL THEN NULL ELSE embedding_hash END WHERE id = ?",
+                 [*columns.values(), row[0]])
+    return True
+
+
+def import_record(conn: sqlite3.Connection, record: dict, versions: list[dict],
+                  invalid_reason: str | None, embedding: dict | None,
+                  current_hash: Callable[[dict], str]) -> dict:
+    """A record from an export, with its versions and, when it was made from the same
+    text by the same model, its vector. Never replaces a record, nor brings back a
+    forgotten one: ``{status, reason?}``."""
+    forgotten = conn.execute("SELECT forgotten_at FROM tombstones WHERE record_id = ?",
+                             (record["record_id"],)).fetchone()
+    if forgotten:
+        return {"status": "rejected", "reason": f"{record['record_id']} was forgotten on"
+                f" {forgotten[0]}; a forgotten record is not brought back"}
+    if conn.execute("SELECT 1 FROM memory_records WHERE record_id = ?",
+                    (record["record_id"],)).fetchone():
+        return {"status": "duplicate"}
+    insert_record(conn, record, invalid_reason=invalid_reason)
+    for version in versions:
+        conn.execute(
+            "INSERT INTO record_versions (record_id, title, summary, facts_json,"
+            " concepts_json, files_touched_json, source_event_ids_json, created_at,"
+            " replaced_at, reason) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (record["record_id"], version["title"], version["summary"],
+             json.dumps(version["facts"]), json.dumps(version["concepts"]),
+             json.dumps(version["files_touched"]), json.dumps(version["source_event_ids"]),
+             version["created_at"], version["replaced_at"], version.get("reason")))
+    if embedding is not None and invalid_reason is None:
+        save_embedding(conn, record["record_id"], embedding["hash"], embedding["vector"],
+                       current_hash)
+    return {"status": "stored"}
+
+
+def import_tombstone(conn: sqlite3.Connection, tombstone: dict) -> dict:
+    """A tombstone from an export: the record it names is forgotten here too."""
+    if not conn.execute("INSERT OR IGNORE INTO tombstones VALUES (?, ?, ?)",
+                        (tombstone["record_id"], tombstone["namespace"],
+                         tombstone["forgotten_at"])).rowcount:
+        return {"status": "duplicate"}
+    conn.execute("DELETE FROM memory_records WHERE record_id = ?", (tombstone["record_id"],))
+    return {"status": "stored"}
+
+
+def prune_events(conn: sqlite3.Connection, before_ms: int, namespace: str | None) -> int:
+    """Delete the events (of a namespace) older than ``before_ms`` that are already
+    distilled into records (the records stay); how many."""
+    return conn.execute(
+        "DELETE FROM events WHERE valid_ms < ?1 AND (?2 IS NULL OR namespace = ?2)"
+        " AND seq <= COALESCE((SELECT last_seq FROM extraction_cursor c"
+        " WHERE c.namespace = events.namespace), 0)"
+        " AND NOT EXISTS (SELECT 1 FROM extraction_batches b WHERE b.namespace ="
+        " events.namespace AND b.state != 'done' AND events.seq BETWEEN b.first_seq"
+        " AND b.last_seq)", (before_ms, namespace)).rowcount
 
 
 def save_embedding(conn: sqlite3.Connection, record_id: str, text_hash: str, blob: bytes,
@@ -167,7 +294,7 @@ def save_embedding(conn: sqlite3.Connection, record_id: str, text_hash: str, blo
     """Store a record's vector if it was made from the record's current text (a merge may
     have changed it since); whether it was stored."""
     record = reads.record_by_id(conn, record_id)
-    if record is None or current_hash(record) != text_hash:
+    if record is None or "invalid_reason" in record or current_hash(record) != text_hash:
         return False
     conn.execute("UPDATE memory_records SET embedding = ?, embedding_hash = ? WHERE record_id = ?",
                  (blob, text_hash, record_id))
@@ -183,18 +310,48 @@ MAX_BATCH_EVENTS = 200
 
 
 def form_batches(conn: sqlite3.Connection, namespace: str, reason: str, max_bytes: int,
-                 max_events: int = MAX_BATCH_EVENTS) -> list[str]:
+                 max_events: int = MAX_BATCH_EVENTS, history: frozenset[str] = frozenset()
+                 ) -> list[str]:
     """Make the namespace's pending events ready batches (caller's transaction), each at
     most ``max_bytes`` of body (an event larger alone is a batch of its own) and
     ``max_events`` events, cut after a turn's end (a ``session_summary``) where the
     limits leave one, so a turn stays whole. Events stored after this stay pending.
+
+    ``history``: ids of events imported from an export that had already distilled them;
+    each run of them becomes a batch already done, so they are not extracted again.
     """
     cursor = conn.execute("SELECT last_seq FROM extraction_cursor WHERE namespace = ?",
                           (namespace,)).fetchone()
     first = (cursor[0] if cursor else 0) + 1
-    rows = conn.execute("SELECT seq, kind = 'session_summary', length(body_json) FROM events"
-                        " INDEXED BY events_namespace WHERE namespace = ? AND seq >= ?"
-                        " ORDER BY seq", (namespace, first)).fetchall()
+    rows = conn.execute("SELECT seq, kind = 'session_summary', length(body_json), event_id"
+                        " FROM events INDEXED BY events_namespace WHERE namespace = ?"
+                        " AND seq >= ? ORDER BY seq", (namespace, first)).fetchall()
+    batch_ids = []
+    start = 0
+    while start < len(rows):
+        done = rows[start][3] in history
+        end = start + 1
+        while end < len(rows) and (rows[end][3] in history) == done:
+            end += 1
+        ranges = ([(rows[start][0], rows[end - 1][0])] if done
+                  else _cut(rows[start:end], max_bytes, max_events))
+        for low, high in ranges:
+            batch_ids.append(contract.new_ulid())
+            conn.execute("INSERT INTO extraction_batches (batch_id, namespace, first_seq,"
+                         " last_seq, state, reason, created_ms, done_ms, record_count)"
+                         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         (batch_ids[-1], namespace, low, high, "done" if done else "ready",
+                          "imported" if done else reason, now_ms(), now_ms() if done else None,
+                          0 if done else None))
+        start = end
+    if rows:
+        conn.execute("INSERT INTO extraction_cursor VALUES (?, ?) ON CONFLICT (namespace)"
+                     " DO UPDATE SET last_seq = excluded.last_seq", (namespace, rows[-1][0]))
+    return batch_ids
+
+
+def _cut(rows: list[tuple], max_bytes: int, max_events: int) -> list[tuple[int, int]]:
+    """Seq ranges of batches within the limits (rows: seq, is a turn's end, size)."""
     ranges: list[tuple[int, int]] = []
     start = 0
     while start < len(rows):
@@ -209,17 +366,7 @@ def form_batches(conn: sqlite3.Connection, namespace: str, reason: str, max_byte
             end = turn_end + 1  # the limits fell inside a turn: cut after the last whole one
         ranges.append((rows[start][0], rows[end - 1][0]))
         start = end
-    batch_ids = []
-    for low, high in ranges:
-        batch_ids.append(contract.new_ulid())
-        conn.execute("INSERT INTO extraction_batches (batch_id, namespace, first_seq, last_seq,"
-                     " state, reason, created_ms) VALUES (?, ?, ?, ?, 'ready', ?, ?)",
-                     (batch_ids[-1], namespace, low, high, reason, now_ms()))
-    if ranges:
-        conn.execute("INSERT INTO extraction_cursor VALUES (?, ?) ON CONFLICT (namespace)"
-                     " DO UPDATE SET last_seq = excluded.last_seq", (namespace, ranges[-1][1]))
-    return batch_ids
-
+    return ranges
 
 
 def lease_batch(conn: sqlite3.Connection, batch_id: str, expires_ms: int) -> None:

@@ -16,21 +16,26 @@ It also drains the spool (events a shim could not deliver) when it starts and
 every ``ingest.spool_interval_s``: each file goes through the same door as a
 client's event and is deleted once storage has it (or moved aside if invalid).
 
-Records saved through MCP (``put_record``) come through this door too, and get the
-same scrub; ``forget`` deletes one. Both are checked here and relayed to storage.
+Every change to records comes through this door too, is checked (and its text
+scrubbed) here and relayed to storage: a record saved through MCP (``put_record``),
+an edit or a record marked invalid (``update_record``), an export's records and
+tombstones (``put_records``), and ``forget``, ``forget_project`` and ``prune_events``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import zmq
 
-from kirolearn import contract, paths, privacy, protocol, spool, transport
+from kirolearn import contract, control, paths, privacy, protocol, spool, transport
 from kirolearn.db import writes
 from kirolearn.roles import base
 
@@ -93,7 +98,7 @@ class Ingest(base.Role):
         self.by_retrieval_id: dict[str, Pending] = {}
         self.unsent: dict[str, tuple[Pending, bytes]] = {}  # searches waiting for retrieval
         # Record writes relayed to storage: its request id → (client request, deadline).
-        self.relays: dict[str, tuple[base.Request, float]] = {}
+        self.relays: dict[str, tuple[base.Request, float, Callable | None]] = {}
         self.accepted = 0
 
     def counters(self) -> dict:
@@ -120,14 +125,65 @@ class Ingest(base.Role):
         [{event_id, status, reason?, errors?}…]}``, one per input, in order."""
         # 'lines' carries events as JSON text (bulk import): parsing untrusted JSON
         # belongs here, at the door, and spares the client a decode/encode.
+        # 'history': events of an export that had already distilled them (not extracted
+        # again).
         events, lines = request.body.get("events"), request.body.get("lines")
+        history = request.body.get("history", False) is True
         if isinstance(lines, list) and all(isinstance(line, str) for line in lines):
-            self._put(request, [_decode(line) for line in lines], retrieve=False)
+            self._put(request, [_decode(line) for line in lines], retrieve=False,
+                      history=history)
         elif isinstance(events, list):
-            self._put(request, events, retrieve=False)
+            self._put(request, events, retrieve=False, history=history)
         else:
             raise base.BadRequest("'events' (or 'lines') must be a list")
         return base.LATER
+
+    @base.op("put_records")
+    def put_records(self, request: base.Request) -> object:
+        """``put_records {lines: [JSON text…]}`` → ``{results: [{record_id, status,
+        reason?}…]}``: an export's records (with versions, vectors) and tombstones, each
+        checked and scrubbed here, then relayed to storage."""
+        lines = request.body.get("lines")
+        if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
+            raise base.BadRequest("'lines' must be a list of JSON texts")
+        results: list[dict | None] = [None] * len(lines)
+        items, slots = [], []
+        for index, line in enumerate(lines):
+            item = _decode(line)
+            try:
+                items.append(check_exported(item))
+                slots.append(index)
+            except contract.ContractError as exc:
+                record_id = item.get("record_id") if isinstance(item, dict) else None
+                results[index] = {"record_id": record_id if isinstance(record_id, str)
+                                  else None, "status": "rejected", "reason": str(exc)}
+
+        def merge(body: dict) -> dict:
+            for slot, result in zip(slots, body["results"], strict=True):
+                results[slot] = result
+            return {"results": results}
+
+        if not items:
+            return {"results": results}
+        return self._relay(request, lambda _: {"items": items}, merge)
+
+    @base.op("update_record")
+    def update_record(self, request: base.Request) -> object:
+        """``update_record {record_id, namespaces, changes: {title?, summary?, facts?} |
+        {invalid_reason}, reason?}`` → ``{updated}``, relayed to storage."""
+        return self._relay(request, check_update)
+
+    @base.op("forget_project")
+    def forget_project(self, request: base.Request) -> object:
+        """``forget_project {namespace}`` → ``{events, records}``, relayed to storage."""
+        return self._relay(request, check_namespace,
+                           timeout_s=control.MAINTENANCE_MS / 1000)
+
+    @base.op("prune_events")
+    def prune_events(self, request: base.Request) -> object:
+        """``prune_events {before_ms, namespace?}`` → ``{events, bytes_before,
+        bytes_after}``, relayed to storage."""
+        return self._relay(request, check_prune, timeout_s=control.MAINTENANCE_MS / 1000)
 
     @base.op("put_record")
     def put_record(self, request: base.Request) -> object:
@@ -171,9 +227,10 @@ class Ingest(base.Role):
                                     if v is not pending}
             self.unsent = {k: v for k, v in self.unsent.items() if v[0] is not pending}
 
-    def _relay(self, request: base.Request, check) -> object:
-        """Check a record write, then send it on to storage; storage's answer goes back
-        to the client."""
+    def _relay(self, request: base.Request, check, merge=None,
+               timeout_s: float | None = None) -> object:
+        """Check a record write, then send it on to storage; storage's answer (its body
+        passed through ``merge`` when given) goes back to the client."""
         try:
             body = check(request.body)
         except contract.ContractError as exc:
@@ -185,13 +242,14 @@ class Ingest(base.Role):
         except zmq.Again:
             request.fail(Code.UNAVAILABLE, "storage is not accepting writes")
             return base.LATER
-        self.relays[message["id"]] = (request, time.monotonic() + self.storage_timeout_s)
+        self.relays[message["id"]] = (
+            request, time.monotonic() + (timeout_s or self.storage_timeout_s), merge)
         return base.LATER
 
     def _put(self, request: base.Request | None, events: list, retrieve: bool | str,
-             spool_files: list[Path] | None = None) -> None:
+             spool_files: list[Path] | None = None, history: bool = False) -> None:
         """Prepare each event and queue the valid ones for storage (``request`` None:
-        events from the spool)."""
+        events from the spool; ``history``: already distilled, see ``put_events``)."""
         now = time.monotonic()
         op = request.op if request is not None else "put_events"
         pending = Pending(request, op, [None] * len(events), now + self.storage_timeout_s,
@@ -209,6 +267,8 @@ class Ingest(base.Role):
                 pending.results[index] = rejection(event, contract.ContractError(
                     [contract.FieldError("event", f"could not be read: {type(exc).__name__}")]))
                 continue
+            if history:
+                stored["history"] = True
             clean.append(stored)
             pending.storage_slots.append(index)
             if first_body is None:
@@ -292,7 +352,9 @@ class Ingest(base.Role):
         while sock.poll(0, zmq.POLLIN):
             reply = self._read_reply(sock)
             if reply and reply.get("id") in self.relays:
-                request, _ = self.relays.pop(reply["id"])
+                request, _, merge = self.relays.pop(reply["id"])
+                if merge is not None and reply["ok"]:
+                    reply = {**reply, "body": merge(reply["body"])}
                 transport.send_reply(request.sock, request.envelope,
                                      {**reply, "id": request.id})
                 continue
@@ -412,7 +474,7 @@ class Ingest(base.Role):
                 pending.retrieval["error"] = "retrieval did not answer within the budget"
                 self._log_retrieval(pending)
                 self._maybe_reply(pending)
-        for sid, (request, deadline) in list(self.relays.items()):
+        for sid, (request, deadline, _) in list(self.relays.items()):
             if now >= deadline:
                 del self.relays[sid]
                 request.fail(Code.UNAVAILABLE, "storage did not answer in time")
@@ -478,12 +540,10 @@ RECORD_TEXT_LIMITS = {"title": 200, "summary": 4000}
 RECORD_LIST_LIMITS = {"facts": 500, "concepts": 100, "files_touched": 500}
 
 
-def check_put_record(body: dict) -> dict:
-    """A record to save, scrubbed like an event's body and checked against the
-    contract (raises ContractError)."""
-    record = body.get("record")
+def scrubbed(record: object) -> object:
+    """A record's (or a version's, or an edit's) text, scrubbed like an event's body."""
     if not isinstance(record, dict):
-        raise contract.ContractError([contract.FieldError("record", "must be an object")])
+        return record
     record = dict(record)
     for field_name, limit in RECORD_TEXT_LIMITS.items():
         if isinstance(record.get(field_name), str):
@@ -492,7 +552,83 @@ def check_put_record(body: dict) -> dict:
         if isinstance(record.get(field_name), list):
             record[field_name] = [privacy.scrub_text(item)[:limit] if isinstance(item, str)
                                   else item for item in record[field_name]]
-    return {"record": contract.validate_record(record)}
+    return record
+
+
+def check_put_record(body: dict) -> dict:
+    """A record to save, scrubbed and checked against the contract (raises
+    ContractError)."""
+    record = body.get("record")
+    if not isinstance(record, dict):
+        raise contract.ContractError([contract.FieldError("record", "must be an object")])
+    return {"record": contract.validate_record(scrubbed(record))}
+
+
+def check_exported(item: object) -> dict:
+    """A line of an export that is a record (with its versions, validity and vector) or
+    a tombstone: checked and scrubbed, in the form storage's ``put_records`` takes."""
+    if isinstance(item, _BadLine):
+        raise contract.ContractError([contract.FieldError("line", item.reason)])
+    if isinstance(item, dict) and set(item) == {"tombstone"}:
+        return {"tombstone": contract.validate_tombstone(item["tombstone"])}
+    record, versions, invalid_reason, embedding = contract.split_exported_record(item)
+    if embedding is not None:
+        try:
+            embedding = {"hash": embedding["hash"],
+                         "vector": base64.b64decode(embedding["vector"], validate=True)}
+        except (binascii.Error, ValueError) as exc:
+            raise contract.ContractError([contract.FieldError(
+                "embedding.vector", f"is not base64 ({exc})")]) from exc
+    return {"record": contract.validate_record(scrubbed(record)),
+            "versions": [contract.validate_version(scrubbed(v)) for v in versions],
+            "invalid_reason": (None if invalid_reason is None
+                               else privacy.scrub_text(invalid_reason)),
+            "embedding": embedding}
+
+
+def check_update(body: dict) -> dict:
+    """An edit of a record (``title``, ``summary``, ``facts``, scrubbed and checked) or
+    a record marked invalid (``invalid_reason``), with the reason for it."""
+    target = check_forget(body)
+    changes, reason = body.get("changes"), body.get("reason")
+    errors = []
+    if reason is not None and (not isinstance(reason, str) or not 0 < len(reason) <= 1000
+                               or not reason.strip()):
+        errors.append(contract.FieldError("reason", "must be text of 1 to 1000 characters"))
+    if not isinstance(changes, dict) or not changes or (
+            set(changes) - {"title", "summary", "facts"} and set(changes) != {"invalid_reason"}):
+        errors.append(contract.FieldError("changes", "must change title, summary or facts,"
+                                          " or give invalid_reason alone"))
+    if errors:
+        raise contract.ContractError(errors)
+    if "invalid_reason" in changes:
+        why = changes["invalid_reason"]
+        if not isinstance(why, str) or not why.strip() or len(why) > 1000:
+            raise contract.ContractError([contract.FieldError(
+                "changes.invalid_reason", "must be text of 1 to 1000 characters")])
+        clean = {"invalid_reason": privacy.scrub_text(why)}
+    else:
+        clean = scrubbed(changes)
+        contract.check_record_changes(clean)
+    return {**target, "changes": clean,
+            "reason": None if reason is None else privacy.scrub_text(reason)}
+
+
+def check_namespace(body: dict) -> dict:
+    namespace = body.get("namespace")
+    if not contract.is_namespace(namespace):
+        raise contract.ContractError([contract.FieldError(
+            "namespace", "must look like /actor/<user>/project/<id>/")])
+    return {"namespace": namespace}
+
+
+def check_prune(body: dict) -> dict:
+    before_ms, namespace = body.get("before_ms"), body.get("namespace")
+    if not isinstance(before_ms, int) or isinstance(before_ms, bool) or before_ms < 0:
+        raise contract.ContractError([contract.FieldError(
+            "before_ms", "must be a time in milliseconds since the epoch")])
+    return {"before_ms": before_ms,
+            "namespace": None if namespace is None else check_namespace(body)["namespace"]}
 
 
 def check_forget(body: dict) -> dict:

@@ -2,8 +2,9 @@
 
 Sockets (all bound here):
 - ``storage`` ROUTER: ``put_events`` from ingest (acknowledged only after the
-  transaction commits), ``put_record`` and ``forget`` (records saved or deleted
-  through MCP), ``put_embeddings`` (records' vectors, from retrieval),
+  transaction commits), the changes to records that ingest relays (``put_record``,
+  ``forget``, ``update_record``, ``put_records``, ``forget_project``, ``prune_events``),
+  ``put_embeddings`` (records' vectors, from retrieval),
   ``log_retrieval``, ``ping``. Requests that are already
   queued are committed together in one transaction (group commit), so a burst
   costs one fsync instead of one per event.
@@ -222,6 +223,7 @@ class Storage(base.Role):
             with self.writing():
                 results = [[self._put_one(event, transaction_time, stored)
                             for event in request.body["events"]] for request in group]
+                history = self._batch_history(stored)
         except base.Unavailable as exc:  # said in the log once, when the fault began
             for request in group:
                 request.fail(Code.UNAVAILABLE, exc.reason)
@@ -234,7 +236,11 @@ class Storage(base.Role):
         for request, answer in zip(group, results, strict=True):
             request.reply({"results": answer})
         now = db.now_ms()
+        for namespace in history:
+            self.pending.pop(namespace, None)
         for event in stored:
+            if event["namespace"] in history:
+                continue
             entry = self.pending.setdefault(event["namespace"], [0, now])
             entry[0] += len(event["body_json"])
             entry[1] = now
@@ -245,6 +251,19 @@ class Storage(base.Role):
         if stored:
             self._announce(b"events")
         self.last_put = time.monotonic()
+
+    def _batch_history(self, stored: list[dict]) -> set[str]:
+        """Events imported from an export that had already distilled them (``history``)
+        are batched at once as done, with their namespace's other pending events (ready);
+        the namespaces so batched."""
+        history: dict[str, set[str]] = {}
+        for event in stored:
+            if event.get("history"):
+                history.setdefault(event["namespace"], set()).add(event["event_id"])
+        for namespace, event_ids in history.items():
+            writes.form_batches(self.conn, namespace, "import", self.max_bytes,
+                                history=frozenset(event_ids))
+        return set(history)
 
     def _put_one(self, event: object, transaction_time: str, stored: list[dict]) -> dict:
         """Insert one event inside the open transaction.
@@ -309,14 +328,96 @@ class Storage(base.Role):
     @base.op("forget")
     def forget(self, request: base.Request) -> dict:
         """``forget {record_id, namespaces}`` → ``{deleted}``: whether the record was
-        there, in one of those namespaces."""
+        there, in one of those namespaces (a tombstone keeps its id)."""
         record_id = request.require("record_id", str, "a record id")
         namespaces = request.require("namespaces", list, "a list of namespaces")
         with self.writing():
             deleted = writes.delete_record(self.conn, record_id, namespaces)
         self.log.info("forget: %s %s", record_id, "deleted" if deleted else "not found")
-        self._announce(b"records")
+        self._forgotten(b"records")
         return {"deleted": deleted}
+
+    @base.op("forget_project")
+    def forget_project(self, request: base.Request) -> dict:
+        """``forget_project {namespace}`` → ``{events, records}``: everything of one
+        project removed (tombstones kept for its records)."""
+        namespace = request.require("namespace", str, "a namespace")
+        with self.writing():
+            removed = writes.forget_namespace(self.conn, namespace)
+        self.pending.pop(namespace, None)
+        self.turn_ended.discard(namespace)
+        self.log.info("forget_project: %s: %d event(s), %d record(s)", namespace,
+                      removed["events"], removed["records"])
+        self._forgotten(b"events", b"records", b"retrievals")
+        return removed
+
+    @base.op("update_record")
+    def update_record(self, request: base.Request) -> dict:
+        """``update_record {record_id, namespaces, changes, reason?}`` → ``{updated}``:
+        an edit (a new version) or a record marked invalid (``writes.update_record``)."""
+        record_id = request.require("record_id", str, "a record id")
+        namespaces = request.require("namespaces", list, "a list of namespaces")
+        changes = request.require("changes", dict, "an object")
+        with self.writing():
+            updated = writes.update_record(self.conn, record_id, namespaces, changes,
+                                           request.body.get("reason"))
+        self.log.info("update_record: %s %s", record_id, sorted(changes) if updated
+                      else "not found")
+        self._forgotten(b"records")
+        return {"updated": updated}
+
+    @base.op("put_records")
+    def put_records(self, request: base.Request) -> dict:
+        """``put_records {items: [{record, versions, invalid_reason, embedding} |
+        {tombstone}…]}`` → ``{results: [{record_id, status, reason?}…]}``: an export's
+        records and tombstones (checked and scrubbed by ingest), in one transaction."""
+        items = request.require("items", list, "a list")
+        results = []
+        with self.writing():
+            for item in items:
+                if "tombstone" in item:
+                    result = writes.import_tombstone(self.conn, item["tombstone"])
+                    results.append({"record_id": item["tombstone"]["record_id"], **result})
+                    continue
+                embedding = item.get("embedding")
+                if embedding and len(embedding["vector"]) != embeddings.DIMENSIONS * 4:
+                    embedding = None  # another model's: embedded again here
+                result = writes.import_record(self.conn, item["record"], item["versions"],
+                                              item.get("invalid_reason"), embedding,
+                                              embeddings.record_hash)
+                results.append({"record_id": item["record"]["record_id"], **result})
+        self._forgotten(b"records")
+        return {"results": results}
+
+    @base.op("prune_events")
+    def prune_events(self, request: base.Request) -> dict:
+        """``prune_events {before_ms, namespace?}`` → ``{events, bytes_before,
+        bytes_after}``: raw events already distilled removed, and the file compacted."""
+        before_ms = request.require("before_ms", int, "a time in ms")
+        namespace = request.body.get("namespace")
+        size_before = self._file_bytes()
+        with self.writing():
+            removed = writes.prune_events(self.conn, before_ms, namespace)
+        if removed:
+            try:
+                writes.compact(self.conn)
+            except sqlite3.Error as exc:  # removed all the same; the space is reused later
+                self.log.warning("prune_events: the file could not be compacted: %s", exc)
+        self.log.info("prune_events: %d event(s) removed", removed)
+        self._announce(b"events")
+        return {"events": removed, "bytes_before": size_before, "bytes_after": self._file_bytes()}
+
+    def _file_bytes(self) -> int:
+        return sum(os.stat(f"{self.path}{suffix}").st_size for suffix in ("", "-wal")
+                   if os.path.exists(f"{self.path}{suffix}"))
+
+    def _forgotten(self, *what: bytes) -> None:
+        """After a change that removed text: the WAL's copies of the old pages are folded
+        into the file (best effort: not while a reader holds them) and the viewers told."""
+        with contextlib.suppress(sqlite3.Error):
+            writes.checkpoint(self.conn)
+        for item in what:
+            self._announce(item)
 
     @base.op("put_embeddings")
     def put_embeddings(self, request: base.Request) -> dict:

@@ -178,7 +178,7 @@ class Searcher:
             shown = {r["record_id"] for r in recent}
             wanted = [i for i, _ in sorted(counts.items(), key=lambda kv: -kv[1])
                       if i not in shown][:SESSION_TOP]
-            top = reads.records_by_id(conn, wanted, [namespace])
+            top = reads.records_by_id(conn, wanted, [namespace], valid_only=True)
             if len(top) < SESSION_TOP:
                 shown |= {r["record_id"] for r in top}
                 top += [r for r in fts.newest_records(conn, namespace, SESSION_TOP,
@@ -277,10 +277,10 @@ class Searcher:
             dropped = set(others[max(0, len(others) - len(left_out)):])
             fused = ([item for item in fused if item[0] not in dropped] + left_out)[:limit]
         found = {r["record_id"]: r for r in reads.records_by_id(conn, [i for i, _ in fused],
-                                                             namespaces)}
+                                                             namespaces, valid_only=True)}
         missing = {i for i, _ in fused if i not in found}
         if missing:
-            self.vectors.forget(missing)  # deleted since the vectors were loaded
+            self.vectors.forget(missing)  # forgotten or marked invalid since they were loaded
         records = [{**found[i], "score": -score} for i, score in fused if i in found]
         if len(namespaces) > 1:
             records = without_repeats(records)

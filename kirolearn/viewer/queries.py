@@ -185,9 +185,6 @@ class Reader:
         return turns
 
     def export(self, namespace: str | None) -> Iterator[str]:
-        """Events, then memory records, as JSON Lines (``kirolearn export``'s format)."""
+        """``kirolearn export``'s lines (``reads.export_lines``)."""
         with self.conn() as conn:
-            for event in reads.iter_events(conn, namespace):
-                yield json.dumps(event, ensure_ascii=False) + "\n"
-            for record in reads.iter_records(conn, namespace):
-                yield json.dumps(record, ensure_ascii=False) + "\n"
+            yield from reads.export_lines(conn, namespace)

@@ -1,0 +1,71 @@
+"""Where capture is on: pause it (everywhere or for a project) and resume it."""
+
+from __future__ import annotations
+
+import click
+
+from kirolearn import capture, project
+
+
+def _root(directory: str) -> str:
+    """The project a directory belongs to, found as the agents' hooks find it."""
+    return project.resolve_project(directory).root
+
+
+@click.command()
+@click.option("--project", "directory", type=click.Path(exists=True, file_okay=False),
+              help="Only the project this directory belongs to.")
+def pause(directory: str | None) -> None:
+    """Stop capture and context injection, everywhere or for one project, until
+    `kirolearn resume`. Every hook honours it at once, without asking the daemon.
+
+    \b
+    Examples:
+        kirolearn pause
+        kirolearn pause --project ~/code/client-app
+    """
+    state = capture.paused()
+    if directory is None:
+        state["everywhere"] = True
+        where = "everywhere"
+    else:
+        root = _root(directory)
+        state["projects"] = sorted({*state["projects"], root})
+        where = f"for {root}"
+    capture.save_paused(state)
+    click.echo(f"capture paused {where}; `kirolearn resume` turns it back on")
+
+
+@click.command()
+@click.option("--project", "directory", type=click.Path(exists=True, file_okay=False),
+              help="Only the project this directory belongs to.")
+def resume(directory: str | None) -> None:
+    """Turn capture and injection back on: everywhere (every pause ends), or for one
+    paused project.
+
+    \b
+    Examples:
+        kirolearn resume
+        kirolearn resume --project ~/code/client-app
+    """
+    state = capture.paused()
+    if directory is None:
+        if not state["everywhere"] and not state["projects"]:
+            click.echo("capture was not paused")
+            return
+        capture.save_paused({"everywhere": False, "projects": []})
+        click.echo("capture resumed everywhere")
+        return
+    root = _root(directory)
+    if root not in state["projects"]:
+        raise click.ClickException(
+            f"capture is not paused for {root}"
+            + ("; it is paused everywhere: `kirolearn resume` ends that" if state["everywhere"]
+               else ""))
+    state["projects"].remove(root)
+    capture.save_paused(state)
+    click.echo(f"capture resumed for {root}"
+               + ("; it is still paused everywhere" if state["everywhere"] else ""))
+
+
+COMMANDS = [pause, resume]
