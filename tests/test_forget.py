@@ -1,14 +1,18 @@
-"""``kirolearn forget`` through the real daemon: by id or by what a search finds, shown
-and asked first; a forgotten record leaves search and export; a wrong id forgets
-nothing."""
+"""``kirolearn forget`` and ``kirolearn edit`` through the real daemon: by id, by what a
+search finds or a whole project, shown and asked first; a forgotten record leaves
+search, export and the file; an edit keeps the old text as a version; a wrong id
+changes nothing."""
 
 from __future__ import annotations
 
 import json
+import os
 
-from helpers import kl
+import httpx
+from helpers import Workspace, kl, wait_for
+from test_mcp import call, saved_id, serve
 
-from kirolearn import contract, project
+from kirolearn import contract, paths, project
 
 
 def record(namespace: str, title: str, summary: str) -> dict:
@@ -16,6 +20,12 @@ def record(namespace: str, title: str, summary: str) -> dict:
             "summary": summary, "facts": [], "concepts": [], "files_touched": [],
             "observation_type": "decision", "strategy": "mcp_observation",
             "source_event_ids": [contract.new_ulid()], "created_at": contract.now_iso()}
+
+
+def claude(ws: Workspace, **fields: str) -> None:
+    payload = {"session_id": "s-1", "cwd": str(ws.project),
+               "hook_event_name": "UserPromptSubmit", **fields}
+    assert ws.hook("kirolearn-claude-code", payload)[0].returncode == 0
 
 
 def exported_ids() -> set[str]:
@@ -70,3 +80,85 @@ def test_a_wrong_id_forgets_nothing(daemon, ingest, tmp_path):
                  (kept["record_id"], "--project", str(tmp_path))):
         assert kl("forget", *args, "--yes").returncode == 2
     assert kept["record_id"] in exported_ids()
+
+
+def test_forget_a_project_while_the_viewer_tails_and_an_mcp_client_is_open(daemon, tmp_path):
+    """Everything of one project goes (its text overwritten in the file), the other
+    project stays, and the open viewer stream and MCP session go on working."""
+    ws, other = Workspace(tmp_path / "a"), Workspace(tmp_path / "b")
+    claude(ws, prompt="where is the zebra-quartz config loaded")
+    claude(other, prompt="the other project's prompt")
+    url = kl("open", "--url", check=True).stdout.strip()
+    base = url.split("?token=")[0]
+    with httpx.Client(timeout=10) as http:
+        http.get(url)  # the hand-over sets the cookie
+        after = wait_for(lambda: http.get(base + "api/events").json()["events"],
+                         message="the prompts")[-1]["seq"]
+        with http.stream("GET", base + "api/stream", params={"after": after}) as stream:
+
+            async def scenario(client) -> list[tuple[bool, str]]:
+                saved = await call(client, "save_observation", title="zebra-quartz config",
+                                   summary="The zebra-quartz settings load from cfg/zq.toml.",
+                                   observation_type="discovery", concepts=[],
+                                   files_touched=[], facts=[])
+                record_id = saved_id(saved[1])
+                found = await call(client, "search_memory", query="zebra-quartz")
+                listing = kl("forget", "--project", str(ws.project), "--all", input="y\n",
+                             env=ws.env())
+                assert listing.returncode == 0, listing.stderr
+                assert f"{ws.namespace}: 1 event(s) and 1 record(s)" in listing.stdout
+                assert "forgot 1 event(s) and 1 record(s)" in listing.stdout
+                return [saved, found, await call(client, "search_memory", query="zebra-quartz"),
+                        await call(client, "get_records", ids=[record_id]),
+                        await call(client, "save_observation", title="After the forget",
+                                   summary="Saving still works.", observation_type="pattern",
+                                   concepts=[], files_touched=[], facts=[])]
+
+            saved, found, searched, fetched, again = serve(ws, scenario)
+            claude(ws, prompt="a prompt after the forget")
+            event = next(line for line in stream.iter_lines() if line.startswith("data:"))
+        assert json.loads(event[5:])["detail"] == "a prompt after the forget"
+        memories = http.get(base + "api/memories").json()
+    assert not saved[0] and "zebra-quartz" in found[1]
+    assert searched == (False, "No memories matched \u201czebra-quartz\u201d in this project.")
+    assert fetched[0] and "none of these records" in fetched[1]
+    assert not again[0]
+    assert [m["title"] for m in memories["records"]] == ["After the forget"]
+    kept = json.loads(kl("stats", "--json", check=True).stdout)["namespaces"]
+    assert {n["namespace"]: n["events_total"] for n in kept} == {
+        ws.namespace: 1, other.namespace: 1}
+    kl("stop", check=True)  # the WAL folded in: what is on disk is all there is
+    assert b"zebra-quartz" not in paths.db_path().read_bytes()
+    kl("start", check=True)
+
+
+def test_edit_in_the_editor_keeps_the_old_text_as_a_version(daemon, ingest, tmp_path):
+    namespace = project.resolve_project(tmp_path).namespace(project.actor_id())
+    kept = {**record(namespace, "Use WAL mode", "SQLite runs in WAL mode."),
+            "facts": ["synchronous is FULL"]}
+    assert ingest.call("put_record", {"record": kept})["status"] == "stored"
+    editor = tmp_path / "editor.sh"
+    editor.write_text("#!/bin/sh\nsed -i -e 's/^Use WAL mode$/Use WAL mode, always/'"
+                      " -e 's/^- synchronous is FULL$/- synchronous is NORMAL/' \"$1\"\n")
+    editor.chmod(0o700)
+    env = {**os.environ, "EDITOR": str(editor)}
+    done = kl("edit", kept["record_id"], "--reason", "measured", env=env, check=True)
+    assert f"edited {kept['record_id']} (facts, title)" in done.stdout
+    [line] = [json.loads(x) for x in kl("export", check=True).stdout.splitlines()
+              if kept["record_id"] in x and '"title"' in x]
+    assert (line["title"], line["facts"], line["summary"]) == (
+        "Use WAL mode, always", ["synchronous is NORMAL"], "SQLite runs in WAL mode.")
+    [version] = line["versions"]
+    assert (version["title"], version["facts"], version["reason"]) == (
+        "Use WAL mode", ["synchronous is FULL"], "measured")
+
+    unchanged = kl("edit", kept["record_id"], env={**os.environ, "EDITOR": "true"}, check=True)
+    assert unchanged.stdout.strip() == f"nothing changed in {kept['record_id']}"
+    editor.write_text("#!/bin/sh\nsed -i -e 's/^\\[facts\\]$//' \"$1\"\n")
+    broken = kl("edit", kept["record_id"], env=env)
+    assert broken.returncode == 2 and "no [facts] section; nothing was changed" in broken.stderr
+    blank = kl("edit", kept["record_id"], "--title", "  ")
+    assert blank.returncode == 1 and "title: must not be blank" in blank.stderr
+    both = kl("edit", kept["record_id"], "--title", "x", "--invalid", "wrong")
+    assert both.returncode == 2
+    assert kl("export", check=True).stdout.count('"reason": "measured"') == 1  # one edit only

@@ -19,7 +19,7 @@ from mcp import Client, StdioServerParameters
 from kirolearn import mcp_server, paths, project, protocol, transport
 
 TOOLS = {"search_memory", "recall", "timeline", "get_records", "save_observation",
-         "save_session_summary", "forget"}
+         "save_session_summary", "update_memory", "forget"}
 RECORD_ID = re.compile(r"mr_[0-9A-HJKMNP-TV-Z]{26}")
 
 
@@ -138,11 +138,43 @@ def session(module_daemon, tmp_path_factory) -> dict:
         out["retrieved"] = retrieval("search", {"query": "WAL writer",
                                                 "namespace": ws.namespace})
         out["stored_after"] = stored(first, [ws.namespace])
+        second = saved_id(out["second"][1])
+        out["update"] = await call(
+            client, "update_memory", record_id=second, reason="idle batches close too",
+            summary="A session_summary event, or a quiet spell, closes the extraction batch."
+                    " password=hunter2secret")
+        out["updated"] = await call(client, "get_records", ids=[second])
+        out["update_nothing"] = await call(client, "update_memory", record_id=second,
+                                           reason="no change given")
+        out["update_both"] = await call(client, "update_memory", record_id=second,
+                                        reason="both", title="x", invalid=True)
+        out["update_gone"] = await call(client, "update_memory", record_id=first,
+                                        reason="forgotten", title="x")
+        out["invalidate"] = await call(client, "update_memory", record_id=second,
+                                       reason="batches were replaced", invalid=True)
+        out["invalid_search"] = await call(client, "search_memory", query="extraction batch")
+        out["invalid_get"] = await call(client, "get_records", ids=[second])
         return out
 
     out = serve(ws, scenario, cwd=ws.project / "src")  # a subdirectory: the same project
     out["ids"] = saved_id(out["first"][1]), saved_id(out["second"][1])
     return out
+
+
+def test_update_memory_edits_keeping_a_version_or_marks_invalid(session):
+    _, second = session["ids"]
+    assert session["update"] == (False, f"Updated {second} (summary); the earlier text is"
+                                        " kept as a version")
+    text = session["updated"][1]
+    assert "or a quiet spell, closes the extraction batch. password=[REDACTED]" in text
+    assert "; idle batches close too):\nA session_summary event closes the extraction" in text
+    assert session["update_nothing"][0] and "or invalid=true alone" in session["update_nothing"][1]
+    assert session["update_both"][0]
+    assert session["update_gone"][0] and "nothing was changed" in session["update_gone"][1]
+    assert session["invalidate"] == (False, f"Marked {second} invalid (batches were"
+                                            " replaced); it is no longer recalled")
+    assert second not in session["invalid_search"][1]
+    assert "INVALID: batches were replaced (kept, never recalled)" in session["invalid_get"][1]
 
 
 def test_save_observation_answers_with_the_id_and_title(session):
