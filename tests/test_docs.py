@@ -16,6 +16,11 @@ def test_every_command_is_in_the_readme():
         assert f"`kirolearn {name}" in readme, f"kirolearn {name} is not documented"
 
 
+def test_every_command_shows_an_example_in_its_help():
+    for name, command in cli.commands.items():
+        assert "Example" in (command.help or ""), f"kirolearn {name} --help has no example"
+
+
 def test_every_error_code_is_in_the_protocol_doc():
     doc = (ROOT / "docs" / "protocol.md").read_text()
     for code in protocol.ErrorCode:

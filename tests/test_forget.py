@@ -35,7 +35,8 @@ def exported_ids() -> set[str]:
 
 def test_forget_by_id_and_by_query_shows_asks_and_removes(daemon, ingest, tmp_path):
     namespace = project.resolve_project(tmp_path).namespace(project.actor_id())
-    wal = record(namespace, "Use WAL mode", "SQLite runs in WAL mode so readers never block.")
+    wal = record(namespace, "Use WAL mode", "SQLite runs in WAL mode so zebraquartz readers"
+                 " never block.")
     old = record(namespace, "Deploy with the legacy script", "deploy.sh pushes by rsync.")
     new = record(namespace, "Deploy through the pipeline", "CI deploys every tagged commit.")
     for r in (wal, old, new):
@@ -63,6 +64,9 @@ def test_forget_by_id_and_by_query_shows_asks_and_removes(daemon, ingest, tmp_pa
     nothing = kl("forget", "--query", "kubernetes helm chart", "--project", str(tmp_path),
                  "--yes", check=True)
     assert nothing.stdout.strip() == "no memories matched; nothing was forgotten"
+    kl("stop", check=True)  # neither the record nor its words in the index are left in the file
+    assert b"zebraquartz" not in paths.db_path().read_bytes()
+    kl("start", check=True)
 
 
 def test_a_wrong_id_forgets_nothing(daemon, ingest, tmp_path):

@@ -55,7 +55,12 @@ def install_(agents: tuple[str, ...], project_dir: str | None, global_: bool) ->
 @click.command()
 @agent_options
 def uninstall(agents: tuple[str, ...], project_dir: str | None, global_: bool) -> None:
-    """Remove kirolearn's hooks from an agent's configuration (and nothing else)."""
+    """Remove kirolearn's hooks from an agent's configuration (and nothing else).
+
+    \b
+    Example:
+        kirolearn uninstall --agent claude-code --project .
+    """
     _change_agents(install.uninstall, agents, _install_target(project_dir, global_))
 
 

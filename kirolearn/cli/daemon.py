@@ -67,7 +67,12 @@ def start(foreground: bool, extraction_workers: int | None) -> None:
 
 @click.command()
 def stop() -> None:
-    """Stop the daemon: extraction, ingest, retrieval, then storage after it drains."""
+    """Stop the daemon: extraction, ingest, retrieval, then storage after it drains.
+
+    \b
+    Example:
+        kirolearn stop
+    """
     click.echo("kirolearn stopped" if control.stop() else "kirolearn is not running")
 
 
@@ -75,7 +80,12 @@ def stop() -> None:
 @click.option("--extraction-workers", type=click.IntRange(1, 64), default=None)
 @click.pass_context
 def restart(ctx: click.Context, extraction_workers: int | None) -> None:
-    """Stop the daemon if it runs, then start it."""
+    """Stop the daemon if it runs, then start it.
+
+    \b
+    Example:
+        kirolearn restart --extraction-workers 2
+    """
     control.stop()
     ctx.invoke(start, foreground=False, extraction_workers=extraction_workers)
 
@@ -85,7 +95,13 @@ def restart(ctx: click.Context, extraction_workers: int | None) -> None:
 def status(as_json: bool) -> None:
     """Each role process (pid, state, uptime, restarts), the extraction workers (busy or
     idle, batches done, model budget and breakers), what waits for extraction, per
-    project, and the batches extraction gave up on, with why. Exit 3 when not running."""
+    project, and the batches extraction gave up on, with why. Exit 3 when not running.
+
+    \b
+    Examples:
+        kirolearn status
+        kirolearn status --json
+    """
     try:
         strategy = settings()["extraction"]["strategy"]
     except click.ClickException:  # the file changed since start and is broken now
@@ -199,7 +215,12 @@ def logs(role: str | None, follow: bool, lines: int) -> None:
 
 @click.group()
 def worker() -> None:
-    """Run a worker in this terminal, attached to a running daemon."""
+    """Run a worker in this terminal, attached to a running daemon.
+
+    \b
+    Example:
+        kirolearn worker extraction --connect ~/.kirolearn
+    """
 
 
 @worker.command(name="extraction")

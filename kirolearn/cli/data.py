@@ -86,7 +86,13 @@ def export(namespace: str | None, project: str | None, vectors: bool) -> None:
 @scope_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def stats(namespace: str | None, project: str | None, as_json: bool) -> None:
-    """Counts per namespace: events by kind, records, pending extraction work."""
+    """Counts per namespace: events by kind, records, pending extraction work.
+
+    \b
+    Examples:
+        kirolearn stats
+        kirolearn stats --project ~/code/app --json
+    """
     namespace = namespace_of(namespace, project)
     with reader() as conn:
         result = reads.stats(conn, namespace)

@@ -20,7 +20,12 @@ from kirolearn.supervisor.states import RUNNING
               help="The project whose agent configuration to check (default: the current one).")
 def doctor(project_dir: str | None) -> None:
     """Check the daemon, its sockets, the database, the spool and each agent's hooks, and
-    say what to fix. Exit 1 when something is wrong."""
+    say what to fix. Exit 1 when something is wrong.
+
+    \b
+    Example:
+        kirolearn doctor --project ~/code/app
+    """
     problems = 0
 
     def report(ok: bool | None, what: str, detail: str) -> None:

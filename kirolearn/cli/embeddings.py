@@ -14,7 +14,13 @@ from kirolearn.search import embeddings as model
 
 @click.group()
 def embeddings() -> None:
-    """The records' vectors, for semantic and hybrid search."""
+    """The records' vectors, for semantic and hybrid search.
+
+    \b
+    Examples:
+        kirolearn embeddings status
+        kirolearn embeddings backfill --timeout 600
+    """
 
 
 @embeddings.command(name="status")

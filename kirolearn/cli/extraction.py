@@ -11,7 +11,13 @@ from kirolearn.db import reads
 
 @click.group()
 def extraction() -> None:
-    """The batches of events that become memory records."""
+    """The batches of events that become memory records.
+
+    \b
+    Examples:
+        kirolearn extraction failed
+        kirolearn extraction retry
+    """
 
 
 @extraction.command(name="failed")

@@ -197,6 +197,12 @@ def delete_record(conn: sqlite3.Connection, record_id: str, namespaces: Iterable
     return True
 
 
+def purge_index(conn: sqlite3.Connection) -> None:
+    """Rewrite the full-text index as one segment: a deleted record's words stay in the
+    older segments until they are merged (about a second at 100,000 records)."""
+    conn.execute("INSERT INTO memory_records_fts (memory_records_fts) VALUES ('optimize')")
+
+
 def forget_namespace(conn: sqlite3.Connection, namespace: str) -> dict[str, int]:
     """Forget everything of one project: its events, records (tombstones kept), batches
     and retrieval log. How many events and records were removed."""
@@ -207,6 +213,8 @@ def forget_namespace(conn: sqlite3.Connection, namespace: str) -> dict[str, int]
     events = conn.execute("DELETE FROM events WHERE namespace = ?", (namespace,)).rowcount
     for table in ("extraction_batches", "extraction_cursor", "retrievals"):
         conn.execute(f"DELETE FROM {table} WHERE namespace = ?", (namespace,))
+    if records:
+        purge_index(conn)
     return {"events": events, "records": records}
 
 

@@ -55,6 +55,7 @@ MAX_BATCH_ATTEMPTS = 5
 BUSY_WINDOW_S = 0.05  # a put this recent means ingest traffic is flowing
 BATCH_WORK_MAX_DEFER_S = 10.0  # extraction waits at most this long behind a burst
 REOPEN_S = 2.0  # while the database cannot be written, how often to try again
+PURGE_AFTER_S = 2.0  # forgets in a row: the full-text index is purged once, after the last
 
 
 def describe_fault(exc: sqlite3.Error, path: Path) -> str | None:
@@ -114,6 +115,7 @@ class Storage(base.Role):
         self.add_socket(self.bind(zmq.PULL, paths.endpoint("records", self.base)),
                         self._on_records)
         self.feed = self.bind(zmq.PUB, paths.endpoint("feed", self.base), hwm=100)
+        self.purge_due: float | None = None  # when to purge forgotten words from the index
         self.events_stored = 0
         self.commits = 0
         self.last_put = self.last_batch_work = 0.0
@@ -335,6 +337,8 @@ class Storage(base.Role):
             deleted = writes.delete_record(self.conn, record_id, namespaces)
         self.log.info("forget: %s %s", record_id, "deleted" if deleted else "not found")
         self._forgotten(b"records")
+        if deleted:
+            self.purge_due = time.monotonic() + PURGE_AFTER_S
         return {"deleted": deleted}
 
     @base.op("forget_project")
@@ -378,6 +382,8 @@ class Storage(base.Role):
                 if "tombstone" in item:
                     result = writes.import_tombstone(self.conn, item["tombstone"])
                     results.append({"record_id": item["tombstone"]["record_id"], **result})
+                    if result["status"] == "stored":
+                        self.purge_due = time.monotonic() + PURGE_AFTER_S
                     continue
                 embedding = item.get("embedding")
                 if embedding and len(embedding["vector"]) != embeddings.DIMENSIONS * 4:
@@ -446,6 +452,8 @@ class Storage(base.Role):
         self._start_backup_when_due()
         now = time.monotonic()
         busy = now - self.last_put < BUSY_WINDOW_S
+        if not busy and self.purge_due is not None and now >= self.purge_due:
+            self._purge_index()
         if busy and now - self.last_batch_work < BATCH_WORK_MAX_DEFER_S:
             return
         if self._conn is None and now < self.reopen_at:
@@ -459,6 +467,19 @@ class Storage(base.Role):
             pass  # said when the fault began
         except sqlite3.Error:
             self.log.exception("batch bookkeeping failed; will retry")
+
+    def _purge_index(self) -> None:
+        """The words of forgotten records out of the full-text index (``purge_index``),
+        once no forget has come for a moment and events are not pouring in."""
+        self.purge_due = None
+        try:
+            with self.writing():
+                writes.purge_index(self.conn)
+        except (base.Unavailable, sqlite3.Error) as exc:
+            self.log.warning("the full-text index could not be purged: %s", exc)
+            return
+        self._forgotten()
+        self.log.info("the full-text index was rewritten without the forgotten records")
 
     def _start_backup_when_due(self) -> None:
         if time.time() < self.backup_due or (self.backup_thread and self.backup_thread.is_alive()):
@@ -606,6 +627,8 @@ class Storage(base.Role):
             self._commit_group()
 
     def teardown(self) -> None:
+        if getattr(self, "purge_due", None) is not None:
+            self._purge_index()  # a forget just before the stop is purged all the same
         if getattr(self, "backup_thread", None) is not None:
             self.backup_thread.join()  # a backup is finished, never left half-written
         conn = getattr(self, "_conn", None)
