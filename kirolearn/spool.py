@@ -46,6 +46,18 @@ def read(path: Path) -> object:
         return f"unreadable spool file {path.name}: {type(exc).__name__}: {exc}"
 
 
+def discard(namespace: str, base: Path | None = None) -> int:
+    """Delete the spooled events of one namespace (its project is being forgotten); how
+    many."""
+    removed = 0
+    for path in waiting(base):
+        event = read(path)
+        if isinstance(event, dict) and event.get("namespace") == namespace:
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
 def reject(path: Path, reason: str, base: Path | None = None) -> None:
     """Move a file ingest cannot accept to the quarantine, with the reason next to it."""
     directory = paths.ensure_private_dir(paths.quarantine_dir(base))

@@ -12,7 +12,7 @@ import httpx
 from helpers import Workspace, kl, wait_for
 from test_mcp import call, saved_id, serve
 
-from kirolearn import contract, paths, project
+from kirolearn import contract, paths, project, spool
 
 
 def record(namespace: str, title: str, summary: str) -> dict:
@@ -92,6 +92,12 @@ def test_forget_a_project_while_the_viewer_tails_and_an_mcp_client_is_open(daemo
     ws, other = Workspace(tmp_path / "a"), Workspace(tmp_path / "b")
     claude(ws, prompt="where is the zebra-quartz config loaded")
     claude(other, prompt="the other project's prompt")
+    kl("stop", check=True)
+    kl("start", env={**os.environ, "KIROLEARN_INGEST_SPOOL_INTERVAL_S": "3600"}, check=True)
+    spool.write(contract.make_event(  # a hook's event, spooled and not yet drained
+        "prompt", {"type": "text", "content": "spooled zebra-quartz prompt"},
+        namespace=ws.namespace, actor_id="tester", session_id="s-1", surface="claude-code",
+        version="0.1.0", client_id="testhost", project_path=ws.root))
     url = kl("open", "--url", check=True).stdout.strip()
     base = url.split("?token=")[0]
     with httpx.Client(timeout=10) as http:
@@ -128,6 +134,7 @@ def test_forget_a_project_while_the_viewer_tails_and_an_mcp_client_is_open(daemo
     assert fetched[0] and "none of these records" in fetched[1]
     assert not again[0]
     assert [m["title"] for m in memories["records"]] == ["After the forget"]
+    assert not spool.waiting()  # discarded with the project, never stored
     kept = json.loads(kl("stats", "--json", check=True).stdout)["namespaces"]
     assert {n["namespace"]: n["events_total"] for n in kept} == {
         ws.namespace: 1, other.namespace: 1}
