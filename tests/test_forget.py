@@ -66,7 +66,6 @@ def test_forget_by_id_and_by_query_shows_asks_and_removes(daemon, ingest, tmp_pa
     assert nothing.stdout.strip() == "no memories matched; nothing was forgotten"
     kl("stop", check=True)  # neither the record nor its words in the index are left in the file
     assert b"zebraquartz" not in paths.db_path().read_bytes()
-    kl("start", check=True)
 
 
 def test_a_wrong_id_forgets_nothing(daemon, ingest, tmp_path):
@@ -86,14 +85,21 @@ def test_a_wrong_id_forgets_nothing(daemon, ingest, tmp_path):
     assert kept["record_id"] in exported_ids()
 
 
-def test_forget_a_project_while_the_viewer_tails_and_an_mcp_client_is_open(daemon, tmp_path):
+def test_forget_a_project_while_the_viewer_tails_and_an_mcp_client_is_open(home, tmp_path):
     """Everything of one project goes (its text overwritten in the file), the other
     project stays, and the open viewer stream and MCP session go on working."""
     ws, other = Workspace(tmp_path / "a"), Workspace(tmp_path / "b")
+    kl("start", env={**os.environ, "KIROLEARN_INGEST_SPOOL_INTERVAL_S": "3600"}, check=True)
+    try:
+        forget_a_project(ws, other)
+    finally:
+        kl("stop", check=True)  # the WAL folded in: what is on disk is all there is
+    assert b"zebra-quartz" not in paths.db_path().read_bytes()
+
+
+def forget_a_project(ws: Workspace, other: Workspace) -> None:
     claude(ws, prompt="where is the zebra-quartz config loaded")
     claude(other, prompt="the other project's prompt")
-    kl("stop", check=True)
-    kl("start", env={**os.environ, "KIROLEARN_INGEST_SPOOL_INTERVAL_S": "3600"}, check=True)
     spool.write(contract.make_event(  # a hook's event, spooled and not yet drained
         "prompt", {"type": "text", "content": "spooled zebra-quartz prompt"},
         namespace=ws.namespace, actor_id="tester", session_id="s-1", surface="claude-code",
@@ -138,9 +144,6 @@ def test_forget_a_project_while_the_viewer_tails_and_an_mcp_client_is_open(daemo
     kept = json.loads(kl("stats", "--json", check=True).stdout)["namespaces"]
     assert {n["namespace"]: n["events_total"] for n in kept} == {
         ws.namespace: 1, other.namespace: 1}
-    kl("stop", check=True)  # the WAL folded in: what is on disk is all there is
-    assert b"zebra-quartz" not in paths.db_path().read_bytes()
-    kl("start", check=True)
 
 
 def test_edit_in_the_editor_keeps_the_old_text_as_a_version(daemon, ingest, tmp_path):
