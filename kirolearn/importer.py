@@ -71,6 +71,31 @@ def _parsed(line: str) -> dict | None:
     return item if isinstance(item, dict) else None
 
 
+@dataclass
+class Chunk:
+    """Lines of one kind, sent together."""
+
+    lines: list[str] = field(default_factory=list)
+    numbers: list[int] = field(default_factory=list)
+    size: int = 0
+
+    def add(self, line_no: int, line: str, size: int) -> None:
+        self.lines.append(line)
+        self.numbers.append(line_no)
+        self.size += size
+
+
+def _kind(item: dict | None, export: bool, undistilled: set[str]) -> str:
+    """How a line is sent (``REQUESTS``): an export's record or tombstone, an event the
+    export had already distilled, or an event to extract (``item``: the line parsed,
+    where it had to be)."""
+    if item is not None and ("record_id" in item or set(item) == {"tombstone"}):
+        return "records"
+    if export and item is not None and item.get("event_id") not in undistilled:
+        return "history"
+    return "events"
+
+
 def _check_header(header: dict) -> None:
     """An export's first line: its format and schema must be ones this version reads."""
     form, schema_version = header.get("kirolearn_export"), header.get("schema")
@@ -156,14 +181,14 @@ def import_lines(lines: Iterable[str], base=None) -> Report:
 
     try:
         with concurrent.futures.ThreadPoolExecutor(IN_FLIGHT) as pool:
-            chunks: dict[str, tuple[list[str], list[int], list[int]]] = {
-                kind: ([], [], [0]) for kind in REQUESTS}
+            chunks = {kind: Chunk() for kind in REQUESTS}
 
             def submit(kind: str) -> None:
-                chunk, numbers, _ = chunks[kind]
-                if chunk:
-                    in_flight.append((numbers, kind, pool.submit(send, chunk, kind)))
-                    chunks[kind] = ([], [], [0])
+                chunk = chunks[kind]
+                if chunk.lines:
+                    in_flight.append((chunk.numbers, kind,
+                                      pool.submit(send, chunk.lines, kind)))
+                    chunks[kind] = Chunk()
                 if len(in_flight) >= IN_FLIGHT:
                     collect_oldest()
 
@@ -194,21 +219,12 @@ def import_lines(lines: Iterable[str], base=None) -> Report:
                     else:
                         undistilled.update(ids)
                     continue
-                if item is not None and ("record_id" in item or set(item) == {"tombstone"}):
-                    kind = "records"
-                elif export and item is not None and item.get("event_id") not in undistilled:
-                    kind = "history"
-                else:
-                    kind = "events"
+                kind = _kind(item, export, undistilled)
                 sent[line_no] = line
-                chunk, numbers, chunk_bytes = chunks[kind]
-                if chunk_bytes[0] + size > CHUNK_BYTES:
+                if chunks[kind].size + size > CHUNK_BYTES:
                     submit(kind)  # a large line travels alone rather than overfill a chunk
-                    chunk, numbers, chunk_bytes = chunks[kind]
-                chunk.append(line)
-                numbers.append(line_no)
-                chunk_bytes[0] += size
-                if len(chunk) >= CHUNK_LINES:
+                chunks[kind].add(line_no, line, size)
+                if len(chunks[kind].lines) >= CHUNK_LINES:
                     submit(kind)
             for kind in REQUESTS:
                 submit(kind)
