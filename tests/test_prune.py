@@ -33,7 +33,7 @@ def test_prune_removes_old_distilled_events_only_and_gives_the_space_back(home, 
                   make_event("session_summary", "done today", namespace=OTHER)]
         for event in [*turn, *recent]:
             control.call("ingest", "put_event", {"event": event}, timeout_ms=control.WRITE_MS)
-        wait_for(lambda: totals()["pending_batches"] == totals()["pending_events"] == 0,
+        wait_for(lambda: (now := totals())["pending_batches"] == now["pending_events"] == 0,
                  message="every turn distilled")
         control.call("ingest", "put_event", {"event": pending}, timeout_ms=control.WRITE_MS)
         records = totals()["records"]
