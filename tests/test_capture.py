@@ -51,7 +51,8 @@ def test_a_paused_hook_neither_spools_nor_starts_the_daemon(home, tmp_path):
     kl("pause", check=True)
     assert "not captured" in prompt(ws, "while paused and stopped", "kirolearn-kiro-cli")
     assert not paths.spool_dir().exists() or not list(paths.spool_dir().iterdir())
-    assert "not running" in kl("status").stdout + kl("status").stderr
+    stopped = kl("status")
+    assert "not running" in stopped.stdout + stopped.stderr
 
 
 def test_capture_exclude_globs_from_the_config_file(daemon, tmp_path):

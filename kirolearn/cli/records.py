@@ -189,12 +189,7 @@ def edit(record_id: str, title: str | None, summary: str | None, facts: tuple[st
     body = {"record_id": record_id, "namespaces": [record["namespace"]], "changes": changes}
     if reason is not None:
         body["reason"] = reason
-    try:
-        reply = control.call("ingest", "update_record", body, timeout_ms=control.WRITE_MS)
-    except control.RemoteError as exc:
-        raise click.ClickException(f"{exc.reason}; nothing was changed") from exc
-    except control.Timeout as exc:
-        raise click.ClickException(f"editing {record_id} failed: {exc}") from exc
+    reply = ask("ingest", "update_record", body, f"editing {record_id}")
     if not reply["updated"]:
         raise click.ClickException(f"{record_id} was forgotten meanwhile; nothing was changed")
     if invalid_reason is not None:
