@@ -166,7 +166,7 @@ def test_update_memory_edits_keeping_a_version_or_marks_invalid(session):
     assert session["update"] == (False, f"Updated {second} (summary); the earlier text is"
                                         " kept as a version")
     text = session["updated"][1]
-    assert "or a quiet spell, closes the extraction batch. password=[REDACTED]" in text
+    assert "or a quiet spell, closes the extraction batch. password=[REDACTED:password]" in text
     assert "; idle batches close too):\nA session_summary event closes the extraction" in text
     assert session["update_nothing"][0] and "or invalid=true alone" in session["update_nothing"][1]
     assert session["update_both"][0]
@@ -184,7 +184,8 @@ def test_save_observation_answers_with_the_id_and_title(session):
 
 def test_a_saved_record_is_in_the_shims_project_scrubbed_like_an_event(session):
     [record] = session["stored"]
-    assert record["summary"] == "Readers never block the writer. [REDACTED] password=[REDACTED]"
+    assert record["summary"] == ("Readers never block the writer. [REDACTED:private]"
+                                 " password=[REDACTED:password]")
     assert record["strategy"] == "mcp_observation" and record["observation_type"] == "decision"
     assert record["concepts"] == ["sqlite", "wal"] and record["facts"] == ["synchronous is FULL"]
     assert len(record["source_event_ids"]) == 1
@@ -196,7 +197,7 @@ def test_search_memory_shows_title_summary_concepts_files_and_id(session):
     assert not is_error
     assert text.split("\n\n")[0] == (
         "### Use WAL mode for SQLite\n"
-        "Readers never block the writer. [REDACTED] password=[REDACTED]\n"
+        "Readers never block the writer. [REDACTED:private] password=[REDACTED:password]\n"
         "Concepts: sqlite, wal\nFiles: kirolearn/db.py\n"
         f"(id: {first}, decision, {datetime.now(UTC):%Y-%m-%d})")
 
@@ -210,7 +211,8 @@ def test_recall_lists_each_memory_with_a_confidence(session):
                         head)
     lines = sorted(bullets.splitlines(), key=lambda line: first not in line)
     assert len(lines) == 2
-    assert re.fullmatch(rf"- Readers never block the writer\. \[REDACTED\] password=\[REDACTED\]"
+    assert re.fullmatch(r"- Readers never block the writer\. \[REDACTED:private\]"
+                        rf" password=\[REDACTED:password\]"
                         rf" \(id: {first}\) \[decision\] \(\d{{4}}-\d\d-\d\d\)"
                         r" c:[01]\.\d\d", lines[0])
     assert re.fullmatch(rf"- A session_summary event .* \(id: {second}\) \[pattern\]"
@@ -553,7 +555,7 @@ def test_ingest_checks_put_record_and_forget(ingest):
     assert first["status"] == "stored"
     [saved] = retrieval("get_records", {"ids": [first["record_id"]], "namespaces": [NAMESPACE]}
                         )["records"]
-    assert saved["title"] == "password=[REDACTED]"
+    assert saved["title"] == "password=[REDACTED:password]"
     # The same title, type, strategy and files again: a record of its own.
     again = ingest.call("put_record", {"record": record(NAMESPACE, title=long_title,
                                                         summary="Newer")})

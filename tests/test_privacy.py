@@ -1,27 +1,75 @@
-"""The privacy scrub: <private> spans and secrets never reach storage."""
+"""The scrubber: <private> spans and secrets never reach storage, and ordinary code does."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from secret_corpus import KINDS, PRIVATE, SECRETS
 
 from kirolearn.contract import canonical_json
-from kirolearn.privacy import REDACTED, may_need_scrub, scrub, scrub_text
+from kirolearn.privacy import marker, may_need_scrub, redact, rules, scrub, scrub_text
 
-plain = st.text(alphabet=st.characters(blacklist_characters="<>"), max_size=40)
+P = marker("private")
+plain = st.text(alphabet=st.characters(blacklist_characters="<>&%\\"), max_size=40)
 secret_words = st.text(alphabet="qxzjkvw", min_size=6, max_size=20)  # never in `plain` checks
+
+
+def test_the_corpus_is_as_large_as_promised():
+    assert len(SECRETS) >= 100 and len(KINDS) >= 30 and len(PRIVATE) >= 20
+    assert len({secret for _, _, secret in SECRETS}) == len(SECRETS)
+
+
+@pytest.mark.parametrize("kind, text, secret", SECRETS, ids=[k for k, _, _ in SECRETS])
+def test_every_secret_of_the_corpus_is_redacted_with_its_kind(kind, text, secret):
+    out, kinds = redact(text)
+    assert secret not in out
+    assert kinds and all(f"[REDACTED:{k}]" in out for k in kinds)
+    assert may_need_scrub(canonical_json({"type": "text", "content": text}))
+
+
+@pytest.mark.parametrize("name, text", PRIVATE, ids=[n for n, _ in PRIVATE])
+def test_private_as_people_type_it(name, text):
+    out, kinds = redact(text)
+    assert "HIDDEN" not in out and "private" in kinds
 
 
 @given(before=plain, secret=secret_words, after=plain)
 def test_private_content_never_survives(before, secret, after):
     out = scrub_text(f"{before}<private>{secret}</private>{after}")
     assert secret not in out.replace(before, "").replace(after, "")
-    assert out == scrub_text(before) + REDACTED + scrub_text(after)
+    assert P in out
+
+
+pieces = st.one_of(
+    st.text(max_size=30), st.sampled_from([text for _, text, _ in SECRETS]),
+    st.sampled_from([text for _, text in PRIVATE]),
+    st.sampled_from(["password=", "token: ", "[REDACTED:x]", "://", "@", "'", '"', " ", "\n",
+                     "-p", "mysql ", "Authorization: ", "Bearer ", "<private>", "</private>",
+                     "&lt;", "eyJ", "=", "PASS", "_key", "AKIA"]))
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(pieces, max_size=8))
+def test_scrub_is_idempotent_and_never_grows_a_secret_back(parts):
+    once = scrub_text("".join(parts))
+    assert scrub_text(once) == once
+    lines = "\n".join(parts)  # each corpus text whole on its lines
+    once = scrub_text(lines)
+    assert scrub_text(once) == once
+    for _, source, secret in SECRETS:
+        if source in parts:
+            assert secret not in once
 
 
 @given(st.text(max_size=200))
-def test_scrub_is_idempotent_and_leaves_no_open_tag(value):
+def test_scrub_leaves_no_open_tag(value):
     once = scrub_text(value)
     assert scrub_text(once) == once
     assert "<private>" not in once.lower()
@@ -40,52 +88,22 @@ def test_every_string_of_a_json_body_is_scrubbed_keys_included(secret, key):
     assert body["data"]["n"] == 3 and f"<private>{key}</private>" in body["data"]  # not mutated
 
 
-def test_message_turns_are_each_scrubbed():
-    body = {"type": "message", "turns": [{"role": "user", "content": "a <private>b</private>"},
-                                         {"role": "assistant", "content": "<private>c"}]}
-    assert scrub(body)["turns"] == [{"role": "user", "content": "a " + REDACTED},
-                                    {"role": "assistant", "content": REDACTED}]
+def test_scrub_counts_what_it_redacts_by_kind():
+    counts: Counter = Counter()
+    scrub({"a": ["AKIAIOSFODNN7EXAMPLE", "<private>x</private>"], "b": "DB_PASSWORD=hunter2x"},
+          counts)
+    assert counts == {"aws-access-key": 1, "private": 1, "password": 1}
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("a <private>b</private> c", f"a {REDACTED} c"),
-    ("<private>outer <private>inner</private> still</private> after", f"{REDACTED} after"),
-    ("keep <private>to the end", f"keep {REDACTED}"),
-    ("two <private>x</private> and <private>y</private>", f"two {REDACTED} and {REDACTED}"),
+    ("a <private>b</private> c", f"a {P} c"),
+    ("<private>outer <private>inner</private> still</private> after", f"{P} after"),
+    ("keep <private>to the end", f"keep {P}"),
+    ("two <private>x</private> and <private>y</private>", f"two {P} and {P}"),
     ("stray </private> closing", "stray </private> closing"),
 ])
 def test_private_tag_rules(text, expected):
     assert scrub_text(text) == expected
-
-
-SECRETS = [
-    ("aws key AKIAIOSFODNN7EXAMPLE here", "AKIAIOSFODNN7EXAMPLE"),
-    ("token ghp_" + "a1B2" * 9, "ghp_" + "a1B2" * 9),
-    ("github_pat_" + "A" * 22 + "_" + "b" * 59, "github_pat_"),
-    ("slack xoxb-1234567890-abcdefghij", "xoxb-1234567890-abcdefghij"),
-    ("OPENAI_KEY sk-proj-" + "x" * 40, "sk-proj-" + "x" * 40),
-    ("anthropic sk-ant-api03-" + "Y" * 40, "sk-ant-api03-" + "Y" * 40),
-    ("stripe sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc", "4eC39HqLyjWDarjtT1zdp7dc"),
-    ("google AIza" + "S" * 35, "AIza" + "S" * 35),
-    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3",
-     "eyJzdWIiOiIxMjM0NTY3ODkwIn0"),
-    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
-     "MIIEpAIBAAKCAQEA"),
-    ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjE (cut)", "b3BlbnNzaC1rZXktdjE"),
-    ("curl -H 'Authorization: Bearer abcdef123456789'", "abcdef123456789"),
-    ("DB_PASSWORD=hunter2hunter2", "hunter2hunter2"),
-    ('{"api_key": "k-123456789"}', "k-123456789"),
-    ("export GITHUB_TOKEN=abc123def456", "abc123def456"),
-    ("client_secret: 'shh-very-secret'", "shh-very-secret"),
-    ("postgres://admin:s3cr3tpw@db.local/app", "s3cr3tpw"),
-]
-
-
-@pytest.mark.parametrize("text, secret", SECRETS)
-def test_secret_corpus_is_redacted(text, secret):
-    out = scrub_text(text)
-    assert secret not in out
-    assert REDACTED in out
 
 
 @pytest.mark.parametrize("text", [
@@ -96,12 +114,26 @@ def test_secret_corpus_is_redacted(text, secret):
     "skipped tokens: 12",
     "max_tokens=4096",
     "author: Jonathan Smith",
+    "password = os.environ['DB_PASSWORD']",
+    "token: Optional[str] = None",
+    "self.username, self.password = credentials",
+    "tokenizer = Tokenizer()",
+    "compass = north",
+    "basic configuration of the bearer of bad news",
+    "token_type = 'bearer'",
+    "TOKEN_NAME = intern('name')",
+    "api_key = get_api_key()",
+    "Use --token TOKEN to log in",
+    "docker login --password-stdin",
+    '"integrity": "sha512-Dkm5tBG9pPc2Z0Rj9J8KZkKUSZnHa5Ee8dcnGkYdK4XSy1dO8gqg4vQ+FEQaf9PxBf=="',
+    "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    "123e4567-e89b-12d3-a456-426614174000",
 ])
 def test_ordinary_text_is_left_alone(text):
     assert scrub_text(text) == text
 
 
-@given(st.one_of(st.text(max_size=80), st.sampled_from([t for t, _ in SECRETS])),
+@given(st.one_of(st.text(max_size=80), st.sampled_from([t for _, t, _ in SECRETS])),
        st.text(max_size=20))
 def test_the_cheap_precheck_never_misses_what_scrub_would_change(value, key):
     body = {"type": "json", "data": {key: [value, {"k": value}]}}
@@ -110,5 +142,45 @@ def test_the_cheap_precheck_never_misses_what_scrub_would_change(value, key):
 
 
 def test_text_with_a_lone_surrogate_is_still_scrubbed():
-    assert scrub_text("token=abcdefgh \ud800") == f"token={REDACTED} \ud800"
-    assert scrub_text("<private>x\udfff</private>") == REDACTED
+    assert scrub_text("token=abcdefgh1 \ud800") == f"token={marker('token')} \ud800"
+    assert scrub_text("<private>x\udfff</private>") == P
+
+
+def test_every_detector_of_detect_secrets_is_described_or_left_out_with_a_reason():
+    """An update of detect-secrets that adds a detector fails here until its needles
+    are written down (it would otherwise run, gated by a long token only)."""
+    found = {item["detector"] for item in rules.from_detect_secrets()}
+    assert found <= set(rules.DETECTORS)
+    assert not found & set(rules.LEFT_OUT)
+
+
+def test_saved_rules_are_what_a_shim_loads(tmp_path):
+    saved = rules.save(tmp_path)
+    assert (tmp_path / "secret-rules.json").stat().st_mode & 0o777 == 0o600
+    assert rules.load(tmp_path) == saved
+    (tmp_path / "secret-rules.json").write_text(json.dumps({"kirolearn": "0.0.0", "rules": []}))
+    assert rules.load(tmp_path) == saved  # another version's file: read from the library
+
+
+def test_a_shim_scrubbing_with_saved_rules_never_imports_detect_secrets(tmp_path):
+    rules.save(tmp_path)
+    code = ("import sys, pathlib; from kirolearn import privacy;"
+            " privacy.use_saved_rules(pathlib.Path(sys.argv[1]));"
+            " print(privacy.scrub_text('DB_PASSWORD=hunter2x AKIAIOSFODNN7EXAMPLE'));"
+            " print('detect_secrets' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                         text=True, check=True).stdout.split("\n")
+    assert out[:2] == ["DB_PASSWORD=[REDACTED:password] [REDACTED:aws-access-key]", "False"]
+
+
+def test_false_positives_on_ordinary_code_prose_lockfiles_and_ids_stay_near_zero():
+    """benchmarks/scrub.py --quick: thousands of lines of real source and docs."""
+    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "scrub.py"
+    out = subprocess.run([sys.executable, str(bench), "--quick"], capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    rows = {row["text"]: row for row in map(json.loads, out.splitlines())}
+    assert rows["corpus"]["recall"] == 1.0
+    assert rows["corpus"]["private_redacted"] == rows["corpus"]["private_variants"]
+    assert rows["code"]["lines"] > 5000 and rows["code"]["false_positive_rate"] < 0.001
+    for text in ("prose", "lockfile", "uuids", "hashes"):
+        assert rows[text]["lines"] > 100 and rows[text]["false_positive_lines"] == 0, text

@@ -1,0 +1,213 @@
+"""The one scrubber: ``<private>`` spans and secrets become ``[REDACTED:<kind>]``.
+
+Ingest runs it on every string of an event's body (text, every message turn, every
+JSON key and value) and on records saved through MCP or imported; a shim runs it on
+what it spools; and every exit runs it again on what it hands out (a model's prompt,
+the injected context, MCP answers, logs, exports, the viewer), so a rule added later
+protects what was stored before it (``kirolearn scrub`` rewrites that too).
+
+It builds a new value and never mutates its input. Most strings hold none of the
+rules' needles: one Aho-Corasick pass says so and they come back untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import ahocorasick_rs
+
+from kirolearn.privacy import rules as rule_set
+
+PRIVATE = "private"
+MAX_ROUNDS = 8
+# <private>, < PRIVATE >, </ private>, &lt;private&gt;, \u003cprivate\u003e, %3Cprivate%3E
+_OPEN = r"(?:<|&lt;|&\#0*60;|&\#x0*3c;|\\u003c|%3c)"
+_CLOSE = r"(?:>|&gt;|&\#0*62;|&\#x0*3e;|\\u003e|%3e)"
+_TAG = re.compile(rf"{_OPEN}\s*(/|%2f)?\s*private\b[^<>&%]*?{_CLOSE}", re.IGNORECASE)
+
+
+def marker(kind: str) -> str:
+    return f"[REDACTED:{kind}]"
+
+
+class Scrubber:
+    """The compiled rules, with the automata that pick which of them a text needs."""
+
+    def __init__(self, rules: list[rule_set.Rule]):
+        self.rules = rules
+        self.gated = [i for i, rule in enumerate(rules) if not rule.needles and not rule.exact]
+        lower: dict[str, set[int]] = {}
+        exact: dict[str, set[int]] = {}
+        for i, rule in enumerate(rules):
+            for needle in rule.needles:
+                lower.setdefault(needle, set()).add(i)
+            for needle in rule.exact:
+                exact.setdefault(needle, set()).add(i)
+        self._lower_needles = list(lower)
+        self._lower_rules = [lower[n] for n in self._lower_needles]
+        self._lower = ahocorasick_rs.AhoCorasick(self._lower_needles)
+        self._exact_needles = list(exact)
+        self._exact_rules = [exact[n] for n in self._exact_needles]
+        self._exact = ahocorasick_rs.AhoCorasick(self._exact_needles)
+
+    def _hits(self, automaton: Any, needles: list[str], text: str) -> list[int]:
+        try:
+            return [m[0] for m in automaton.find_matches_as_indexes(text, overlapping=True)]
+        except UnicodeEncodeError:  # a lone surrogate: look the slow way
+            return [i for i, needle in enumerate(needles) if needle in text]
+
+    def may_match(self, text: str) -> bool:
+        """False means no rule can match text (or any JSON text that encodes it)."""
+        lowered = text.lower()
+        return (PRIVATE in lowered or bool(self._hits(self._lower, self._lower_needles, lowered))
+                or bool(self._hits(self._exact, self._exact_needles, text))
+                or rule_set.LONG_TOKEN.search(text) is not None)
+
+    def secrets(self, text: str) -> list[tuple[int, int, str]]:
+        """(start, end, kind) of each secret in text, merged where they overlap, less
+        what is already a redaction marker."""
+        chosen: set[int] = set()
+        for i in self._hits(self._lower, self._lower_needles, text.lower()):
+            chosen |= self._lower_rules[i]
+        for i in self._hits(self._exact, self._exact_needles, text):
+            chosen |= self._exact_rules[i]
+        if self.gated and rule_set.LONG_TOKEN.search(text):
+            chosen.update(self.gated)
+        if not chosen:
+            return []
+        spans = []
+        for i in sorted(chosen):
+            spans += self.rules[i].spans(text)
+        return _merged(spans, [m.span() for m in rule_set.MARKER.finditer(text)])
+
+    def redact(self, text: str) -> tuple[str, tuple[str, ...]]:
+        """text scrubbed, and the kinds redacted (one per redaction). A redaction can
+        change what its neighbours read as (a key's prefix, a boundary), so the rules
+        run again until nothing changes: scrubbing twice is scrubbing once."""
+        kinds: list[str] = []
+        if PRIVATE in text.lower():
+            text = _redact_private(text, kinds)
+        for _ in range(MAX_ROUNDS):
+            found = self.secrets(text)
+            if not found:
+                break
+            out, pos = [], 0
+            for start, end, kind in found:
+                out += [text[pos:start], marker(kind)]
+                kinds.append(kind)
+                pos = end
+            out.append(text[pos:])
+            text = "".join(out)
+        return text, tuple(kinds)
+
+
+def _merged(spans: list[tuple[int, int, str]], markers: list[tuple[int, int]]
+            ) -> list[tuple[int, int, str]]:
+    """Overlapping spans as one (the kind of the one that starts first, the longest
+    first), with the parts inside an existing marker left out."""
+    pieces = []
+    for start, end, kind in spans:
+        for m_start, m_end in markers:
+            if m_start <= start < m_end:
+                start = m_end
+            if m_start < end <= m_end:
+                end = m_start
+        if end > start:
+            pieces.append((start, end, kind))
+    pieces.sort(key=lambda s: (s[0], -s[1]))
+    merged: list[tuple[int, int, str]] = []
+    for start, end, kind in pieces:
+        if merged and start < merged[-1][1]:
+            last = merged[-1]
+            merged[-1] = (last[0], max(last[1], end), last[2])
+        else:
+            merged.append((start, end, kind))
+    return merged
+
+
+def _redact_private(text: str, kinds: list[str]) -> str:
+    """Replace each outermost <private>…</private> span; an unclosed one runs to the end."""
+    out: list[str] = []
+    depth = 0
+    pos = 0
+    for match in _TAG.finditer(text):
+        closing = match.group(1) is not None
+        if depth == 0:
+            if closing:
+                continue  # a stray closing tag outside any span is kept as text
+            out.append(text[pos:match.start()])
+            depth = 1
+        elif closing:
+            depth -= 1
+            if depth == 0:
+                out.append(marker(PRIVATE))
+                kinds.append(PRIVATE)
+                pos = match.end()
+        else:
+            depth += 1
+    if depth:
+        out.append(marker(PRIVATE))
+        kinds.append(PRIVATE)
+    else:
+        out.append(text[pos:])
+    return "".join(out)
+
+
+_scrubber: Scrubber | None = None
+
+
+def scrubber() -> Scrubber:
+    """The scrubber of this process, built from detect-secrets on first use."""
+    global _scrubber
+    if _scrubber is None:
+        _scrubber = Scrubber(rule_set.compile_all(rule_set.from_detect_secrets()))
+    return _scrubber
+
+
+def use_saved_rules(base: Path | None = None) -> None:
+    """Build this process's scrubber from the rules ingest saved (a shim: importing
+    detect-secrets would cost it most of its time)."""
+    global _scrubber
+    if _scrubber is None:
+        _scrubber = Scrubber(rule_set.compile_all(rule_set.load(base)))
+
+
+def may_need_scrub(encoded: str) -> bool:
+    """Cheap pre-check over a whole body's JSON text: False means scrub() would change
+    nothing. No needle holds a character that JSON escapes, so any string of the body
+    that holds one also holds it in the encoded text."""
+    return scrubber().may_match(encoded)
+
+
+@functools.lru_cache(maxsize=8192)  # JSON keys and short values repeat a lot
+def _redact_short(text: str) -> tuple[str, tuple[str, ...]]:
+    return scrubber().redact(text)
+
+
+def redact(text: str) -> tuple[str, tuple[str, ...]]:
+    """text scrubbed, and the kind of each redaction made."""
+    return _redact_short(text) if len(text) <= 64 else scrubber().redact(text)
+
+
+def scrub_text(text: str) -> str:
+    return redact(text)[0]
+
+
+def scrub(value: Any, counts: Counter | None = None) -> Any:
+    """A copy of value with every string (dict keys included) scrubbed; each redaction's
+    kind is counted in ``counts`` when given."""
+    if isinstance(value, str):
+        text, kinds = redact(value)
+        if counts is not None and kinds:
+            counts.update(kinds)
+        return text
+    if isinstance(value, dict):
+        return {scrub(k, counts) if isinstance(k, str) else k: scrub(v, counts)
+                for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrub(v, counts) for v in value]
+    return value

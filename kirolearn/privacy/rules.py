@@ -1,0 +1,388 @@
+"""What counts as a secret: detect-secrets' detectors, and what engineers paste that they miss.
+
+Each rule is a regular expression with the kind it redacts to (``[REDACTED:<kind>]``),
+the part of a match that is the secret, and its needles: lowercase strings one of
+which every match contains. One Aho-Corasick pass finds the needles in a text, so
+only the rules that can match run; a rule with no needle runs only on a text with a
+long token in it (``LONG_TOKEN``), which every such rule needs.
+
+detect-secrets is a maintained rule set, so its regex detectors are taken as they
+are (``from_detect_secrets``); only what it says about each detector that a scrubber
+needs is kept here (``DETECTORS``): the needles, and whether a detector's groups are
+the secret or the whole match is. Importing it costs a shim most of its budget, so
+the rules it gives are kept in the home (``save``/``load``), written by ingest at
+every start and read by a shim that must scrub what it spools.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kirolearn import __version__, paths
+
+MARKER = re.compile(r"\[REDACTED:[a-z0-9-]+\]")
+# Every needle-less rule needs one run of this many token characters.
+LONG_TOKEN = re.compile(r"[A-Za-z0-9_-]{23}")
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: str
+    pattern: re.Pattern
+    needles: tuple[str, ...] = ()
+    groups: bool = False  # the named group "s", or else all groups, is the secret
+    accept: Callable[[re.Match, str], str | None] | None = field(default=None, compare=False)
+    exact: tuple[str, ...] = ()  # needles matched in the text as it is
+
+    def spans(self, text: str) -> list[tuple[int, int, str]]:
+        """(start, end, kind) of each secret in text."""
+        found = []
+        pos = 0
+        while (match := self.pattern.search(text, pos)) is not None:
+            pos = max(match.end(), match.start() + 1)
+            kind = self.kind
+            if self.accept is not None:
+                kind = self.accept(match, text)
+                if kind is None:
+                    pos = match.start() + 1  # a match it turned down may hide one it takes
+                    continue
+            if "s" in self.pattern.groupindex:
+                start, end = match.span("s")
+                if end - start >= 2 and text[start] in "'\"" and text[end - 1] == text[start]:
+                    start, end = start + 1, end - 1  # a quoted value: the quotes stay
+                if end > start:
+                    found.append((start, end, kind))
+            elif self.groups and self.pattern.groups:
+                found += [(match.start(i), match.end(i), kind)
+                          for i in range(1, self.pattern.groups + 1) if match.start(i) >= 0
+                          and match.end(i) > match.start(i)]
+            else:
+                start, end = _trimmed(text, match.start(), match.end())
+                if end > start:
+                    found.append((start, end, kind))
+        return found
+
+
+def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
+    """A whole match less the delimiters some detectors take in (``"``, ``=``, spaces)."""
+    while start < end and text[start] in " \t\r\n\"'=:":
+        start += 1
+    while end > start and text[end - 1] in " \t\r\n\"'":
+        end -= 1
+    return start, end
+
+
+# -- what detect-secrets has -------------------------------------------------------------------
+
+# Per regex detector of detect-secrets 1.5: its needles ("exact" ones are matched in
+# the text as it is, for detectors whose case-insensitive needles would be everywhere),
+# and whether its groups hold the secret. A detector missing here still runs (gated by
+# LONG_TOKEN); a test fails until it is described.
+DETECTORS: dict[str, dict] = {
+    "ArtifactoryDetector": {"exact": ("AKC", *(f"AP{c}" for c in "0123456789ABCDEF"))},
+    "AWSKeyDetector": {"needles": ("akia", "asia", "abia", "acca", "a3t", "aws"),
+                       "groups": True},
+    "AzureStorageKeyDetector": {"needles": ("accountkey",)},
+    "BasicAuthDetector": {"needles": ("://",), "groups": True},
+    "CloudantDetector": {"needles": ("key", "pw", "pass", "token", "cloudant"), "groups": True},
+    "DiscordBotTokenDetector": {},
+    "GitHubTokenDetector": {"needles": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")},
+    "GitLabTokenDetector": {"needles": ("glpat-", "gldt-", "glft-", "glsoat-", "glrt-",
+                                        "gr1348941", "glcbt-", "glimt-", "glptt-", "glagent-",
+                                        "gloas-")},
+    "IbmCloudIamDetector": {"needles": ("key", "pwd", "pass", "token"), "groups": True},
+    "IbmCosHmacDetector": {"needles": ("secret",), "groups": True},
+    "JwtTokenDetector": {"needles": ("eyj",)},
+    "MailchimpDetector": {"needles": ("-us",)},
+    "NpmDetector": {"needles": ("_authtoken",), "groups": True},
+    "OpenAIDetector": {"needles": ("t3blbkfj",)},
+    "PrivateKeyDetector": {"needles": ("private key", "putty-user-key-file")},
+    "PypiTokenDetector": {"needles": ("pypi-",)},
+    "SendGridDetector": {"needles": ("sg.",)},
+    "SlackDetector": {"needles": ("xox", "hooks.slack.com")},
+    "SoftlayerDetector": {"needles": ("key", "pwd", "pass", "token", "softlayer"),
+                          "groups": True},
+    "SquareOAuthDetector": {"needles": ("sq0csp-",)},
+    "StripeDetector": {"needles": ("k_live_",)},
+    "TelegramBotTokenDetector": {},
+    "TwilioKeyDetector": {},
+}
+# Left out, with the reason: what they flag is not a secret, or is flagged better here.
+LEFT_OUT = {
+    "IPPublicDetector": "a public IP address is not a secret",
+    "KeywordDetector": "its assignments run to the end of a line of code; KEYED below"
+                       " checks the value",
+    "Base64HighEntropyString": "flags lockfile hashes and ids in ordinary code",
+    "HexHighEntropyString": "flags commit hashes and checksums",
+}
+
+
+def _kind_of(secret_type: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", secret_type.lower()).strip("-")
+
+
+def from_detect_secrets() -> list[dict]:
+    """The regex detectors of the installed detect-secrets, as plain data (``load``
+    compiles it): kind, pattern, flags, needles, exact needles, groups."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import detect_secrets.plugins
+    from detect_secrets.plugins.base import RegexBasedDetector
+
+    found = []
+    for module_info in sorted(pkgutil.iter_modules(detect_secrets.plugins.__path__),
+                              key=lambda m: m.name):
+        module = importlib.import_module(f"detect_secrets.plugins.{module_info.name}")
+        for name, value in sorted(vars(module).items()):
+            if (not isinstance(value, type) or not issubclass(value, RegexBasedDetector)
+                    or value.__module__ != module.__name__ or inspect.isabstract(value)
+                    or name in LEFT_OUT):
+                continue
+            known = DETECTORS.get(name, {})
+            for regex in value.denylist:
+                found.append({"detector": name, "kind": _kind_of(value.secret_type),
+                              "pattern": regex.pattern, "flags": int(regex.flags),
+                              "needles": list(known.get("needles", ())),
+                              "exact": list(known.get("exact", ())),
+                              "groups": bool(known.get("groups", False))})
+    return found
+
+
+# -- what they miss ------------------------------------------------------------------------------
+
+_QUOTED_OR_BARE = r"""(?P<s>"[^"\n]*"|'[^'\n]*'|[^\s"'`,;)}\]]+)"""
+_KEYWORD = (r"(?:pass(?:word|wd|phrase)?|pwd|secret|token|credentials?|api[_-]?key|apikey"
+            r"|access[_-]?key|auth[_-]?key|private[_-]?key|account[_-]?key|client[_-]?key"
+            r"|service[_-]?key|db[_-]?key|database[_-]?key|priv[_-]?key|key[_-]?pass"
+            r"|sharedaccesskey|sharedaccesssignature|signing[_-]?key|encryption[_-]?key|contrase(?:ñ|n)a)")
+# A key with a secret word, a separator and a value: ``DB_PASSWORD=…``, ``"token": "…"``,
+# ``password = '…'``. The match starts at the word; what comes before it (DB_) stays.
+_KEYED = re.compile(
+    rf"(?P<word>{_KEYWORD})(?P<rest>[\w-]*)[\"'\]]{{0,2}}[ \t]*(?P<sep>:=|=>|[:=])(?!=)[ \t]*"
+    rf"(?!\[REDACTED){_QUOTED_OR_BARE}", re.IGNORECASE)
+# A key that ends like these names something about a secret, not the secret.
+_NOT_THE_SECRET = re.compile(
+    r"[_-]?(?:type|types|id|ids|name|names|file|filename|path|dir|url|uri|endpoint|length|len"
+    r"|size|count|limit|ttl|expiry|expires|expires_at|expires_in|at|header|field|prefix"
+    r"|format|env|var|policy|pattern|regex|required|enabled|label|placeholder|hint|min|max"
+    r"|reset|changed|version|usage|used|budget|budgets|estimate|class|kind|mode|store|cache"
+    r"|provider|manager|helper|source|command|cmd)$", re.IGNORECASE)
+_PLACEHOLDER = re.compile(
+    r"""^(?:\$|\{|<|%\(|%s|\*{3}|x{4,}$|\.\.\.|true$|false$|null$|none$|nil$|undefined$
+    |\[|changeme$|secret$|password$|your[_-])""", re.IGNORECASE | re.VERBOSE)
+_CODE = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?:[(\[].*)?$")
+
+
+_NUMBER = re.compile(r"[\d_.,]+")
+_WORD = re.compile(r"[A-Za-z][a-z]*")  # "keyword", "Token": a name, not a secret
+_FORMAT = re.compile(r"%[-+ #0-9.]*[sdifrx(]|\{\w*\}")
+_SECRET_WORD = re.compile(_KEYWORD, re.IGNORECASE)
+
+
+def _keyword_kind(word: str) -> str:
+    word = word.lower()
+    if word.startswith(("pass", "pwd", "contras")) or word.endswith("pass"):
+        return "password"
+    if word == "token":
+        return "token"
+    if "api" in word:
+        return "api-key"
+    return "secret"
+
+
+def _looks_like_code(value: str, tight: bool) -> bool:
+    """An unquoted value that reads as code or prose, not a secret: self.token,
+    os.environ[…], get_secret(), (a, b), new_password, Optional, and (after "key: ")
+    a plain word."""
+    if value[0] in "([{" or (not tight and re.fullmatch(r"[a-z][a-z-]*", value)) or (
+            re.fullmatch(r"[A-Za-z_]\w*", value) and _SECRET_WORD.search(value)):
+        return True
+    if not _CODE.match(value):
+        return False
+    if any(c in value for c in ".(["):
+        return True  # an attribute, a call, an index
+    return not any(c.isdigit() for c in value) and (
+        "_" in value or (value[0].isupper() and not value.isupper()))
+
+
+def _key_before(text: str, start: int) -> str:
+    """The part of a key before its secret word (DB_ of DB_PASSWORD)."""
+    begin = start
+    while begin > 0 and (text[begin - 1].isalnum() or text[begin - 1] in "_-."):
+        begin -= 1
+    return text[begin:start]
+
+
+def _keyed(match: re.Match, text: str) -> str | None:
+    """The kind of a keyed secret, or None when the value is not one (a count, a
+    placeholder, a reference in code)."""
+    word, rest = match.group("word"), match.group("rest")
+    if rest and not (rest[0] in "_-" or rest.lower() == "s" or rest[0].isupper()):
+        return None  # tokenizer, passage: another word
+    before = _key_before(text, match.start())
+    if word.lower().startswith("pass") and before and before[-1].isalpha() and not (
+            before.isupper() and word.isupper()):
+        return None  # compass, bypass (but PGPASSWORD)
+    if _NOT_THE_SECRET.search(rest):
+        return None
+    key = before + word + rest
+    # key=value, as on a command line; KEY=value, as in a .env file or before a command
+    # (not KEY = value, a constant in code)
+    tight = match.group("sep") == "=" and not (
+        text[match.start("sep") - 1].isspace() or text[match.end("sep")].isspace())
+    env_style = tight and key.upper() == key
+    value = match.group("s")
+    quoted = value[0] in "'\""
+    value = value.strip("'\"").strip()
+    if len(value) < (4 if quoted or env_style else 6) or _PLACEHOLDER.match(value):
+        return None
+    if _NUMBER.fullmatch(value) or _FORMAT.search(value) or (not env_style and (
+            (quoted and (any(c.isspace() for c in value) or _WORD.fullmatch(value)))
+            or (not quoted and _looks_like_code(value, tight)))):
+        return None
+    return _keyword_kind(word)
+
+
+def _flag_value(match: re.Match, text: str) -> str | None:
+    value = match.group("s").strip("'\"")
+    if len(value) < 4 or _PLACEHOLDER.match(value) or re.fullmatch(r"[A-Z_]+", value):
+        return None  # --token TOKEN in a usage line
+    return _keyword_kind(match.group("word"))
+
+
+def _authorization(match: re.Match, text: str) -> str | None:
+    value = match.group("s").strip()
+    if len(value) < 6 or any(c in value for c in "{}$+") or " " in value.strip():
+        return None
+    return "authorization"
+
+
+def _not_placeholder(kind: str) -> Callable[[re.Match, str], str | None]:
+    def accept(match: re.Match, text: str) -> str | None:
+        value = match.group("s")
+        return None if _PLACEHOLDER.match(value) or "{" in value else kind
+    return accept
+
+
+def _rule(kind: str, pattern: str, needles: tuple[str, ...], flags: int = 0,
+          accept: Callable[[re.Match, str], str | None] | None = None) -> Rule:
+    return Rule(kind, re.compile(pattern, flags), needles, True, accept)
+
+
+_I = re.IGNORECASE
+_TOKEN = r"[A-Za-z0-9_-]"
+OURS: list[Rule] = [
+    # Key blocks, whole, to their end line (or to the end of the text when cut off).
+    Rule("private-key", re.compile(
+        r"-{4,5} ?BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)? ?-{4,5}.*?"
+        r"(?:-{4,5} ?END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)? ?-{4,5}|\Z)", re.DOTALL),
+        ("----begin", "---- begin")),
+    Rule("private-key", re.compile(r"PuTTY-User-Key-File-\d.*?(?:Private-MAC: ?[0-9a-f]+|\Z)",
+                                   re.DOTALL), ("putty-user-key-file",)),
+    Rule("secret", _KEYED, ("pass", "pwd", "secret", "token", "credential", "key", "contras"),
+         accept=_keyed),
+    # Credentials in a URL (redis://:pw@host too) and tokens in its query.
+    _rule("url-password", r"\b[a-z][a-z0-9+.-]*://[^\s:/@?#\"'<>]*:(?P<s>[^\s@/?#\"'<>]+)@",
+          ("://",), _I, _not_placeholder("url-password")),
+    _rule("url-token", r"[?&](?:access_token|refresh_token|id_token|token|api_key|apikey|key"
+          r"|sig|signature|secret|client_secret|password|pwd|auth)=(?P<s>[^&\s#\"'<>]{8,})",
+          ("token=", "key=", "sig=", "signature=", "secret=", "password=", "pwd=", "auth="),
+          _I, _not_placeholder("url-token")),
+    _rule("webhook-url", r"https://(?:hooks\.slack\.com/(?:services|workflows|triggers)"
+          r"|discord(?:app)?\.com/api/webhooks|[\w.-]+\.webhook\.office\.com/webhookb2"
+          r"|hooks\.zapier\.com/hooks/catch)/(?P<s>[^\s\"'<>]+)",
+          ("hooks.slack.com", "/api/webhooks", "webhook.office.com", "hooks.zapier.com"), _I),
+    # Headers and command lines.
+    _rule("authorization", r"\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?"
+          r"(?:(?:bearer|basic|token|digest|bot|apikey|sso-key|negotiate|ntlm)[ \t]+)?"
+          r"(?P<s>[^\"'\r\n,]{6,})", ("authorization",), _I, _authorization),
+    _rule("token", r"\bbearer[ \t]+(?P<s>[A-Za-z0-9._~+/=-]{16,})", ("bearer",), _I),
+    _rule("password", r"(?:^|[\s;|&(])--?(?P<word>password|passwd|pass|pwd|token|api[-_]?key"
+          r"|secret|client[-_]secret|auth[-_]token|access[-_]token)(?:=|[ \t]+)(?!-)"
+          r"(?P<s>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\"]+)",
+          ("--pass", "--pwd", "--token", "--api", "--secret", "--client", "--auth", "--access",
+           "-pass", "-pwd", "-token", "-secret"), re.MULTILINE, _flag_value),
+    _rule("password", r"\b(?:mysql\w*|mariadb\w*)\b[^\n|;&]*?[ \t]-p(?P<s>[^\s'\"]+|'[^'\n]*'"
+          r"|\"[^\"\n]*\")", ("mysql", "mariadb")),
+    _rule("password", r"\b(?:sshpass[^\n|;&]*?[ \t]-p[ \t]*|redis-cli\b[^\n|;&]*?[ \t]-a[ \t]+"
+          r"|docker[ \t]+login\b[^\n|;&]*?[ \t]-p[ \t]+)(?P<s>[^\s'\"]+)",
+          ("sshpass", "redis-cli", "docker")),
+    _rule("basic-auth", r"\b(?:curl|https?|wget)\b[^\n|;&]*?[ \t](?:-u|--user|-a|--auth)"
+          r"(?:[ \t]+|=)[\"']?[^\s:'\"]*:(?P<s>[^\s'\"]+)", ("curl", "http", "wget")),
+    # Providers detect-secrets 1.5 has no detector for.
+    _rule("openai-key", rf"\b(?P<s>sk-(?:proj-|svcacct-|admin-)?{_TOKEN}{{20,}})", ("sk-",)),
+    _rule("anthropic-key", rf"\b(?P<s>sk-ant-(?:api|admin)\d\d-{_TOKEN}{{20,}})", ("sk-ant-",)),
+    _rule("huggingface-token", r"\b(?P<s>hf_[A-Za-z0-9]{30,})", ("hf_",)),
+    _rule("github-token", r"\b(?P<s>github_pat_[A-Za-z0-9_]{40,}|gh[pousr]_[A-Za-z0-9]{30,})",
+          ("github_pat_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
+    _rule("slack-token", r"\b(?P<s>xox[abposre]-[A-Za-z0-9-]{10,})", ("xox",)),
+    _rule("stripe-key", r"\b(?P<s>[rsp]k_(?:live|test)_[A-Za-z0-9]{16,})", ("k_live_",
+                                                                           "k_test_")),
+    _rule("google-api-key", rf"\b(?P<s>AIza{_TOKEN}{{35}})", ("aiza",)),
+    _rule("google-oauth", rf"\b(?P<s>GOCSPX-{_TOKEN}{{20,}}|ya29\.{_TOKEN}{{20,}})",
+          ("gocspx-", "ya29.")),
+    _rule("npm-token", r"\b(?P<s>npm_[A-Za-z0-9]{36})", ("npm_",)),
+    _rule("json-web-token", rf"\b(?P<s>eyJ{_TOKEN}{{8,}}\.eyJ{_TOKEN}{{8,}}\.{_TOKEN}{{8,}})",
+          ("eyj",)),
+    _rule("aws-access-key", r"\b(?P<s>(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16})\b",
+          ("akia", "asia", "abia", "acca")),
+    _rule("digitalocean-token", r"\b(?P<s>do[por]_v1_[a-f0-9]{64})", ("_v1_",)),
+    _rule("docker-token", rf"\b(?P<s>dckr_pat_{_TOKEN}{{20,}})", ("dckr_pat_",)),
+    _rule("vault-token", rf"\b(?P<s>hv[sb]\.{_TOKEN}{{24,}})", ("hvs.", "hvb.")),
+    _rule("shopify-token", r"\b(?P<s>shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32})", ("shpat_", "shpca_",
+                                                                          "shppa_", "shpss_")),
+    _rule("databricks-token", r"\b(?P<s>dapi[a-f0-9]{32}(?:-\d)?)", ("dapi",)),
+    _rule("atlassian-token", r"\b(?P<s>ATATT3[A-Za-z0-9_\-=]{20,})", ("atatt3",)),
+    _rule("linear-key", r"\b(?P<s>lin_(?:api|oauth)_[A-Za-z0-9]{32,})", ("lin_api_",
+                                                                       "lin_oauth_")),
+    _rule("postman-key", r"\b(?P<s>PMAK-[a-f0-9]{24}-[a-f0-9]{34})", ("pmak-",)),
+    _rule("grafana-token", rf"\b(?P<s>glsa_{_TOKEN}{{32}}_[a-f0-9]{{8}}|glc_{_TOKEN}{{32,}})",
+          ("glsa_", "glc_")),
+    _rule("supabase-token", r"\b(?P<s>sbp_[a-f0-9]{40})", ("sbp_",)),
+    _rule("age-secret-key", r"\b(?P<s>AGE-SECRET-KEY-1[0-9A-Z]{58})", ("age-secret-key-",)),
+    _rule("mailgun-key", r"\b(?P<s>key-[0-9a-f]{32})\b", ("key-",)),
+    _rule("sentry-dsn", r"https://(?P<s>[0-9a-f]{32})@[\w.-]*sentry\.io", ("sentry.io",)),
+    _rule("newrelic-key", r"\b(?P<s>NRAK-[A-Z0-9]{27})", ("nrak-",)),
+    _rule("alibaba-key", r"\b(?P<s>LTAI[A-Za-z0-9]{20})", ("ltai",)),
+]
+
+
+# -- the cache a shim reads ------------------------------------------------------------------
+
+def _cache_file(base: Path | None) -> Path:
+    return (base or paths.home()) / "secret-rules.json"
+
+
+def save(base: Path | None = None) -> list[dict]:
+    """Write detect-secrets' rules where a shim finds them (ingest, at every start)."""
+    found = from_detect_secrets()
+    paths.write_private(_cache_file(base), json.dumps(
+        {"kirolearn": __version__, "rules": found}).encode("utf-8"))
+    return found
+
+
+def load(base: Path | None = None) -> list[dict]:
+    """detect-secrets' rules as ingest last saved them, or read from the library when
+    there is no such file (or one from another version of kirolearn)."""
+    try:
+        saved = json.loads(_cache_file(base).read_bytes())
+        if saved.get("kirolearn") == __version__ and isinstance(saved.get("rules"), list):
+            return saved["rules"]
+    except (OSError, ValueError, AttributeError):
+        pass
+    return from_detect_secrets()
+
+
+def compile_all(found: list[dict]) -> list[Rule]:
+    """Rules from detect-secrets' data (``from_detect_secrets``) followed by ours."""
+    rules = []
+    for item in found:
+        rules.append(Rule(item["kind"], re.compile(item["pattern"], item["flags"]),
+                          tuple(item["needles"]), item["groups"], exact=tuple(item["exact"])))
+    return rules + OURS
