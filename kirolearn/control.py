@@ -72,7 +72,10 @@ def spawn(base: Path | None = None, workers: int | None = None):
     argv = [sys.executable, "-m", "kirolearn.supervisor"]
     if workers:
         argv += ["--extraction-workers", str(workers)]
-    with open(paths.log_dir(base) / "supervisor.out", "ab") as out:
+    fd = os.open(paths.log_dir(base) / "supervisor.out", os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                 0o600)
+    os.fchmod(fd, 0o600)  # private, like the logs beside it (one made before was not)
+    with open(fd, "ab") as out:
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                 start_new_session=True, cwd=base,
                                 env={**os.environ, "KIROLEARN_HOME": str(base)})

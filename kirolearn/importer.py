@@ -21,7 +21,7 @@ from pathlib import Path
 
 import tenacity
 
-from kirolearn import contract, control, db, paths, protocol, transport
+from kirolearn import contract, control, db, paths, privacy, protocol, transport
 from kirolearn.db import reads, schema
 
 CHUNK_LINES = 500
@@ -48,12 +48,14 @@ class Report:
 
 
 def keep_rejected(report: Report, texts: dict[int, str], base: Path | None = None) -> None:
-    """Write the rejected lines, with their number and reason, to the quarantine."""
+    """Write the rejected lines (scrubbed), with their number and reason, to the
+    quarantine."""
     if not report.rejected:
         return
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     path = paths.ensure_private_dir(paths.quarantine_dir(base)) / f"import-{stamp}.jsonl"
-    data = "".join(json.dumps({"line": line_no, "reason": reason, "text": texts[line_no]},
+    data = "".join(json.dumps({"line": line_no, "reason": reason,
+                               "text": privacy.scrub_text(texts[line_no])},
                               ensure_ascii=False) + "\n"
                    for line_no, reason in sorted(report.rejected))
     report.quarantine = paths.write_private(path, data.encode("utf-8", "surrogatepass"))

@@ -26,7 +26,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field, ValidationError
 
-from kirolearn import __version__, config, contract, control, paths, project
+from kirolearn import __version__, config, contract, control, paths, privacy, project
 from kirolearn.search import MODES
 
 SERVER_NAME = "kirolearn"
@@ -247,6 +247,7 @@ def _problem(error: Any) -> str:
 
 def build_server(scope: Scope, base: Path, autostart: bool = True) -> MCPServer:
     """The server and its tools, bound to one scope and the daemon of ``base``."""
+    privacy.use_saved_rules(base)  # what it hands the agent is scrubbed once more
 
     def daemon_call(target: str, op: str, body: dict,
                     timeout_ms: int = control.LOOKUP_MS) -> dict:
@@ -285,7 +286,8 @@ def build_server(scope: Scope, base: Path, autostart: bool = True) -> MCPServer:
                   "source_event_ids": [contract.new_ulid()], "created_at": contract.now_iso(),
                   **record}
         saved = daemon_call("ingest", "put_record", {"record": record}, control.WRITE_MS)
-        return f"Saved {saved['record_id']} ({record['observation_type']}): {record['title']}"
+        title = privacy.scrub_text(record["title"])  # as stored
+        return f"Saved {saved['record_id']} ({record['observation_type']}): {title}"
 
     @tool(read_only)
     def search_memory(query: Query,

@@ -204,7 +204,12 @@ class Shim:
             return None
 
     def _spool(self, event: dict) -> None:
-        path = spool.write(event, self.base)
+        """Spool the event, scrubbed first: nothing secret touches the disk, even while
+        the daemon is away (ingest scrubs it again, with the newest rules)."""
+        from kirolearn import privacy  # the slow path only: its rules cost a few ms
+
+        privacy.use_saved_rules(self.base)
+        path = spool.write(privacy.scrub_event(event), self.base)
         debug(f"spooled {path.name}")
         if os.environ.get("KIROLEARN_AUTOSTART", "1") != "0" and control.start_in_background(
                 self.base):

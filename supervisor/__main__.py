@@ -8,7 +8,7 @@ import logging.handlers
 import os
 import sys
 
-from kirolearn import config, paths
+from kirolearn import config, paths, privacy
 from kirolearn.supervisor.arbiter import AlreadyRunning, Arbiter
 from kirolearn.supervisor.states import RET_CONFIG, RET_PIDFILE
 
@@ -32,6 +32,7 @@ def run_daemon(workers: int | None, foreground: bool) -> int:
         level=settings["logging"]["level"].upper(), handlers=handlers, force=True,
         format="%(asctime)s [%(process)d] [kirolearn.supervisor] [%(levelname)s] %(message)s")
     workers = workers or settings["extraction"]["workers"]
+    privacy.scrubber()  # built once, before the threads that scrub the roles' logs
     try:
         return Arbiter(base, settings, workers).run()
     except AlreadyRunning as exc:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import zmq
 
-from kirolearn import paths, protocol, transport
+from kirolearn import paths, privacy, protocol, transport
 from kirolearn.control import read_pid, remove_socket_files
 from kirolearn.roles import base
 from kirolearn.supervisor.states import (
@@ -145,7 +145,7 @@ class Arbiter:
     def _pipe_output(self, proc: Process, stream) -> None:
         logger = self._role_logger(proc.role)
         for line in iter(stream.readline, b""):
-            logger.info(line.decode("utf-8", "replace").rstrip("\n"))
+            logger.info(privacy.scrub_text(line.decode("utf-8", "replace").rstrip("\n")))
         stream.close()
 
     # -- process lifecycle ----------------------------------------------------------------------

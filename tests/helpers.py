@@ -13,7 +13,11 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+import anyio
+from mcp import Client, StdioServerParameters
 
 from kirolearn import contract, control, db, paths, project
 
@@ -181,3 +185,27 @@ def wait_records(namespace: str, timeout: float = 30) -> None:
         return out["namespaces"][0]["records"] if out["namespaces"] else 0
 
     wait_for(records, timeout, 0.2, f"a memory record in {namespace}")
+
+
+# -- the MCP server, as an agent drives it --------------------------------------------------
+
+def serve(ws: Workspace, scenario: Callable[[Client], Awaitable[object]], *args: str,
+          cwd: Path | None = None, **env: str) -> object:
+    """Start ``kirolearn mcp`` as the agent would (in cwd, default the project) and run
+    scenario(client) against it; returns what the scenario returns."""
+    environment = {k: v for k, v in ws.env(**env).items()
+                   if k.startswith("KIROLEARN_") or k in ("HOME", "USER", "LOGNAME", "PATH")}
+    server = StdioServerParameters(command=str(BIN / "kirolearn"), args=["mcp", *args],
+                                   env=environment, cwd=str(cwd or ws.project))
+
+    async def main() -> object:
+        async with Client(server) as client:
+            return await scenario(client)
+
+    return anyio.run(main)
+
+
+async def call(client: Client, tool: str, **arguments: object) -> tuple[bool, str]:
+    """(is_error, text) of one tool call."""
+    result = await client.call_tool(tool, arguments)
+    return result.is_error, "\n".join(block.text for block in result.content)

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from pathlib import Path
 
-import anyio
 import pytest
-from helpers import ACTOR, BIN, Workspace, kl, retrieval
+from helpers import ACTOR, BIN, Workspace, call, kl, retrieval, serve
 from hypothesis import given
 from hypothesis import strategies as st
-from mcp import Client, StdioServerParameters
+from mcp import Client
 
 from kirolearn import mcp_server, paths, project, protocol, transport
 
@@ -26,28 +23,6 @@ RECORD_ID = re.compile(r"mr_[0-9A-HJKMNP-TV-Z]{26}")
 @pytest.fixture
 def ws(tmp_path, home):
     return Workspace(tmp_path)
-
-
-def serve(ws: Workspace, scenario: Callable[[Client], Awaitable[object]], *args: str,
-          cwd: Path | None = None, **env: str) -> object:
-    """Start ``kirolearn mcp`` as the agent would (in cwd, default the project) and run
-    scenario(client) against it; returns what the scenario returns."""
-    environment = {k: v for k, v in ws.env(**env).items()
-                   if k.startswith("KIROLEARN_") or k in ("HOME", "USER", "LOGNAME", "PATH")}
-    server = StdioServerParameters(command=str(BIN / "kirolearn"), args=["mcp", *args],
-                                   env=environment, cwd=str(cwd or ws.project))
-
-    async def main() -> object:
-        async with Client(server) as client:
-            return await scenario(client)
-
-    return anyio.run(main)
-
-
-async def call(client: Client, tool: str, **arguments: object) -> tuple[bool, str]:
-    """(is_error, text) of one tool call."""
-    result = await client.call_tool(tool, arguments)
-    return result.is_error, "\n".join(block.text for block in result.content)
 
 
 def observation(title: str = "Use WAL mode for SQLite", **fields: object) -> dict:

@@ -6,10 +6,12 @@ import json
 import os
 import sys
 import time
+from collections import Counter
+from pathlib import Path
 
 import click
 
-from kirolearn import contract, control, importer
+from kirolearn import contract, control, importer, paths, privacy
 from kirolearn.cli.common import (
     ask,
     daemon_search,
@@ -200,4 +202,57 @@ def prune(age: str, namespace: str | None, project: str | None, yes: bool) -> No
                " MiB")
 
 
-COMMANDS = [import_, export, stats, search_, prune]
+@click.command()
+@click.option("--dry-run", is_flag=True, help="Count what would be redacted; change nothing.")
+def scrub(dry_run: bool) -> None:
+    """Run today's secret and <private> rules over everything stored, and redact what
+    slipped through in place: events, memory records and their earlier versions, the
+    full-text index, the text vectors are made from, the retrieval log, and the
+    spooled and quarantined files. Prints what was redacted, by table and kind, so an
+    update to the rules protects old data too.
+
+    \b
+    Example:
+        kirolearn scrub --dry-run && kirolearn scrub
+    """
+    require_running()
+    redacted = ask("ingest", "scrub", {"dry_run": dry_run}, "scrubbing",
+                   control.MAINTENANCE_MS)["redacted"]
+    for place, directory in (("spool", paths.spool_dir()), ("quarantine", paths.quarantine_dir())):
+        counts = _scrub_files(directory, dry_run)
+        if counts:
+            redacted[place] = dict(counts)
+    verb = "would redact" if dry_run else "redacted"
+    total = sum(sum(kinds.values()) for kinds in redacted.values())
+    click.echo(f"{verb} {total} secret(s)" + (":" if total else "; nothing was found"))
+    for place, kinds in redacted.items():
+        listed = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
+        click.echo(f"  {place}: {listed}")
+
+
+def _scrub_files(directory: Path, dry_run: bool) -> Counter:
+    """Scrub the JSON (an event) or JSON Lines (import lines) files in a folder in place;
+    what was redacted, by kind."""
+    counts: Counter = Counter()
+    for path in sorted(directory.glob("*")) if directory.is_dir() else []:
+        if not path.is_file() or path.name.startswith("."):
+            continue
+        text = path.read_text("utf-8", "replace")
+        lines = text.splitlines(keepends=True) if path.suffix == ".jsonl" else [text]
+        clean = []
+        for line in lines:
+            try:
+                item = json.loads(line)
+            except ValueError:
+                clean.append(privacy.scrub(line, counts))
+                continue
+            item = (privacy.scrub_event(item, counts) if isinstance(item, dict) and "body" in item
+                    else privacy.scrub(item, counts))
+            clean.append(json.dumps(item, ensure_ascii=False)
+                         + ("\n" if line.endswith("\n") else ""))
+        if not dry_run and "".join(clean) != text:
+            paths.write_private(path, "".join(clean).encode("utf-8"), durable=True)
+    return counts
+
+
+COMMANDS = [import_, export, stats, search_, prune, scrub]

@@ -11,6 +11,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 
+from kirolearn import privacy
 from kirolearn.db import in_list
 
 EVENT_COLUMNS = ("event_id, kind, body_json, namespace, actor_id, session_id, valid_time,"
@@ -209,7 +210,8 @@ def export_lines(conn: sqlite3.Connection, namespace: str | None = None, vectors
     """The export, as JSON Lines: a header (the format and the schema), the events not yet
     distilled (so an import extracts those only), every event, every record with its
     versions (and vectors), and the tombstones of forgotten records. Everything is in a
-    fixed order: exporting an import of it gives the same lines."""
+    fixed order: exporting an import of it gives the same lines. Text is scrubbed on
+    the way out, so what a newer rule catches never leaves in an old record."""
     def line(item: dict) -> str:
         return json.dumps(item, ensure_ascii=False) + "\n"
 
@@ -217,9 +219,11 @@ def export_lines(conn: sqlite3.Connection, namespace: str | None = None, vectors
     for ns, event_ids in undistilled(conn, namespace).items():
         yield line({"undistilled": {"namespace": ns, "event_ids": event_ids}})
     for event in iter_events(conn, namespace, damaged):
-        yield line(event)
+        yield line(privacy.scrub_event(event))
     for record in iter_records(conn, namespace, vectors):
-        yield line(record)
+        embedding = record.pop("embedding", None)
+        record = privacy.scrub(record)
+        yield line(record if embedding is None else {**record, "embedding": embedding})
     for tombstone in iter_tombstones(conn, namespace):
         yield line({"tombstone": tombstone})
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from kirolearn import contract
+from kirolearn import contract, privacy
 from kirolearn.db import in_list, now_ms, reads, schema, transaction, utc_now
 
 
@@ -201,6 +202,64 @@ def purge_index(conn: sqlite3.Connection) -> None:
     """Rewrite the full-text index as one segment: a deleted record's words stay in the
     older segments until they are merged (about a second at 100,000 records)."""
     conn.execute("INSERT INTO memory_records_fts (memory_records_fts) VALUES ('optimize')")
+
+
+# What ``scrub_stored`` rewrites: table → (text columns, JSON columns).
+SCRUBBED = {
+    "events": (("project_path",), ("body_json",)),
+    "memory_records": (("title", "summary", "invalid_reason"),
+                       ("facts_json", "concepts_json", "files_touched_json")),
+    "record_versions": (("title", "summary", "reason"),
+                        ("facts_json", "concepts_json", "files_touched_json")),
+    "retrievals": (("context", "error"), ()),
+    "extraction_batches": (("error",), ()),
+}
+
+
+def scrub_stored(conn: sqlite3.Connection, dry_run: bool = False) -> dict[str, dict[str, int]]:
+    """Run today's scrubber over everything stored and redact in place: events (their
+    hash made again), records (their index entry rewritten by the triggers, their vector
+    dropped to be made again from the new text), versions, the retrieval log and batch
+    errors. ``{table: {kind: redactions}}``; with dry_run nothing is written."""
+    report: dict[str, dict[str, int]] = {}
+    for table, (texts, jsons) in SCRUBBED.items():
+        counts: Counter = Counter()
+        key = "rowid"
+        columns = texts + jsons
+        rows = conn.execute(f"SELECT {key}, {', '.join(columns)} FROM {table}").fetchall()
+        for row in rows:
+            changed = {}
+            for name, value in zip(columns, row[1:], strict=True):
+                if value is None or not privacy.may_need_scrub(value):
+                    continue
+                if name in jsons:
+                    parsed = json.loads(value)
+                    clean = privacy.scrub(parsed, counts)
+                    if clean != parsed:
+                        changed[name] = contract.canonical_json(clean)
+                else:
+                    clean = privacy.scrub(value, counts)
+                    if clean != value:
+                        changed[name] = clean
+            if changed and not dry_run:
+                _rewrite(conn, table, row[0], changed)
+        if counts:
+            report[table] = dict(counts)
+    return report
+
+
+def _rewrite(conn: sqlite3.Connection, table: str, rowid: int, changed: dict[str, str]) -> None:
+    if table == "events" and "body_json" in changed:
+        changed["content_hash"] = contract.hash_json(changed["body_json"])
+    if table == "memory_records":
+        if "facts_json" in changed:
+            changed["facts_text"] = " ".join(json.loads(changed["facts_json"]))
+        changed["embedding"] = None  # made again from the new text (an invalid one: never)
+        changed["embedding_hash"] = conn.execute(
+            "SELECT CASE WHEN invalid_reason IS NULL THEN NULL ELSE ? END FROM memory_records"
+            " WHERE rowid = ?", (NOT_EMBEDDED, rowid)).fetchone()[0]
+    assignments = ", ".join(f"{name} = ?" for name in changed)
+    conn.execute(f"UPDATE {table} SET {assignments} WHERE rowid = ?", [*changed.values(), rowid])
 
 
 def forget_namespace(conn: sqlite3.Connection, namespace: str) -> dict[str, int]:
@@ -453,6 +512,7 @@ def log_retrieval(conn: sqlite3.Connection, prompt_event_id: str | None, namespa
     conn.execute("INSERT INTO retrievals (prompt_event_id, namespace, record_ids_json, latency_ms,"
                  " outcome, created_at, context, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                  (prompt_event_id, namespace, json.dumps(record_ids), latency_ms, outcome,
-                  utc_now(), context, None if error is None else str(error)[:2000]))
+                  utc_now(), privacy.scrub_text(context),
+                  None if error is None else privacy.scrub_text(str(error))[:2000]))
 
 

@@ -31,7 +31,7 @@ from typing import Protocol
 
 import tenacity
 
-from kirolearn import config, contract, tooluse
+from kirolearn import config, contract, privacy, tooluse
 from kirolearn.extract import heuristic
 
 STRATEGY = "llm-summary"
@@ -79,7 +79,7 @@ def build_prompt(events: list[dict]) -> str:
             break
         parts.append(entry)
         used += len(entry)
-    return "\n".join(parts)
+    return privacy.scrub_text("\n".join(parts))  # scrubbed in ingest; again, as it leaves
 
 
 def _strings(value: object, limit: int, count: int) -> list[str]:

@@ -20,6 +20,7 @@ from typing import Any
 
 import ahocorasick_rs
 
+from kirolearn import contract
 from kirolearn.privacy import rules as rule_set
 
 PRIVATE = "private"
@@ -168,6 +169,14 @@ def scrubber() -> Scrubber:
     return _scrubber
 
 
+def save_rules(base: Path | None = None) -> None:
+    """Build this process's scrubber from detect-secrets and save its rules where a
+    shim reads them (ingest, at every start: an update of either is picked up)."""
+    global _scrubber
+    _scrubber = Scrubber(rule_set.compile_all(rule_set.save(base)))
+    _redact_short.cache_clear()
+
+
 def use_saved_rules(base: Path | None = None) -> None:
     """Build this process's scrubber from the rules ingest saved (a shim: importing
     detect-secrets would cost it most of its time)."""
@@ -195,6 +204,15 @@ def redact(text: str) -> tuple[str, tuple[str, ...]]:
 
 def scrub_text(text: str) -> str:
     return redact(text)[0]
+
+
+def scrub_event(event: dict, counts: Counter | None = None) -> dict:
+    """An event with its body scrubbed (and its content hash made again if that changed
+    the body); the event itself when nothing was to be redacted."""
+    body = scrub(event.get("body"), counts)
+    if body == event.get("body"):
+        return event
+    return {**event, "body": body, "content_hash": contract.content_hash(body)}
 
 
 def scrub(value: Any, counts: Counter | None = None) -> Any:

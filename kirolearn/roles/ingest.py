@@ -19,7 +19,8 @@ client's event and is deleted once storage has it (or moved aside if invalid).
 Every change to records comes through this door too, is checked (and its text
 scrubbed) here and relayed to storage: a record saved through MCP (``put_record``),
 an edit or a record marked invalid (``update_record``), an export's records and
-tombstones (``put_records``), and ``forget``, ``forget_project`` and ``prune_events``.
+tombstones (``put_records``), and ``forget``, ``forget_project``, ``prune_events`` and
+``scrub``.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class Ingest(base.Role):
     refuse_while_stopping = True
 
     def setup(self) -> None:
+        privacy.save_rules(self.base)
         self.budget_s = max(0.0, self.settings["retrieval"]["budget_ms"] / 1000 - REPLY_RESERVE_S)
         self.spool_interval_s = self.settings["ingest"]["spool_interval_s"]
         self.next_spool = 0.0  # drain at start
@@ -184,6 +186,11 @@ class Ingest(base.Role):
         """``prune_events {before_ms, namespace?}`` → ``{events, bytes_before,
         bytes_after}``, relayed to storage."""
         return self._relay(request, check_prune, timeout_s=control.MAINTENANCE_MS / 1000)
+
+    @base.op("scrub")
+    def scrub(self, request: base.Request) -> object:
+        """``scrub {dry_run?}`` → ``{redacted}``, relayed to storage."""
+        return self._relay(request, check_scrub, timeout_s=control.MAINTENANCE_MS / 1000)
 
     @base.op("put_record")
     def put_record(self, request: base.Request) -> object:
@@ -629,6 +636,13 @@ def check_prune(body: dict) -> dict:
             "before_ms", "must be a time in milliseconds since the epoch")])
     return {"before_ms": before_ms,
             "namespace": None if namespace is None else check_namespace(body)["namespace"]}
+
+
+def check_scrub(body: dict) -> dict:
+    dry_run = body.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise contract.ContractError([contract.FieldError("dry_run", "must be true or false")])
+    return {"dry_run": dry_run}
 
 
 def check_forget(body: dict) -> dict:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from kirolearn import config, contract, paths, protocol, transport
+from kirolearn import config, contract, paths, privacy, protocol, transport
 from kirolearn.roles import base
 from kirolearn.search import MODES, embeddings, searcher, vectors
 
@@ -244,7 +244,7 @@ class Retrieval(base.Role):
 
     def _read(self, lookup) -> dict:
         try:
-            return {"records": lookup()}
+            return {"records": privacy.scrub(lookup())}  # as they leave, like a search's
         except sqlite3.Error as exc:
             self.searcher.close()  # reopened on the next request
             self.log.warning("a lookup failed: %s", exc)

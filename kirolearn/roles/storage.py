@@ -413,6 +413,23 @@ class Storage(base.Role):
         self._announce(b"events")
         return {"events": removed, "bytes_before": size_before, "bytes_after": self._file_bytes()}
 
+    @base.op("scrub")
+    def scrub(self, request: base.Request) -> dict:
+        """``scrub {dry_run?}`` → ``{redacted: {table: {kind: count}}}``: today's rules
+        run over everything stored, redacting in place (``writes.scrub_stored``); the
+        full-text index is then rewritten and the WAL folded in, so no old copy stays."""
+        dry_run = bool(request.body.get("dry_run"))
+        with self.writing():
+            redacted = writes.scrub_stored(self.conn, dry_run)
+        if redacted and not dry_run:
+            self._purge_index()
+            self._announce(b"events")
+            self._announce(b"retrievals")
+        self.log.info("scrub%s: %s", " (dry run)" if dry_run else "",
+                      {table: sum(kinds.values()) for table, kinds in redacted.items()} or
+                      "nothing to redact")
+        return {"redacted": redacted}
+
     def _file_bytes(self) -> int:
         return sum(os.stat(f"{self.path}{suffix}").st_size for suffix in ("", "-wal")
                    if os.path.exists(f"{self.path}{suffix}"))

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kirolearn import privacy
 from kirolearn.db import fts, reads
 from kirolearn.search import embeddings, vectors
 from kirolearn.search.context import (
@@ -72,7 +73,10 @@ class Result:
 
     @property
     def context(self) -> str:
-        return context_block(self.records) if self.block is None else self.block
+        """The context for the agent, scrubbed as it leaves (stored text was scrubbed
+        with the rules of its day)."""
+        return privacy.scrub_text(context_block(self.records) if self.block is None
+                                  else self.block)
 
     @property
     def record_ids(self) -> list[str]:
@@ -83,7 +87,7 @@ class Result:
                  "outcome": self.outcome, "latency_ms": round(self.latency_ms, 3),
                  "terms": self.terms, "window": self.window}
         if with_records:
-            reply["records"] = self.records
+            reply["records"] = privacy.scrub(self.records)
         if self.error:
             reply["error"] = self.error
         return reply

@@ -27,6 +27,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from kirolearn import privacy
 from kirolearn.viewer import pages
 from kirolearn.viewer.auth import hand_over, link
 from kirolearn.viewer.feed import Feed
@@ -74,10 +75,16 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
+def scrubbed(value: Any) -> Any:
+    """Every value a page shows passes here: text is scrubbed as it leaves."""
+    return privacy.scrub_text(value) if isinstance(value, str) else value
+
+
 def create_app(base: Path, token: str, feed: Feed | None = None) -> Starlette:
     """The viewer for the kirolearn home ``base``; requests must carry ``token``."""
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
-                                     autoescape=True, undefined=jinja2.StrictUndefined)
+                                     autoescape=True, undefined=jinja2.StrictUndefined,
+                                     finalize=scrubbed)
     environment.globals["link"] = link
     routes = [
         *(Route(path, hand_over(endpoint)) for path, endpoint in PAGES),

@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 
-from kirolearn import contract, control
+from kirolearn import contract, control, privacy
 from kirolearn.search import MODES, OUTCOMES
 from kirolearn.viewer.auth import link, require
 from kirolearn.viewer.chart import chart
@@ -81,10 +81,18 @@ async def page(request: Request, name: str, **context: Any) -> Response:
     return state.templates.TemplateResponse(request, name, context)
 
 
+class ScrubbedJSONResponse(JSONResponse):
+    """The JSON API's answers, scrubbed as they leave (the pages are, by the templates'
+    finalize): text stored under older rules is shown under today's."""
+
+    def render(self, content: Any) -> bytes:
+        return super().render(privacy.scrub(content))
+
+
 async def answer(request: Request, name: str, data: dict, **context: Any) -> Response:
     """The JSON API's answer (``data``), or the page ``name`` that shows it."""
     if wants_json(request):
-        return JSONResponse(data)
+        return ScrubbedJSONResponse(data)
     return await page(request, name, **context)
 
 
@@ -94,7 +102,7 @@ async def overview(request: Request) -> Response:
     days = bounded_int(request.query_params.get("days"), 1, 1, 90)
     data = await run_in_threadpool(reader.overview, project_of(request), days)
     if wants_json(request):
-        return JSONResponse({**data, "projects": await run_in_threadpool(reader.projects)})
+        return ScrubbedJSONResponse({**data, "projects": await run_in_threadpool(reader.projects)})
     recent = await run_in_threadpool(reader.retrievals, project_of(request), None)
     return await page(request, "overview.html", data=data, chart=chart(data["retrievals"]),
                       days=days, recent=recent[:10], outcomes=OUTCOMES)
@@ -114,7 +122,7 @@ async def events(request: Request) -> Response:
     limit = bounded_int(request.query_params.get("limit"), TAIL_SIZE, 1, 500)
     items = await run_in_threadpool(request.app.state.reader.events, after, project_of(request),
                                     request.query_params.get("session") or None, limit)
-    return JSONResponse({"events": items})
+    return ScrubbedJSONResponse({"events": items})
 
 
 async def memories(request: Request) -> Response:
@@ -169,6 +177,7 @@ async def memory(request: Request) -> Response:
 
 
 async def forget(request: Request) -> Response:
+    require(request)  # nobody without the token gets a body read
     form = await request.form()
     request.state.form_token = form.get("token")
     require(request, writes=True)
@@ -178,7 +187,7 @@ async def forget(request: Request) -> Response:
     reply = await run_in_threadpool(ask_daemon, request, "ingest", "forget", {
         "record_id": record_id, "namespaces": [record["namespace"]]}, control.WRITE_MS)
     if wants_json(request):
-        return JSONResponse({"record_id": record_id, "deleted": reply["deleted"]})
+        return ScrubbedJSONResponse({"record_id": record_id, "deleted": reply["deleted"]})
     return RedirectResponse(link("/memories", project=record["namespace"],
                                  forgotten=record["title"][:200]), status_code=303)
 
@@ -251,7 +260,7 @@ async def stream(request: Request) -> Response:
             for item in items:
                 after = item["seq"]
                 yield {"event": "event", "id": str(after),
-                       "data": json.dumps(item, ensure_ascii=False)}
+                       "data": json.dumps(privacy.scrub(item), ensure_ascii=False)}
             if len(items) < 200:
                 await state.feed.wait(seen, FEED_WAIT_S)
 
@@ -261,7 +270,7 @@ async def stream(request: Request) -> Response:
 async def http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if request.url.path.startswith("/api/"):
-        return JSONResponse({"error": exc.detail}, status_code=exc.status_code)
+        return ScrubbedJSONResponse({"error": exc.detail}, status_code=exc.status_code)
     return request.app.state.templates.TemplateResponse(
         request, "error.html", {"status": exc.status_code, "message": exc.detail, "nav": "",
                                 "projects": [], "project": None, "labels": {},
