@@ -6,7 +6,9 @@ with the floor, ``python -c "import zmq, msgpack"`` (the interpreter and the two
 libraries every shim needs), so both see the same machine noise:
 
 - postToolUse: a tool use, acknowledged after storage commits it;
-- prompt: userPromptSubmit with retrieval, the context printed to stdout.
+- prompt: userPromptSubmit with retrieval, the context printed to stdout;
+- postToolUse with the daemon away (``path: spool``): a tool use whose output holds
+  secrets, scrubbed (with the rules ingest saved) and written to the spool.
 
 Bytecode is compiled first, as ``pip install`` does. Prints one JSON line per hook
 (DESIGN.md §10) with wall_p50_ms/wall_p99_ms, the floor's, and ratio_to_floor
@@ -38,6 +40,8 @@ from kirolearn import project
 KL = [sys.executable, "-m", "kirolearn"]
 BIN = Path(sys.executable).parent
 TARGETS = {"postToolUse": 1.3, "prompt": 1.5}
+SPOOL_TARGET = 1.5  # the daemon away: scrubbing and a durable write on top
+SECRET, AWS_KEY = "hunter2-Wq8x-3000", "AKIAIOSFODNN7EXAMPLE"
 
 
 def timed(command: list[str], stdin: str, cwd: Path, env: dict) -> tuple[float, str]:
@@ -96,6 +100,19 @@ def main() -> None:
         finally:
             subprocess.run([*KL, "stop"], env=env, capture_output=True, cwd="/tmp")
         spooled = len(list((base / "spool").glob("*.json"))) if (base / "spool").exists() else 0
+        # The daemon away: each tool use is scrubbed and spooled (fsync included).
+        secret_tool = {**tool, "tool_response": {"success": True, "result": [{
+            "exit_status": "0", "stdout": f"DB_PASSWORD={SECRET} key {AWS_KEY}\n"}]}}
+        times["spooled"] = []
+        for i in range(runs + 3):
+            f, _ = timed(floor, "", proj, env)
+            t, _ = timed(shim, json.dumps(secret_tool), proj, env)
+            if i >= 3:
+                times["spool_floor"] = [*times.get("spool_floor", []), f]
+                times["spooled"].append(t)
+        spool_text = b"".join(p.read_bytes() for p in (base / "spool").glob("*.json"))
+        spool_files = len(list((base / "spool").glob("*.json"))) - spooled
+        leaked = spool_text.count(SECRET.encode()) + spool_text.count(AWS_KEY.encode())
     floor_p50 = statistics.median(times["floor"])
     for hook, target in TARGETS.items():
         p50 = statistics.median(times[hook])
@@ -109,6 +126,15 @@ def main() -> None:
         if hook == "prompt":
             line["prompts_with_context"] = with_context
         print(json.dumps(line), flush=True)
+    p50, floor_p50 = statistics.median(times["spooled"]), statistics.median(times["spool_floor"])
+    print(json.dumps({
+        "bench": "shim", "hook": "postToolUse", "path": "spool", "surface": "kiro-cli",
+        "runs": runs, "wall_p50_ms": round(p50, 2),
+        "wall_p99_ms": round(percentile(times["spooled"], 99), 2),
+        "floor_p50_ms": round(floor_p50, 2),
+        "floor_p99_ms": round(percentile(times["spool_floor"], 99), 2),
+        "ratio_to_floor": round(p50 / floor_p50, 3), "target_ratio": SPOOL_TARGET,
+        "spooled": spool_files, "secrets_in_spool": leaked}), flush=True)
 
 
 if __name__ == "__main__":

@@ -43,13 +43,16 @@ def test_shim_benchmark_quick_run_compares_each_hook_with_the_floor(home):
                             env=env, cwd="/tmp")
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
-    assert [(r["bench"], r["hook"]) for r in rows] == [("shim", "postToolUse"), ("shim", "prompt")]
+    assert [(r["bench"], r["hook"], r.get("path")) for r in rows] == [
+        ("shim", "postToolUse", None), ("shim", "prompt", None),
+        ("shim", "postToolUse", "spool")]
     for row in rows:
         assert 0 < row["floor_p50_ms"] <= row["floor_p99_ms"]
         assert 0 < row["wall_p50_ms"] <= row["wall_p99_ms"]
         assert abs(row["ratio_to_floor"] - row["wall_p50_ms"] / row["floor_p50_ms"]) < 0.01
-        assert row["spooled"] == 0  # every hook was acknowledged in time
+    assert rows[0]["spooled"] == rows[1]["spooled"] == 0  # acknowledged in time
     assert rows[1]["prompts_with_context"] == 5
+    assert rows[2]["spooled"] == 8 and rows[2]["secrets_in_spool"] == 0  # 5 runs, 3 warm-ups
 
 
 def test_mcp_benchmark_quick_run_times_start_up_and_every_tool(home):
