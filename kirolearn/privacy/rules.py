@@ -16,6 +16,7 @@ every start and read by a shim that must scrub what it spools.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -32,11 +33,17 @@ LONG_TOKEN = re.compile(r"[A-Za-z0-9_-]{23}")
 @dataclass(frozen=True)
 class Rule:
     kind: str
-    pattern: re.Pattern
+    source: str  # the regular expression, compiled the first time the rule runs
+    flags: int = 0
     needles: tuple[str, ...] = ()
     groups: bool = False  # the named group "s", or else all groups, is the secret
     accept: Callable[[re.Match, str], str | None] | None = field(default=None, compare=False)
     exact: tuple[str, ...] = ()  # needles matched in the text as it is
+
+    @functools.cached_property
+    def pattern(self) -> re.Pattern:
+        """Compiled on first use: most rules never run in a shim's short life."""
+        return re.compile(self.source, self.flags)
 
     def spans(self, text: str) -> list[tuple[int, int, str]]:
         """(start, end, kind) of each secret in text."""
@@ -160,12 +167,13 @@ _QUOTED_OR_BARE = r"""(?P<s>"[^"\n]*"|'[^'\n]*'|[^\s"'`,;)}\]]+)"""
 _KEYWORD = (r"(?:pass(?:word|wd|phrase)?|pwd|secret|token|credentials?|api[_-]?key|apikey"
             r"|access[_-]?key|auth[_-]?key|private[_-]?key|account[_-]?key|client[_-]?key"
             r"|service[_-]?key|db[_-]?key|database[_-]?key|priv[_-]?key|key[_-]?pass"
-            r"|sharedaccesskey|sharedaccesssignature|signing[_-]?key|encryption[_-]?key|contrase(?:ñ|n)a)")
+            r"|sharedaccesskey|sharedaccesssignature|signing[_-]?key|encryption[_-]?key"
+            r"|contrase(?:ñ|n)a)")
 # A key with a secret word, a separator and a value: ``DB_PASSWORD=…``, ``"token": "…"``,
 # ``password = '…'``. The match starts at the word; what comes before it (DB_) stays.
-_KEYED = re.compile(
+_KEYED = (
     rf"(?P<word>{_KEYWORD})(?P<rest>[\w-]*)[\"'\]]{{0,2}}[ \t]*(?P<sep>:=|=>|[:=])(?!=)[ \t]*"
-    rf"(?!\[REDACTED){_QUOTED_OR_BARE}", re.IGNORECASE)
+    rf"(?!\[REDACTED){_QUOTED_OR_BARE}")
 # A key that ends like these names something about a secret, not the secret.
 _NOT_THE_SECRET = re.compile(
     r"[_-]?(?:type|types|id|ids|name|names|file|filename|path|dir|url|uri|endpoint|length|len"
@@ -177,8 +185,6 @@ _PLACEHOLDER = re.compile(
     r"""^(?:\$|\{|<|%\(|%s|\*{3}|x{4,}$|\.\.\.|true$|false$|null$|none$|nil$|undefined$
     |\[|changeme$|secret$|password$|your[_-])""", re.IGNORECASE | re.VERBOSE)
 _CODE = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?:[(\[].*)?$")
-
-
 _NUMBER = re.compile(r"[\d_.,]+")
 _WORD = re.compile(r"[A-Za-z][a-z]*")  # "keyword", "Token": a name, not a secret
 _FORMAT = re.compile(r"%[-+ #0-9.]*[sdifrx(]|\{\w*\}")
@@ -200,8 +206,9 @@ def _looks_like_code(value: str, tight: bool) -> bool:
     """An unquoted value that reads as code or prose, not a secret: self.token,
     os.environ[…], get_secret(), (a, b), new_password, Optional, and (after "key: ")
     a plain word."""
-    if value[0] in "([{" or (not tight and re.fullmatch(r"[a-z][a-z-]*", value)) or (
-            re.fullmatch(r"[A-Za-z_]\w*", value) and _SECRET_WORD.search(value)):
+    if value[0] in "([{" or (not tight and (
+            re.fullmatch(r"[a-z][a-z-]*", value)  # a word
+            or (re.fullmatch(r"[A-Za-z_]+", value) and _SECRET_WORD.search(value)))):  # passwd
         return True
     if not _CODE.match(value):
         return False
@@ -272,21 +279,20 @@ def _not_placeholder(kind: str) -> Callable[[re.Match, str], str | None]:
 
 def _rule(kind: str, pattern: str, needles: tuple[str, ...], flags: int = 0,
           accept: Callable[[re.Match, str], str | None] | None = None) -> Rule:
-    return Rule(kind, re.compile(pattern, flags), needles, True, accept)
+    return Rule(kind, pattern, flags, needles, True, accept)
 
 
 _I = re.IGNORECASE
 _TOKEN = r"[A-Za-z0-9_-]"
 OURS: list[Rule] = [
     # Key blocks, whole, to their end line (or to the end of the text when cut off).
-    Rule("private-key", re.compile(
-        r"-{4,5} ?BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)? ?-{4,5}.*?"
-        r"(?:-{4,5} ?END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)? ?-{4,5}|\Z)", re.DOTALL),
-        ("----begin", "---- begin")),
-    Rule("private-key", re.compile(r"PuTTY-User-Key-File-\d.*?(?:Private-MAC: ?[0-9a-f]+|\Z)",
-                                   re.DOTALL), ("putty-user-key-file",)),
-    Rule("secret", _KEYED, ("pass", "pwd", "secret", "token", "credential", "key", "contras"),
-         accept=_keyed),
+    Rule("private-key", r"-{4,5} ?BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)? ?-{4,5}.*?"
+         r"(?:-{4,5} ?END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)? ?-{4,5}|\Z)", re.DOTALL,
+         ("----begin", "---- begin")),
+    Rule("private-key", r"PuTTY-User-Key-File-\d.*?(?:Private-MAC: ?[0-9a-f]+|\Z)", re.DOTALL,
+         ("putty-user-key-file",)),
+    Rule("secret", _KEYED, re.IGNORECASE,
+         ("pass", "pwd", "secret", "token", "credential", "key", "contras"), accept=_keyed),
     # Credentials in a URL (redis://:pw@host too) and tokens in its query.
     _rule("url-password", r"\b[a-z][a-z0-9+.-]*://[^\s:/@?#\"'<>]*:(?P<s>[^\s@/?#\"'<>]+)@",
           ("://",), _I, _not_placeholder("url-password")),
@@ -322,7 +328,7 @@ OURS: list[Rule] = [
     _rule("github-token", r"\b(?P<s>github_pat_[A-Za-z0-9_]{40,}|gh[pousr]_[A-Za-z0-9]{30,})",
           ("github_pat_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
     _rule("slack-token", r"\b(?P<s>xox[abposre]-[A-Za-z0-9-]{10,})", ("xox",)),
-    _rule("stripe-key", r"\b(?P<s>[rsp]k_(?:live|test)_[A-Za-z0-9]{16,})", ("k_live_",
+    _rule("stripe-key", r"\b(?P<s>[rs]k_(?:live|test)_[A-Za-z0-9]{16,})", ("k_live_",
                                                                            "k_test_")),
     _rule("google-api-key", rf"\b(?P<s>AIza{_TOKEN}{{35}})", ("aiza",)),
     _rule("google-oauth", rf"\b(?P<s>GOCSPX-{_TOKEN}{{20,}}|ya29\.{_TOKEN}{{20,}})",
@@ -383,6 +389,6 @@ def compile_all(found: list[dict]) -> list[Rule]:
     """Rules from detect-secrets' data (``from_detect_secrets``) followed by ours."""
     rules = []
     for item in found:
-        rules.append(Rule(item["kind"], re.compile(item["pattern"], item["flags"]),
-                          tuple(item["needles"]), item["groups"], exact=tuple(item["exact"])))
+        rules.append(Rule(item["kind"], item["pattern"], item["flags"], tuple(item["needles"]),
+                          item["groups"], exact=tuple(item["exact"])))
     return rules + OURS
