@@ -120,6 +120,8 @@ def insert_record(conn: sqlite3.Connection, record: dict, batch_id: str | None =
 
 
 NOT_EMBEDDED = "invalid"  # the embedding_hash of a record marked invalid: never embedded
+# A valid record whose text changed is embedded again from the new text.
+EMBED_AGAIN = "embedding_hash = CASE WHEN invalid_reason IS NULL THEN NULL ELSE embedding_hash END"
 
 
 def _keep_version(conn: sqlite3.Connection, row_id: int, reason: str | None = None) -> None:
@@ -251,15 +253,14 @@ def scrub_stored(conn: sqlite3.Connection, dry_run: bool = False) -> dict[str, d
 def _rewrite(conn: sqlite3.Connection, table: str, rowid: int, changed: dict[str, str]) -> None:
     if table == "events" and "body_json" in changed:
         changed["content_hash"] = contract.hash_json(changed["body_json"])
+    assignments = [f"{name} = ?" for name in changed]
     if table == "memory_records":
         if "facts_json" in changed:
             changed["facts_text"] = " ".join(json.loads(changed["facts_json"]))
-        changed["embedding"] = None  # made again from the new text (an invalid one: never)
-        changed["embedding_hash"] = conn.execute(
-            "SELECT CASE WHEN invalid_reason IS NULL THEN NULL ELSE ? END FROM memory_records"
-            " WHERE rowid = ?", (NOT_EMBEDDED, rowid)).fetchone()[0]
-    assignments = ", ".join(f"{name} = ?" for name in changed)
-    conn.execute(f"UPDATE {table} SET {assignments} WHERE rowid = ?", [*changed.values(), rowid])
+            assignments.append("facts_text = ?")
+        assignments += ["embedding = NULL", EMBED_AGAIN]  # no vector of the old text stays
+    conn.execute(f"UPDATE {table} SET {', '.join(assignments)} WHERE rowid = ?",
+                 [*changed.values(), rowid])
 
 
 def forget_namespace(conn: sqlite3.Connection, namespace: str) -> dict[str, int]:
@@ -297,9 +298,7 @@ def update_record(conn: sqlite3.Connection, record_id: str, namespaces: Iterable
                        facts_text=" ".join(changes["facts"]))
     columns = {k: v for k, v in columns.items() if v is not None}
     assignments = ", ".join(f"{name} = ?" for name in columns)
-    # A valid record is embedded again from its new text.
-    conn.execute(f"UPDATE memory_records SET {assignments}, embedding_hash = CASE WHEN"
-                 f" invalid_reason IS NULL THEN NULL ELSE embedding_hash END WHERE id = ?",
+    conn.execute(f"UPDATE memory_records SET {assignments}, {EMBED_AGAIN} WHERE id = ?",
                  [*columns.values(), row[0]])
     return True
 
@@ -512,7 +511,7 @@ def log_retrieval(conn: sqlite3.Connection, prompt_event_id: str | None, namespa
     conn.execute("INSERT INTO retrievals (prompt_event_id, namespace, record_ids_json, latency_ms,"
                  " outcome, created_at, context, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                  (prompt_event_id, namespace, json.dumps(record_ids), latency_ms, outcome,
-                  utc_now(), privacy.scrub_text(context),
+                  utc_now(), context,  # scrubbed by the searcher that made it
                   None if error is None else privacy.scrub_text(str(error))[:2000]))
 
 

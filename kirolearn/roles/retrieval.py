@@ -114,6 +114,7 @@ class Retrieval(base.Role):
     role = "retrieval"
 
     def setup(self) -> None:
+        privacy.scrubber()  # built now, not within the first prompt's budget
         cfg = self.settings["retrieval"]
         if cfg["mode"] not in MODES:
             raise config.ConfigError(f"retrieval.mode: must be one of {', '.join(MODES)},"
