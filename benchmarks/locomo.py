@@ -5,10 +5,11 @@ prompt would (ingest → storage → extraction → records; one project per
 conversation, one session per LoCoMo session, the turn's time from the session's
 date), and every question is asked through the real search (``--mode``). A
 question's recall at k is the share of its evidence turns among the source events
-of the k best records; the mean is printed per category (1 multi-hop, 2 temporal,
-3 open-domain, 4 single-hop; 5, adversarial, has no evidence) and overall, with the
-mean size of the context those k records make. Questions without usable evidence
-are skipped and counted. See ``../shared/data/locomo/README.md`` in the source tree.
+of what a search for k records returns (the k best, and the neighbours shown with
+them); the mean is printed per category (1 multi-hop, 2 temporal, 3 open-domain,
+4 single-hop; 5, adversarial, has no evidence) and overall, with the mean size of the
+context those records make. Questions without usable evidence are skipped and counted.
+See ``../shared/data/locomo/README.md`` in the source tree.
 
 Prints JSON Lines (DESIGN.md §10), one per k in 5, 10, 25.
 
@@ -143,17 +144,18 @@ def main() -> None:
                         if not evidence or not evidence <= known:
                             skipped += 1
                             continue
-                        reply = retrieval.call("search", {
-                            "query": qa["question"], "namespace": namespaces[sample["sample_id"]],
-                            "limit": max(KS), "records": True, "mode": args.mode,
-                            "budget_ms": 10_000, "tokens": 1_000_000})
-                        latencies.append(reply["latency_ms"])
-                        records = reply["records"]
-                        for k in KS:
-                            turns = {dialog_of.get(i) for r in records[:k]
+                        for k in KS:  # each k as the agent would get it: limit k
+                            reply = retrieval.call("search", {
+                                "query": qa["question"],
+                                "namespace": namespaces[sample["sample_id"]], "limit": k,
+                                "records": True, "mode": args.mode, "budget_ms": 10_000,
+                                "tokens": 1_000_000})
+                            latencies.append(reply["latency_ms"])
+                            shown = reply["records"]
+                            turns = {dialog_of.get(i) for r in shown
                                      for i in r["source_event_ids"]}
                             found[k][category].append(len(evidence & turns) / len(evidence))
-                            context_chars[k].append(len(context.context_block(records[:k])))
+                            context_chars[k].append(len(context.context_block(shown)))
         finally:
             subprocess.run([*KL, "stop"], env=env, capture_output=True, cwd="/tmp")
     questions = sum(len(v) for v in found[KS[0]].values())

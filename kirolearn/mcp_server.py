@@ -216,6 +216,7 @@ Query = Annotated[str, Field(min_length=1, max_length=1000, pattern=r"\S",
                              description="What to look for, in plain words")]
 # What an agent may save (a session summary has a tool of its own).
 ObservationType = Literal[tuple(t for t in contract.OBSERVATION_TYPES if t != "session_summary")]
+AnyType = Literal[contract.OBSERVATION_TYPES]
 Concept = Annotated[str, Field(min_length=1, max_length=100, pattern=r"\S")]
 FilePath = Annotated[str, Field(min_length=1, max_length=500, pattern=r"\S")]
 Fact = Annotated[str, Field(min_length=1, max_length=500, pattern=r"\S")]
@@ -266,11 +267,14 @@ def build_server(scope: Scope, base: Path, autostart: bool = True) -> MCPServer:
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     writes = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
-    def search(query: str, limit: int, mode: str | None = None) -> list[dict]:
+    def search(query: str, limit: int, mode: str | None = None,
+               types: list[str] | None = None) -> list[dict]:
         body = {"query": query, "namespaces": list(scope.namespaces), "limit": limit,
                 "records": True, "budget_ms": SEARCH_BUDGET_MS, "tokens": NO_TOKEN_CAP}
         if mode:
             body["mode"] = mode
+        if types:
+            body["types"] = types
         result = daemon_call("retrieval", "search", body, SEARCH_BUDGET_MS + control.LOOKUP_MS)
         if result["outcome"] in ("timeout", "error"):
             raise ToolError(f"the search did not finish ({result['outcome']}); try a shorter"
@@ -295,14 +299,18 @@ def build_server(scope: Scope, base: Path, autostart: bool = True) -> MCPServer:
                       mode: Annotated[Literal[MODES] | None, Field(
                           description="lexical: the words; semantic: the meaning; hybrid:"
                                       " both (the default when embeddings are on)")] = None,
+                      types: Annotated[list[AnyType] | None, Field(
+                          description="only memories of these types, e.g. [\"decision\","
+                                      " \"error\"]")] = None,
                       ) -> str:
         """Search this project's long-term memory by keywords or meaning.
 
         Use it before starting on something that earlier sessions may have done, decided
-        or debugged. Returns the best-matching memory records, each as a markdown block:
-        `### title`, its summary, `Concepts:`, `Files:` and its id (for `get_records`,
-        `timeline` and `forget`)."""
-        records = search(query, limit, mode)
+        or debugged; `types` narrows it to decisions, errors, and so on. Returns the
+        best-matching memory records, each as a markdown block: `### title`, its
+        summary, `Concepts:`, `Files:` and its id (for `get_records`, `timeline` and
+        `forget`)."""
+        records = search(query, limit, mode, types)
         if not records:
             return f"No memories matched \u201c{one_line(query)}\u201d in {scope.label}."
         return "\n\n".join(search_block(record) for record in records)

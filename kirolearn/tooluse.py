@@ -20,6 +20,17 @@ QUIET_WORDS = ("list", "glob", "grep", "search", "find", "think", "todo", "intro
 EDIT_TOOLS = re.compile(r"(?i)write|edit|replace|create|insert|append|patch|str_?replace")
 READ_TOOLS = re.compile(r"(?i)read|view|open|cat\b")
 RUN_TOOLS = re.compile(r"(?i)bash|shell|exec|command|terminal|run")
+# What an edit touched: names defined on its changed lines (def, class, function...),
+# then other code-like names there (snake_case, camelCase, dotted, CONSTANTS).
+DEFINITION = re.compile(r"\b(?:def|class|function|func|fn|interface|struct|enum|type|trait|"
+                        r"impl|module|const|let|var)\s+\*?([A-Za-z_$][\w$]*)")
+CODE_NAME = re.compile(r"\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]+)+|"
+                       r"[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|"
+                       r"[A-Z]\w*(?:Error|Exception|Warning))\b")
+KEY_NAME = re.compile(r"^\s*[\"']?([A-Za-z_][\w.-]*)[\"']?\s*[:=]")  # settings: `key = v`
+MAX_IDENTIFIERS = 8
+EXCERPT_BYTES = 4096  # what is kept of a read-only tool's use
+ERROR_NAME = re.compile(r"\b([A-Z]\w*(?:Error|Exception)|panic|Segmentation fault)\b")
 TEST_COUNTS = re.compile(r"(?i)\b(\d+) (failed|passed|errors?)\b")
 ERROR_LINE = re.compile(r"(?i)(error|exception|traceback|failed|fatal|panic|✗|FAIL\b)")
 
@@ -37,6 +48,7 @@ class Action:
     exit_status: int | None = None
     failed: bool = False
     output: str = ""
+    identifiers: list[str] = field(default_factory=list)  # what an edit touched
 
 
 # -- reading payloads ---------------------------------------------------------------------
@@ -110,9 +122,34 @@ def observe(data: object) -> Action:
             old.append(edit.get("old_string"))
         action.added = sum(_lines(t) for t in new if isinstance(t, str))
         action.removed = sum(_lines(t) for t in old if isinstance(t, str))
+        action.identifiers = touched([t for t in new if isinstance(t, str)],
+                                     [t for t in old if isinstance(t, str)])
     elif READ_TOOLS.search(name) and action.paths:
         action.kind = "read"
     return action
+
+
+def touched(new: list[str], old: list[str]) -> list[str]:
+    """The names an edit touched: the definitions in its text (an edit's unchanged lines
+    name the function it is in), then the code-like names and setting keys on the lines
+    it changed (all lines of a new file)."""
+    def lines(texts: list[str]) -> list[str]:
+        return [line.strip() for text in texts for line in text.splitlines() if line.strip()]
+    before, after = lines(old), lines(new)
+    changed = [*(line for line in after if line not in set(before)),
+               *(line for line in before if line not in set(after))]
+    text = "\n".join(changed)
+    names = DEFINITION.findall("\n".join(after + before)) + CODE_NAME.findall(text)
+    names += [m.group(1) for line in changed if (m := KEY_NAME.match(line))
+              and not DEFINITION.match(line)]
+    return [n for n in dict.fromkeys(names) if len(n) > 2][:MAX_IDENTIFIERS]
+
+
+def only_looks(body: object) -> bool:
+    """Whether a tool_use body is a read, a search or a listing: stored as its paths and
+    an excerpt of what it saw (``EXCERPT_BYTES``), not the whole file for ever."""
+    data = body.get("data") if isinstance(body, dict) and body.get("type") == "json" else None
+    return isinstance(data, dict) and observe(data).kind in ("read", "quiet")
 
 
 # -- facts and text ---------------------------------------------------------------------------
@@ -141,7 +178,9 @@ def _test_counts(output: str) -> str:
 def fact(action: Action, root: str | None) -> str | None:
     files = [relative(p, root) for p in action.paths]
     if action.kind == "edit":
-        return f"edited `{files[0]}` (+{action.added} −{action.removed})"
+        names = ", ".join(f"`{name}`" for name in action.identifiers)
+        return f"edited `{files[0]}` (+{action.added} −{action.removed})" + (
+            f": {names}" if names else "")
     if action.kind == "read":
         return "read " + ", ".join(f"`{f}`" for f in files)
     if action.kind == "run":
@@ -154,7 +193,10 @@ def fact(action: Action, root: str | None) -> str | None:
         counts = _test_counts(action.output)
         if counts:
             details.append(counts)
-        return text + (" → " + ", ".join(details) if details else "")
+        errors = list(dict.fromkeys(ERROR_NAME.findall(action.output)))[:3]
+        if errors and (action.failed or action.exit_status):
+            details.append(f"({', '.join(errors)})")
+        return text + (" → " + ", ".join(details).replace(", (", " (") if details else "")
     if action.kind == "other" and action.failed:
         return f"`{action.tool}` failed"
     return None

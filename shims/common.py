@@ -27,7 +27,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kirolearn import __version__, capture, contract, control, paths, project, protocol, spool
+from kirolearn import (
+    __version__,
+    capture,
+    contract,
+    control,
+    paths,
+    project,
+    protocol,
+    spool,
+    tooluse,
+)
 
 SESSION_IDLE_S = 3600  # a surface without a session-start hook starts anew after this
 STDIN_WAIT_S = 0.05  # how long a shim that may get stdin waits for it
@@ -162,8 +172,10 @@ class Shim:
 
     def event(self, kind: str, body: dict, session_id: str,
               parent_event_id: str | None = None) -> dict:
+        limit = (tooluse.EXCERPT_BYTES if kind == "tool_use" and tooluse.only_looks(body)
+                 else contract.TRUNCATE_BYTES)
         return contract.make_event(
-            kind, contract.truncate_body(body), namespace=self.namespace,
+            kind, contract.truncate_body(body, limit), namespace=self.namespace,
             actor_id=self.actor, session_id=session_id[:128], surface=self.surface,
             version=__version__, client_id=os.uname().nodename[:255] or "unknown",
             project_path=self.project.root, parent_event_id=parent_event_id)

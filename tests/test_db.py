@@ -87,6 +87,35 @@ def test_a_database_from_an_older_version_is_migrated_forward(tmp_path, monkeypa
     conn.close()
 
 
+def test_records_of_an_older_database_learn_their_place_in_the_session(tmp_path, monkeypatch):
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:8])
+    old = writes.connect_writer(tmp_path / "old.db")
+    first, second = make_event(content="one"), make_event(content="two")
+    for event in (first, second):
+        assert store(old, event) == "stored"
+    orphan = record_for(["F" * 26])  # its event is not here (pruned)
+    for r in (record_for([second["event_id"], first["event_id"]]), orphan):
+        old.execute("INSERT INTO memory_records (record_id, namespace, title, summary,"
+                    " facts_json, facts_text, concepts_json, files_touched_json,"
+                    " observation_type, strategy, source_event_ids_json, created_at)"
+                    " VALUES (?,?,?,?,'[]','','[]','[]',?,?,?,?)",
+                    (r["record_id"], r["namespace"], r["title"], r["summary"],
+                     r["observation_type"], r["strategy"], json.dumps(r["source_event_ids"]),
+                     r["created_at"]))
+    old.close()
+    monkeypatch.undo()
+    conn = writes.connect_writer(tmp_path / "old.db")
+    seq = conn.execute("SELECT seq FROM events WHERE event_id = ?",
+                       (second["event_id"],)).fetchone()[0]
+    assert conn.execute("SELECT session_id, turn_seq FROM memory_records ORDER BY id"
+                        ).fetchall() == [(second["session_id"], seq), (None, None)]
+    new = record_for([first["event_id"]])
+    writes.insert_record(conn, new)
+    assert conn.execute("SELECT turn_seq FROM memory_records WHERE record_id = ?",
+                        (new["record_id"],)).fetchone()[0] == seq - 1
+    conn.close()
+
+
 def test_event_id_and_content_window_dedup(conn):
     first = make_event(content="same words")
     assert store(conn, first) == "stored"

@@ -74,28 +74,28 @@ KIRO_CLI_SESSION = turn_events(
 )
 
 
-def test_a_kiro_cli_fix_becomes_a_turn_an_error_and_a_summary():
+def test_a_kiro_cli_fix_becomes_a_turn_and_an_error():
     records = heuristic.extract(NAMESPACE, KIRO_CLI_SESSION)
-    assert [r["observation_type"] for r in records] == ["tool_use", "error", "session_summary"]
-    turn, error, summary = records
+    assert [r["observation_type"] for r in records] == ["tool_use", "error"]
+    turn, error = records
     assert turn["title"] == ("The invoice CSV export crashes with a KeyError when an invoice"
                              " has no customer. Fix it.")
     assert turn["facts"] == [
         "read `src/billing/export.py`",
-        "ran `pytest -q tests/test_export.py` → exit 1, 1 failed",
-        "edited `src/billing/export.py` (+2 −1)",
+        "ran `pytest -q tests/test_export.py` → exit 1, 1 failed (KeyError)",
+        "edited `src/billing/export.py` (+2 −1): `customer_id`, `customer`",
         "ran `pytest -q tests/test_export.py` → exit 0, 5 passed",
     ]
     assert turn["files_touched"] == ["src/billing/export.py"]
     assert "Done: edited 1 file, ran 2 commands (1 failed), read 1 file." in turn["summary"]
     assert turn["summary"].endswith("All 5 export tests pass.")
-    assert {"billing", "export"} <= set(turn["concepts"])
+    assert turn["summary"].count("Fixed the crash") == 1  # the conclusion, stored once
+    assert {"billing", "export", "KeyError", "customer_id"} <= set(turn["concepts"])
     assert turn["source_event_ids"] == [e["event_id"] for e in KIRO_CLI_SESSION]
     assert error["title"] == "`pytest -q tests/test_export.py` failed"
     assert "E   KeyError: 'customer_id'" in error["summary"]
     assert "1 failed, 4 passed" in error["summary"]
     assert error["files_touched"] == ["src/billing/export.py", "tests/test_export.py"]
-    assert summary["title"].startswith("Fixed the crash: export rows without a customer")
     for r in records:
         contract.validate_record(r)
         assert r["strategy"] == "heuristic" and r["namespace"] == NAMESPACE
@@ -120,12 +120,12 @@ def test_a_claude_code_change_reads_edits_and_tests():
         ("session_summary", text("Added three attempts with exponential backoff to"
                                  " `Client.call`; the transport tests pass.")),
     )
-    turn, summary = heuristic.extract(NAMESPACE, events)
+    [turn] = heuristic.extract(NAMESPACE, events)
     assert turn["title"] == "Add retries with backoff to the zmq client"
     assert turn["facts"] == ["read `kirolearn/transport.py`",
-                             "edited `kirolearn/transport.py` (+4 −2)",
+                             "edited `kirolearn/transport.py` (+4 −2): `call`",
                              "ran `pytest -q tests/test_transport.py` → 4 passed"]
-    assert summary["observation_type"] == "session_summary"
+    assert turn["summary"].endswith("the transport tests pass.")
 
 
 def test_a_failing_tool_without_a_command_is_an_error_too():
@@ -146,9 +146,10 @@ def test_notes_and_looking_around_make_nothing_of_their_own():
                           ("tool_use", tool("fs_read", {"operations": [
                               {"mode": "Directory", "path": f"{ROOT}/src"}]}, {"success": True})),
                           ("session_summary", text("Billing lives in src/billing/.")))
-    turn, summary = heuristic.extract(NAMESPACE, looking)
+    [turn] = heuristic.extract(NAMESPACE, looking)
     assert turn["observation_type"] == "discovery" and turn["facts"] == []
-    assert summary["summary"] == "Billing lives in src/billing/."
+    assert turn["title"] == "which files handle billing?"
+    assert turn["summary"] == "Billing lives in src/billing/."
     assert turn["files_touched"] == []
 
 
@@ -158,10 +159,60 @@ def test_sessions_in_one_batch_keep_their_own_turns():
     tail = turn_events(("tool_use", tool("execute_bash", {"command": "git mv cart.py basket.py"},
                                          bash(""))), session="a")
     records = heuristic.extract(NAMESPACE, [first[0], second[0], tail[0]])
-    by_title = {r["title"]: r for r in records}
-    assert by_title["rename the cart module"]["facts"] == [
-        "ran `git mv cart.py basket.py` → exit 0"]
-    assert by_title["why is CI slow?"]["facts"] == []
+    assert [r["title"] for r in records] == ["rename the cart module"]  # b's only asks
+    assert records[0]["facts"] == ["ran `git mv cart.py basket.py` → exit 0"]
+    assert records[0]["source_event_ids"] == [first[0]["event_id"], tail[0]["event_id"]]
+
+
+def test_a_question_alone_is_no_record_but_joins_the_next_turn():
+    """A Kiro IDE answer's stop is empty: the question alone would be an echo."""
+    events = turn_events(
+        ("prompt", text("How does the invoice export pick its columns?")),
+        ("tool_use", tool("fs_read", {"operations": [
+            {"mode": "Directory", "path": f"{ROOT}/src"}]}, {"success": True})),
+        ("session_summary", text("")),
+        ("prompt", text("Thanks! And where are the totals rounded?")),
+        ("prompt", text("Round totals half-up in the export")),
+        ("tool_use", tool("fs_write", {"command": "str_replace",
+                                       "path": f"{ROOT}/src/billing/export.py",
+                                       "old_str": "total = round(total, 2)",
+                                       "new_str": "total = round_half_up(total, 2)"},
+                          {"success": True})))
+    [turn] = heuristic.extract(NAMESPACE, events)
+    assert turn["title"] == "Round totals half-up in the export"
+    assert turn["summary"].startswith("Asked before: How does the invoice export pick its"
+                                      " columns? Thanks! And where are the totals rounded?")
+    assert turn["facts"] == ["edited `src/billing/export.py` (+1 −1): `round_half_up`,"
+                             " `total`"]
+    assert turn["source_event_ids"] == [e["event_id"] for e in events]
+    questions = turn_events(("prompt", text("what does `kirolearn scrub` do?")),
+                            ("prompt", text("Explain the batching.")))
+    assert heuristic.extract(NAMESPACE, questions) == []
+
+
+def test_what_a_prompt_states_is_kept_and_a_question_answered_is_kept():
+    stated = turn_events(("prompt", text("We deploy with pnpm, never npm. Remember that.")))
+    [record] = heuristic.extract(NAMESPACE, stated)
+    assert record["title"] == "We deploy with pnpm, never npm. Remember that."
+    answered = turn_events(("prompt", text("why is CI slow?")),
+                           ("session_summary", text("The e2e job installs Chromium each run;"
+                                                    " caching it would save four minutes.")))
+    [record] = heuristic.extract(NAMESPACE, answered)
+    assert record["title"] == "why is CI slow?"
+    assert record["summary"].startswith("The e2e job installs Chromium")
+
+
+WORD = st.text("abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=8)
+
+
+@given(st.lists(WORD, min_size=4, max_size=12), st.text(max_size=80), st.booleans())
+def test_a_statement_is_never_taken_for_a_question(words, around, before):
+    """Whatever questions surround it, a sentence that states something keeps the turn."""
+    if words[0] in heuristic.QUESTION_WORDS:
+        words = ["we", *words]
+    statement = " ".join(words).capitalize() + "."
+    request = f"{statement} {around}" if before else f"{around}\n{statement}"
+    assert not heuristic.only_asks(request)
 
 
 payload = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=30),

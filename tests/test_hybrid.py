@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from kirolearn.db import writes
 from kirolearn.search import context as context_format
 from kirolearn.search import embeddings, vectors
 from kirolearn.search.searcher import Searcher
+from kirolearn.tooluse import cut as tooluse_cut
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +139,8 @@ def test_recency_adds_little_and_boundedly(ranking, when, now):
     fused = dict(vectors.fuse([ranking], {}, now))
     newer = dict(vectors.fuse([ranking], dict.fromkeys(ranking, when), now))
     for record_id in ranking:
-        assert 0 <= newer[record_id] - fused[record_id] <= vectors.RECENCY_SHARE / 61 + 1e-12
+        assert 0 <= newer[record_id] - fused[record_id] <= (vectors.RECENCY_SHARE
+                                                            / (vectors.RRF_K + 1) + 1e-12)
 
 
 def test_ties_go_to_the_newer_record():
@@ -279,6 +282,118 @@ def test_the_context_is_capped_and_the_lowest_ranked_go_first():
     assert context_format.within_tokens(long, None) == long
     [cut] = context_format.within_tokens([record("Huge", "x" * 20_000)], 500)
     assert context_format.estimate_tokens(context_format.context_block([cut])) <= 500
+
+
+CONVERSATION = {  # session → its turns, in order
+    "s-pottery": ["Mel: I signed up for a pottery class at the community centre last week.",
+                  "Caroline: Oh nice! What did you make there?",
+                  "Mel: A blue bowl with my own glaze; the pottery teacher loved it.",
+                  "Caroline: Rex, my dog, chewed through another frisbee today."],
+    "s-dog": ["Caroline: Rex learned to fetch the frisbee at the beach.",
+              "Mel: Dogs at the beach are the best."],
+}
+
+
+def conversation_database(path: Path, embedder: embeddings.Embedder) -> dict[str, str]:
+    """Each turn an event and a record made from it, as extraction leaves them; the
+    record ids by text."""
+    conn = writes.connect_writer(path)
+    ids = {}
+    for session, turns in CONVERSATION.items():
+        for text in turns:
+            event = contract.make_event("prompt", {"type": "text", "content": text},
+                                        namespace=NAMESPACE, actor_id="tester",
+                                        session_id=session, surface="locomo", version="0",
+                                        client_id="test")
+            body_json = contract.canonical_json(event["body"])
+            writes.insert_event(conn, writes.stored_form(event, body_json, 0,
+                                                         event["content_hash"]), 0)
+            turn = record(text, text, source_event_ids=[event["event_id"]])
+            ids[text] = turn["record_id"]
+            writes.insert_record(conn, turn)
+            vector = embedder.embed([embeddings.record_text(turn)])[0]
+            writes.save_embedding(conn, turn["record_id"], embeddings.text_hash(
+                embeddings.record_text(turn)), embeddings.to_blob(vector), embeddings.record_hash)
+    conn.close()
+    return ids
+
+
+def test_a_hit_comes_with_the_matching_turns_around_it(tmp_path, embedder):
+    ids = conversation_database(tmp_path / "db.sqlite", embedder)
+    order = {record_id: (session, n) for session, turns in CONVERSATION.items()
+             for n, text in enumerate(turns) for record_id in [ids[text]]}
+    searcher = Searcher(tmp_path / "db.sqlite", embedder=embedder)
+    try:
+        result = searcher.search(NAMESPACE, "What did Mel make in her pottery class?", 1,
+                                 10_000, mode="hybrid")
+        hits = [r for r in result.records if "neighbour_of" not in r]
+        assert len(hits) == 1 and order[hits[0]["record_id"]][0] == "s-pottery"
+        shown = [r for r in result.records if "neighbour_of" in r]
+        assert shown, "no neighbour shown"
+        for r in shown:  # the turn just before or after, in the hit's own session
+            (session, n), (hit_session, m) = order[r["record_id"]], order[r["neighbour_of"]]
+            assert session == hit_session and abs(n - m) == 1
+        assert "A blue bowl with my own glaze" in result.context
+        assert result.records == sorted(result.records, key=lambda r: order[r["record_id"]])
+        # a neighbour is shown only in what the hits leave of the context's budget
+        capped = context_format.within_tokens(result.records, context_format.estimate_tokens(
+            context_format.context_block(hits)))
+        assert capped == hits
+        searcher.neighbour_weight = 0
+        alone = searcher.search(NAMESPACE, "What did Mel make in her pottery class?", 1,
+                                10_000, mode="hybrid")
+        assert len(alone.records) == 1 and "neighbour_of" not in alone.records[0]
+    finally:
+        searcher.close()
+
+
+def test_a_turn_among_matching_turns_ranks_higher(tmp_path, embedder):
+    ids = conversation_database(tmp_path / "db.sqlite", embedder)
+    searcher = Searcher(tmp_path / "db.sqlite", embedder=embedder, neighbour_weight=0)
+    query = "Caroline's dog Rex and the frisbee"
+    try:
+        plain = searcher.search(NAMESPACE, query, 10, 10_000, mode="hybrid").record_ids
+        searcher.neighbour_weight = 0.3
+        smoothed = [r["record_id"] for r in searcher.search(
+            NAMESPACE, query, 10, 10_000, mode="hybrid").records if "neighbour_of" not in r]
+    finally:
+        searcher.close()
+    lone = ids[CONVERSATION["s-pottery"][3]]  # the dog, amid talk of pottery
+    beach = ids[CONVERSATION["s-dog"][0]]  # the dog, and the next turn is about dogs too
+    assert plain[0] == lone and smoothed[0] == beach
+    assert set(plain) == set(smoothed)
+
+
+@given(st.lists(st.tuples(st.integers(0, 400), st.booleans()), min_size=1, max_size=12),
+       st.integers(20, 800))
+def test_neighbours_never_push_out_a_hit(sizes, budget):
+    records, hit = [], None
+    for n, (size, is_neighbour) in enumerate(sizes):
+        r = record(f"Record {n}", "word " * size)
+        if is_neighbour and hit is not None:
+            r["neighbour_of"] = hit["record_id"]
+        else:
+            hit = r
+        records.append(r)
+    kept = context_format.within_tokens(records, budget)
+    hits = [r for r in records if "neighbour_of" not in r]
+    kept_hits = [r for r in kept if "neighbour_of" not in r]
+    assert [r["record_id"] for r in kept_hits] == [r["record_id"] for r in hits[:len(kept_hits)]]
+    alone = context_format.within_tokens(hits, budget)
+    assert len(kept_hits) == len(alone)
+    shown = {r["record_id"] for r in kept_hits}
+    assert all(r["neighbour_of"] in shown for r in kept if "neighbour_of" in r)
+
+
+def test_a_summary_that_repeats_the_title_is_not_shown_twice():
+    short = context_format.record_section(record("We deploy with pnpm.", "We deploy with pnpm."))
+    assert short == "### We deploy with pnpm."
+    text = " ".join(f"w{n}" for n in range(40)) + " and the rest, which the title lacks."
+    long = record(tooluse_cut(text, 120), text + "\n\nDone: edited 1 file.")
+    section = context_format.record_section(long)
+    assert re.findall(r"\bw\d+\b", section) == [f"w{n}" for n in range(40)]
+    assert section.endswith("w39 and the rest, which the title lacks.\n\nDone: edited 1 file.")
+    assert "…\n\n…w" in section
 
 
 # -- the daemon: back-fill, status, modes ----------------------------------------------------

@@ -25,7 +25,7 @@ SHIMS = ("kirolearn.shims.kiro_cli", "kirolearn.shims.kiro_ide", "kirolearn.shim
 SHIM_MAY_IMPORT = {"kirolearn", "kirolearn.shims", "kirolearn.shims.common",
                    "kirolearn.contract", "kirolearn.paths", "kirolearn.project",
                    "kirolearn.protocol", "kirolearn.transport", "kirolearn.spool",
-                   "kirolearn.control", "kirolearn.capture", *SHIMS}
+                   "kirolearn.control", "kirolearn.capture", "kirolearn.tooluse", *SHIMS}
 # Start-up is most of a hook's cost: each of these costs it milliseconds.
 SHIM_MUST_NOT = ("click", "ulid", "tenacity", "asyncio", "_hashlib", "sqlite3", "logging",
                  "tomllib", "subprocess", "socket", "numpy", "starlette", "mcp", "pydantic",

@@ -100,6 +100,8 @@ def session(module_daemon, tmp_path_factory) -> dict:
         first = saved_id(out["first"][1])
         out["stored"] = stored(first, [ws.namespace])  # before it is forgotten below
         out["search"] = await call(client, "search_memory", query="WAL writer", limit=5)
+        out["patterns"] = await call(client, "search_memory", query="writer batch",
+                                     types=["pattern"])
         out["recall"] = await call(client, "recall", query="writer batch")
         out["timeline"] = await call(client, "timeline", record_id=first)
         out["timeline_query"] = await call(client, "timeline", query="extraction batch",
@@ -175,6 +177,13 @@ def test_search_memory_shows_title_summary_concepts_files_and_id(session):
         "Readers never block the writer. [REDACTED:private] password=[REDACTED:password]\n"
         "Concepts: sqlite, wal\nFiles: kirolearn/db.py\n"
         f"(id: {first}, decision, {datetime.now(UTC):%Y-%m-%d})")
+
+
+def test_search_memory_keeps_to_the_types_asked_for(session):
+    first, second = session["ids"]
+    is_error, text = session["patterns"]
+    assert not is_error
+    assert f"(id: {second}, pattern," in text and first not in text
 
 
 def test_recall_lists_each_memory_with_a_confidence(session):
@@ -358,6 +367,7 @@ BAD_CALLS = [
     ("search_memory", {"query": "x", "limit": 0}, "limit: Input should be greater than or"),
     ("search_memory", {"query": "x", "limit": 101}, "limit: Input should be less than or"),
     ("search_memory", {"query": 42}, "query: Input should be a valid string"),
+    ("search_memory", {"query": "x", "types": ["note"]}, "types.0: Input should be"),
     ("recall", {"query": ""}, "query: String should have at least 1 character"),
     ("timeline", {}, "give either record_id or query (exactly one of them)"),
     ("timeline", {"record_id": "mr_01M81DTYN1TXE295BSMGXKGQEE", "query": "x"},

@@ -163,7 +163,11 @@ def test_bad_search_requests_are_refused_and_change_nothing(seeded, ctx):
                             ({"query": "uuid", "namespace": NAMESPACE, "budget_ms": "x"},
                              "'budget_ms'"),
                             ({"query": "uuid", "namespace": NAMESPACE, "records": 1},
-                             "'records'")]:
+                             "'records'"),
+                            ({"query": "uuid", "namespace": NAMESPACE, "types": ["note"]},
+                             "'types'"),
+                            ({"query": "uuid", "namespace": NAMESPACE, "types": "error"},
+                             "'types'")]:
             with pytest.raises(protocol.RemoteError) as caught:
                 retrieval.call("search", body)
             assert caught.value.code == protocol.ErrorCode.BAD_REQUEST
@@ -190,6 +194,13 @@ def test_cli_search_prints_what_the_agent_would_see(seeded):
     assert data["terms"] == ["user", "ids"] and data["namespace"] == NAMESPACE
     nothing = kl("search", "kubernetes", "--namespace", NAMESPACE, check=True)
     assert nothing.stdout == "" and "no memories matched" in nothing.stderr
+    typed = json.loads(kl("search", "uuid", "--namespace", NAMESPACE, "--type", "error",
+                          "--type", UUID_RECORD["observation_type"], "--json", check=True).stdout)
+    assert typed["record_ids"] == [UUID_RECORD["record_id"]]
+    other = kl("search", "uuid", "--namespace", NAMESPACE, "--type", "error", check=True)
+    assert other.stdout == "" and "no memories matched" in other.stderr
+    refused = kl("search", "uuid", "--namespace", NAMESPACE, "--type", "note")
+    assert refused.returncode == 2 and "'note' is not one of" in refused.stderr
 
 
 def test_cli_search_defaults_to_the_project_of_the_current_directory(home, tmp_path):

@@ -186,6 +186,48 @@ def test_stemming_and_punctuation_still_match(searcher):
         "R0000000000000000000000002"]
 
 
+def test_a_code_like_token_is_searched_as_a_phrase_and_as_its_words(tmp_path):
+    db_path = make_db(tmp_path / "kirolearn.db", [
+        record(1, title="Abbreviated token restrictions",
+               summary="restrictions are now abbreviated for datasette instances"),
+        record(2, title="The --no-strict flag", summary="insert --no-strict skips the check"),
+        record(3, title="Unrelated", summary="logging setup")])
+    s = Searcher(db_path)
+    try:
+        assert s.search(NS_A, "TokenRestrictions.abbreviated(datasette)", 10,
+                        5000).record_ids == ["R0000000000000000000000001"]
+        assert s.search(NS_A, "--strict/--no-strict", 10, 5000).record_ids == [
+            "R0000000000000000000000002"]
+    finally:
+        s.close()
+
+
+@given(st.lists(st.text(max_size=20), max_size=10))
+def test_parts_come_after_their_token_and_nothing_is_lost(tokens):
+    searched = fts_query.with_parts(tokens)
+    assert len(searched) == len(set(searched))
+    assert set(tokens) <= set(searched)
+    for token in tokens:
+        parts = fts_query.PART.findall(token)
+        if len(parts) > 1:
+            assert set(parts) <= set(searched)
+    assert searched[:1] == tokens[:1]
+
+
+def test_a_search_keeps_to_the_types_asked_for(tmp_path):
+    typed = [record(n, title=f"uuid ids {n}") for n in range(1, 5)]
+    typed[1]["observation_type"] = typed[3]["observation_type"] = "error"
+    s = Searcher(make_db(tmp_path / "kirolearn.db", typed))
+    try:
+        assert s.search(NS_A, "uuid ids", 10, 5000, types=("error",)).record_ids == [
+            typed[3]["record_id"], typed[1]["record_id"]]
+        assert len(s.search(NS_A, "uuid ids", 10, 5000).records) == 4
+        assert s.search(NS_A, "uuid ids", 10, 5000, types=("decision",)).records == []
+        assert s.search(NS_A, "uuid ids", 10, 5000, types=("error",)).outcome == "ok"
+    finally:
+        s.close()
+
+
 def test_nothing_to_search_is_empty_without_searching(searcher):
     for query in ("", "   ", "? — !"):
         result = searcher.search(NS_A, query, 10, 5000)

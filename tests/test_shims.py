@@ -205,6 +205,26 @@ def test_claude_code_every_hook(daemon, ws):
     check_prompt_answer(context, ws.namespace, question, hybrid)
 
 
+def test_a_read_is_stored_as_its_path_and_an_excerpt(daemon, ws):
+    """What a Read saw is in the repository already: a whole file is not kept for ever."""
+    source = "".join(f"def handler_{n}(request):\n    return {n}\n" for n in range(5_000))
+    path = str(ws.project / "src/handlers.py")
+    assert claude(ws, "PostToolUse", tool_name="Read", tool_input={"file_path": path},
+                  tool_response={"type": "text", "file": {
+                      "filePath": path, "content": source, "numLines": 10_000,
+                      "startLine": 1, "totalLines": 10_000}}) == ""
+    assert claude(ws, "PostToolUse", tool_name="Write",
+                  tool_input={"file_path": path, "content": source},
+                  tool_response={"filePath": path, "success": True}) == ""
+    read, write = wait_events(2)
+    assert contract.body_size(read["body"]) <= 4096
+    data = read["body"]["data"]
+    assert data["tool_input"] == {"file_path": path}
+    assert data["tool_response"]["file"]["filePath"] == path
+    assert data["tool_response"]["file"]["content"].startswith("def handler_0(request):")
+    assert write["body"]["data"]["tool_input"]["content"] == source  # an edit is kept whole
+
+
 def test_a_shim_never_fails_the_agent(daemon, ws):
     """Garbage in: exit 0, nothing on stdout, nothing on stderr unless debugging."""
     for script, stdin, args in (("kirolearn-kiro-cli", "not json", ()),

@@ -118,10 +118,12 @@ def stats(namespace: str | None, project: str | None, as_json: bool) -> None:
 @click.option("--mode", type=click.Choice(MODES), default=None,
               help="Words (FTS5), meaning (embeddings) or both fused (default: retrieval.mode;"
                    " lexical when embeddings are off).")
+@click.option("--type", "types", multiple=True, type=click.Choice(contract.OBSERVATION_TYPES),
+              help="Only records of this type (repeat it for several).")
 @click.option("--json", "as_json", is_flag=True,
               help="The records with their scores, the terms searched and the latency.")
 def search_(query: str, namespace: str | None, project: str | None, limit: int | None,
-            mode: str | None, as_json: bool) -> None:
+            mode: str | None, types: tuple[str, ...], as_json: bool) -> None:
     """Print the context an agent would get for QUERY in this project.
 
     The search runs in the daemon, exactly as for a prompt (same terms, budget and
@@ -132,6 +134,7 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
     Examples:
         kirolearn search "why does the migration fail"
         kirolearn search pagination --project ~/code/app --json
+        kirolearn search "retry policy" --type decision --type pattern
     """
     loaded = settings()
     if not contract.is_text(query):
@@ -144,6 +147,8 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
             "limit": limit or loaded["retrieval"]["limit"], "records": as_json}
     if mode:
         body["mode"] = mode
+    if types:
+        body["types"] = list(types)
     result = daemon_search(body, loaded)
     if as_json:
         result.pop("context")

@@ -61,33 +61,59 @@ def match_count(conn: sqlite3.Connection, expression: str) -> int:
                         " MATCH ?", (expression,)).fetchone()[0]
 
 
+def _of_types(types: Sequence[str], alias: str) -> tuple[str, list]:
+    """The SQL condition (and its arguments) keeping records of these types; none: all."""
+    if not types:
+        return "", []
+    marks, args = in_list(types)
+    return f" AND {alias}.observation_type IN {marks}", args
+
+
 def rank(conn: sqlite3.Connection, namespaces: Sequence[str], expression: str, limit: int,
-         since_id: int = 0) -> list[tuple[int, float]]:
-    """(id, BM25) of the best matches with an id past ``since_id``, in the namespaces."""
+         since_id: int = 0, types: Sequence[str] = ()) -> list[tuple[int, float]]:
+    """(id, BM25) of the best matches with an id past ``since_id``, in the namespaces
+    (of these types, when given)."""
     marks, args = in_list(namespaces)
+    typed, type_args = _of_types(types, "mr")
+    if typed:  # the type is read from the row, not the covering index
+        join = "JOIN memory_records mr ON mr.id = memory_records_fts.rowid"
+    else:
+        join = ("JOIN memory_records mr INDEXED BY memory_records_id_namespace"
+                " ON mr.id = memory_records_fts.rowid")
     return conn.execute(
-        "SELECT mr.id, bm25(memory_records_fts) FROM memory_records_fts"
-        " JOIN memory_records mr INDEXED BY memory_records_id_namespace"
-        " ON mr.id = memory_records_fts.rowid"
+        f"SELECT mr.id, bm25(memory_records_fts) FROM memory_records_fts {join}"
         " WHERE memory_records_fts MATCH ? AND memory_records_fts.rowid > ?"
-        f" AND mr.namespace IN {marks}"
+        f" AND mr.namespace IN {marks}{typed}"
         " ORDER BY bm25(memory_records_fts), mr.id DESC LIMIT ?",
-        (expression, since_id, *args, limit)).fetchall()
+        (expression, since_id, *args, *type_args, limit)).fetchall()
+
+
+def of_types(conn: sqlite3.Connection, record_ids: Sequence[str],
+             types: Sequence[str]) -> set[str]:
+    """Which of these records are of these types."""
+    if not record_ids:
+        return set()
+    marks, args = in_list(record_ids)
+    typed, type_args = _of_types(types, "memory_records")
+    return {row[0] for row in conn.execute(
+        f"SELECT record_id FROM memory_records WHERE record_id IN {marks}{typed}",
+        [*args, *type_args])}
 
 
 def like(conn: sqlite3.Connection, namespaces: Sequence[str], text: str,
-         limit: int) -> list[tuple[int, None]]:
+         limit: int, types: Sequence[str] = ()) -> list[tuple[int, None]]:
     """The records holding ``text`` as a literal substring (``%``, ``_`` and ``\\``
-    escaped), newest first; none marked invalid."""
+    escaped), newest first; none marked invalid; of these types, when given."""
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     marks, args = in_list(namespaces)
+    typed, type_args = _of_types(types, "memory_records")
     return conn.execute(
         "SELECT id, NULL FROM memory_records WHERE"
         " (title LIKE ?1 ESCAPE '\\' OR summary LIKE ?1 ESCAPE '\\'"
         " OR facts_text LIKE ?1 ESCAPE '\\')"
-        f" AND namespace IN {marks} AND invalid_reason IS NULL"
+        f" AND namespace IN {marks} AND invalid_reason IS NULL{typed}"
         " ORDER BY created_at DESC, id DESC LIMIT ?",
-        (f"%{escaped}%", *args, limit)).fetchall()
+        (f"%{escaped}%", *args, *type_args, limit)).fetchall()
 
 
 def records_by_rowid(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, dict]:
@@ -123,3 +149,19 @@ def retrieved_counts(conn: sqlite3.Connection, namespace: str, lookback: int) ->
         for record_id in json.loads(ids_json):
             counts[record_id] = counts.get(record_id, 0) + 1
     return counts
+
+
+def neighbours(conn: sqlite3.Connection, record_ids: Sequence[str]
+               ) -> dict[str, tuple[str | None, str | None]]:
+    """Each record's neighbours in its session: the valid records whose turns come just
+    before and just after its own (by the arrival of their first events)."""
+    if not record_ids:
+        return {}
+    marks, args = in_list(record_ids)
+    side = ("SELECT o.record_id FROM memory_records o WHERE o.session_id = r.session_id"
+            " AND o.namespace = r.namespace AND o.invalid_reason IS NULL"
+            " AND o.turn_seq {} r.turn_seq ORDER BY o.turn_seq {} LIMIT 1")
+    return {row[0]: (row[1], row[2]) for row in conn.execute(
+        f"SELECT r.record_id, ({side.format('<', 'DESC')}), ({side.format('>', 'ASC')})"
+        f" FROM memory_records r WHERE r.record_id IN {marks} AND r.session_id IS NOT NULL",
+        args)}

@@ -210,6 +210,18 @@ ON memory_records BEGIN
     SELECT new.id, new.title, new.summary, new.facts_text WHERE new.invalid_reason IS NULL;
 END;
 """),
+    (9, "record_turns", """
+-- Where a record sits in its session: the session and arrival order (seq) of its first
+-- source event, set when it is saved. Search reads a hit's neighbours, the turns just
+-- before and after it, from here. NULL when its events are not in this database.
+ALTER TABLE memory_records ADD COLUMN session_id TEXT;
+ALTER TABLE memory_records ADD COLUMN turn_seq INTEGER;
+UPDATE memory_records SET (session_id, turn_seq) = (
+    SELECT session_id, seq FROM events
+    WHERE event_id = json_extract(memory_records.source_event_ids_json, '$[0]'));
+CREATE INDEX memory_records_turn ON memory_records (session_id, turn_seq)
+WHERE session_id IS NOT NULL;
+"""),
 ]
 
 

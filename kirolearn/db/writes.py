@@ -109,13 +109,16 @@ def insert_record(conn: sqlite3.Connection, record: dict, batch_id: str | None =
     conn.execute(
         "INSERT INTO memory_records (record_id, namespace, title, summary, facts_json,"
         " facts_text, concepts_json, files_touched_json, observation_type, strategy,"
-        " source_event_ids_json, created_at, batch_id, invalid_reason, embedding_hash)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        " source_event_ids_json, created_at, batch_id, invalid_reason, embedding_hash,"
+        " session_id, turn_seq)"
+        " SELECT ?,?,?,?,?,?,?,?,?,?,?,?,?,?,?, e.session_id, e.seq"
+        " FROM (SELECT 1) LEFT JOIN events e ON e.event_id = ?",
         (record["record_id"], record["namespace"], record["title"], record["summary"],
          json.dumps(facts), " ".join(facts), json.dumps(record.get("concepts", [])),
          json.dumps(record.get("files_touched", [])), record["observation_type"],
          record["strategy"], json.dumps(record["source_event_ids"]), record["created_at"],
-         batch_id, invalid_reason, None if invalid_reason is None else NOT_EMBEDDED),
+         batch_id, invalid_reason, None if invalid_reason is None else NOT_EMBEDDED,
+         next(iter(record["source_event_ids"]), None)),
     )
 
 

@@ -2,12 +2,17 @@
 
 A turn is a prompt, the tools used after it, and the turn summary that ends it
 (``session_summary``), within one session. Each turn becomes one record: the request
-as title, a summary of what was done and what the agent concluded, and facts a
-developer would want back ("edited `src/app.py` (+12 −3)", "ran `pytest -q` → exit 1,
-3 failed", "read `docs/api.md`"). A failed command or tool also makes an ``error``
-record with the command and the first lines of its output, and every turn summary
-makes a ``session_summary`` record. Listing, searching, thinking and to-do tools add
-nothing of their own; ``note`` events make no records.
+as title, a summary of what was done and what the agent concluded (stored there
+once), and facts a developer would want back ("edited `src/app.py` (+12 −3):
+`export_invoices`", "ran `pytest -q` → exit 1, 3 failed (KeyError)", "read
+`docs/api.md`"). A failed command or tool also makes an ``error`` record with the
+command and the first lines of its output. Listing, searching, thinking and to-do
+tools add nothing of their own; ``note`` events make no records.
+
+A turn that only asks a question, with nothing done and nothing concluded (a Kiro IDE
+answer has an empty stop), would make a record that echoes the question: it makes
+none; the question joins the next turn of its session in the batch, as what was
+asked before it. A turn summary with no turn around it is a ``session_summary``.
 
 What each tool use did is read by ``kirolearn.tooluse``, for any agent's payload.
 """
@@ -41,6 +46,31 @@ class Turn:
     actions: list[Action] = field(default_factory=list)
     conclusion: str = ""
     event_ids: list[str] = field(default_factory=list)
+    asked: list[str] = field(default_factory=list)  # questions of echo-only turns before it
+
+
+QUESTION_WORDS = frozenset({
+    "what", "why", "how", "where", "when", "who", "whom", "whose", "which", "is", "are",
+    "was", "were", "do", "does", "did", "can", "could", "would", "should", "will", "shall",
+    "may", "might", "have", "has", "any", "explain", "describe", "tell", "show"})
+SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
+
+
+def only_asks(text: str) -> bool:
+    """Whether a request is questions and nothing else: no statement, no instruction
+    (``which files handle billing?``, ``Explain the auth flow``), so a record of it
+    alone would tell nothing. Greetings and thanks of one to three words are ignored."""
+    asked = False
+    for sentence in SENTENCE.findall(text):
+        sentence = sentence.strip()
+        words = sentence.rstrip("?!.").split()
+        if not words:
+            continue
+        if sentence.endswith("?") or words[0].casefold().strip(",") in QUESTION_WORDS:
+            asked = True
+        elif len(words) > 3 or not sentence.endswith("!"):
+            return False
+    return asked
 
 
 def concepts_of(texts: list[str], files: list[str]) -> list[str]:
@@ -71,6 +101,11 @@ def record(namespace: str, title: str, summary: str, observation_type: str,
     }
 
 
+def identifiers(actions: list[Action]) -> list[str]:
+    """The names the turn's edits touched, in order."""
+    return list(dict.fromkeys(name for a in actions for name in a.identifiers))
+
+
 def _done(actions: list[Action]) -> str:
     edited = list(dict.fromkeys(p for a in actions if a.kind == "edit" for p in a.paths))
     runs = [a for a in actions if a.kind == "run"]
@@ -87,24 +122,35 @@ def _done(actions: list[Action]) -> str:
     return ", ".join(parts)
 
 
+def is_echo(turn: Turn) -> bool:
+    """A turn whose record would only repeat its question."""
+    return (not turn.conclusion.strip() and only_asks(turn.request)
+            and all(a.kind == "quiet" and not a.failed for a in turn.actions))
+
+
 def turn_records(namespace: str, turn: Turn, root: str | None) -> list[dict]:
     actions = [a for a in turn.actions if a.kind != "quiet"]
     facts = [f for f in (fact(a, root) for a in actions) if f]
     files = list(dict.fromkeys(relative(p, root) for a in actions for p in a.paths))
+    conclusion = turn.conclusion.strip()
     records = []
-    if turn.request or actions or turn.conclusion:
-        title = turn.request or (facts[0] if facts else turn.conclusion)
+    if turn.request or facts or (turn.asked and conclusion):
+        title = turn.request or (facts[0] if facts else turn.asked[-1])
         # the request is in the summary only when the title had to cut it short
         request = cut(turn.request, REQUEST_CHARS) if len(cut(title, 10**6)) > TITLE_CHARS else ""
+        asked = "Asked before: " + " ".join(cut(q, 200) for q in turn.asked) if turn.asked else ""
         done = _done(actions)
         summary = "\n\n".join(part for part in (
-            request, f"Done: {done}." if done else "",
-            cut(turn.conclusion, CONCLUSION_CHARS)) if part) or cut(turn.request, REQUEST_CHARS)
-        if summary and (turn.request or facts):
-            kind = "tool_use" if actions else "discovery"
-            records.append(record(namespace, title, summary, kind, list(dict.fromkeys(facts)),
-                                  concepts_of([turn.request, *facts], files), files,
-                                  turn.event_ids))
+            request, asked, f"Done: {done}." if done else "",
+            cut(conclusion, CONCLUSION_CHARS)) if part) or cut(title, REQUEST_CHARS)
+        kind = "tool_use" if actions else "discovery"
+        records.append(record(namespace, title, summary, kind, list(dict.fromkeys(facts)),
+                              concepts_of([turn.request, *turn.asked, *facts, *identifiers(
+                                  actions)], files), files, turn.event_ids))
+    elif conclusion:  # a turn summary whose prompt and tools were in an earlier batch
+        records.append(record(namespace, conclusion.splitlines()[0], conclusion,
+                              "session_summary", [], concepts_of([conclusion], []), [],
+                              turn.event_ids))
     for action in actions:
         if not action.failed:
             continue
@@ -140,32 +186,41 @@ def extract(namespace: str, events: list[dict]) -> list[dict]:
     """Records for a batch (events in time order, bodies decoded)."""
     records: list[dict] = []
     turns: dict[str, Turn] = {}
+    echoes: dict[str, Turn] = {}  # per session, the echo-only turns waiting for the next
     roots = {e["session_id"]: e.get("project_path") for e in events}
 
     def close(session_id: str) -> None:
         turn = turns.pop(session_id, None)
-        if turn is not None:
-            records.extend(turn_records(namespace, turn, roots.get(session_id)))
+        if turn is None:
+            return
+        if is_echo(turn):
+            waiting = echoes.setdefault(session_id, Turn(session_id))
+            waiting.asked += [*turn.asked, turn.request]
+            waiting.event_ids += turn.event_ids
+            return
+        records.extend(turn_records(namespace, turn, roots.get(session_id)))
+
+    def start(session_id: str, request: str = "", event_ids: list[str] | None = None) -> Turn:
+        waiting = echoes.pop(session_id, Turn(session_id))
+        turn = Turn(session_id, request, [], "", [*waiting.event_ids, *(event_ids or [])],
+                    waiting.asked)
+        turns[session_id] = turn
+        return turn
 
     for event in events:
         session_id, kind, body = event["session_id"], event["kind"], event["body"]
         if kind == "prompt":
             close(session_id)
-            turns[session_id] = Turn(session_id, contract.body_text(body), [], "",
-                                     [event["event_id"]])
+            start(session_id, contract.body_text(body), [event["event_id"]])
         elif kind == "tool_use":
-            turn = turns.setdefault(session_id, Turn(session_id))
+            turn = turns.get(session_id) or start(session_id)
             turn.actions.append(observe(body.get("data")))
             turn.event_ids.append(event["event_id"])
         elif kind == "session_summary":
-            text = contract.body_text(body).strip()
-            turn = turns.setdefault(session_id, Turn(session_id))
-            turn.conclusion = text
+            turn = turns.get(session_id) or start(session_id)
+            turn.conclusion = contract.body_text(body).strip()
             turn.event_ids.append(event["event_id"])
             close(session_id)
-            if text:
-                records.append(record(namespace, text.splitlines()[0], text, "session_summary",
-                                      [], concepts_of([text], []), [], [event["event_id"]]))
     for session_id in list(turns):
         close(session_id)
     return records

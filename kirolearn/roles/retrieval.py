@@ -40,6 +40,7 @@ class SearchRequest:
     with_records: bool
     mode: str
     max_tokens: int | None
+    types: tuple[str, ...] = ()
 
 
 def parse_search(body: dict, default_limit: int, default_budget_ms: float,
@@ -90,8 +91,13 @@ def parse_search(body: dict, default_limit: int, default_budget_ms: float,
     max_tokens = body.get("tokens", default_tokens)
     if max_tokens is not None:
         max_tokens = parse_count(body, "tokens", default_tokens, MAX_CONTEXT_TOKENS)
+    types = body.get("types", [])
+    if (not isinstance(types, list) or len(types) > len(contract.OBSERVATION_TYPES)
+            or not all(t in contract.OBSERVATION_TYPES for t in types)):
+        raise base.BadRequest("'types' must be a list of observation types ("
+                              + ", ".join(contract.OBSERVATION_TYPES) + ")")
     return SearchRequest(namespaces, query, limit, float(budget_ms), deadline, with_records,
-                         mode, max_tokens)
+                         mode, max_tokens, tuple(dict.fromkeys(types)))
 
 
 def parse_namespaces(body: dict) -> tuple[str, ...]:
@@ -127,7 +133,8 @@ class Retrieval(base.Role):
         self.default_mode = cfg["mode"] if embedder is not None else "lexical"
         self.searcher = searcher.Searcher(paths.db_path(self.base), embedder=embedder,
                                         min_similarity=cfg["min_similarity"],
-                                        rrf_k=max(1, cfg["rrf_k"]))
+                                        rrf_k=max(1, cfg["rrf_k"]),
+                                        neighbour_weight=max(0.0, cfg["neighbour_weight"]))
         self.backfill: vectors.Backfill | None = None
         if embedder is not None:
             self.storage = transport.make_socket(self.ctx, zmq.DEALER,
@@ -206,7 +213,7 @@ class Retrieval(base.Role):
                              self.default_mode, self.context_tokens)
         result = self.searcher.search(asked.namespaces, asked.query, asked.limit,
                                       asked.budget_ms, asked.deadline, asked.mode,
-                                      asked.max_tokens)
+                                      asked.max_tokens, asked.types)
         self.outcomes[result.outcome] += 1
         if result.error and result.outcome in ("error", "timeout"):
             self.log.warning("search failed (%s): %s", result.outcome, result.error)

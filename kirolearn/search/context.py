@@ -7,6 +7,8 @@ fits in a number of model tokens (about four characters each).
 
 from __future__ import annotations
 
+import re
+
 HEADER = "## Prior observations from kirolearn"
 
 
@@ -25,10 +27,19 @@ def without_repeats(records: list[dict]) -> list[dict]:
 
 
 def record_section(record: dict) -> str:
-    """One record in the context: its title, summary and facts."""
-    parts = ["### " + " ".join(record["title"].split())]
-    if record["summary"].strip():
-        parts.append(record["summary"].strip())
+    """One record in the context: its title, summary and facts. A summary that begins
+    with the whole title (a request too long for it) goes on where the title stops."""
+    title = " ".join(record["title"].split())
+    summary = record["summary"].strip()
+    if " ".join(summary.split()) == title:
+        summary = ""
+    elif title.endswith("…") and title[:-1].split():
+        start = re.match(r"\s+".join(map(re.escape, title[:-1].split())), summary)
+        if start:
+            summary = "…" + summary[start.end():].lstrip()
+    parts = ["### " + title]
+    if summary:
+        parts.append(summary)
     facts = [" ".join(fact.split()) for fact in record["facts"]]
     if any(facts):
         parts.append("\n".join(f"- {fact}" for fact in facts if fact))
@@ -44,26 +55,34 @@ def context_block(records: list[dict]) -> str:
 
 def within_tokens(records: list[dict], max_tokens: int | None) -> list[dict]:
     """The best-ranked records whose context block fits in max_tokens (None: all): the
-    lowest-ranked go first. A first record too big on its own is kept, without its facts
-    and its summary cut to fit, so the best match is never dropped for its size alone."""
+    lowest-ranked go first; a hit's neighbours (``neighbour_of``) are shown only in what
+    the hits leave. A first record too big on its own is kept, without its facts and its
+    summary cut to fit, so the best match is never dropped for its size alone."""
     if max_tokens is None or not records:
         return records
-    kept: list[dict] = []
+    hits = [r for r in records if "neighbour_of" not in r]
+    kept: set[int] = set()
     used = estimate_tokens(HEADER)
-    for record in records:
+    for record in hits:
         cost = estimate_tokens(record_section(record)) + 1
         if used + cost > max_tokens:
             break
-        kept.append(record)
+        kept.add(id(record))
         used += cost
-    if not kept:
-        first = {**records[0], "facts": []}
+    shown = {r["record_id"] for r in hits if id(r) in kept}
+    for record in records:
+        cost = estimate_tokens(record_section(record)) + 1
+        if record.get("neighbour_of") in shown and used + cost <= max_tokens:
+            kept.add(id(record))
+            used += cost
+    if kept:
+        return [r for r in records if id(r) in kept]
+    first = {**hits[0], "facts": []}
+    over = estimate_tokens(context_block([first])) - max_tokens
+    while over > 0 and first["summary"]:
+        first["summary"] = first["summary"][:max(0, len(first["summary"]) - 4 * over - 4)]
         over = estimate_tokens(context_block([first])) - max_tokens
-        while over > 0 and first["summary"]:
-            first["summary"] = first["summary"][:max(0, len(first["summary"]) - 4 * over - 4)]
-            over = estimate_tokens(context_block([first])) - max_tokens
-        kept = [first]
-    return kept
+    return [first]
 
 
 SESSION_HEADER = "## This project so far (from kirolearn)"

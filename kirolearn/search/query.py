@@ -1,7 +1,8 @@
 """Turning a prompt into an FTS5 query: the seed's lexical path, made safe for size.
 
-The query's words are whitespace tokens, deduped in order; past 32 the 32 rarest by
-IDF are kept; each is quoted as an FTS5 phrase and the lot joined with OR.
+The query's words are whitespace tokens, deduped in order, each followed by its parts
+when it holds several (``with_parts``); past 32 the 32 rarest by IDF are kept; each
+is quoted as an FTS5 phrase and the lot joined with OR.
 
 Two additions keep common words from making search slow; BM25 scores every row that
 matches any term, so a prompt full of words found everywhere would score most of the
@@ -19,6 +20,7 @@ this changes against the seed's ranking.
 from __future__ import annotations
 
 import math
+import re
 
 MAX_TERMS = 32
 # BM25 scores every row that matches any term (~2 µs each on a small machine). The
@@ -40,6 +42,24 @@ def words(query: str) -> list[str]:
         if token:
             seen.setdefault(token, None)
     return list(seen)
+
+
+PART = re.compile(r"[^\W_]+")
+
+
+def with_parts(tokens: list[str]) -> list[str]:
+    """Each token, then, for one the tokenizer reads as a phrase of several words
+    (``TokenRestrictions.abbreviated(datasette)``, ``--strict/--no-strict``,
+    ``Caroline's``), its words on their own: a record holding some of them matches
+    too. Deduplicated in order."""
+    found: dict[str, None] = {}
+    for token in tokens:
+        found.setdefault(token, None)
+        parts = PART.findall(token)
+        if len(parts) > 1:
+            for part in parts:
+                found.setdefault(part, None)
+    return list(found)
 
 
 def quote(token: str) -> str:

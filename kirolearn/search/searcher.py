@@ -14,7 +14,10 @@ nothing indexable in it (`?`, `—`) can never match and is left out, as is a se
 word that indexes the same (`Fix` after `fix`).
 
 Semantic and hybrid searches add the records' vectors (``vectors``) and the query's
-embedding (``embeddings``), fused by reciprocal rank (``_hybrid``).
+embedding (``embeddings``), fused by reciprocal rank (``_hybrid``). A turn next to
+others that match is likelier to matter itself (a conversation, a task worked over
+several turns), so each candidate gains a share of its neighbours' scores, and a
+hit's neighbours that match too are shown with it (``_neighbours``).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from kirolearn.search.query import (
     quote,
     select_terms,
     term_budget_for,
+    with_parts,
     words,
 )
 
@@ -58,6 +62,7 @@ CANDIDATES = 4  # each side of a hybrid search brings limit × this many candida
 RETURN_MARGIN_S = 0.005  # a late embedder is given up this long before the deadline
 FALLBACK_RESERVE_S = 0.06  # ... or this long, when a lexical search must still be run
 MIN_SIMILARITY = 0.25  # cosine below which a record is not a semantic match
+NEIGHBOUR_WEIGHT = 0.3  # share of its neighbours' fused scores a candidate gains
 
 
 @dataclass
@@ -103,14 +108,17 @@ class Searcher:
 
     def __init__(self, path: Path, term_budget: int | None = None,
                  embedder: embeddings.Embedder | None = None,
-                 min_similarity: float = MIN_SIMILARITY, rrf_k: int = vectors.RRF_K):
+                 min_similarity: float = MIN_SIMILARITY, rrf_k: int = vectors.RRF_K,
+                 neighbour_weight: float = NEIGHBOUR_WEIGHT):
         """``term_budget`` None: ``term_budget_for`` the corpus at hand. With an
-        ``embedder``, searches may be ``semantic`` or ``hybrid`` (see ``_hybrid``)."""
+        ``embedder``, searches may be ``semantic`` or ``hybrid`` (see ``_hybrid``);
+        ``neighbour_weight`` 0 leaves neighbours out of them."""
         self.path = path
         self.embedder = embedder
         self.vectors = vectors.VectorIndex() if embedder is not None else None
         self.min_similarity = min_similarity
         self.rrf_k = rrf_k
+        self.neighbour_weight = neighbour_weight
         self._embedding = (concurrent.futures.ThreadPoolExecutor(1, "query-embedding")
                            if embedder is not None else None)
         # Where a namespace's vectors are loaded from: None, here, when first searched
@@ -120,6 +128,7 @@ class Searcher:
         self.term_budget = term_budget
         self.conn: sqlite3.Connection | None = None
         self.deadline = math.inf
+        self.types: tuple[str, ...] = ()  # of the search under way
         self._stems: dict[str, tuple[str, ...]] = {}
         self._doc_freq: dict[tuple[str, ...], int] = {}
         self._total = 0
@@ -136,14 +145,16 @@ class Searcher:
 
     def search(self, namespace: str | Sequence[str], query: str, limit: int, budget_ms: float,
                deadline: float | None = None, mode: str = "lexical",
-               max_tokens: int | None = None) -> Result:
+               max_tokens: int | None = None, types: Sequence[str] = ()) -> Result:
         """Never raises. ``namespace`` may be several, searched as one (a record whose title
         and summary repeat a better-ranked one's is left out). ``deadline``
         (time.monotonic()) may cut the budget shorter. ``mode`` is one of MODES; without
         an embedder every mode is lexical. The records are cut to what fits in
-        ``max_tokens`` of context (``within_tokens``)."""
+        ``max_tokens`` of context (``within_tokens``). ``types``: only records of these
+        observation types (none: all)."""
         started = time.monotonic()
         self.deadline = started + budget_ms / 1000
+        self.types = tuple(types)
         if deadline is not None:
             self.deadline = min(self.deadline, deadline)
         result = Result([], "empty", 0.0)
@@ -199,7 +210,7 @@ class Searcher:
     # -- the steps --------------------------------------------------------------------------
 
     def _search(self, namespaces: tuple[str, ...], query: str, limit: int) -> Result:
-        raw = words(query)[:MAX_WORDS]
+        raw = with_parts(words(query)[:MAX_WORDS])
         if not raw or limit <= 0:
             return Result([], "empty", 0.0)
         conn = self._connection()
@@ -223,7 +234,7 @@ class Searcher:
         except sqlite3.Error:
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed from None
-            ids = fts.like(conn, namespaces, query, limit)
+            ids = fts.like(conn, namespaces, query, limit, self.types)
             return Result(self._records(conn, ids), "fallback", 0.0, terms, window)
         records = self._records(conn, ids)
         if len(namespaces) > 1:
@@ -261,6 +272,9 @@ class Searcher:
             lexical = None
         rare = self._rare_matches(conn, namespaces, lexical.rare if lexical else [], limit)
         near = self.vectors.top(namespaces, query_vector, wide, self.min_similarity)
+        if self.types:
+            wanted = fts.of_types(conn, [record_id for record_id, _, _ in near], self.types)
+            near = [item for item in near if item[0] in wanted]
         created = {record_id: when for record_id, _, when in near}
         rankings = [[record_id for record_id, _, _ in near]]
         lexical_ranking = [r["record_id"] for r in lexical.records] if lexical else []
@@ -274,18 +288,35 @@ class Searcher:
         cosine = self.vectors.similarities(namespaces, [i for i, _ in fused], query_vector)
         fused = [(i, score) for i, score in fused
                  if i in rare or cosine.get(i, self.min_similarity) >= self.min_similarity]
+        around = fts.neighbours(conn, [i for i, _ in fused]) if self.neighbour_weight else {}
+        pool = dict(fused)
+        if around:
+            fused = sorted(((i, score + self.neighbour_weight * sum(
+                pool.get(n, 0.0) for n in around.get(i, ()) if n)) for i, score in fused),
+                key=lambda item: -item[1])  # stable: ties keep the fused order
         left_out = [item for item in fused[limit:] if item[0] in rare]
         fused = fused[:limit]
         if left_out:  # the rare matches take the places of the lowest-ranked others
             others = [i for i, _ in fused if i not in rare]
             dropped = set(others[max(0, len(others) - len(left_out)):])
             fused = ([item for item in fused if item[0] not in dropped] + left_out)[:limit]
-        found = {r["record_id"]: r for r in reads.records_by_id(conn, [i for i, _ in fused],
-                                                             namespaces, valid_only=True)}
-        missing = {i for i, _ in fused if i not in found}
+        hits = {i for i, _ in fused}
+        shown = {n: i for i, _ in fused for n in around.get(i, ()) if n in pool and n not in hits}
+        found = {r["record_id"]: r for r in reads.records_by_id(
+            conn, [*hits, *shown], namespaces, valid_only=True)}
+        missing = {i for i in [*hits, *shown] if i not in found}
         if missing:
             self.vectors.forget(missing)  # forgotten or marked invalid since they were loaded
-        records = [{**found[i], "score": -score} for i, score in fused if i in found]
+        records = []
+        for i, score in fused:
+            if i not in found:
+                continue
+            before, after = around.get(i, (None, None))
+            records += [{**found[n], "score": -pool[n], "neighbour_of": i}
+                        for n in (before,) if shown.get(n) == i and n in found]
+            records.append({**found[i], "score": -score})
+            records += [{**found[n], "score": -pool[n], "neighbour_of": i}
+                        for n in (after,) if shown.get(n) == i and n in found]
         if len(namespaces) > 1:
             records = without_repeats(records)
         terms = lexical.terms if lexical else []
@@ -405,7 +436,7 @@ class Searcher:
         newest = fts.newest_id(conn) if window is not None else 0
         while True:
             since = newest - window if window is not None else 0
-            rows = fts.rank(conn, namespaces, expression, limit, since)
+            rows = fts.rank(conn, namespaces, expression, limit, since, self.types)
             if len(rows) >= limit or since <= 0:
                 return rows
             window *= 4

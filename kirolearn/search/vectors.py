@@ -6,7 +6,7 @@ matrix per namespace, loaded from the database on first use and kept up to date
 by the embedding back-fill that runs beside the searches (``Backfill``).
 
 ``fuse`` merges the lexical and the semantic ranking by reciprocal rank
-(``Σ 1/(k + rank)``, k = 60 unless ``retrieval.rrf_k`` says otherwise), adds a small
+(``Σ 1/(k + rank)``, k = 10 unless ``retrieval.rrf_k`` says otherwise), adds a small
 recency boost (never more than a fifth
 of what first place on one list is worth, halving every 30 days), and breaks ties
 by recency, then by id.
@@ -26,7 +26,7 @@ from kirolearn import contract, db
 from kirolearn.db import reads
 from kirolearn.search import embeddings
 
-RRF_K = 60
+RRF_K = 10
 RECENCY_SHARE = 0.2  # the most recency can add, as a share of first place on one list
 RECENCY_HALF_LIFE_DAYS = 30.0
 BACKFILL_BATCH = 32
