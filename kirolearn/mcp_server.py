@@ -281,6 +281,10 @@ def build_server(scope: Scope, base: Path, autostart: bool = True) -> MCPServer:
                             " query, or see `kirolearn logs retrieval`")
         return result.get("records") or []
 
+    def hits(records: list[dict]) -> list[dict]:
+        """The records a search ranked, less the neighbours shown with them."""
+        return [r for r in records if "neighbour_of" not in r]
+
     def records_by_id(ids: list[str]) -> list[dict]:
         return daemon_call("retrieval", "get_records",
                            {"ids": ids, "namespaces": list(scope.namespaces)})["records"]
@@ -322,7 +326,7 @@ def build_server(scope: Scope, base: Path, autostart: bool = True) -> MCPServer:
         Use it for a quick look before answering or planning. Returns up to 8 memories,
         one line each: the memory, its id, its type, its date and a confidence c (1.00 for
         the best match); or "No relevant memories found."."""
-        return recall_text(search(query, RECALL_LIMIT))
+        return recall_text(hits(search(query, RECALL_LIMIT)))
 
     @tool(read_only)
     def timeline(record_id: RecordId | None = None, query: Query | None = None,
@@ -340,7 +344,7 @@ def build_server(scope: Scope, base: Path, autostart: bool = True) -> MCPServer:
             found = search(query, 1)
             if not found:
                 return f"No memories matched \u201c{one_line(query)}\u201d in {scope.label}."
-            record_id = found[0]["record_id"]
+            record_id = hits(found)[0]["record_id"]
         records = daemon_call("retrieval", "timeline", {
             "record_id": record_id, "namespaces": list(scope.namespaces),
             "before": before, "after": after})["records"]

@@ -8,7 +8,17 @@ import re
 from datetime import UTC, datetime
 
 import pytest
-from helpers import ACTOR, BIN, Workspace, call, kl, retrieval, serve
+from helpers import (
+    ACTOR,
+    BIN,
+    Workspace,
+    call,
+    kl,
+    retrieval,
+    serve,
+    settled_context,
+    wait_for,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 from mcp import Client
@@ -202,6 +212,35 @@ def test_recall_lists_each_memory_with_a_confidence(session):
     assert re.fullmatch(rf"- A session_summary event .* \(id: {second}\) \[pattern\]"
                         rf" \(\d{{4}}-\d\d-\d\d\) c:[01]\.\d\d", lines[1])
     assert sum(line.endswith(" c:1.00") for line in lines) == 1  # the best match
+
+
+def test_recall_counts_the_hits_not_the_neighbours_shown_with_them(daemon, ws):
+    """A conversation's turns all match, so each hit comes with its neighbours; recall
+    still lists at most eight memories."""
+    for n in range(12):
+        payload = {"session_id": "pottery", "transcript_path": "/x/pottery.jsonl",
+                   "cwd": str(ws.project), "hook_event_name": "UserPromptSubmit",
+                   "prompt": f"Pottery class note {n}: the glaze on bowl {n} cracked in the"
+                             f" kiln at cone {n + 4}."}
+        assert ws.hook("kirolearn-claude-code", payload)[0].returncode == 0
+    ws.hook("kirolearn-claude-code", {"session_id": "pottery", "hook_event_name": "Stop",
+                                      "transcript_path": "/x/pottery.jsonl",
+                                      "cwd": str(ws.project), "stop_hook_active": False,
+                                      "last_assistant_message": "Noted."})
+    wait_for(lambda: len(retrieval("search", {"query": "glaze kiln", "namespace": ws.namespace,
+                                              "mode": "lexical"})["record_ids"]) >= 10,
+             message="a record per turn")
+    settled_context(ws.namespace, "pottery glaze cracked in the kiln")
+    shown = retrieval("search", {"query": "pottery glaze cracked in the kiln", "limit": 8,
+                                 "namespace": ws.namespace, "records": True})["records"]
+    assert any("neighbour_of" in r for r in shown)
+
+    async def scenario(client: Client) -> tuple[bool, str]:
+        return await call(client, "recall", query="pottery glaze cracked in the kiln")
+
+    _, recalled = serve(ws, scenario)
+    assert recalled.startswith("Found 8 relevant memories")
+    assert len(recalled.split("\n\n", 1)[1].splitlines()) == 8
 
 
 def test_timeline_shows_the_records_around_one_by_id_or_query(session):
