@@ -74,11 +74,34 @@ def test_a_poison_batch_is_failed_with_its_reason_listed_and_retried(home):
         listed = kl("extraction", "failed")
         assert listed.returncode == 1 and failed[0]["batch_id"] in listed.stdout
         assert "failed batches: 1" in kl("status").stdout
-        wait_for(lambda: json.loads(kl("stats", "--json").stdout)["totals"]["records"] == 2,
-                 timeout=60, message="the good events' records")
+        wait_for(lambda: json.loads(kl("stats", "--json").stdout)["totals"]["records"] == 1,
+                 timeout=60, message="the good turn's record")
         retried = kl("extraction", "retry")
         assert retried.stdout.strip() == "1 failed batch(es) handed out again"
         wait_for(lambda: "handed out again (attempt 2)" in kl("logs", "storage").stdout,
                  timeout=30, message="the retried batch to go out again")
     finally:
         kl("stop", check=True)
+
+
+def test_a_prompt_stored_before_the_previous_turn_is_batched_stays_with_its_own_turn(daemon):
+    """The next prompt often arrives just after a turn's end, before storage batches that
+    turn: it waits for its own tool uses rather than making a record alone."""
+    def records() -> list[dict]:
+        return [json.loads(line) for line in kl("export", check=True).stdout.splitlines()
+                if '"record_id"' in line]
+
+    first = [make_event("prompt", "Fix the export crash"),
+             make_event("tool_use", "src/export.py"),
+             make_event("session_summary", "Fixed the export crash")]
+    with transport.Client(paths.endpoint("ingest", daemon)) as ingest:
+        ingest.call("put_events", {"events": [*first, make_event(
+            "prompt", "Now document the export format")]})
+        wait_for(records, message="the first turn's record")
+        ingest.call("put_events", {"events": [make_event("tool_use", "docs/export.md"),
+                                              make_event("session_summary", "Documented")]})
+        wait_for(lambda: len(records()) == 2 and status()["pending"]["events"] == 0,
+                 message="the second turn's record")
+    assert sorted((r["title"], tuple(r["facts"])) for r in records()) == [
+        ("Fix the export crash", ("read `src/export.py`",)),
+        ("Now document the export format", ("read `docs/export.md`",))]

@@ -69,3 +69,58 @@ def test_mcp_benchmark_quick_run_times_start_up_and_every_tool(home):
         "save_observation", "search_memory", "recall", "timeline", "get_records", "forget"}
     for row in calls:
         assert row["errors"] == 0 and 0 < row["call_p50_ms"] <= row["call_p99_ms"]
+
+
+HISTORY = [  # (message, {path: text}) — each a commit of a small project
+    ("Add the invoice exporter", {"billing/export.py": "def export_invoices(rows):\n"
+                                  "    return [r['total'] for r in rows]\n"}),
+    ("Add the user store", {"users/store.py": "def save_user(db, user):\n"
+                            "    db[user.id] = user\n"}),
+    ("Add the mailer", {"mail/send.py": "def send_mail(to, body):\n    smtp.send(to, body)\n"}),
+    ("Invoices without a customer export an empty column",
+     {"billing/export.py": "def export_invoices(rows):\n"
+      "    return [(r.get('customer_id') or '', r['total']) for r in rows]\n"}),
+    ("Cache users in the store", {"users/store.py": "def save_user(db, user):\n"
+                                  "    db[user.id] = CACHE[user.id] = user\n"}),
+    ("Retry sending mail three times", {"mail/send.py": "def send_mail(to, body):\n"
+                                        "    retry(3, smtp.send, to, body)\n"}),
+    ("Write the README", {"README.md": "A small billing project.\n"}),
+    ("Export invoice totals with two decimals",
+     {"billing/export.py": "def export_invoices(rows):\n"
+      "    return [(r.get('customer_id') or '', f\"{r['total']:.2f}\") for r in rows]\n"}),
+    ("The user store lowercases emails", {"users/store.py": "def save_user(db, user):\n"
+                                          "    user.email = user.email.lower()\n"
+                                          "    db[user.id] = CACHE[user.id] = user\n"}),
+    ("Mail sending times out after ten seconds",
+     {"mail/send.py": "def send_mail(to, body):\n"
+      "    retry(3, smtp.send, to, body, timeout=10)\n"}),
+]
+
+
+def test_coderecall_quick_run_finds_the_earlier_work_on_the_same_code(home, tmp_path):
+    """A small history whose last three commits each change a function an earlier
+    commit changed: the memory finds those commits, and both baselines are printed."""
+    repo = tmp_path / "project"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=Dev", "-c", "user.email=dev@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    for message, files in HISTORY:
+        for name, text in files.items():
+            (repo / name).parent.mkdir(exist_ok=True)
+            (repo / name).write_text(text)
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", message], check=True)
+    env = {k: v for k, v in os.environ.items() if k != "KIROLEARN_HOME"}
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "coderecall.py"), "--quick",
+                             "--repo", str(repo), "--mode", "lexical"], capture_output=True,
+                            text=True, timeout=300, env=env, cwd="/tmp")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["system"], r["k"]) for r in rows] == [
+        (system, k) for system in ("kirolearn", "bm25", "newest") for k in (5, 10, 25)]
+    for row in rows:
+        assert row["bench"] == "coderecall" and row["questions"] == 3
+        assert row["stored_commits"] == 7 and 0 <= row["mrr"] <= 1
+    kirolearn = {r["k"]: r for r in rows if r["system"] == "kirolearn"}
+    assert kirolearn[5]["recall"] == 1.0 and kirolearn[5]["mrr"] >= 0.5
+    assert kirolearn[5]["context_chars_mean"] > 0 and kirolearn[5]["search_p50_ms"] > 0

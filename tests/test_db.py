@@ -191,6 +191,26 @@ def test_batches_are_bounded_and_cut_after_whole_turns(tmp_path_factory, turns, 
         conn.close()
 
 
+def test_a_turn_begun_before_its_batch_is_formed_waits_to_be_batched_whole(conn):
+    """A turn's end forms a batch; the next prompt, already stored, is not cut off from
+    its own tool uses (it would make a record of its own, and they another)."""
+    turn = [make_event("prompt", content="fix it"), make_event("tool_use", content="edit"),
+            make_event("session_summary", body={"type": "text", "content": "fixed"})]
+    following = make_event("prompt", content="now the docs")
+    for event in [*turn, following]:
+        store(conn, event)
+    with db.transaction(conn):
+        [batch_id] = writes.form_batches(conn, NAMESPACE, "turn_end", 1 << 30,
+                                         whole_turns=True)
+    assert {e["event_id"] for e in reads.batch_events(conn, batch_id)} == {
+        e["event_id"] for e in turn}
+    assert reads.pending_bytes(conn, NAMESPACE) == len(contract.canonical_json(following["body"]))
+    store(conn, make_event("tool_use", content="docs edit"))
+    second = _form(conn, "idle")
+    assert len(reads.batch_events(conn, second)) == 2
+    assert reads.pending_bytes(conn, NAMESPACE) == 0
+
+
 def test_a_batch_that_keeps_failing_is_split_then_failed_with_its_reason(conn):
     for content in ("one", "two", "three"):
         store(conn, make_event(content=content))

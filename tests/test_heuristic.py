@@ -80,14 +80,13 @@ def test_a_kiro_cli_fix_becomes_a_turn_and_an_error():
     turn, error = records
     assert turn["title"] == ("The invoice CSV export crashes with a KeyError when an invoice"
                              " has no customer. Fix it.")
-    assert turn["facts"] == [
-        "read `src/billing/export.py`",
+    assert turn["facts"] == [  # the file read was edited too: its edit says so
         "ran `pytest -q tests/test_export.py` → exit 1, 1 failed (KeyError)",
         "edited `src/billing/export.py` (+2 −1): `customer_id`, `customer`",
         "ran `pytest -q tests/test_export.py` → exit 0, 5 passed",
     ]
     assert turn["files_touched"] == ["src/billing/export.py"]
-    assert "Done: edited 1 file, ran 2 commands (1 failed), read 1 file." in turn["summary"]
+    assert "Done: edited 1 file, ran 2 commands (1 failed)." in turn["summary"]
     assert turn["summary"].endswith("All 5 export tests pass.")
     assert turn["summary"].count("Fixed the crash") == 1  # the conclusion, stored once
     assert {"billing", "export", "KeyError", "customer_id"} <= set(turn["concepts"])
@@ -122,10 +121,35 @@ def test_a_claude_code_change_reads_edits_and_tests():
     )
     [turn] = heuristic.extract(NAMESPACE, events)
     assert turn["title"] == "Add retries with backoff to the zmq client"
-    assert turn["facts"] == ["read `kirolearn/transport.py`",
-                             "edited `kirolearn/transport.py` (+4 −2): `call`",
+    assert turn["facts"] == ["edited `kirolearn/transport.py` (+4 −2): `call`",
                              "ran `pytest -q tests/test_transport.py` → 4 passed"]
     assert turn["summary"].endswith("the transport tests pass.")
+
+
+def test_a_turn_reads_like_a_note_one_fact_per_file_edited_and_one_for_files_read():
+    def edit(path: str, old: str, new: str) -> tuple[str, dict]:
+        return ("tool_use", tool("Edit", {"file_path": f"{ROOT}/{path}", "old_string": old,
+                                          "new_string": new}, {"success": True}))
+
+    events = turn_events(
+        ("prompt", text("Rename the retry setting and use it in the client")),
+        ("tool_use", tool("Read", {"file_path": f"{ROOT}/kirolearn/config.py"}, {})),
+        ("tool_use", tool("Read", {"file_path": f"{ROOT}/docs/configuration.md"}, {})),
+        ("tool_use", tool("Read", {"file_path": f"{ROOT}/kirolearn/transport.py"}, {})),
+        edit("kirolearn/config.py", "retries = 3", "max_attempts = 3"),
+        edit("kirolearn/transport.py", "def call(self):\n    n = cfg.retries",
+             "def call(self):\n    n = cfg.max_attempts"),
+        edit("kirolearn/config.py", "def load():\n    a = 1", "def load():\n    a = 2"),
+        ("tool_use", tool("Read", {"file_path": f"{ROOT}/README.md"}, {})),
+    )
+    [turn] = heuristic.extract(NAMESPACE, events)
+    assert turn["facts"] == [
+        "read `docs/configuration.md`, `README.md`",
+        "edited `kirolearn/config.py` (+3 −3): `max_attempts`, `retries`, `load`",
+        "edited `kirolearn/transport.py` (+2 −2): `call`, `max_attempts`",
+    ]
+    assert turn["files_touched"] == ["kirolearn/config.py", "docs/configuration.md",
+                                     "kirolearn/transport.py", "README.md"]
 
 
 def test_a_failing_tool_without_a_command_is_an_error_too():

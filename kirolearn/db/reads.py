@@ -244,6 +244,14 @@ def pending_by_namespace(conn: sqlite3.Connection) -> dict[str, int]:
     return dict(conn.execute(f"SELECT e.namespace, SUM(length(e.body_json)) {_PENDING}"))
 
 
+def pending_bytes(conn: sqlite3.Connection, namespace: str) -> int:
+    """Bytes of body of one namespace waiting in the buffer."""
+    return conn.execute("SELECT COALESCE(SUM(length(body_json)), 0) FROM events WHERE"
+                        " namespace = ? AND seq > COALESCE((SELECT last_seq FROM"
+                        " extraction_cursor WHERE namespace = ?), 0)",
+                        (namespace, namespace)).fetchone()[0]
+
+
 def due_batches(conn: sqlite3.Connection, now: int, limit: int) -> list[tuple[str, str, int]]:
     """Batches to hand out: ready ones, and leased ones whose lease has expired."""
     return conn.execute(
@@ -281,14 +289,15 @@ def failed_batches(conn: sqlite3.Connection, namespace: str | None = None,
 
 
 def batch_events(conn: sqlite3.Connection, batch_id: str) -> list[dict]:
-    """A batch's events in time order, in storage form (``body_json``, still encoded):
-    the worker decodes them, which keeps that work off the single writer."""
+    """A batch's events in time order (arrival order within a millisecond), in storage
+    form (``body_json``, still encoded): the worker decodes them, which keeps that work
+    off the single writer."""
     rows = conn.execute(
         "SELECT e.event_id, e.kind, e.body_json, e.namespace, e.session_id, e.valid_time,"
         " e.parent_event_id, e.project_path FROM extraction_batches b"
         " JOIN events e INDEXED BY events_namespace"
         " ON e.namespace = b.namespace AND e.seq BETWEEN b.first_seq AND b.last_seq"
-        " WHERE b.batch_id = ? ORDER BY e.valid_ms, e.event_id", (batch_id,))
+        " WHERE b.batch_id = ? ORDER BY e.valid_ms, e.seq", (batch_id,))
     keys = ("event_id", "kind", "body_json", "namespace", "session_id", "valid_time",
             "parent_event_id", "project_path")
     return [dict(zip(keys, row, strict=True)) for row in rows]

@@ -379,12 +379,14 @@ MAX_BATCH_EVENTS = 200
 
 
 def form_batches(conn: sqlite3.Connection, namespace: str, reason: str, max_bytes: int,
-                 max_events: int = MAX_BATCH_EVENTS, history: frozenset[str] = frozenset()
-                 ) -> list[str]:
+                 max_events: int = MAX_BATCH_EVENTS, history: frozenset[str] = frozenset(),
+                 whole_turns: bool = False) -> list[str]:
     """Make the namespace's pending events ready batches (caller's transaction), each at
     most ``max_bytes`` of body (an event larger alone is a batch of its own) and
     ``max_events`` events, cut after a turn's end (a ``session_summary``) where the
     limits leave one, so a turn stays whole. Events stored after this stay pending.
+    ``whole_turns``: the events after the last turn's end stay pending too (the next
+    turn, begun before the batch was formed, waits to be batched whole).
 
     ``history``: ids of events imported from an export that had already distilled them;
     each run of them becomes a batch already done, so they are not extracted again.
@@ -395,6 +397,9 @@ def form_batches(conn: sqlite3.Connection, namespace: str, reason: str, max_byte
     rows = conn.execute("SELECT seq, kind = 'session_summary', length(body_json), event_id"
                         " FROM events INDEXED BY events_namespace WHERE namespace = ?"
                         " AND seq >= ? ORDER BY seq", (namespace, first)).fetchall()
+    ends = [at for at, row in enumerate(rows) if row[1]]
+    if whole_turns and ends:
+        rows = rows[:ends[-1] + 1]
     batch_ids = []
     start = 0
     while start < len(rows):

@@ -1,13 +1,14 @@
 """The heuristic extractor: a batch of events → memory records, with no network.
 
 A turn is a prompt, the tools used after it, and the turn summary that ends it
-(``session_summary``), within one session. Each turn becomes one record: the request
-as title, a summary of what was done and what the agent concluded (stored there
-once), and facts a developer would want back ("edited `src/app.py` (+12 −3):
-`export_invoices`", "ran `pytest -q` → exit 1, 3 failed (KeyError)", "read
-`docs/api.md`"). A failed command or tool also makes an ``error`` record with the
-command and the first lines of its output. Listing, searching, thinking and to-do
-tools add nothing of their own; ``note`` events make no records.
+(``session_summary``), within one session. Each turn becomes one record: the request as
+title, a summary of what was done and what the agent concluded (stored there once), and
+facts a developer would want back ("edited `src/app.py` (+12 −3): `export_invoices`",
+"ran `pytest -q` → exit 1, 3 failed (KeyError)", "read `docs/api.md`, `src/db.py`"),
+told as a colleague would (``in_brief``: a file's edits as one, the files only read as
+one fact). A failed command or tool also makes an ``error`` record with the command and
+the first lines of its output. Listing, searching, thinking and to-do tools add nothing
+of their own; ``note`` events make no records.
 
 A turn that only asks a question, with nothing done and nothing concluded (a Kiro IDE
 answer has an empty stop), would make a record that echoes the question: it makes
@@ -21,10 +22,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kirolearn import contract
-from kirolearn.tooluse import Action, cut, fact, first_lines, observe, relative
+from kirolearn.tooluse import MAX_IDENTIFIERS, Action, cut, fact, first_lines, observe, relative
 
 STRATEGY = "heuristic"
 TITLE_CHARS = 120
@@ -122,6 +123,39 @@ def _done(actions: list[Action]) -> str:
     return ", ".join(parts)
 
 
+def in_brief(actions: list[Action]) -> list[Action]:
+    """A turn's actions as a colleague's note tells them: each file's edits as one (their
+    lines summed, the names they touched joined) where it was first edited; the files
+    only read as one read where the first was; each command as it ran. Looking around
+    (listing, searching) is left out."""
+    edited = {a.paths[0] for a in actions if a.kind == "edit"}
+    told: list[Action] = []
+    edits: dict[str, Action] = {}
+    reads: Action | None = None
+    for action in actions:
+        if action.kind == "quiet":
+            continue
+        if action.kind == "edit" and action.paths[0] in edits:
+            edit = edits[action.paths[0]]
+            edit.added += action.added
+            edit.removed += action.removed
+            edit.identifiers = list(dict.fromkeys(edit.identifiers + action.identifiers)
+                                    )[:MAX_IDENTIFIERS]
+        elif action.kind == "edit":
+            edits[action.paths[0]] = replace(action, identifiers=list(action.identifiers))
+            told.append(edits[action.paths[0]])
+        elif action.kind == "read":
+            paths = [p for p in action.paths if p not in edited]
+            if reads is not None:
+                reads.paths = list(dict.fromkeys(reads.paths + paths))
+            elif paths:
+                reads = replace(action, paths=paths)
+                told.append(reads)
+        else:
+            told.append(action)
+    return told
+
+
 def is_echo(turn: Turn) -> bool:
     """A turn whose record would only repeat its question."""
     return (not turn.conclusion.strip() and only_asks(turn.request)
@@ -130,16 +164,18 @@ def is_echo(turn: Turn) -> bool:
 
 def turn_records(namespace: str, turn: Turn, root: str | None) -> list[dict]:
     actions = [a for a in turn.actions if a.kind != "quiet"]
-    facts = [f for f in (fact(a, root) for a in actions) if f]
+    told = in_brief(actions)
+    facts = [f for f in (fact(a, root) for a in told) if f]
     files = list(dict.fromkeys(relative(p, root) for a in actions for p in a.paths))
     conclusion = turn.conclusion.strip()
+    asked_for = turn.request.strip()
     records = []
-    if turn.request or facts or (turn.asked and conclusion):
-        title = turn.request or (facts[0] if facts else turn.asked[-1])
+    if asked_for or facts or (turn.asked and conclusion):
+        title = asked_for or (facts[0] if facts else turn.asked[-1])
         # the request is in the summary only when the title had to cut it short
-        request = cut(turn.request, REQUEST_CHARS) if len(cut(title, 10**6)) > TITLE_CHARS else ""
+        request = cut(asked_for, REQUEST_CHARS) if len(cut(title, 10**6)) > TITLE_CHARS else ""
         asked = "Asked before: " + " ".join(cut(q, 200) for q in turn.asked) if turn.asked else ""
-        done = _done(actions)
+        done = _done(told)
         summary = "\n\n".join(part for part in (
             request, asked, f"Done: {done}." if done else "",
             cut(conclusion, CONCLUSION_CHARS)) if part) or cut(title, REQUEST_CHARS)

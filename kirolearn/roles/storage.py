@@ -534,9 +534,14 @@ class Storage(base.Role):
             return
         with self.writing():
             for namespace, reason in ready:
-                writes.form_batches(self.conn, namespace, reason, self.max_bytes)
-        for namespace, _reason in ready:
+                writes.form_batches(self.conn, namespace, reason, self.max_bytes,
+                                    whole_turns=reason == "turn_end")
+        for namespace, reason in ready:
             del self.pending[namespace]
+            if reason == "turn_end":  # a turn begun since waits for its own end
+                left = reads.pending_bytes(self.conn, namespace)
+                if left:
+                    self.pending[namespace] = [left, now]
 
     def _reclaim_from_dead_workers(self) -> None:
         """A batch whose worker process is gone goes out again now, not at lease end.

@@ -58,6 +58,7 @@ TOTAL_TTL_S = 5.0  # how often the record count is re-read
 FREQ_TTL_S = 600.0  # document frequencies are kept this long, or until the count moves 1%
 CACHE_MAX = 50_000
 SCOPE_SLACK = 10  # extra candidates ranked when several namespaces are searched as one
+RARE_SHARE = 3  # rare matches take at most a third of a hybrid answer's places, one a term
 CANDIDATES = 4  # each side of a hybrid search brings limit × this many candidates
 RETURN_MARGIN_S = 0.005  # a late embedder is given up this long before the deadline
 FALLBACK_RESERVE_S = 0.06  # ... or this long, when a lexical search must still be run
@@ -246,12 +247,15 @@ class Searcher:
         small recency boost (``vectors.fuse``); ``semantic`` ranks by the vectors alone.
         A candidate whose vector is less similar to the query than ``min_similarity`` is
         left out (one not embedded yet stays on its lexical merit), so an unrelated
-        prompt gets nothing; but a record holding a rare word of the query (``is_rare``: a
-        name, an identifier) is always among the results, however the meaning scores
-        it. The lexical side runs first, then the query is embedded on a thread
-        (overlapping the two saved nothing, measured); if the embedder fails or has not
-        answered in time, or the namespace's vectors are still loading, the answer is
-        exactly the lexical search's (``_lexical_instead``)."""
+        prompt gets nothing; but a record holding a rare word of the query (``is_rare``:
+        a name, an identifier) is always among the results, however the meaning scores
+        it: the best of them, one a rare word, in at most a third of the places (a long
+        prompt has many rare words, and all their records pushed out better matches).
+        The lexical side runs first, then the
+        query is embedded on a thread (overlapping the two saved nothing, measured); if
+        the embedder fails or has not answered in time, or the namespace's vectors are
+        still loading, the answer is exactly the lexical search's
+        (``_lexical_instead``)."""
         if not query.strip() or limit <= 0:
             return Result([], "empty", 0.0)
         wide = limit * CANDIDATES
@@ -270,7 +274,9 @@ class Searcher:
         conn = self._connection()
         if mode == "semantic":
             lexical = None
-        rare = self._rare_matches(conn, namespaces, lexical.rare if lexical else [], limit)
+        rare_terms = lexical.rare if lexical else []
+        rare = self._rare_matches(conn, namespaces, rare_terms,
+                                  min(len(rare_terms), max(1, limit // RARE_SHARE)))
         near = self.vectors.top(namespaces, query_vector, wide, self.min_similarity)
         if self.types:
             wanted = fts.of_types(conn, [record_id for record_id, _, _ in near], self.types)

@@ -1,0 +1,287 @@
+"""coderecall: does the memory of earlier work on the same code come back?
+
+A git repository's history is replayed as agent sessions through the daemon: each
+commit is one session whose prompt is the commit's message, where every changed file
+is read and then edited hunk by hunk (Claude Code ``Read`` / ``Edit`` / ``Write`` tool
+uses, the commit's time as the events' time) before the turn ends (``Stop``). The
+older part of the history (``--train``, default 70 %) is stored; each later commit is
+then asked with its message, and its targets are the stored commits that last touched
+the lines it changes (``git blame`` on its parent). A commit's recall at k is the
+share of its targets among the sessions of what a search for k records returns; MRR is
+the mean of 1 / the rank of the first hit from a target (at k = 25). Two baselines
+answer the same questions in the same run: ``bm25`` (one document per stored commit:
+message and paths) and ``newest`` (the newest k stored commits).
+
+Prints JSON Lines (DESIGN.md §10), one per system and k in 5, 10, 25.
+
+    python benchmarks/coderecall.py                      # this repository, hybrid
+    python benchmarks/coderecall.py --repo PATH --rev v1.2 --mode lexical --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import say
+from locomo import pipeline_done, wait_until
+
+from kirolearn import contract, paths, search, transport
+from kirolearn.search import context
+
+KL = [sys.executable, "-m", "kirolearn"]
+KS = (5, 10, 25)
+HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
+MAX_HUNK_LINES = 200  # an edit's old or new text, as an agent would send it
+QUICK_COMMITS = 40
+ROOT = "/src/project"  # where the replayed sessions say the repository lies
+WORD = re.compile(r"[a-z0-9]+")
+
+
+@dataclass
+class Commit:
+    sha: str
+    when: str
+    message: str
+    paths: list[str] = field(default_factory=list)
+    targets: set[str] = field(default_factory=set)  # commits that last touched its lines
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                          check=True, errors="replace").stdout
+
+
+def history(repo: Path, rev: str, quick: bool) -> list[Commit]:
+    """The first-parent history up to rev, oldest first, without merges."""
+    log = git(repo, "log", "--reverse", "--first-parent", "--no-merges",
+              "--format=%H%x00%aI%x00%B%x01", rev, "--")
+    commits = []
+    for entry in log.split("\x01"):
+        if entry.strip():
+            sha, when, message = entry.strip("\n").split("\x00", 2)
+            commits.append(Commit(sha, when, message.strip()))
+    return commits[:QUICK_COMMITS] if quick else commits
+
+
+def changed_lines(repo: Path, commit: Commit) -> dict[str, list[tuple[int, int]]]:
+    """Per file that existed before, the parent's line ranges the commit changes (a pure
+    insertion counts the line it follows)."""
+    diff = git(repo, "show", "--format=", "-U0", "--no-renames", commit.sha)
+    ranges: dict[str, list[tuple[int, int]]] = {}
+    path = None
+    for line in diff.splitlines():
+        if line.startswith("--- "):
+            path = line[6:] if line.startswith("--- a/") else None
+        elif path and (m := HUNK.match(line)):
+            start, count = int(m.group(1)), int(m.group(2) or 1)
+            if start > 0:
+                ranges.setdefault(path, []).append((start, start + max(count, 1) - 1))
+    return ranges
+
+
+def blame_targets(repo: Path, commit: Commit) -> set[str]:
+    found: set[str] = set()
+    for path, ranges in changed_lines(repo, commit).items():
+        spans = [arg for start, end in ranges for arg in ("-L", f"{start},{end}")]
+        try:
+            out = git(repo, "blame", "-s", "-l", *spans, f"{commit.sha}^", "--", path)
+        except subprocess.CalledProcessError:
+            continue  # a range past the end of a file git cannot read as text
+        found.update(line[:40].lstrip("^") for line in out.splitlines() if line)
+    return found
+
+
+def hunks(repo: Path, commit: Commit) -> list[tuple[str, str, str, bool]]:
+    """(path, old text, new text, new file) per hunk of the commit, with context lines."""
+    diff = git(repo, "show", "--format=", "-U3", "--no-renames", commit.sha)
+    out: list[tuple[str, str, str, bool]] = []
+    path, new_file, old, new = None, False, [], []
+
+    def flush() -> None:
+        if path and (old or new):
+            out.append((path, "\n".join(old[:MAX_HUNK_LINES]), "\n".join(new[:MAX_HUNK_LINES]),
+                        new_file))
+
+    for line in diff.splitlines():
+        if line.startswith("diff --git"):
+            flush()
+            path, new_file, old, new = None, False, [], []
+        elif line.startswith("new file mode"):
+            new_file = True
+        elif line.startswith("+++ "):
+            path = line[6:] if line.startswith("+++ b/") else None
+        elif line.startswith("@@"):
+            flush()
+            old, new = [], []
+        elif line.startswith("Binary files"):
+            path = None
+        elif path and line[:1] in (" ", "-", "+") and not line.startswith(("--- ", "+++ ")):
+            if line[0] != "+":
+                old.append(line[1:])
+            if line[0] != "-":
+                new.append(line[1:])
+    flush()
+    return out
+
+
+def session_events(repo: Path, commit: Commit, namespace: str) -> list[dict]:
+    """One commit as an agent's session: the prompt, a read of each file, its edits, the
+    turn's end."""
+    def event(kind: str, body: dict, parent: str | None = None) -> dict:
+        return contract.make_event(kind, body, namespace=namespace, actor_id="bench",
+                                   session_id=f"commit-{commit.sha}", surface="claude-code",
+                                   version="1", client_id="benchmark", project_path=ROOT,
+                                   parent_event_id=parent, valid_time=commit.when)
+
+    def tool(name: str, tool_input: dict, response: dict) -> dict:
+        return event("tool_use", {"type": "json", "data": {
+            "tool_name": name, "tool_input": tool_input, "tool_response": response}},
+            prompt["event_id"])
+
+    prompt = event("prompt", {"type": "text", "content": commit.message})
+    events = [prompt]
+    edits = hunks(repo, commit)
+    commit.paths = list(dict.fromkeys(path for path, *_ in edits))
+    for path in commit.paths:
+        events.append(tool("Read", {"file_path": f"{ROOT}/{path}"}, {"type": "text"}))
+    for path, old, new, new_file in edits:
+        if new_file:
+            events.append(tool("Write", {"file_path": f"{ROOT}/{path}", "content": new},
+                               {"type": "create"}))
+        else:
+            events.append(tool("Edit", {"file_path": f"{ROOT}/{path}", "old_string": old,
+                                        "new_string": new}, {"success": True}))
+    # the turn ends as an agent's does (Claude Code's Stop), with nothing more to say
+    events.append(event("session_summary", {"type": "text", "content": ""}, prompt["event_id"]))
+    return events
+
+
+class BM25:
+    """Okapi BM25 over one document per commit: the baseline a plain index gives."""
+
+    def __init__(self, documents: dict[str, str], k1: float = 1.2, b: float = 0.75) -> None:
+        self.terms = {key: Counter(WORD.findall(text.lower())) for key, text in documents.items()}
+        self.length = {key: sum(terms.values()) for key, terms in self.terms.items()}
+        self.average = statistics.mean(self.length.values())
+        frequency = Counter(term for terms in self.terms.values() for term in terms)
+        n = len(documents)
+        self.idf = {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in frequency.items()}
+        self.k1, self.b = k1, b
+
+    def top(self, query: str, k: int) -> list[str]:
+        words = set(WORD.findall(query.lower()))
+        scores = {}
+        for key, terms in self.terms.items():
+            norm = self.k1 * (1 - self.b + self.b * self.length[key] / self.average)
+            scores[key] = sum(self.idf[w] * terms[w] * (self.k1 + 1) / (terms[w] + norm)
+                              for w in words if w in terms)
+        return sorted((key for key in scores if scores[key] > 0), key=lambda key: -scores[key])[:k]
+
+
+def rank_of_first(ranked: list[set[str]], targets: set[str]) -> float:
+    return next((1 / rank for rank, found in enumerate(ranked, 1) if found & targets), 0.0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parent.parent)
+    parser.add_argument("--rev", default="HEAD", help="the history up to this commit")
+    parser.add_argument("--mode", choices=search.MODES, default="hybrid")
+    parser.add_argument("--train", type=float, default=0.7, help="share of history stored")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"the first {QUICK_COMMITS} commits only")
+    args = parser.parse_args()
+    commits = history(args.repo, args.rev, args.quick)
+    split = int(len(commits) * args.train)
+    stored, asked = commits[:split], commits[split:]
+    if not stored or not asked:
+        raise SystemExit(f"{args.repo}: {len(commits)} commits; too few to replay")
+    by_sha = {c.sha: c for c in stored}
+
+    with tempfile.TemporaryDirectory(prefix="klb-", dir="/tmp") as scratch:
+        base = Path(scratch)
+        env = {**os.environ, "KIROLEARN_HOME": str(base), "KIROLEARN_STORAGE_BATCH_IDLE_S": "1",
+               "KIROLEARN_AUTOSTART": "0"}
+        os.environ["KIROLEARN_HOME"] = str(base)
+        namespace = "/actor/bench/project/coderecall/"
+        subprocess.run([*KL, "start"], env=env, check=True, capture_output=True, cwd="/tmp")
+        try:
+            started = time.perf_counter()
+            commit_of: dict[str, str] = {}
+            with transport.Client(paths.endpoint("ingest", base), timeout_ms=60_000) as ingest:
+                for commit in stored:
+                    events = session_events(args.repo, commit, namespace)
+                    commit_of.update((e["event_id"], commit.sha) for e in events)
+                    ingest.call("put_events", {"events": events})
+            say(f"{len(stored)} commits ({len(commit_of)} events) sent in "
+                f"{time.perf_counter() - started:.1f} s; waiting for the pipeline")
+            wait_until("the pipeline", lambda: pipeline_done(base, args.mode != "lexical"))
+            say(f"records ready after {time.perf_counter() - started:.1f} s; asking")
+            questions = []
+            for commit in asked:
+                commit.targets = blame_targets(args.repo, commit) & by_sha.keys()
+                if commit.targets:
+                    questions.append(commit)
+            bm25 = BM25({c.sha: c.message + "\n" + " ".join(c.paths) for c in stored})
+            newest = [c.sha for c in reversed(stored)]
+            recall: dict[tuple[str, int], list[float]] = {}
+            mrr: dict[str, list[float]] = {"kirolearn": [], "bm25": [], "newest": []}
+            chars: dict[int, list[int]] = {k: [] for k in KS}
+            latencies = []
+            with transport.Client(paths.endpoint("retrieval", base),
+                                  timeout_ms=60_000) as retrieval:
+                for commit in questions:
+                    for k in KS:
+                        reply = retrieval.call("search", {
+                            "query": commit.message, "namespace": namespace, "limit": k,
+                            "records": True, "mode": args.mode, "budget_ms": 10_000,
+                            "tokens": 1_000_000})
+                        latencies.append(reply["latency_ms"])
+                        shown = reply["records"]
+                        ranked = [{commit_of[i] for i in r["source_event_ids"] if i in commit_of}
+                                  for r in shown if not r.get("neighbour_of")]
+                        found = set().union(*ranked, *(
+                            {commit_of.get(i) for i in r["source_event_ids"]} for r in shown))
+                        chars[k].append(len(context.context_block(shown)))
+                        baseline = {"bm25": bm25.top(commit.message, k), "newest": newest[:k]}
+                        for system, hits in (("kirolearn", found), *baseline.items()):
+                            recall.setdefault((system, k), []).append(
+                                len(commit.targets & set(hits)) / len(commit.targets))
+                        if k == KS[-1]:
+                            mrr["kirolearn"].append(rank_of_first(ranked, commit.targets))
+                            for system, hits in baseline.items():
+                                mrr[system].append(rank_of_first([{h} for h in hits],
+                                                                 commit.targets))
+        finally:
+            subprocess.run([*KL, "stop"], env=env, capture_output=True, cwd="/tmp")
+    if not questions:
+        raise SystemExit("no later commit changes lines of a stored one")
+    for system in ("kirolearn", "bm25", "newest"):
+        for k in KS:
+            line = {"bench": "coderecall", "system": system, "k": k,
+                    "mode": args.mode if system == "kirolearn" else None,
+                    "recall": round(statistics.mean(recall[(system, k)]), 4),
+                    "mrr": round(statistics.mean(mrr[system]), 4),
+                    "questions": len(questions), "stored_commits": len(stored),
+                    "repo": args.repo.name,
+                    "rev": git(args.repo, "rev-parse", "--short", args.rev).strip()}
+            if system == "kirolearn":
+                line.update(context_chars_mean=round(statistics.mean(chars[k])),
+                            search_p50_ms=round(statistics.median(latencies), 2))
+            print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()
