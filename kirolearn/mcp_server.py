@@ -42,7 +42,8 @@ SUMMARY_SECTIONS = (("investigated", "What was investigated"), ("learned", "What
 
 INSTRUCTIONS = """\
 kirolearn is this project's long-term memory: what earlier sessions did, decided and \
-learned. Before work that may have been done or discussed before, use `recall` or \
+learned. To continue earlier work, `resume_session` says where the last session left \
+off. Before work that may have been done or discussed before, use `recall` or \
 `search_memory`. To dig in cheaply, `timeline` lists the records around one as short rows \
 and `get_records` fetches the full ones by id. Save a decision, a discovered cause or a \
 pattern worth keeping with `save_observation`, and, at the end of substantial work, \
@@ -327,6 +328,17 @@ def build_server(scope: Scope, base: Path, autostart: bool = True) -> MCPServer:
         one line each: the memory, its id, its type, its date and a confidence c (1.00 for
         the best match); or "No relevant memories found."."""
         return recall_text(hits(search(query, RECALL_LIMIT)))
+
+    @tool(read_only)
+    def resume_session() -> str:
+        """Pick up where the last session in this project left off.
+
+        Use it at the start of a session, or when asked to continue earlier work.
+        Returns the last active session's checkpoint: its task, what was done (each
+        turn, newest last), what is left (next steps said at its end, a command that
+        was still failing) and the files it touched; or says there is none yet."""
+        reply = daemon_call("retrieval", "resume_session", {"namespace": scope.saves_to})
+        return reply["context"] or f"No earlier session to resume in {scope.label}."
 
     @tool(read_only)
     def timeline(record_id: RecordId | None = None, query: Query | None = None,

@@ -56,8 +56,9 @@ KIRO_AGENT_TEMPLATE = {
 }
 MCP_NAME = "kirolearn"
 MCP_ENTRY = "MCP server"  # how check() names our MCP server among the hooks
-APPROVED_TOOLS = ("search_memory", "recall", "timeline", "get_records", "save_observation",
-                  "save_session_summary")  # not forget, nor update_memory: the agent asks
+# Not forget, nor update_memory: for those the agent asks.
+APPROVED_TOOLS = ("search_memory", "recall", "resume_session", "timeline", "get_records",
+                  "save_observation", "save_session_summary")
 # The kinds of file we write, and how each agent names an approved tool of ours.
 KIRO_AGENT, KIRO_HOOK, KIRO_MCP, CLAUDE_SETTINGS, CLAUDE_MCP = (
     "kiro-agent", "kiro-hook", "kiro-mcp", "claude-settings", "claude-mcp")

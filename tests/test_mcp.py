@@ -25,7 +25,8 @@ from mcp import Client
 
 from kirolearn import mcp_server, paths, project, protocol, transport
 
-TOOLS = {"search_memory", "recall", "timeline", "get_records", "save_observation",
+TOOLS = {"search_memory", "recall", "resume_session", "timeline", "get_records",
+         "save_observation",
          "save_session_summary", "update_memory", "forget"}
 RECORD_ID = re.compile(r"mr_[0-9A-HJKMNP-TV-Z]{26}")
 

@@ -172,6 +172,12 @@ def test_bad_search_requests_are_refused_and_change_nothing(seeded, ctx):
                 retrieval.call("search", body)
             assert caught.value.code == protocol.ErrorCode.BAD_REQUEST
             assert words in caught.value.reason
+        for body in ({}, {"namespace": "project"}, {"namespace": ["/actor/a/project/b/"]}):
+            with pytest.raises(protocol.RemoteError) as caught:
+                retrieval.call("resume_session", body)
+            assert "'namespace' must be a namespace" in caught.value.reason
+        assert retrieval.call("resume_session", {"namespace": NAMESPACE}) == {
+            "checkpoint": None, "context": ""}  # its records came from no session
         found = retrieval.call("search", {"query": "uuid", "namespace": NAMESPACE})
         assert found["record_ids"] == [UUID_RECORD["record_id"]] and "records" not in found
         detailed = retrieval.call("search", {"query": "uuid", "namespace": NAMESPACE,

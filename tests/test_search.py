@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from kirolearn import contract
 from kirolearn.db import schema, writes
+from kirolearn.search import checkpoint
 from kirolearn.search import context as context_format
 from kirolearn.search import query as fts_query
 from kirolearn.search.searcher import Searcher
@@ -452,3 +453,48 @@ def test_pagination_cursor_finds_the_one_record_holding_cursor(tmp_path):
     finally:
         s.close()
         exact.close()
+
+
+def session_record(title: str, summary: str = "", facts: tuple[str, ...] = (),
+                   files: tuple[str, ...] = (), kind: str = "tool_use",
+                   created_at: str = "2026-03-01T10:00:00+00:00") -> dict:
+    return {"record_id": contract.new_record_id(), "title": title, "summary": summary or title,
+            "facts": list(facts), "files_touched": list(files), "observation_type": kind,
+            "created_at": created_at}
+
+
+def test_a_checkpoint_tells_the_task_progress_next_steps_and_files():
+    records = [
+        session_record("Add a CSV export", "Done: edited 1 file.", files=("src/export.py",)),
+        session_record("`pytest -q` failed", kind="error", files=("tests/test_export.py",)),
+        session_record("Round the totals", "Done: edited 2 files, ran 2 commands.\n\nRounded"
+                       " them. The docs still need the new column. Tests pass.",
+                       facts=("ran `pytest -q` → exit 1, 1 failed", "ran `pytest -q` → exit 0",
+                              "ran `ruff check .` → exit 1"),
+                       files=("src/export.py", "src/totals.py"),
+                       created_at="2026-03-01T11:30:00+00:00")]
+    last = checkpoint.of_session("s-1", records)
+    assert last.task == "Add a CSV export"
+    assert last.progress == ["Add a CSV export (edited 1 file)",
+                             "Round the totals (edited 2 files, ran 2 commands)"]
+    assert last.next_steps == ["The docs still need the new column.",
+                               "`ruff check .` failed the last time it ran"]
+    assert last.files == ["src/export.py", "src/totals.py", "tests/test_export.py"]
+    assert last.block().endswith("(session s-1, last active 2026-03-01 11:30 UTC)")
+    assert checkpoint.of_session("s-2", [records[1]]) is None  # errors alone: no task
+
+
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=60), st.text(max_size=300),
+                          st.lists(st.text(max_size=40), max_size=5),
+                          st.lists(st.text(min_size=1, max_size=20), max_size=30),
+                          st.sampled_from(["tool_use", "error", "decision"])), max_size=30))
+def test_any_session_gives_a_bounded_checkpoint(rows):
+    records = [session_record(t, s, tuple(f), tuple(p), k) for t, s, f, p, k in rows]
+    last = checkpoint.of_session("s", records)
+    if not any(k != "error" for *_, k in rows):
+        assert last is None
+        return
+    assert len(last.progress) <= checkpoint.MAX_PROGRESS
+    assert len(last.files) == len(set(last.files)) <= checkpoint.MAX_FILES
+    assert len(last.next_steps) <= checkpoint.MAX_NEXT + 1
+    assert last.block().startswith(checkpoint.HEADING) and last.task in last.block()

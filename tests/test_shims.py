@@ -14,11 +14,14 @@ import pytest
 from helpers import (
     BIN,
     Workspace,
+    call,
     check_prompt_answer,
     retrieval,
+    serve,
     settled_context,
     stored_events,
     wait_events,
+    wait_for,
     wait_records,
 )
 
@@ -203,6 +206,52 @@ def test_claude_code_every_hook(daemon, ws):
     context = json.loads(printed)["hookSpecificOutput"]["additionalContext"]
     assert context and printed == additional_context("UserPromptSubmit", context)
     check_prompt_answer(context, ws.namespace, question, hybrid)
+
+
+def test_the_next_session_starts_where_the_last_one_left_off(daemon, ws):
+    """A session of two turns, the second ending on a failing test and a next step: the
+    next session's context leads with its checkpoint, and resume_session gives it."""
+    export = str(ws.project / "src/export.py")
+    claude(ws, "SessionStart", source="startup")
+    claude(ws, "UserPromptSubmit", prompt="Add a CSV export of invoices")
+    claude(ws, "PostToolUse", tool_name="Write", tool_input={
+        "file_path": export, "content": "def export_invoices(rows):\n    return rows\n"},
+        tool_response={"filePath": export, "success": True})
+    claude(ws, "Stop", stop_hook_active=False, last_assistant_message="Wrote export_invoices.")
+    claude(ws, "UserPromptSubmit", prompt="Make the export tests pass")
+    claude(ws, "PostToolUse", tool_name="Bash",
+           tool_input={"command": "pytest -q tests/test_export.py"},
+           tool_response={"stdout": "F..\n1 failed, 2 passed in 0.2s", "stderr": "",
+                          "interrupted": False, "isImage": False})
+    claude(ws, "Stop", stop_hook_active=False,
+           last_assistant_message="Totals are rounded wrong. Next, fix the rounding in"
+                                  " export_invoices and run the tests again.")
+    claude(ws, "SessionEnd", reason="logout")
+
+    def resumed() -> dict | None:
+        reply = retrieval("resume_session", {"namespace": ws.namespace})
+        done = reply["checkpoint"] and len(reply["checkpoint"]["progress"]) == 2
+        return reply if done else None
+
+    reply = wait_for(resumed, message="the second turn's record")
+    last = reply["checkpoint"]
+    assert last["session_id"] == "5f1c9a2e-claude"
+    assert last["task"] == "Add a CSV export of invoices"
+    assert last["progress"] == ["Add a CSV export of invoices (edited 1 file)",
+                                "Make the export tests pass (ran 1 command)"]
+    assert last["next_steps"] == [
+        "Next, fix the rounding in export_invoices and run the tests again.",
+        "`pytest -q tests/test_export.py` failed the last time it ran"]
+    assert last["files"] == ["src/export.py"]
+    started = json.loads(claude(ws, "SessionStart", "the-next-one", source="startup"))
+    context = started["hookSpecificOutput"]["additionalContext"]
+    assert context.startswith(reply["context"])  # and nothing else: all is that session's
+    assert reply["context"].startswith("## Where the last session left off")
+
+    async def scenario(client) -> tuple[bool, str]:
+        return await call(client, "resume_session")
+
+    assert serve(ws, scenario) == (False, reply["context"])
 
 
 def test_a_read_is_stored_as_its_path_and_an_excerpt(daemon, ws):

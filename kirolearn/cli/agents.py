@@ -79,8 +79,9 @@ def _change_agents(operation, agents: tuple[str, ...], target: Path | None) -> N
               default=None, help="Which memories it serves (default: mcp.scope).")
 def mcp(scope: str | None) -> None:
     """Serve the MCP tools on stdio, for an agent to start (kirolearn install registers
-    it): search_memory, recall, timeline, get_records, save_observation,
-    save_session_summary and forget, for the project of the current directory.
+    it): search_memory, recall, resume_session, timeline, get_records,
+    save_observation, save_session_summary, update_memory and forget, for the project
+    of the current directory.
 
     \b
     Example (what an agent's configuration runs):

@@ -141,6 +141,21 @@ def newest_records(conn: sqlite3.Connection, namespace: str, limit: int,
         (namespace, *args, limit))]
 
 
+def last_session(conn: sqlite3.Connection, namespace: str, limit: int
+                 ) -> tuple[str | None, list[dict]]:
+    """The namespace's last active session (that of its newest record from a session)
+    and that session's valid records in turn order, the first ``limit``."""
+    row = conn.execute("SELECT session_id FROM memory_records WHERE namespace = ?"
+                       " AND session_id IS NOT NULL AND invalid_reason IS NULL"
+                       " ORDER BY id DESC LIMIT 1", (namespace,)).fetchone()
+    if row is None:
+        return None, []
+    return row[0], [reads.record_from_row(r) for r in conn.execute(
+        f"SELECT {reads.RECORD_COLUMNS} FROM memory_records WHERE session_id = ?"
+        " AND namespace = ? AND invalid_reason IS NULL ORDER BY turn_seq, id LIMIT ?",
+        (row[0], namespace, limit))]
+
+
 def retrieved_counts(conn: sqlite3.Connection, namespace: str, lookback: int) -> dict[str, int]:
     """How often each record was given to a prompt in the namespace's last retrievals."""
     counts: dict[str, int] = {}

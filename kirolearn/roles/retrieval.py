@@ -258,6 +258,23 @@ class Retrieval(base.Role):
             self.log.warning("a lookup failed: %s", exc)
             raise RuntimeError(f"the database could not be read: {exc}") from exc
 
+    @base.op("resume_session")
+    def resume_session(self, request: base.Request) -> dict:
+        """``resume_session {namespace}`` → ``{checkpoint, context}``: where the
+        namespace's last active session left off (``checkpoint`` null: none yet), and
+        the same as markdown."""
+        namespace = request.body.get("namespace")
+        if not contract.is_namespace(namespace):
+            raise base.BadRequest("'namespace' must be a namespace such as"
+                                  " /actor/<id>/project/<id>/")
+        try:
+            last = self.searcher.checkpoint(namespace)
+        except sqlite3.Error as exc:
+            self.searcher.close()
+            raise RuntimeError(f"the database could not be read: {exc}") from exc
+        return privacy.scrub({"checkpoint": last.as_dict() if last else None,
+                              "context": last.block() if last else ""})
+
     @base.op("session_context")
     def session_context(self, request: base.Request) -> dict:
         """``session_context {namespace, tokens?}`` → ``{context, record_ids, outcome,

@@ -89,6 +89,7 @@ SESSION_HEADER = "## This project so far (from kirolearn)"
 SESSION_RECENT = 5  # newest records listed as one line each
 SESSION_TOP = 20  # candidates for the records given in full
 SESSION_LOOKBACK = 500  # recent retrievals counted to find the records that matter most
+SESSION_RECORDS = 200  # of the last session, read for its checkpoint
 
 
 def estimate_tokens(text: str) -> int:
@@ -96,16 +97,17 @@ def estimate_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
-def session_block(recent: list[dict], top: list[dict],
-                  token_budget: int) -> tuple[str, list[dict]]:
-    """The session-start context and the records in it: one line per recent record,
-    then the top records in full (the context block's format), as many as fit in
-    token_budget."""
+def session_block(recent: list[dict], top: list[dict], token_budget: int,
+                  lead: str = "") -> tuple[str, list[dict]]:
+    """The session-start context and the records in it: lead (the last session's
+    checkpoint) when it fits, one line per recent record, then the top records in full
+    (the context block's format), as many as fit in token_budget."""
     included: list[dict] = []
+    lead = lead if estimate_tokens(lead) <= token_budget // 2 else ""
     if not recent and not top:
-        return "", included
+        return lead, included
     parts = [SESSION_HEADER, "Recent work:"]
-    used = estimate_tokens("\n\n".join(parts))
+    used = estimate_tokens("\n\n".join([lead, *parts]))
     lines: list[str] = []
     for record in recent:
         first = " ".join(record["summary"].split())
@@ -128,4 +130,6 @@ def session_block(recent: list[dict], top: list[dict],
         parts.append(section)
         included.append(record)
         used += estimate_tokens(section) + 1
-    return ("\n\n".join(parts), included) if included else ("", [])
+    if lead:
+        parts.insert(0, lead)
+    return ("\n\n".join(parts), included) if included else (lead, [])

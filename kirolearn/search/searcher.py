@@ -32,10 +32,11 @@ from pathlib import Path
 
 from kirolearn import privacy
 from kirolearn.db import fts, reads
-from kirolearn.search import embeddings, vectors
+from kirolearn.search import checkpoint, embeddings, vectors
 from kirolearn.search.context import (
     SESSION_LOOKBACK,
     SESSION_RECENT,
+    SESSION_RECORDS,
     SESSION_TOP,
     context_block,
     session_block,
@@ -182,16 +183,26 @@ class Searcher:
         result.latency_ms = (time.monotonic() - started) * 1000
         return result
 
+    def checkpoint(self, namespace: str) -> checkpoint.Checkpoint | None:
+        """Where the namespace's last active session left off (None: no session yet)."""
+        session_id, records = fts.last_session(self._connection(), namespace,
+                                               SESSION_RECORDS)
+        return checkpoint.of_session(session_id, records) if session_id else None
+
     def session_context(self, namespace: str, token_budget: int) -> Result:
-        """What an agent starting a session should know: the newest records, then the
-        records retrieved most often lately (decisions and patterns next, newest first),
-        within token_budget. Never raises."""
+        """What an agent starting a session should know: where the last session left
+        off (its checkpoint), the newest records of earlier work, then the records
+        retrieved most often lately (decisions and patterns next, newest first), within
+        token_budget. Never raises."""
         started = time.monotonic()
         try:
             conn = self._connection()
-            recent = fts.newest_records(conn, namespace, SESSION_RECENT)
+            last = self.checkpoint(namespace)
+            told = set(last.record_ids) if last else set()
+            recent = [r for r in fts.newest_records(conn, namespace, SESSION_RECENT + len(told))
+                      if r["record_id"] not in told][:SESSION_RECENT]
             counts = fts.retrieved_counts(conn, namespace, SESSION_LOOKBACK)
-            shown = {r["record_id"] for r in recent}
+            shown = {r["record_id"] for r in recent} | told
             wanted = [i for i, _ in sorted(counts.items(), key=lambda kv: -kv[1])
                       if i not in shown][:SESSION_TOP]
             top = reads.records_by_id(conn, wanted, [namespace], valid_only=True)
@@ -200,8 +211,9 @@ class Searcher:
                 top += [r for r in fts.newest_records(conn, namespace, SESSION_TOP,
                                                       ("decision", "pattern"))
                         if r["record_id"] not in shown][:SESSION_TOP - len(top)]
-            context, included = session_block(recent, top, token_budget)
-            result = Result(included, "ok" if included else "empty", 0.0, block=context)
+            context, included = session_block(recent, top, token_budget,
+                                              last.block() if last else "")
+            result = Result(included, "ok" if context else "empty", 0.0, block=context)
         except Exception as exc:  # a session starts with or without its context
             self.close()
             result = Result([], "error", 0.0, error=f"{type(exc).__name__}: {exc}", block="")
