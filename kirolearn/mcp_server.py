@@ -128,8 +128,12 @@ def search_block(record: dict) -> str:
 
 def recall_text(records: list[dict], now: datetime | None = None) -> str:
     """The recall tool's answer: a count with the time, then one bullet per memory with
-    its id, type, date and a confidence: its BM25 score relative to the best match's
-    (1.00), left out for a substring match, which has no score."""
+    its id, type, date and a confidence c. In hybrid and semantic search c is the
+    record's ``relevance``: how close it is in meaning to the query (the cosine of their
+    embeddings), on one scale for every answer, so it says how good the best match is
+    too (a score relative to the best match's said 1.00 for the best of a poor lot). In
+    lexical search it is the BM25 score relative to the best match's (1.00); a record
+    not embedded yet, or a substring match, has none."""
     if not records:
         return "No relevant memories found."
     now = now or datetime.now(UTC)
@@ -142,7 +146,9 @@ def recall_text(records: list[dict], now: datetime | None = None) -> str:
         line = (f"- {text} (id: {record['record_id']}) [{record['observation_type']}]"
                 f" ({utc(record['created_at'], with_time=False)})")
         score = record.get("score")
-        if score is not None and best:
+        if record.get("relevance") is not None:
+            line += f" c:{record['relevance']:.2f}"
+        elif score is not None and best:
             line += f" c:{score / best:.2f}"
         lines.append(line)
     noun = "memory" if len(records) == 1 else "memories"
@@ -325,8 +331,10 @@ def build_server(scope: Scope, base: Path, autostart: bool = True) -> MCPServer:
         """Recall what is remembered about a topic, as a short list.
 
         Use it for a quick look before answering or planning. Returns up to 8 memories,
-        one line each: the memory, its id, its type, its date and a confidence c (1.00 for
-        the best match); or "No relevant memories found."."""
+        one line each: the memory, its id, its type, its date and a confidence c: how
+        close it is in meaning to the query, from 0 to 1 (above 0.5: about the same
+        thing; below 0.3: barely related, found by a shared word); or "No relevant
+        memories found."."""
         return recall_text(hits(search(query, RECALL_LIMIT)))
 
     @tool(read_only)

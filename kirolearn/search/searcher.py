@@ -325,15 +325,25 @@ class Searcher:
         missing = {i for i in [*hits, *shown] if i not in found}
         if missing:
             self.vectors.forget(missing)  # forgotten or marked invalid since they were loaded
+        # How close each is in meaning to the query, on a scale that holds across
+        # answers (a rank-fused score does not: the best of a poor lot scores as well).
+        cosine.update(self.vectors.similarities(
+            namespaces, [n for n in shown if n not in cosine], query_vector))
+
+        def scored(record_id: str, score: float, **extra: str) -> dict:
+            similarity = cosine.get(record_id)
+            return {**found[record_id], "score": -score, "relevance":
+                    None if similarity is None else round(max(0.0, similarity), 2), **extra}
+
         records = []
         for i, score in fused:
             if i not in found:
                 continue
             before, after = around.get(i, (None, None))
-            records += [{**found[n], "score": -pool[n], "neighbour_of": i}
+            records += [scored(n, pool[n], neighbour_of=i)
                         for n in (before,) if shown.get(n) == i and n in found]
-            records.append({**found[i], "score": -score})
-            records += [{**found[n], "score": -pool[n], "neighbour_of": i}
+            records.append(scored(i, score))
+            records += [scored(n, pool[n], neighbour_of=i)
                         for n in (after,) if shown.get(n) == i and n in found]
         if len(namespaces) > 1:
             records = without_repeats(records)
