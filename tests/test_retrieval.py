@@ -300,3 +300,37 @@ def test_a_prompt_whose_search_cannot_be_sent_is_logged_with_why(home, monkeypat
         assert "no search for " + event["event_id"] in kl("logs", "ingest").stdout
     finally:
         kl("stop", check=True)
+
+
+def test_a_prompt_that_refers_back_is_searched_with_the_previous_one(daemon, ctx):
+    """"And the other one?" names nothing; with the session's previous prompt it finds
+    what that prompt was about."""
+    def tool(path: str) -> dict:
+        return {"type": "json", "data": {"tool_name": "fs_write", "tool_input": {
+            "command": "create", "path": f"/tmp/project/{path}", "file_text": "x = 1\n"},
+            "tool_response": {"success": True}}}
+
+    with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as client:
+        for request, path in (("Fix the invoice CSV exporter for missing customers",
+                               "src/invoice_csv.py"),
+                              ("Tune the zmq reconnect backoff", "src/backoff.py")):
+            for event in (make_event("prompt", request, session_id="earlier"),
+                          make_event("tool_use", body=tool(path), session_id="earlier"),
+                          make_event("session_summary", f"Done: {path}.",
+                                     session_id="earlier")):
+                client.call("put_event", {"event": event})
+        wait_for(lambda: json.loads(kl("stats", "--json").stdout)["totals"]["records"] >= 2,
+                 message="both turns' records")
+
+        def context(text: str, session_id: str = "now") -> str:
+            reply = client.call("put_event", {"event": make_event(
+                "prompt", text, session_id=session_id), "retrieve": True})
+            return reply["retrieval"]["context"]
+
+        def first(text: str, session_id: str = "now") -> str:
+            return context(text, session_id).split("\n### ")[1].split("\n")[0]
+
+        invoice = "Fix the invoice CSV exporter for missing customers"
+        assert first("and the other one?", "alone") != invoice
+        assert first("Where does the invoice CSV export live?") == invoice
+        assert first("and the other one?") == invoice  # searched with the one before

@@ -498,3 +498,17 @@ def test_any_session_gives_a_bounded_checkpoint(rows):
     assert len(last.files) == len(set(last.files)) <= checkpoint.MAX_FILES
     assert len(last.next_steps) <= checkpoint.MAX_NEXT + 1
     assert last.block().startswith(checkpoint.HEADING) and last.task in last.block()
+
+
+@pytest.mark.parametrize(("prompt", "leans"), [
+    ("and the other one?", True), ("why?", True), ("Same for the tests please", True),
+    ("What about the migrations we discussed", True), ("do the same in the viewer", True),
+    ("Fix the CSV export crash on invoices without a customer", False),
+    ("Add retries with backoff to the zmq client", False)])
+def test_a_prompt_that_leans_on_the_previous_one_is_told_apart(prompt, leans):
+    assert fts_query.refers_back(prompt) is leans
+
+
+@given(st.text(max_size=200))
+def test_any_short_prompt_refers_back(prompt):
+    assert fts_query.refers_back(prompt) or len(prompt.split()) > fts_query.SHORT_PROMPT_WORDS

@@ -11,6 +11,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from kirolearn import contract
 from kirolearn.db import connect_reader, in_list, reads
 from kirolearn.db.schema import FTS_TOKENIZE
 
@@ -139,6 +140,17 @@ def newest_records(conn: sqlite3.Connection, namespace: str, limit: int,
         f"SELECT {reads.RECORD_COLUMNS} FROM memory_records WHERE namespace = ?{where}"
         " AND invalid_reason IS NULL ORDER BY created_at DESC, id DESC LIMIT ?",
         (namespace, *args, limit))]
+
+
+def previous_prompts(conn: sqlite3.Connection, namespace: str, session_id: str,
+                     event_id: str, count: int) -> list[str]:
+    """The texts of the session's last ``count`` prompts before the given one (which
+    may not be stored yet), oldest first."""
+    rows = conn.execute("SELECT body_json FROM events INDEXED BY events_session_time"
+                        " WHERE session_id = ? AND namespace = ? AND kind = 'prompt'"
+                        " AND event_id != ? ORDER BY valid_ms DESC, seq DESC LIMIT ?",
+                        (session_id, namespace, event_id, count)).fetchall()
+    return [contract.body_text(json.loads(row[0])) for row in reversed(rows)]
 
 
 def last_session(conn: sqlite3.Connection, namespace: str, limit: int

@@ -211,7 +211,10 @@ class Retrieval(base.Role):
         self.tick()  # install vectors loaded since the last tick before searching
         asked = parse_search(request.body, self.default_limit, self.default_budget_ms,
                              self.default_mode, self.context_tokens)
-        result = self.searcher.search(asked.namespaces, asked.query, asked.limit,
+        query, event = asked.query, request.body.get("event")
+        if "query" not in request.body and isinstance(event, dict):  # a prompt's
+            query = self.searcher.in_context(event, query)
+        result = self.searcher.search(asked.namespaces, query, asked.limit,
                                       asked.budget_ms, asked.deadline, asked.mode,
                                       asked.max_tokens, asked.types)
         self.outcomes[result.outcome] += 1

@@ -71,6 +71,21 @@ def fts_expression(terms: list[str]) -> str:
     return " OR ".join(quote(t) for t in terms)
 
 
+SHORT_PROMPT_WORDS = 3
+REFERRING = re.compile(r"(?i)^\W*(and|also|but|then|so|same|again|instead|ok|okay|now|what about|"
+                       r"how about|it|its|it's|that|this|these|those|they|them|there|he|she|"
+                       r"why not|the other|the rest|the same)\b|\b(the other ones?|that one|"
+                       r"this one|those ones|the same (?:for|with)|as before|like before|"
+                       r"do (?:it|that|the same))\b")
+
+
+def refers_back(prompt: str) -> bool:
+    """Whether a prompt leans on what came before ("and the other one?", "same for the
+    tests", "why?"): a short one, or one that starts with or names something said
+    earlier. Its search then includes the session's previous prompts."""
+    return len(prompt.split()) <= SHORT_PROMPT_WORDS or bool(REFERRING.search(prompt))
+
+
 def is_rare(doc_freq: int, total: int) -> bool:
     """Whether a term found in ``doc_freq`` of ``total`` records names something: a file,
     an identifier (see ``Searcher._hybrid``)."""

@@ -48,6 +48,7 @@ from kirolearn.search.query import (
     fts_expression,
     is_rare,
     quote,
+    refers_back,
     select_terms,
     term_budget_for,
     with_parts,
@@ -59,6 +60,7 @@ TOTAL_TTL_S = 5.0  # how often the record count is re-read
 FREQ_TTL_S = 600.0  # document frequencies are kept this long, or until the count moves 1%
 CACHE_MAX = 50_000
 SCOPE_SLACK = 10  # extra candidates ranked when several namespaces are searched as one
+PREVIOUS_PROMPTS = 2  # joined to a prompt that refers back to them
 RARE_SHARE = 3  # rare matches take at most a third of a hybrid answer's places, one a term
 CANDIDATES = 4  # each side of a hybrid search brings limit × this many candidates
 RETURN_MARGIN_S = 0.005  # a late embedder is given up this long before the deadline
@@ -182,6 +184,22 @@ class Searcher:
                 self.close()  # a broken connection is reopened next time
         result.latency_ms = (time.monotonic() - started) * 1000
         return result
+
+    def in_context(self, event: dict, query: str) -> str:
+        """A prompt's query with the session's previous prompts (``PREVIOUS_PROMPTS``)
+        before it when it leans on them (``refers_back``: "and the other one?"). Never
+        raises: the prompt alone is searched when they cannot be read."""
+        session_id, event_id = event.get("session_id"), event.get("event_id")
+        if not (isinstance(session_id, str) and isinstance(event_id, str)
+                and refers_back(query)):
+            return query
+        try:
+            earlier = fts.previous_prompts(self._connection(), event.get("namespace", ""),
+                                           session_id, event_id, PREVIOUS_PROMPTS)
+        except (sqlite3.Error, ValueError, TypeError):
+            self.close()
+            return query
+        return "\n".join([*earlier, query])
 
     def checkpoint(self, namespace: str) -> checkpoint.Checkpoint | None:
         """Where the namespace's last active session left off (None: no session yet)."""
