@@ -71,7 +71,7 @@ def resolve_scope(name: str, cwd: str | None = None) -> Scope:
                                  f" got {name!r}")
     actor = project.actor_id()
     here = project.resolve_project(cwd).namespace(actor)
-    everywhere = project.resolve_project(os.path.expanduser("~"), override="").namespace(actor)
+    everywhere = project.global_namespace(actor)
     if name == "global" or here == everywhere:
         return Scope(name, (everywhere,), "the global memory")
     if name == "project":

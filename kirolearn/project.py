@@ -63,6 +63,11 @@ def namespace_for(actor: str, project_id: str) -> str:
     return f"/actor/{actor}/project/{project_id}/"
 
 
+def global_namespace(actor: str) -> str:
+    """The namespace of the actor's global project (``$HOME``)."""
+    return resolve_project(os.path.expanduser("~"), override="").namespace(actor)
+
+
 def _main_worktree(git_file: Path) -> Path | None:
     """For a worktree's ``.git`` file, the main checkout it belongs to."""
     try:

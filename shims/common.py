@@ -209,8 +209,11 @@ class Shim:
             debug("the daemon is not running")
             return None
         try:
-            return control.call("ingest", "put_event", {"event": event, "retrieve": retrieve},
-                                timeout_ms=timeout_ms, base=self.base)
+            body = {"event": event, "retrieve": retrieve}
+            if retrieve is True and not self.project.is_global:  # its memories, if close
+                body["global_namespace"] = project.global_namespace(self.actor)
+            return control.call("ingest", "put_event", body, timeout_ms=timeout_ms,
+                                base=self.base)
         except control.Timeout:
             debug(f"no acknowledgement within {timeout_ms} ms")
             return None

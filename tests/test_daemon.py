@@ -11,7 +11,7 @@ import subprocess
 import msgpack
 import pytest
 import zmq
-from helpers import KL, kl, make_event, processes_using, status, wait_for
+from helpers import KL, kl, make_event, processes_using, status, stored_events, wait_for
 
 from kirolearn import contract, paths, protocol, transport
 from kirolearn.db import schema, writes
@@ -374,3 +374,15 @@ def test_storage_rejects_malformed_events_alone_and_keeps_going(ingest, daemon, 
         assert info.value.code == protocol.ErrorCode.BAD_REQUEST
     assert ingest.call("put_event", {"event": make_event()})["status"] == "stored"
     assert next(r["pid"] for r in status()["roles"] if r["role"] == "storage") == storage_pid
+
+
+def test_a_prompt_with_a_bad_global_namespace_is_refused_and_not_stored(ingest, daemon):
+    event = make_event("prompt", "sign my commits")
+    for bad in ("/home/me", 3, ["/actor/a/project/b/"]):
+        with pytest.raises(protocol.RemoteError) as info:
+            ingest.call("put_event", {"event": event, "retrieve": True,
+                                      "global_namespace": bad})
+        assert info.value.code == protocol.ErrorCode.BAD_REQUEST
+        assert "'global_namespace' must be a namespace" in info.value.reason
+    assert stored_events() == []
+    assert ingest.call("put_event", {"event": event, "retrieve": True})["status"] == "stored"

@@ -167,7 +167,9 @@ def test_bad_search_requests_are_refused_and_change_nothing(seeded, ctx):
                             ({"query": "uuid", "namespace": NAMESPACE, "types": ["note"]},
                              "'types'"),
                             ({"query": "uuid", "namespace": NAMESPACE, "types": "error"},
-                             "'types'")]:
+                             "'types'"),
+                            ({"query": "uuid", "namespace": NAMESPACE,
+                              "global_namespace": "/home/me"}, "'global_namespace'")]:
             with pytest.raises(protocol.RemoteError) as caught:
                 retrieval.call("search", body)
             assert caught.value.code == protocol.ErrorCode.BAD_REQUEST

@@ -16,7 +16,7 @@ from kirolearn.db import schema, writes
 from kirolearn.search import checkpoint
 from kirolearn.search import context as context_format
 from kirolearn.search import query as fts_query
-from kirolearn.search.searcher import Searcher
+from kirolearn.search.searcher import Searcher, clearing
 
 NS_A = "/actor/tester/project/" + "a" * 64 + "/"
 NS_B = "/actor/tester/project/" + "b" * 64 + "/"
@@ -512,3 +512,25 @@ def test_a_prompt_that_leans_on_the_previous_one_is_told_apart(prompt, leans):
 @given(st.text(max_size=200))
 def test_any_short_prompt_refers_back(prompt):
     assert fts_query.refers_back(prompt) or len(prompt.split()) > fts_query.SHORT_PROMPT_WORDS
+
+
+@given(st.lists(st.tuples(st.sampled_from([NS_A, NS_B]),
+                          st.none() | st.floats(0, 1), st.booleans()), max_size=20),
+       st.floats(0, 1))
+def test_other_namespaces_keep_only_what_clears_their_floor(rows, floor):
+    records, last_hit = [], None
+    for n, (namespace, relevance, neighbour) in enumerate(rows):
+        record = {"record_id": f"r{n}", "namespace": namespace, "relevance": relevance}
+        if neighbour and last_hit:
+            record["neighbour_of"] = last_hit
+        else:
+            last_hit = record["record_id"]
+        records.append(record)
+    kept = clearing(records, NS_A, floor)
+    hits = {r["record_id"] for r in kept if "neighbour_of" not in r}
+    assert [r for r in kept] == [r for r in records if r in kept]  # order kept
+    for r in records:
+        if "neighbour_of" in r:
+            assert (r in kept) == (r["neighbour_of"] in hits)
+        else:
+            assert (r in kept) == (r["namespace"] == NS_A or (r["relevance"] or 0) >= floor)

@@ -12,6 +12,7 @@ import subprocess
 
 import pytest
 from helpers import (
+    ACTOR,
     BIN,
     Workspace,
     call,
@@ -25,7 +26,7 @@ from helpers import (
     wait_records,
 )
 
-from kirolearn import contract
+from kirolearn import contract, project
 
 
 @pytest.fixture
@@ -299,3 +300,27 @@ def test_a_shim_never_fails_the_agent(daemon, ws):
                          capture_output=True, timeout=30)
     assert raw.returncode == 0 and raw.stdout == raw.stderr == b""
     assert [e["body"]["content"] for e in wait_events(2)] == ["a?b", "caf\ufffd"]
+
+
+def test_a_prompt_gets_the_global_memories_that_clear_their_floor(daemon, ws):
+    """What was learnt outside any project (in $HOME) comes back in a project when it is
+    close in meaning to the prompt, and stays out when it is not."""
+    home = project.resolve_project(ws.home, home=str(ws.home), override="")
+    gitconfig = str(ws.home / ".gitconfig")
+    claude(ws, "UserPromptSubmit", "in-home", cwd=str(ws.home),
+           prompt="Configure git to sign every commit with my SSH key")
+    claude(ws, "PostToolUse", "in-home", cwd=str(ws.home), tool_name="Write",
+           tool_input={"file_path": gitconfig, "content": "[gpg]\n\tformat = ssh\n"},
+           tool_response={"filePath": gitconfig, "success": True})
+    claude(ws, "Stop", "in-home", cwd=str(ws.home), stop_hook_active=False,
+           last_assistant_message="Commits are now signed with the SSH key.")
+    wait_records(home.namespace(ACTOR))
+
+    def context(prompt: str) -> str:
+        printed = claude(ws, "UserPromptSubmit", prompt=prompt)
+        return json.loads(printed)["hookSpecificOutput"]["additionalContext"] if printed else ""
+
+    # (answers are lexical, and hold no global memory, until its vectors are loaded)
+    wait_for(lambda: "sign every commit" in context(
+        "How do I sign my git commits with an SSH key?"), message="the global memory")
+    assert "sign every commit" not in context("Refactor the invoice CSV exporter")

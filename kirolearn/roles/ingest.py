@@ -111,14 +111,21 @@ class Ingest(base.Role):
 
     @base.op("put_event")
     def put_event(self, request: base.Request) -> object:
-        """``put_event {event, retrieve?: true | false | "session"}`` → ``{event_id,
-        status, retrieval?}``, after storage has committed the event; a prompt sent with
-        ``retrieve: true`` gets its context, a session start (``"session"``) the
-        project's. An invalid event is an ``INVALID_EVENT`` or ``TOO_LARGE`` error."""
+        """``put_event {event, retrieve?: true | false | "session", global_namespace?}``
+        → ``{event_id, status, retrieval?}``, after storage has committed the event; a
+        prompt sent with ``retrieve: true`` gets its context (with the memories of
+        ``global_namespace`` that clear ``retrieval.global_min_similarity``), a session
+        start (``"session"``) the project's. An invalid event is an ``INVALID_EVENT`` or
+        ``TOO_LARGE`` error."""
         retrieve = request.body.get("retrieve", False)
         if retrieve not in (True, False, "session"):
             raise base.BadRequest("'retrieve' must be true, false or \"session\"")
-        self._put(request, [request.body.get("event")], retrieve=retrieve)
+        also = request.body.get("global_namespace")
+        if also is not None and not contract.is_namespace(also):
+            raise base.BadRequest("'global_namespace' must be a namespace such as"
+                                  " /actor/<id>/project/<id>/")
+        self._put(request, [request.body.get("event")], retrieve=retrieve,
+                  global_namespace=also)
         return base.LATER
 
     @base.op("put_events")
@@ -254,7 +261,8 @@ class Ingest(base.Role):
         return base.LATER
 
     def _put(self, request: base.Request | None, events: list, retrieve: bool | str,
-             spool_files: list[Path] | None = None, history: bool = False) -> None:
+             spool_files: list[Path] | None = None, history: bool = False,
+             global_namespace: str | None = None) -> None:
         """Prepare each event and queue the valid ones for storage (``request`` None:
         events from the spool; ``history``: already distilled, see ``put_events``)."""
         now = time.monotonic()
@@ -302,18 +310,21 @@ class Ingest(base.Role):
         if retrieve == "session" or (retrieve is True and clean[0]["kind"] == "prompt"):
             prompt = {k: clean[0][k] for k in ("event_id", "namespace", "kind", "session_id")}
             self._ask_retrieval(pending, {**prompt, "body": first_body}, now,
-                                session=retrieve == "session")
+                                session=retrieve == "session",
+                                global_namespace=global_namespace)
 
     def _ask_retrieval(self, pending: Pending, event: dict, now: float,
-                       session: bool = False) -> None:
+                       session: bool = False, global_namespace: str | None = None) -> None:
         """Ask for the prompt's context (or, at a session start, the project's)."""
         if session:
             message = protocol.request("session_context", {"namespace": event["namespace"]})
         else:
-            message = protocol.request("search", {
-                "event": event, "namespace": event["namespace"], "limit": self.limit,
-                "budget_ms": self.budget_s * 1000,
-                "deadline_ms": time.time() * 1000 + self.budget_s * 1000})
+            body = {"event": event, "namespace": event["namespace"], "limit": self.limit,
+                    "budget_ms": self.budget_s * 1000,
+                    "deadline_ms": time.time() * 1000 + self.budget_s * 1000}
+            if global_namespace and global_namespace != event["namespace"]:
+                body["global_namespace"] = global_namespace
+            message = protocol.request("search", body)
         pending.event = event
         pending.retrieval_started = now
         pending.retrieval_deadline = now + self.budget_s

@@ -41,6 +41,7 @@ class SearchRequest:
     mode: str
     max_tokens: int | None
     types: tuple[str, ...] = ()
+    with_global: bool = False  # the last namespace is the global one, under its floor
 
 
 def parse_search(body: dict, default_limit: int, default_budget_ms: float,
@@ -69,6 +70,12 @@ def parse_search(body: dict, default_limit: int, default_budget_ms: float,
         if not isinstance(namespace, str) or not namespace:
             raise base.BadRequest("'namespace' must be a non-empty string")
         namespaces = (namespace,)
+    with_global = "global_namespace" in body and "namespaces" not in body
+    if with_global:
+        if not contract.is_namespace(body["global_namespace"]):
+            raise base.BadRequest("'global_namespace' must be a namespace such as"
+                                  " /actor/<id>/project/<id>/")
+        namespaces = tuple(dict.fromkeys((*namespaces, body["global_namespace"])))
     limit = body.get("limit", default_limit)
     if not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= MAX_LIMIT:
         raise base.BadRequest(f"'limit' must be an integer from 0 to {MAX_LIMIT}")
@@ -97,7 +104,8 @@ def parse_search(body: dict, default_limit: int, default_budget_ms: float,
         raise base.BadRequest("'types' must be a list of observation types ("
                               + ", ".join(contract.OBSERVATION_TYPES) + ")")
     return SearchRequest(namespaces, query, limit, float(budget_ms), deadline, with_records,
-                         mode, max_tokens, tuple(dict.fromkeys(types)))
+                         mode, max_tokens, tuple(dict.fromkeys(types)),
+                         with_global and len(namespaces) > 1)
 
 
 def parse_namespaces(body: dict) -> tuple[str, ...]:
@@ -129,6 +137,7 @@ class Retrieval(base.Role):
         self.default_budget_ms = cfg["budget_ms"]
         self.session_tokens = cfg["session_tokens"]
         self.context_tokens = cfg["context_tokens"] or None
+        self.global_floor = cfg["global_min_similarity"]
         self.embeddings_state, embedder = self._load_embedder()
         self.default_mode = cfg["mode"] if embedder is not None else "lexical"
         self.searcher = searcher.Searcher(paths.db_path(self.base), embedder=embedder,
@@ -216,7 +225,8 @@ class Retrieval(base.Role):
             query = self.searcher.in_context(event, query)
         result = self.searcher.search(asked.namespaces, query, asked.limit,
                                       asked.budget_ms, asked.deadline, asked.mode,
-                                      asked.max_tokens, asked.types)
+                                      asked.max_tokens, asked.types,
+                                      self.global_floor if asked.with_global else None)
         self.outcomes[result.outcome] += 1
         if result.error and result.outcome in ("error", "timeout"):
             self.log.warning("search failed (%s): %s", result.outcome, result.error)

@@ -102,6 +102,14 @@ class Result:
         return reply
 
 
+def clearing(records: list[dict], home: str, floor: float) -> list[dict]:
+    """The records of namespace home, and those of others that are at least floor close
+    in meaning to the query (with the neighbours shown with them)."""
+    kept = {r["record_id"] for r in records if "neighbour_of" not in r and (
+        r["namespace"] == home or (r.get("relevance") or 0.0) >= floor)}
+    return [r for r in records if r.get("neighbour_of", r["record_id"]) in kept]
+
+
 class DeadlinePassed(Exception):
     pass
 
@@ -149,13 +157,16 @@ class Searcher:
 
     def search(self, namespace: str | Sequence[str], query: str, limit: int, budget_ms: float,
                deadline: float | None = None, mode: str = "lexical",
-               max_tokens: int | None = None, types: Sequence[str] = ()) -> Result:
+               max_tokens: int | None = None, types: Sequence[str] = (),
+               others_floor: float | None = None) -> Result:
         """Never raises. ``namespace`` may be several, searched as one (a record whose title
         and summary repeat a better-ranked one's is left out). ``deadline``
         (time.monotonic()) may cut the budget shorter. ``mode`` is one of MODES; without
         an embedder every mode is lexical. The records are cut to what fits in
         ``max_tokens`` of context (``within_tokens``). ``types``: only records of these
-        observation types (none: all)."""
+        observation types (none: all). ``others_floor``: a record of a namespace after
+        the first is kept only when its ``relevance`` is at least this (one with none, a
+        lexical answer's, is not)."""
         started = time.monotonic()
         self.deadline = started + budget_ms / 1000
         self.types = tuple(types)
@@ -170,6 +181,8 @@ class Searcher:
                 result = self._search(namespaces, query, limit)
             else:
                 result = self._hybrid(namespaces, query, limit, mode)
+            if others_floor is not None:
+                result.records = clearing(result.records, namespaces[0], others_floor)
             result.records = within_tokens(result.records, max_tokens)
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed
