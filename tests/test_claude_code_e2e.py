@@ -186,7 +186,9 @@ def test_claude_code_remembers_across_runs(daemon, fake_api, tmp_path):
     second_run = json.dumps(fake_api.bodies[seen:])
     assert "## Prior observations from kirolearn" in second_run  # the prompt's context
     assert "Say hello with a shell command" in second_run  # ... holding the first run
-    assert "## This project so far (from kirolearn)" in second_run  # the session's context
+    # the session's context: where the first run left off (all there is to tell)
+    assert "## Where the last session left off (from kirolearn)" in second_run
+    assert "Task: Say hello with a shell command" in second_run
     assert len(stored_events()) == 10
 
     # Claude Code applies a project's permission rules once the user has trusted the
