@@ -212,8 +212,6 @@ def test_recall_lists_each_memory_with_a_confidence(session):
                         r" c:[01]\.\d\d", lines[0])
     assert re.fullmatch(rf"- A session_summary event .* \(id: {second}\) \[pattern\]"
                         rf" \(\d{{4}}-\d\d-\d\d\) c:[01]\.\d\d", lines[1])
-    confidences = [float(line.rsplit(" c:", 1)[1]) for line in lines]
-    assert 0 < max(confidences) < 1  # how close in meaning, not relative to the best
 
 
 def test_recall_counts_the_hits_not_the_neighbours_shown_with_them(daemon, ws):

@@ -137,8 +137,8 @@ def test_a_stalled_retrieval_still_stores_and_never_injects_late(home, ctx, monk
             reserve_ms = ingest.REPLY_RESERVE_S * 1000
             assert 300 - reserve_ms <= elapsed_ms < 300 + 200
             # The stalled search is answered late; the next prompt gets its own answer.
-            unrelated = client.call("put_event", {"event": make_event("prompt", "helm charts"),
-                                                  "retrieve": True})
+            unrelated = client.call("put_event", {"event": make_event(
+                "prompt", "helm charts", session_id="another"), "retrieve": True})
             # (a late "timeout" answer taken for this request would show up here)
             assert unrelated["retrieval"]["outcome"] == "empty"
             again = client.call("put_event", {"event": make_event("prompt", "uuid ids"),

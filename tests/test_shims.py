@@ -84,7 +84,7 @@ def test_kiro_cli_every_hook(daemon, ws):
     # same subject gets it back, exactly as retrieval answers.
     wait_records(ws.namespace)
     expected = retrieval("session_context", {"namespace": ws.namespace})["context"]
-    assert expected.startswith("## This project so far (from kirolearn)")
+    assert expected.startswith("## Where the last session left off (from kirolearn)")
     assert kiro_cli(ws, "agentSpawn") == expected
     question = "why do zmq client retries matter"
     hybrid = settled_context(ws.namespace, question)
