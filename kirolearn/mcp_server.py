@@ -166,9 +166,11 @@ def timeline_text(records: list[dict], anchor: str, label: str) -> str:
 
 
 def full_record(record: dict) -> str:
+    seen = 1 + sum(v.get("reason") is None for v in record.get("versions") or [])
     lines = [f"### {one_line(record['title'])}",
              f"id: {record['record_id']} · type: {record['observation_type']} · strategy:"
-             f" {record['strategy']} · created: {utc(record['created_at'])} UTC",
+             f" {record['strategy']} · created: {utc(record['created_at'])} UTC"
+             + (f" · seen {seen} times (repeats merged in)" if seen > 1 else ""),
              "", record["summary"].strip()]
     if record["facts"]:
         lines += ["", "Facts:", *(f"- {one_line(fact)}" for fact in record["facts"])]

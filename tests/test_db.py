@@ -333,3 +333,27 @@ def test_stats_and_export_iterators(conn):
     exported = list(reads.iter_events(conn))
     for event in exported:
         contract.validate_event(event)
+
+
+def test_the_same_work_asked_again_strengthens_the_record_it_repeats(conn):
+    """A record with another title but the same facts of work done is merged into the
+    one it repeats (its title kept in the summary); reads alone, or another type, are
+    not the same work."""
+    work = ["edited `src/export.py` (+2 −1): `customer_id`", "ran `pytest -q` → exit 0"]
+    first = {**record_for(["A" * 26]), "title": "Fix the export crash", "facts": work}
+    again = {**record_for(["B" * 26]), "title": "the export crashes again, fix it",
+             "facts": work, "summary": "Done: edited 1 file, ran 1 command."}
+    error = {**record_for(["C" * 26]), "title": "other", "facts": work,
+             "observation_type": "error"}
+    looked = [{**record_for([c * 26]), "title": c, "facts": ["read `README.md`"]}
+              for c in "DE"]
+    with db.transaction(conn):
+        for record in (first, again, error, *looked):
+            writes.save_record(conn, record, merge_window_s=3600)
+    rows = {r["record_id"]: r for r in reads.iter_records(conn)}
+    assert set(rows) == {first["record_id"], error["record_id"],
+                         *(r["record_id"] for r in looked)}
+    merged = rows[first["record_id"]]
+    assert merged["summary"] == (f"{first['summary']}\n\nthe export crashes again, fix it"
+                                 "\n\nDone: edited 1 file, ran 1 command.")
+    assert merged["source_event_ids"] == ["A" * 26, "B" * 26] and len(merged["versions"]) == 1

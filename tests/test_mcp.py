@@ -625,3 +625,18 @@ def test_the_server_exits_when_the_agent_closes_it(ws, daemon):
     assert server.wait(timeout=15) == 0
     server.stdout.close()
     server.stderr.close()
+
+
+def test_a_record_seen_again_says_how_often_and_keeps_each_version():
+    version = {"title": "t", "summary": "first", "facts": ["ran `pytest`"], "concepts": [],
+               "files_touched": [], "source_event_ids": [], "created_at": "2026-11-20T10:00:00Z",
+               "replaced_at": "2026-11-21T10:00:00Z", "reason": None}
+    record = {"record_id": "mr_01M81DTYN1TXE295BSMGXKGQEE", "title": "Fix the export",
+              "summary": "first\n\nagain", "facts": ["ran `pytest`"], "concepts": [],
+              "files_touched": [], "observation_type": "tool_use", "strategy": "heuristic",
+              "source_event_ids": ["A" * 26, "B" * 26], "created_at": "2026-11-21T10:00:00Z",
+              "versions": [version, {**version, "reason": "corrected"}]}
+    text = mcp_server.full_record(record)
+    assert "· seen 2 times (repeats merged in)" in text.splitlines()[1]  # an edit is no repeat
+    assert "Version 1 (until 2026-11-21 10:00 UTC):" in text
+    assert "seen" not in mcp_server.full_record({**record, "versions": []})

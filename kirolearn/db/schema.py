@@ -222,6 +222,11 @@ UPDATE memory_records SET (session_id, turn_seq) = (
 CREATE INDEX memory_records_turn ON memory_records (session_id, turn_seq)
 WHERE session_id IS NOT NULL;
 """),
+    (10, "record_facts_index", """
+-- A new record with the facts of a recent one may say the same (see writes.same_work);
+-- the start of the facts finds those candidates without reading every recent record.
+CREATE INDEX memory_records_facts ON memory_records (namespace, substr(facts_json, 1, 200));
+"""),
 ]
 
 

@@ -143,27 +143,23 @@ MAX_ITEMS = 100  # pass them does not happen; the record is saved as a new one
 
 def save_record(conn: sqlite3.Connection, record: dict, batch_id: str | None = None,
                 merge_window_s: float = 0) -> str | None:
-    """Insert a record, or merge it into a near-duplicate: a record of the namespace with
-    the same title, type, strategy and files, created within ``merge_window_s``.
+    """Insert a record, or merge it into one that says the same (``same_work``) created
+    within ``merge_window_s`` in its namespace: the repeat strengthens it instead of
+    adding a near-copy.
 
     A merge only adds: the record keeps its id and every summary, fact, concept and
-    source event of both (a summary it does not already hold is appended), takes the
-    newer time, and its previous state is kept in ``record_versions``. A merge that
+    source event of both (a summary it does not already hold is appended, with the new
+    title when it differs), takes the newer time, and its previous state is kept in
+    ``record_versions`` (so how often it was seen is its merges plus one). A merge that
     would pass a record's limits is not made. Returns the id of the record it merged
     into (None: inserted)."""
     if merge_window_s > 0:
-        files = set(record.get("files_touched", []))
-        for row in conn.execute(
-                "SELECT id, summary, facts_json, concepts_json, source_event_ids_json,"
-                " files_touched_json, record_id FROM memory_records INDEXED BY memory_records_title"
-                " WHERE namespace = ?"
-                " AND title = ? AND observation_type = ? AND strategy = ?"
-                " AND julianday(created_at) >= julianday('now') - ? ORDER BY id DESC",
-                (record["namespace"], record["title"], record["observation_type"],
-                 record["strategy"], merge_window_s / 86400)):
-            if set(json.loads(row[5])) != files:
-                continue
-            summary = row[1] if record["summary"] in row[1] else f"{row[1]}\n\n{record['summary']}"
+        for row in same_work(conn, record, merge_window_s):
+            title, summary = row[7], row[1]
+            added = record["summary"] if record["title"] == title else (
+                f"{record['title']}\n\n{record['summary']}")
+            if record["summary"] not in summary:
+                summary = f"{summary}\n\n{added}"
             facts = list(dict.fromkeys(json.loads(row[2]) + record.get("facts", [])))
             concepts = list(dict.fromkeys(json.loads(row[3]) + record.get("concepts", [])))
             sources = list(dict.fromkeys(json.loads(row[4]) + record["source_event_ids"]))
@@ -180,6 +176,34 @@ def save_record(conn: sqlite3.Connection, record: dict, batch_id: str | None = N
             return row[6]
     insert_record(conn, record, batch_id)
     return None
+
+
+def same_work(conn: sqlite3.Connection, record: dict, window_s: float) -> list[tuple]:
+    """The valid records of the record's namespace, type and strategy created within
+    window_s that say the same as it, newest first: those with its title and files, then
+    those with its facts when they tell of work done (an edit or a command, not reads
+    alone: two questions answered by reading the same file are not the same)."""
+    columns = ("id, summary, facts_json, concepts_json, source_event_ids_json,"
+               " files_touched_json, record_id, title")
+    kind = (record["namespace"], record["observation_type"], record["strategy"])
+    files = set(record.get("files_touched", []))
+    rows = [row for row in conn.execute(
+        f"SELECT {columns} FROM memory_records INDEXED BY memory_records_title"
+        " WHERE namespace = ? AND title = ? AND observation_type = ? AND strategy = ?"
+        " AND invalid_reason IS NULL AND julianday(created_at) >= julianday('now') - ?"
+        " ORDER BY id DESC", (kind[0], record["title"], *kind[1:], window_s / 86400))
+        if set(json.loads(row[5])) == files]
+    facts = record.get("facts", [])
+    if any(not fact.startswith("read ") for fact in facts):
+        text = json.dumps(facts)
+        rows += [row for row in conn.execute(
+            f"SELECT {columns} FROM memory_records INDEXED BY memory_records_facts"
+            " WHERE namespace = ? AND substr(facts_json, 1, 200) = substr(?, 1, 200)"
+            " AND facts_json = ? AND observation_type = ? AND strategy = ?"
+            " AND invalid_reason IS NULL AND julianday(created_at) >= julianday('now') - ?"
+            " ORDER BY id DESC LIMIT 1", (kind[0], text, text, *kind[1:], window_s / 86400))
+            if row[0] not in {r[0] for r in rows}]
+    return rows
 
 
 def _record_row(conn: sqlite3.Connection, record_id: str,
