@@ -195,14 +195,16 @@ def same_work(conn: sqlite3.Connection, record: dict, window_s: float) -> list[t
         if set(json.loads(row[5])) == files]
     facts = record.get("facts", [])
     if any(not fact.startswith("read ") for fact in facts):
+        # (facts_json is compared here, not in SQL: a `facts_json = ?` term there makes
+        # SQLite rewrite the indexed expression, and the index goes unused)
         text = json.dumps(facts)
-        rows += [row for row in conn.execute(
-            f"SELECT {columns} FROM memory_records INDEXED BY memory_records_facts"
+        same = [row for row in conn.execute(
+            f"SELECT {columns}, facts_json FROM memory_records INDEXED BY memory_records_facts"
             " WHERE namespace = ? AND substr(facts_json, 1, 200) = substr(?, 1, 200)"
-            " AND facts_json = ? AND observation_type = ? AND strategy = ?"
-            " AND invalid_reason IS NULL AND julianday(created_at) >= julianday('now') - ?"
-            " ORDER BY id DESC LIMIT 1", (kind[0], text, text, *kind[1:], window_s / 86400))
-            if row[0] not in {r[0] for r in rows}]
+            " AND observation_type = ? AND strategy = ? AND invalid_reason IS NULL"
+            " AND julianday(created_at) >= julianday('now') - ? ORDER BY id DESC",
+            (kind[0], text, *kind[1:], window_s / 86400)) if row[-1] == text]
+        rows += [row[:-1] for row in same[:1] if row[0] not in {r[0] for r in rows}]
     return rows
 
 
