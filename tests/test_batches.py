@@ -12,12 +12,12 @@ from kirolearn import db, paths, transport
 from kirolearn.db import writes
 from kirolearn.roles.ingest import prepare
 
-TURNS = 2000
-TOOLS_PER_TURN = 8  # with the prompt and the turn's end: 10 events a turn, 20,000 in all
+TURNS = 1200
+TOOLS_PER_TURN = 8  # with the prompt and the turn's end: 10 events a turn, 12,000 in all
 
 
 def history(tmp_path) -> tuple[str, list[str]]:
-    """One project's history as JSON Lines (over 5 MB of bodies), and each turn's request."""
+    """One project's history as JSON Lines (over 3 MB of bodies), and each turn's request."""
     requests, lines = [], []
     for turn in range(TURNS):
         session = f"session-{turn // 50}"
