@@ -16,6 +16,10 @@ Prints JSON Lines (DESIGN.md §10), one per system and k in 5, 10, 25.
 
     python benchmarks/coderecall.py                      # this repository, hybrid
     python benchmarks/coderecall.py --repo PATH --rev v1.2 --mode lexical --quick
+    python benchmarks/coderecall.py --live   # each prompt given context as it is stored
+
+The daemon's settings come from the environment, so one ranking signal's effect is a
+second run with it turned off (``KIROLEARN_RANKING_STALE=1``, ``..._USEFUL=0``).
 """
 
 from __future__ import annotations
@@ -200,6 +204,10 @@ def main() -> None:
     parser.add_argument("--rev", default="HEAD", help="the history up to this commit")
     parser.add_argument("--mode", choices=search.MODES, default="hybrid")
     parser.add_argument("--train", type=float, default=0.7, help="share of history stored")
+    parser.add_argument("--live", action="store_true",
+                        help="each stored commit's prompt is given context, as a hook's is,"
+                             " once the commits before it are remembered (usefulness and"
+                             " staleness then build up as in use)")
     parser.add_argument("--quick", action="store_true",
                         help=f"the first {QUICK_COMMITS} commits only")
     args = parser.parse_args()
@@ -220,13 +228,23 @@ def main() -> None:
         try:
             started = time.perf_counter()
             commit_of: dict[str, str] = {}
+            given = 0
             with transport.Client(paths.endpoint("ingest", base), timeout_ms=60_000) as ingest:
                 for commit in stored:
                     events = session_events(args.repo, commit, namespace)
                     commit_of.update((e["event_id"], commit.sha) for e in events)
+                    if args.live:  # the prompt asks for context as a hook's does
+                        reply = ingest.call("put_event", {"event": events[0], "retrieve": True})
+                        given += bool(reply["retrieval"]["record_ids"])
+                        events = events[1:]
                     ingest.call("put_events", {"events": events})
+                    if args.live:  # the next session comes once this one is remembered
+                        wait_until("the pipeline", lambda: pipeline_done(
+                            base, args.mode != "lexical"))
             say(f"{len(stored)} commits ({len(commit_of)} events) sent in "
-                f"{time.perf_counter() - started:.1f} s; waiting for the pipeline")
+                f"{time.perf_counter() - started:.1f} s"
+                + (f", {given} prompts given context" if args.live else "")
+                + "; waiting for the pipeline")
             wait_until("the pipeline", lambda: pipeline_done(base, args.mode != "lexical"))
             say(f"records ready after {time.perf_counter() - started:.1f} s; asking")
             questions = []
@@ -275,7 +293,7 @@ def main() -> None:
                     "recall": round(statistics.mean(recall[(system, k)]), 4),
                     "mrr": round(statistics.mean(mrr[system]), 4),
                     "questions": len(questions), "stored_commits": len(stored),
-                    "repo": args.repo.name,
+                    "repo": args.repo.name, "live": args.live,
                     "rev": git(args.repo, "rev-parse", "--short", args.rev).strip()}
             if system == "kirolearn":
                 line.update(context_chars_mean=round(statistics.mean(chars[k])),

@@ -7,18 +7,19 @@ import random
 import re
 import sqlite3
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import NAMESPACE, kl, retrieval, wait_for
+from helpers import NAMESPACE, kl, make_event, retrieval, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kirolearn import contract, db, paths, protocol, transport
-from kirolearn.db import writes
+from kirolearn.db import fts, writes
 from kirolearn.search import context as context_format
-from kirolearn.search import embeddings, vectors
+from kirolearn.search import embeddings, ranking
 from kirolearn.search.searcher import Searcher
 from kirolearn.tooluse import cut as tooluse_cut
 
@@ -119,7 +120,7 @@ ids = st.lists(st.sampled_from([f"mr_{i:026d}" for i in range(12)]), unique=True
 @given(ids, ids, st.integers(1, 100))
 def test_fusion_does_not_depend_on_the_order_of_the_rankings(lexical, semantic, k):
     created = {i: float(n) for n, i in enumerate(sorted(set(lexical) | set(semantic)))}
-    assert vectors.fuse([lexical, semantic], created, 1e13, k) == vectors.fuse(
+    assert ranking.fuse([lexical, semantic], created, 1e13, k) == ranking.fuse(
         [semantic, lexical], created, 1e13, k)
 
 
@@ -128,24 +129,55 @@ def test_a_better_rank_never_lowers_a_record(lexical, semantic, data):
     at = data.draw(st.integers(1, len(lexical) - 1))
     moved = [*lexical[:at - 1], lexical[at], lexical[at - 1], *lexical[at + 1:]]
     created = dict.fromkeys(set(lexical) | set(semantic), 0.0)
-    before = dict(vectors.fuse([lexical, semantic], created, 0.0))
-    after = dict(vectors.fuse([moved, semantic], created, 0.0))
+    before = dict(ranking.fuse([lexical, semantic], created, 0.0))
+    after = dict(ranking.fuse([moved, semantic], created, 0.0))
     assert after[lexical[at]] > before[lexical[at]]
     assert after[lexical[at - 1]] < before[lexical[at - 1]]
 
 
 @given(ids, st.floats(0, 1e13), st.floats(0, 1e13))
-def test_recency_adds_little_and_boundedly(ranking, when, now):
-    fused = dict(vectors.fuse([ranking], {}, now))
-    newer = dict(vectors.fuse([ranking], dict.fromkeys(ranking, when), now))
-    for record_id in ranking:
-        assert 0 <= newer[record_id] - fused[record_id] <= (vectors.RECENCY_SHARE
-                                                            / (vectors.RRF_K + 1) + 1e-12)
+def test_recency_adds_little_and_boundedly(order, when, now):
+    fused = dict(ranking.fuse([order], {}, now))
+    newer = dict(ranking.fuse([order], dict.fromkeys(order, when), now))
+    for record_id in order:
+        assert 0 <= newer[record_id] - fused[record_id] <= (ranking.Weights().recency
+                                                            / (ranking.RRF_K + 1) + 1e-12)
 
 
 def test_ties_go_to_the_newer_record():
-    assert [i for i, _ in vectors.fuse([["mr_a"], ["mr_b"]], {"mr_a": 1.0, "mr_b": 2.0},
+    assert [i for i, _ in ranking.fuse([["mr_a"], ["mr_b"]], {"mr_a": 1.0, "mr_b": 2.0},
                                        0.0)] == ["mr_b", "mr_a"]
+
+
+signals = st.builds(ranking.Signals, st.sampled_from(contract.OBSERVATION_TYPES),
+                    st.integers(0, 1000), st.booleans())
+weights = st.builds(ranking.Weights, useful=st.floats(0, 2), stale=st.floats(0.01, 2),
+                    types=st.dictionaries(st.sampled_from(contract.OBSERVATION_TYPES),
+                                          st.floats(0.01, 4)))
+
+
+@given(ids.filter(bool), st.data(), weights)
+def test_weighing_keeps_every_record_and_neutral_weights_change_no_place(order, data, w):
+    fused = ranking.fuse([order], {}, 0.0)
+    known = {i: data.draw(signals) for i in order}
+    weighed = ranking.weigh(fused, known, w, {})
+    assert {i for i, _ in weighed} == set(order) and len(weighed) == len(order)
+    assert ranking.weigh(fused, known, ranking.Weights(), {}) == fused
+
+
+@given(ids.filter(lambda r: len(r) >= 2), st.data(), weights)
+def test_a_record_worth_more_is_never_ranked_lower(order, data, w):
+    """More uses, a fresh file or a heavier type can only lift a record among the same
+    others."""
+    fused = ranking.fuse([order], {}, 0.0)
+    known = {i: data.draw(signals) for i in order}
+    chosen = data.draw(st.sampled_from(order))
+    better = known[chosen]._replace(useful=known[chosen].useful + data.draw(st.integers(0, 9)))
+    if w.stale <= 1:
+        better = better._replace(stale=False)
+    before = [i for i, _ in ranking.weigh(fused, known, w, {})].index(chosen)
+    after = [i for i, _ in ranking.weigh(fused, {**known, chosen: better}, w, {})]
+    assert after.index(chosen) <= before
 
 
 # -- search -----------------------------------------------------------------------------------
@@ -236,7 +268,7 @@ def sentences(embedder) -> dict[str, np.ndarray]:
     return dict(zip(texts, embedder.embed(texts), strict=True))
 
 
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=12, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(size=st.integers(10, 10_000), seed=st.integers(0, 2**16), data=st.data())
 def test_hybrid_always_finds_a_record_alone_holding_a_term(tmp_path_factory, embedder,
@@ -362,6 +394,91 @@ def test_a_turn_among_matching_turns_ranks_higher(tmp_path, embedder):
     beach = ids[CONVERSATION["s-dog"][0]]  # the dog, and the next turn is about dogs too
     assert plain[0] == lone and smoothed[0] == beach
     assert set(plain) == set(smoothed)
+
+
+def test_type_usefulness_and_staleness_order_records_that_match_alike(tmp_path, embedder):
+    """Two records that say the same: by relevance and recency the newer leads; a heavier
+    type, a proven use, or the newer one's file changed since puts the older first."""
+    path = tmp_path / "db.sqlite"
+    hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat(timespec="milliseconds")
+    text = ("Cache the user lookups", "Lookups of users are cached for ten minutes.")
+    older = record(*text, observation_type="discovery", files_touched=["app/users.py"],
+                   created_at=hour_ago)
+    newer = record(*text, observation_type="discovery", files_touched=["app/cache.py"])
+    embedded_database(path, embedder, [older, newer])
+    conn = writes.connect_writer(path)
+    weights = ranking.Weights(useful=0.1, stale=0.85, types={"decision": 1.2})
+    searcher = Searcher(path, embedder=embedder, weights=weights)
+
+    def first() -> str:
+        return searcher.search(NAMESPACE, "how are user lookups cached", 2, 10_000,
+                               mode="hybrid").record_ids[0]
+
+    def change(sql: str, *args: object) -> None:
+        with db.transaction(conn):
+            conn.execute(sql, args)
+
+    try:
+        assert first() == newer["record_id"]
+        change("UPDATE memory_records SET observation_type = 'decision' WHERE record_id = ?",
+               older["record_id"])
+        assert first() == older["record_id"]
+        change("UPDATE memory_records SET observation_type = 'discovery'")
+        change("UPDATE memory_records SET useful_count = 1 WHERE record_id = ?",
+               older["record_id"])
+        assert first() == older["record_id"]
+        change("UPDATE memory_records SET useful_count = 0")
+        assert first() == newer["record_id"]
+        # turns 1 and 2 made them; turn 3 changed app/cache.py, which the newer names
+        change("UPDATE memory_records SET turn_seq = CASE record_id WHEN ? THEN 1 ELSE 2 END",
+               older["record_id"])
+        change("INSERT INTO file_changes VALUES (?, ?, 3)", NAMESPACE, db.path_key("app/cache.py"))
+        assert first() == older["record_id"]
+        searcher.weights = ranking.Weights()  # relevance and recency alone
+        assert first() == newer["record_id"]
+    finally:
+        searcher.close()
+        conn.close()
+
+
+def test_a_memory_given_to_a_turn_that_touched_its_files_proved_useful(ingest, daemon):
+    """Through the daemon: a prompt is given the record of earlier work on app/cache.py,
+    and its turn edits that file, so the record proved useful once and is stale now (a
+    later turn changed its file); a turn that touched other files proves nothing."""
+    def turn(session: str, prompt: str, path: str, new: str) -> str:
+        asked = make_event("prompt", prompt, session_id=session)
+        reply = ingest.call("put_event", {"event": asked, "retrieve": True})
+        edit = make_event("tool_use", session_id=session, body={"type": "json", "data": {
+            "tool_name": "Edit", "tool_input": {"file_path": f"/tmp/project/{path}",
+                                                "old_string": "", "new_string": new},
+            "tool_response": {"success": True}}})
+        end = make_event("session_summary", "", session_id=session)
+        for event in (edit, end):
+            assert ingest.call("put_event", {"event": event})["status"] == "stored"
+        return reply["retrieval"]["context"]
+
+    def records() -> dict[str, tuple]:
+        with db.reading(paths.db_path(daemon)) as conn:
+            return {title: (record_id, useful) for record_id, title, useful in conn.execute(
+                "SELECT record_id, title, useful_count FROM memory_records")}
+
+    def made(count: int) -> dict[str, tuple]:
+        return wait_for(lambda: (lambda r: r if len(r) >= count else None)(records()),
+                        message=f"{count} records")
+
+    turn("s-1", "Cache the user lookups in app/cache.py", "app/cache.py", "user_cache = {}")
+    first = made(1)["Cache the user lookups in app/cache.py"][0]
+    given = turn("s-2", "Make the user lookups cache expire after ten minutes",
+                 "app/cache.py", "USER_CACHE_TTL_S = 600")
+    assert "Cache the user lookups" in given
+    turn("s-3", "Update the user lookups notes", "docs/notes.md", "Lookups are cached.")
+    now = made(3)
+    assert now["Cache the user lookups in app/cache.py"] == (first, 1)
+    assert now["Make the user lookups cache expire after ten minutes"][1] == 0
+    with db.reading(paths.db_path(daemon)) as conn:
+        known = fts.signals(conn, [first, now[
+            "Make the user lookups cache expire after ten minutes"][0]])
+    assert [stale for _, _, stale in known.values()] == [True, False]
 
 
 @given(st.lists(st.tuples(st.integers(0, 400), st.booleans()), min_size=1, max_size=12),

@@ -16,6 +16,7 @@ which WAL lets run beside the writer.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
@@ -71,3 +72,8 @@ def in_list(values: Iterable) -> tuple[str, list]:
     """An SQL ``(?, ?, …)`` list and its arguments."""
     values = list(values)
     return "(" + ",".join("?" * len(values)) + ")", values
+
+
+def path_key(path: str) -> str:
+    """How ``file_changes`` names a file: a hash of its path as records give it."""
+    return hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:16]

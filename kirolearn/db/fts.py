@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from kirolearn import contract
-from kirolearn.db import connect_reader, in_list, reads
+from kirolearn.db import connect_reader, in_list, path_key, reads
 from kirolearn.db.schema import FTS_TOKENIZE
 
 
@@ -176,6 +176,34 @@ def retrieved_counts(conn: sqlite3.Connection, namespace: str, lookback: int) ->
         for record_id in json.loads(ids_json):
             counts[record_id] = counts.get(record_id, 0) + 1
     return counts
+
+
+MAX_SIGNAL_FILES = 50  # of a record's files, those checked for a later change
+
+
+def signals(conn: sqlite3.Connection, record_ids: Sequence[str]
+            ) -> dict[str, tuple[str, int, bool]]:
+    """Per record: its type, how often it proved useful, and whether a file it names was
+    changed by a later turn than its own (``file_changes``)."""
+    if not record_ids:
+        return {}
+    marks, args = in_list(record_ids)
+    rows = conn.execute(
+        "SELECT record_id, namespace, observation_type, useful_count, turn_seq,"
+        f" files_touched_json FROM memory_records WHERE record_id IN {marks}", args).fetchall()
+    keys = {row[0]: [path_key(p) for p in json.loads(row[5])[:MAX_SIGNAL_FILES]]
+            for row in rows if row[4] is not None}
+    changed: dict[tuple[str, str], int] = {}
+    for namespace in {row[1] for row in rows if row[0] in keys}:
+        wanted = {k for row in rows if row[1] == namespace for k in keys.get(row[0], ())}
+        if wanted:
+            marks, args = in_list(wanted)
+            changed.update(((namespace, key), seq) for key, seq in conn.execute(
+                "SELECT path_key, turn_seq FROM file_changes WHERE namespace = ?"
+                f" AND path_key IN {marks}", [namespace, *args]))
+    return {row[0]: (row[2], row[3], any(changed.get((row[1], k), -1) > row[4]
+                                         for k in keys.get(row[0], ())))
+            for row in rows}
 
 
 def neighbours(conn: sqlite3.Connection, record_ids: Sequence[str]

@@ -227,6 +227,21 @@ WHERE session_id IS NOT NULL;
 -- the start of the facts finds those candidates without reading every recent record.
 CREATE INDEX memory_records_facts ON memory_records (namespace, substr(facts_json, 1, 200));
 """),
+    (11, "ranking_signals", """
+-- How often a record proved useful: it was given to a prompt, and that turn then
+-- touched one of its files (writes.note_usefulness). Search ranks by it.
+ALTER TABLE memory_records ADD COLUMN useful_count INTEGER NOT NULL DEFAULT 0;
+-- Per project and file, the latest turn that changed it (the turn_seq of the record
+-- that tells of the change): a record naming the file from an earlier turn is stale.
+-- The path is kept as a hash (writes.path_key): a path is text from an event, and
+-- this table is not scrubbed nor exported.
+CREATE TABLE file_changes (
+    namespace TEXT NOT NULL,
+    path_key TEXT NOT NULL,
+    turn_seq INTEGER NOT NULL,
+    PRIMARY KEY (namespace, path_key)
+) STRICT, WITHOUT ROWID;
+"""),
 ]
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from kirolearn import contract, privacy
-from kirolearn.db import in_list, now_ms, reads, schema, transaction, utc_now
+from kirolearn.db import in_list, now_ms, path_key, reads, schema, transaction, utc_now
 
 
 def connect_writer(path: Path) -> sqlite3.Connection:
@@ -300,7 +300,7 @@ def forget_namespace(conn: sqlite3.Connection, namespace: str) -> dict[str, int]
     records = conn.execute("DELETE FROM memory_records WHERE namespace = ?",
                            (namespace,)).rowcount
     events = conn.execute("DELETE FROM events WHERE namespace = ?", (namespace,)).rowcount
-    for table in ("extraction_batches", "extraction_cursor", "retrievals"):
+    for table in ("extraction_batches", "extraction_cursor", "retrievals", "file_changes"):
         conn.execute(f"DELETE FROM {table} WHERE namespace = ?", (namespace,))
     if records:
         purge_index(conn)
@@ -518,21 +518,71 @@ def retry_batches(conn: sqlite3.Connection) -> int:
 
 
 def complete_batch(conn: sqlite3.Connection, batch_id: str, records: Iterable[dict],
-                   merge_window_s: float = 0) -> int | None:
-    """Commit a batch's records (near-duplicates merged, see ``save_record``) and mark it
+                   merge_window_s: float = 0,
+                   changed: Iterable[tuple[str, str]] = ()) -> int | None:
+    """Commit a batch's records (near-duplicates merged, see ``save_record``), what they
+    tell of the ranking signals (``note_usefulness``, ``note_changes``: changed is the
+    batch's (path, event id) of each file one of its events changed) and mark the batch
     done, in one transaction of its own; None if it was already done."""
     with transaction(conn):
-        state = conn.execute("SELECT state FROM extraction_batches WHERE batch_id = ?",
-                             (batch_id,)).fetchone()
+        state = conn.execute("SELECT state, namespace FROM extraction_batches"
+                             " WHERE batch_id = ?", (batch_id,)).fetchone()
         if state is None or state[0] in ("done", "failed"):
             return None
-        count = 0
+        holder: dict[str, str] = {}  # event id -> the record that tells of it
+        records = list(records)
         for record in records:
-            save_record(conn, record, batch_id, merge_window_s)
-            count += 1
-        conn.execute("UPDATE extraction_batches SET state = 'done', done_ms = ?, record_count = ?,"
-                     " lease_expires_ms = NULL WHERE batch_id = ?", (now_ms(), count, batch_id))
-    return count
+            target = save_record(conn, record, batch_id, merge_window_s) or record["record_id"]
+            holder.update(dict.fromkeys(record["source_event_ids"], target))
+        note_usefulness(conn, records)
+        note_changes(conn, state[1], changed, holder)
+        conn.execute("UPDATE extraction_batches SET state = 'done', done_ms = ?,"
+                     " record_count = ?, lease_expires_ms = NULL WHERE batch_id = ?",
+                     (now_ms(), len(records), batch_id))
+    return len(records)
+
+
+def note_usefulness(conn: sqlite3.Connection, records: list[dict]) -> None:
+    """Each record given to a prompt of these records' turns whose files the turn then
+    touched proved useful once more (once per prompt)."""
+    useful: set[tuple[str, str]] = set()  # (prompt event id, record id)
+    files_of: dict[str, set[str]] = {}
+    for record in records:
+        files = set(record.get("files_touched", []))
+        if not files:
+            continue
+        marks, args = in_list(record["source_event_ids"])
+        for prompt_id, ids_json in conn.execute(
+                "SELECT prompt_event_id, record_ids_json FROM retrievals"
+                f" WHERE prompt_event_id IN {marks}", args).fetchall():
+            given = [i for i in json.loads(ids_json) if isinstance(i, str)]
+            unknown = [i for i in given if i not in files_of]
+            if unknown:
+                marks_, args_ = in_list(unknown)
+                files_of.update({i: set() for i in unknown})
+                files_of.update((i, set(json.loads(f))) for i, f in conn.execute(
+                    "SELECT record_id, files_touched_json FROM memory_records"
+                    f" WHERE record_id IN {marks_}", args_))
+            useful.update((prompt_id, i) for i in given if files & files_of[i])
+    conn.executemany("UPDATE memory_records SET useful_count = useful_count + 1"
+                     " WHERE record_id = ?", [(i,) for _, i in sorted(useful)])
+
+
+def note_changes(conn: sqlite3.Connection, namespace: str,
+                 changed: Iterable[tuple[str, str]], holder: dict[str, str]) -> None:
+    """Each changed file's latest change: the turn of the record that tells of it (the
+    event's own place when no record does), so that a record of an earlier turn naming
+    the file is stale and one of this turn (or merged with it) is not."""
+    for path, event_id in changed:
+        (turn_seq,) = conn.execute(
+            "SELECT coalesce((SELECT turn_seq FROM memory_records WHERE record_id = ?),"
+            " (SELECT seq FROM events WHERE event_id = ?))",
+            (holder.get(event_id), event_id)).fetchone()
+        if turn_seq is not None:
+            conn.execute("INSERT INTO file_changes VALUES (?, ?, ?) ON CONFLICT"
+                         " (namespace, path_key) DO UPDATE SET"
+                         " turn_seq = max(turn_seq, excluded.turn_seq)",
+                         (namespace, path_key(path), turn_seq))
 
 
 # --- retrieval log ---------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Extraction worker: PULLs a leased batch of events, PUSHes memory records back.
 
 Workers hold no state: storage leases each batch and commits the returned
-records together with the batch's completion. A worker says which batch it took
+records, and the files the batch's tool uses changed (for ranking: ``changed_files``),
+together with the batch's completion. A worker says which batch it took
 (with its pid), so if it dies the batch is handed out again at once; an attempt
 that fails is reported with its reason, and the batch goes out again.
 
@@ -17,10 +18,23 @@ import time
 
 import zmq
 
-from kirolearn import extract, paths, protocol, transport
+from kirolearn import extract, paths, protocol, tooluse, transport
 from kirolearn.roles import base
 
 NICENESS = 10
+
+
+def changed_files(events: list[dict]) -> list[list[str]]:
+    """[path, event id] of each file a tool use of the batch changed (an edit that did
+    not fail), the path as records name it: what makes older records of it stale."""
+    changed = []
+    for event in events:
+        if event["kind"] == "tool_use" and isinstance(event["body"], dict):
+            action = tooluse.observe(event["body"].get("data"))
+            if action.kind == "edit" and not action.failed:
+                changed += [[tooluse.relative(path, event.get("project_path")),
+                             event["event_id"]] for path in action.paths]
+    return changed
 
 
 class ExtractionWorker(base.Role):
@@ -57,7 +71,8 @@ class ExtractionWorker(base.Role):
             self.records.send(protocol.pack({"batch_id": batch_id,
                                              "error": f"{type(exc).__name__}: {exc}"}))
             return
-        self.records.send(protocol.pack({"batch_id": batch_id, "records": records}))
+        self.records.send(protocol.pack({"batch_id": batch_id, "records": records,
+                                         "changed": changed_files(events)}))
         self.batches_done += 1
         self.log.info("batch %s", json.dumps({
             "batch_id": batch_id, "namespace": namespace, "events": len(events),

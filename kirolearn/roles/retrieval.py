@@ -20,7 +20,7 @@ import zmq
 
 from kirolearn import config, contract, paths, privacy, protocol, transport
 from kirolearn.roles import base
-from kirolearn.search import MODES, embeddings, searcher, vectors
+from kirolearn.search import MODES, embeddings, ranking, searcher, vectors
 
 MAX_LIMIT = 100
 MAX_NAMESPACES = 8
@@ -143,7 +143,9 @@ class Retrieval(base.Role):
         self.searcher = searcher.Searcher(paths.db_path(self.base), embedder=embedder,
                                         min_similarity=cfg["min_similarity"],
                                         rrf_k=max(1, cfg["rrf_k"]),
-                                        neighbour_weight=max(0.0, cfg["neighbour_weight"]))
+                                        neighbour_weight=max(0.0, cfg["neighbour_weight"]),
+                                        weights=ranking.Weights.from_settings(
+                                            self.settings["ranking"]))
         self.backfill: vectors.Backfill | None = None
         if embedder is not None:
             self.storage = transport.make_socket(self.ctx, zmq.DEALER,

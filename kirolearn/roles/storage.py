@@ -76,6 +76,14 @@ def describe_fault(exc: sqlite3.Error, path: Path) -> str | None:
     return None
 
 
+def well_formed_changes(value: object) -> list[tuple[str, str]]:
+    """The (path, event id) pairs of a records message's ``changed`` that are well formed
+    (a worker's mistake there costs a ranking signal, never the batch)."""
+    return [(item[0], item[1]) for item in (value if isinstance(value, list) else [])
+            if isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
+            and 0 < len(item[0]) <= 500 and contract.is_ulid(item[1])]
+
+
 class Storage(base.Role):
     role = "storage"
     tick_interval_s = 0.25
@@ -627,7 +635,8 @@ class Storage(base.Role):
             except contract.ContractError as exc:
                 self.log.warning("batch %s: dropped an invalid record: %s", batch_id, exc)
         try:
-            count = writes.complete_batch(self.conn, batch_id, valid, self.merge_window_s)
+            count = writes.complete_batch(self.conn, batch_id, valid, self.merge_window_s,
+                                          well_formed_changes(message.get("changed")))
         except sqlite3.Error as exc:  # the batch goes out again when its lease ends
             if describe_fault(exc, self.path) is None:
                 raise

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from kirolearn import privacy
 from kirolearn.db import fts, reads
-from kirolearn.search import checkpoint, embeddings, vectors
+from kirolearn.search import checkpoint, embeddings, ranking, vectors
 from kirolearn.search.context import (
     SESSION_LOOKBACK,
     SESSION_RECENT,
@@ -120,17 +120,19 @@ class Searcher:
 
     def __init__(self, path: Path, term_budget: int | None = None,
                  embedder: embeddings.Embedder | None = None,
-                 min_similarity: float = MIN_SIMILARITY, rrf_k: int = vectors.RRF_K,
-                 neighbour_weight: float = NEIGHBOUR_WEIGHT):
+                 min_similarity: float = MIN_SIMILARITY, rrf_k: int = ranking.RRF_K,
+                 neighbour_weight: float = NEIGHBOUR_WEIGHT,
+                 weights: ranking.Weights = ranking.RELEVANCE_AND_RECENCY):
         """``term_budget`` None: ``term_budget_for`` the corpus at hand. With an
-        ``embedder``, searches may be ``semantic`` or ``hybrid`` (see ``_hybrid``);
-        ``neighbour_weight`` 0 leaves neighbours out of them."""
+        ``embedder``, searches may be ``semantic`` or ``hybrid`` (see ``_hybrid``),
+        ranked with ``weights``; ``neighbour_weight`` 0 leaves neighbours out of them."""
         self.path = path
         self.embedder = embedder
         self.vectors = vectors.VectorIndex() if embedder is not None else None
         self.min_similarity = min_similarity
         self.rrf_k = rrf_k
         self.neighbour_weight = neighbour_weight
+        self.weights = weights
         self._embedding = (concurrent.futures.ThreadPoolExecutor(1, "query-embedding")
                            if embedder is not None else None)
         # Where a namespace's vectors are loaded from: None, here, when first searched
@@ -287,7 +289,8 @@ class Searcher:
 
     def _hybrid(self, namespaces: tuple[str, ...], query: str, limit: int, mode: str) -> Result:
         """Lexical and semantic candidates (limit × 4 each) fused by reciprocal rank with a
-        small recency boost (``vectors.fuse``); ``semantic`` ranks by the vectors alone.
+        small recency boost, then weighed by type, usefulness and staleness
+        (``ranking``); ``semantic`` ranks by the vectors alone.
         A candidate whose vector is less similar to the query than ``min_similarity`` is
         left out (one not embedded yet stays on its lexical merit), so an unrelated
         prompt gets nothing; but a record holding a rare word of the query (``is_rare``:
@@ -331,12 +334,16 @@ class Searcher:
         for record in (lexical.records if lexical else []) + list(rare.values()):
             created[record["record_id"]] = vectors.created_ms(record["created_at"])
         rankings.append(lexical_ranking)
-        fused = vectors.fuse(rankings, created, time.time() * 1000, self.rrf_k)
+        fused = ranking.fuse(rankings, created, time.time() * 1000, self.rrf_k, self.weights)
         # A lexical match on common words only is no match: whatever has a vector must be
         # close enough in meaning, so an unrelated prompt brings nothing.
         cosine = self.vectors.similarities(namespaces, [i for i, _ in fused], query_vector)
         fused = [(i, score) for i, score in fused
                  if i in rare or cosine.get(i, self.min_similarity) >= self.min_similarity]
+        if not self.weights.neutral:  # what is known of each beyond its text
+            signals = fts.signals(conn, [i for i, _ in fused])
+            fused = ranking.weigh(fused, {i: ranking.Signals(*s) for i, s in signals.items()},
+                                  self.weights, created)
         around = fts.neighbours(conn, [i for i, _ in fused]) if self.neighbour_weight else {}
         pool = dict(fused)
         if around:

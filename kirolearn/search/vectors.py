@@ -5,11 +5,7 @@ matrix takes a few milliseconds (measured), so there is no approximate index: on
 matrix per namespace, loaded from the database on first use and kept up to date
 by the embedding back-fill that runs beside the searches (``Backfill``).
 
-``fuse`` merges the lexical and the semantic ranking by reciprocal rank
-(``Σ 1/(k + rank)``, k = 10 unless ``retrieval.rrf_k`` says otherwise), adds a small
-recency boost (never more than a fifth
-of what first place on one list is worth, halving every 30 days), and breaks ties
-by recency, then by id.
+How the two rankings are fused is ``ranking``'s.
 """
 
 from __future__ import annotations
@@ -26,9 +22,6 @@ from kirolearn import contract, db
 from kirolearn.db import reads
 from kirolearn.search import embeddings
 
-RRF_K = 10
-RECENCY_SHARE = 0.2  # the most recency can add, as a share of first place on one list
-RECENCY_HALF_LIFE_DAYS = 30.0
 BACKFILL_BATCH = 32
 BACKFILL_IDLE_S = 1.0
 
@@ -38,23 +31,6 @@ def created_ms(created_at: str) -> float:
         return contract.parse_valid_time(created_at).timestamp() * 1000
     except ValueError:
         return 0.0
-
-
-def fuse(rankings: Sequence[Sequence[str]], created: dict[str, float], now_ms: float,
-         k: int = RRF_K) -> list[tuple[str, float]]:
-    """(id, score), best first: reciprocal-rank fusion of rankings plus a bounded recency
-    boost; ties go to the newer record, then to the larger id."""
-    scores: dict[str, float] = {}
-    for ranking in rankings:
-        for rank, record_id in enumerate(ranking, start=1):
-            scores[record_id] = scores.get(record_id, 0.0) + 1.0 / (k + rank)
-    for record_id in scores:
-        age_days = max(0.0, now_ms - created.get(record_id, 0.0)) / 86_400_000
-        scores[record_id] += (RECENCY_SHARE / (k + 1)) * 0.5 ** (age_days
-                                                               / RECENCY_HALF_LIFE_DAYS)
-    ordered = sorted(sorted(scores, reverse=True),  # stable: the larger id first on a tie
-                     key=lambda i: (-scores[i], -created.get(i, 0.0)))
-    return [(record_id, scores[record_id]) for record_id in ordered]
 
 
 class VectorIndex:
