@@ -15,6 +15,10 @@ import re
 from dataclasses import dataclass, field
 
 PATH_KEYS = ("path", "file_path", "filePath", "target_file", "notebook_path", "file")
+# An edit's new and old text: Kiro CLI (file_text, new_str), Claude Code (content,
+# new_string), the Kiro IDE (fsWrite's text, strReplace's newStr and oldStr).
+NEW_TEXT_KEYS = ("file_text", "content", "new_str", "new_string", "text", "newStr")
+OLD_TEXT_KEYS = ("old_str", "old_string", "oldStr")
 QUIET_WORDS = ("list", "glob", "grep", "search", "find", "think", "todo", "introspect",
                "knowledge")  # and `ls`: tools that look around rather than act
 EDIT_TOOLS = re.compile(r"(?i)write|edit|replace|create|insert|append|patch|str_?replace")
@@ -30,6 +34,7 @@ CODE_NAME = re.compile(r"\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]
 KEY_NAME = re.compile(r"^\s*[\"']?([A-Za-z_][\w.-]*)[\"']?\s*[:=]")  # settings: `key = v`
 MAX_IDENTIFIERS = 8
 EXCERPT_BYTES = 4096  # what is kept of a read-only tool's use
+EXIT_CODE = re.compile(r"Exit code (-?\d+)\b")
 ERROR_NAME = re.compile(r"\b([A-Z]\w*(?:Error|Exception)|panic|Segmentation fault)\b")
 TEST_COUNTS = re.compile(r"(?i)\b(\d+) (failed|passed|errors?)\b")
 ERROR_LINE = re.compile(r"(?i)(error|exception|traceback|failed|fatal|panic|✗|FAIL\b)")
@@ -80,6 +85,9 @@ def _output(response: object) -> tuple[str, int | None, bool]:
     for key in ("exit_code", "exitCode", "returncode", "exit_status"):
         if isinstance(response.get(key), int | str) and str(response[key]).lstrip("-").isdigit():
             exit_status = int(response[key])
+    said = EXIT_CODE.match(str(response.get("error") or ""))  # Claude Code's failed Bash
+    if exit_status is None and said:
+        exit_status = int(said.group(1))
     failed = (exit_status not in (None, 0) or response.get("success") is False
               or response.get("is_error") is True or bool(response.get("interrupted")))
     return "\n".join(p for p in parts if p.strip()), exit_status, failed
@@ -115,8 +123,8 @@ def observe(data: object) -> Action:
         action.kind, action.command = "run", " ".join(command.split())
     elif EDIT_TOOLS.search(name) and action.paths:
         action.kind = "edit"
-        new = [tool_input.get(k) for k in ("file_text", "content", "new_str", "new_string")]
-        old = [tool_input.get(k) for k in ("old_str", "old_string")]
+        new = [tool_input.get(k) for k in NEW_TEXT_KEYS]
+        old = [tool_input.get(k) for k in OLD_TEXT_KEYS]
         for edit in _items(tool_input.get("edits")):  # Claude Code MultiEdit
             new.append(edit.get("new_string"))
             old.append(edit.get("old_string"))

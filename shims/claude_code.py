@@ -5,6 +5,7 @@
 | ``SessionStart`` | ``note`` | the project's session context |
 | ``UserPromptSubmit`` | ``prompt`` (retrieval) | the prompt's context |
 | ``PostToolUse`` | ``tool_use`` ``{tool_name, tool_input, tool_response}`` | — |
+| ``PostToolUseFailure`` | ``tool_use`` whose response is ``{is_error, error, …}`` | — |
 | ``Stop`` | ``session_summary`` from ``last_assistant_message`` | — |
 | ``SessionEnd`` | ``note`` with the reason | — |
 
@@ -24,6 +25,8 @@ from kirolearn.shims import common
 
 SURFACE = "claude-code"
 CONTEXT_MAX_CHARS = 9500
+# A failed tool use has no tool_response: what went wrong is in these fields.
+FAILURE_FIELDS = ("error", "error_type", "is_interrupt", "is_timeout")
 
 
 def fit_context(context: str, limit: int = CONTEXT_MAX_CHARS) -> str:
@@ -58,9 +61,11 @@ def handle(payload: dict) -> str:
         event = shim.event("prompt", common.text_body(payload.get("prompt")), session_id)
         session.save(prompt_event_id=event["event_id"])
         return output(hook, shim.post(event, retrieve=True))
-    if hook == "PostToolUse":
+    if hook in ("PostToolUse", "PostToolUseFailure"):
+        response = payload.get("tool_response") if hook == "PostToolUse" else {
+            "is_error": True, **{key: payload[key] for key in FAILURE_FIELDS if key in payload}}
         shim.post(shim.event("tool_use", common.tool_body(
-            payload.get("tool_name"), payload.get("tool_input"), payload.get("tool_response")),
+            payload.get("tool_name"), payload.get("tool_input"), response),
             session_id, session.prompt_event_id))
         return ""
     if hook == "Stop":

@@ -44,6 +44,7 @@ CLAUDE_HOOKS = {  # event → extra fields of its matcher group and of its handl
     "SessionStart": ({"matcher": "startup|resume|clear|compact"}, {"timeout": 10}),
     "UserPromptSubmit": ({}, {"timeout": 5}),
     "PostToolUse": ({}, {"timeout": 5}),
+    "PostToolUseFailure": ({}, {"timeout": 5}),
     "Stop": ({}, {"timeout": 5}),
     "SessionEnd": ({}, {"timeout": 5}),
 }

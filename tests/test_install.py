@@ -45,7 +45,7 @@ def test_claude_code_settings_are_merged_backed_up_and_restored(user):
     assert merged["hooks"]["PreToolUse"] == USER_SETTINGS["hooks"]["PreToolUse"]
     assert merged["hooks"]["Stop"][0] == USER_SETTINGS["hooks"]["Stop"][0]
     assert set(merged["hooks"]) == {"PreToolUse", "Stop", "SessionStart", "UserPromptSubmit",
-                                    "PostToolUse", "SessionEnd"}
+                                    "PostToolUse", "PostToolUseFailure", "SessionEnd"}
     command = merged["hooks"]["UserPromptSubmit"][0]["hooks"][0]["command"]
     assert os.path.isabs(command) and command.endswith("kirolearn-claude-code")
     assert os.access(command, os.X_OK)
