@@ -15,7 +15,7 @@ from helpers import KL, kl, make_event, status, wait_for
 
 from kirolearn import paths
 
-EVENTS = 20_000
+EVENTS = 12_000
 
 
 def _read(db: Path, sql: str) -> list[tuple]:

@@ -18,7 +18,7 @@ from helpers import KL, Workspace, kl, make_event, status, stored_events, wait_f
 
 from kirolearn import paths, protocol, spool, transport
 
-EVENTS = 20_000
+EVENTS = 12_000
 
 
 def _pid(role: str) -> int:
