@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import sqlite3
+import struct
 
 import pytest
 from helpers import NAMESPACE, make_event
@@ -299,6 +301,118 @@ def test_records_outside_the_window_or_with_merging_off_are_kept_apart(conn):
         store(conn, make_event(content=contract.new_ulid()))
         writes.complete_batch(conn, _form(conn), [record], merge_window_s=window)
     assert conn.execute("SELECT COUNT(*) FROM memory_records").fetchone()[0] == 3
+
+
+def unit_vector(*parts: float) -> bytes:
+    """A stored vector (384 little-endian float32) of unit length, from its first parts."""
+    norm = math.sqrt(sum(x * x for x in parts))
+    values = [x / norm for x in parts] + [0.0] * (384 - len(parts))
+    return struct.pack("<384f", *values)
+
+
+def embedded(conn, record: dict, vector: bytes, batch_id: str | None = "batch-1") -> None:
+    """A record as storage leaves it once extracted and embedded."""
+    with db.transaction(conn):
+        writes.insert_record(conn, record, batch_id)
+        conn.execute("UPDATE memory_records SET embedding = ?, embedding_hash = 'h'"
+                     " WHERE record_id = ?", (vector, record["record_id"]))
+
+
+def reconciled(conn, record: dict, vector: bytes, min_similarity=0.92) -> str | None:
+    embedded(conn, record, vector)
+    with db.transaction(conn):
+        return writes.reconcile(conn, record["record_id"], vector, min_similarity, 3600)
+
+
+def test_a_record_that_says_the_same_in_other_words_is_reconciled_into_the_older(conn):
+    first = {**record_for(["A" * 26], "How does the spool replay?"), "facts": ["read `s.py`"],
+             "files_touched": ["s.py", "t.py"], "observation_type": "discovery"}
+    again = {**record_for(["B" * 26], "how is the spool replayed"), "facts": ["read `t.py`"],
+             "files_touched": ["t.py", "s.py"], "observation_type": "discovery",
+             "summary": "The next hook sends what waits."}
+    embedded(conn, first, unit_vector(1, 0))
+    conn.execute("UPDATE memory_records SET useful_count = 2")
+    assert reconciled(conn, again, unit_vector(1, 0.3)) == first["record_id"]  # cosine 0.958
+    rows = {r["record_id"]: r for r in reads.iter_records(conn)}
+    merged, kept = rows[first["record_id"]], rows[again["record_id"]]
+    # Nothing is lost: the older holds both, its earlier state is a version, and the
+    # repeat stays whole, marked as merged into it.
+    assert merged["summary"] == (f"{first['summary']}\n\nhow is the spool replayed\n\n"
+                                 "The next hook sends what waits.")
+    assert merged["facts"] == ["read `s.py`", "read `t.py`"]
+    assert merged["source_event_ids"] == ["A" * 26, "B" * 26]
+    assert [v["summary"] for v in merged["versions"]] == [first["summary"]]
+    assert kept["invalid_reason"] == (f"merged into {first['record_id']}, which says the same"
+                                      " (the same files, similarity 0.96)")
+    assert {k: kept[k] for k in again} == again
+    assert conn.execute("SELECT useful_count, embedding_hash FROM memory_records"
+                        " WHERE record_id = ?", (first["record_id"],)).fetchone() == (2, None)
+    found = conn.execute("SELECT count(*) FROM memory_records_fts WHERE memory_records_fts"
+                         " MATCH 'replayed'").fetchone()[0]
+    assert found == 1  # the repeat left the index; the older holds its words
+
+
+@pytest.mark.parametrize("change", ["other files", "no files", "other type", "less alike",
+                                    "saved by hand", "older than the window", "too long"])
+def test_a_record_that_differs_is_not_reconciled(conn, change):
+    first = {**record_for(["A" * 26]), "files_touched": ["s.py"]}
+    again = {**record_for(["B" * 26]), "files_touched": ["s.py"], "summary": "Other words."}
+    vector = unit_vector(1, 0.3)
+    if change == "other files":
+        again["files_touched"] = ["s.py", "t.py"]
+    elif change == "no files":
+        first["files_touched"] = again["files_touched"] = []
+    elif change == "other type":
+        again["observation_type"] = "tool_use"
+    elif change == "less alike":
+        vector = unit_vector(1, 0.5)  # cosine 0.894
+    elif change == "saved by hand":
+        again["strategy"] = first["strategy"] = "mcp_observation"
+    elif change == "older than the window":
+        first["created_at"] = "2020-01-01T00:00:00.000+00:00"
+    elif change == "too long":
+        first["summary"], again["summary"] = "a" * 3000, "b" * 1500
+    embedded(conn, first, unit_vector(1, 0))
+    embedded(conn, again, vector, None if change == "saved by hand" else "batch-1")
+    with db.transaction(conn):
+        assert writes.reconcile(conn, again["record_id"], vector, 0.92, 3600) is None
+    assert all("invalid_reason" not in r and not r["versions"] for r in reads.iter_records(conn))
+
+
+def cosine(a: bytes, b: bytes) -> float:
+    return sum(x * y for x, y in zip(struct.unpack("<384f", a), struct.unpack("<384f", b),
+                                     strict=True))
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.floats(-1, 1), st.floats(-1, 1), st.sampled_from(["a.py", "b.py"])),
+                min_size=2, max_size=8))
+def test_reconciling_loses_nothing_and_merges_only_what_is_alike(conn, turns):
+    conn.execute("DELETE FROM memory_records")
+    made: list[dict] = []
+    candidates: dict[str, tuple[str, bytes]] = {}  # the valid records: id -> (file, vector)
+    for n, (x, y, path) in enumerate(turns):
+        if abs(x) + abs(y) < 1e-3:
+            continue
+        record = {**record_for([f"{n:026d}"], f"turn {n}"), "files_touched": [path],
+                  "facts": [f"fact {n}"], "summary": f"Summary {n}."}
+        vector = unit_vector(x, y)
+        alike = {i: cosine(v, vector) for i, (p, v) in candidates.items() if p == path}
+        target = reconciled(conn, record, vector)
+        if alike and max(alike.values()) >= 0.92:
+            assert alike[target] == max(alike.values())
+        else:
+            assert target is None
+            candidates[record["record_id"]] = (path, vector)
+        made.append(record)
+    rows = list(reads.iter_records(conn))
+    assert len(rows) == len(made)
+    valid = [r for r in rows if "invalid_reason" not in r]
+    assert {r["record_id"] for r in valid} == set(candidates)
+    for record in made:  # every fact and source is in a record that can be recalled
+        assert any(set(record["facts"]) <= set(r["facts"])
+                   and set(record["source_event_ids"]) <= set(r["source_event_ids"])
+                   for r in valid)
 
 
 def test_expired_leases_come_due_again(conn):

@@ -639,7 +639,56 @@ def test_storage_keeps_only_vectors_made_from_the_current_text(ingest, daemon, c
         short = {"record_id": current["record_id"], "text_hash": good, "vector": vector[:8]}
         unknown = {"record_id": contract.new_record_id(), "text_hash": good, "vector": vector}
         assert storage.call("put_embeddings", {"items": [stale, short, unknown, 42]}) == {
-            "written": 0}
+            "written": 0, "merged": 0}
         assert storage.call("put_embeddings", {"items": [
             {"record_id": current["record_id"], "text_hash": good, "vector": vector}]}) == {
-            "written": 1}
+            "written": 1, "merged": 0}
+
+
+def test_a_turn_that_says_the_same_in_other_words_is_merged_into_the_earlier(ingest, daemon):
+    """Through the daemon: two sessions ask about the spool in other words, read the same
+    file and answer alike; once embedded, the second record is merged into the first,
+    which then holds both and the second session's turn. A different question about the
+    same file stays a record of its own, and nothing is recalled twice."""
+    def turn(session: str, prompt: str, answer: str, *paths_read: str) -> None:
+        events = [make_event("prompt", prompt, session_id=session)]
+        events += [make_event("tool_use", session_id=session, body={"type": "json", "data": {
+            "tool_name": "Read", "tool_input": {"file_path": f"/tmp/project/{path}"},
+            "tool_response": {"type": "text", "file": {"filePath": f"/tmp/project/{path}",
+                                                       "content": "def replay(): ..."}}}})
+            for path in paths_read]
+        events.append(make_event("session_summary", answer, session_id=session))
+        assert ingest.call("put_events", {"events": events})["results"][-1]["status"] == "stored"
+
+    def records() -> dict[str, dict]:
+        with db.reading(paths.db_path(daemon)) as conn:
+            return {r[1]: {"id": r[0], "invalid": r[2], "session": r[3], "sources": r[4]}
+                    for r in conn.execute(
+                        "SELECT record_id, title, invalid_reason, session_id,"
+                        " source_event_ids_json FROM memory_records")}
+
+    turn("s-1", "How does the spool replay work?", "The shim appends each event to a spool"
+         " file when the daemon is away; the next hook replays it oldest first and deletes"
+         " what was taken.", "kirolearn/spool.py")
+    wait_for(lambda: unembedded(daemon) == 0 and records(), message="the first record")
+    turn("s-2", "how is the spool replayed", "Events wait in the spool file while the daemon"
+         " is down; the next hook sends them, oldest first, and removes the ones stored.",
+         "kirolearn/spool.py")
+    turn("s-3", "What is the spool's file format?", "One JSON line per event, in a file per"
+         " day, readable by its owner only.", "kirolearn/spool.py")
+    now = wait_for(lambda: (lambda r: r if len(r) == 3 and unembedded(daemon) == 0
+                            and r["how is the spool replayed"]["invalid"] else None)(records()),
+                   message="the repeat merged")
+    first, again = now["How does the spool replay work?"], now["how is the spool replayed"]
+    assert re.fullmatch(rf"merged into {first['id']}, which says the same \(the same files,"
+                        r" similarity 0\.9\d\)", again["invalid"])
+    assert first["invalid"] is None and first["session"] == "s-2"
+    assert set(json.loads(again["sources"])) < set(json.loads(first["sources"]))
+    assert now["What is the spool's file format?"]["invalid"] is None
+    [merged] = retrieval("get_records", {"ids": [first["id"]], "namespaces": [NAMESPACE]})[
+        "records"]
+    assert "Events wait in the spool file" in merged["summary"] and len(merged["versions"]) == 1
+    found = wait_for(lambda: kl("search", "spool replay oldest first", "--namespace",
+                                NAMESPACE, "--json", check=True).stdout, message="a search")
+    ids = [r["record_id"] for r in json.loads(found)["records"]]
+    assert first["id"] in ids and again["id"] not in ids

@@ -77,3 +77,10 @@ def in_list(values: Iterable) -> tuple[str, list]:
 def path_key(path: str) -> str:
     """How ``file_changes`` names a file: a hash of its path as records give it."""
     return hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def files_key(files: Iterable[str]) -> str | None:
+    """How ``memory_records.files_key`` names the set of files a record names (None:
+    none), whatever their order."""
+    files = sorted(set(files))
+    return path_key("\n".join(files)) if files else None

@@ -242,6 +242,14 @@ CREATE TABLE file_changes (
     PRIMARY KEY (namespace, path_key)
 ) STRICT, WITHOUT ROWID;
 """),
+    (12, "record_files_key", """
+-- The set of files a record names, as one key (db.files_key), so that the records
+-- about the same files are found by an index seek (writes.reconcile). Records saved
+-- before this have none: they are never reconciled.
+ALTER TABLE memory_records ADD COLUMN files_key TEXT;
+CREATE INDEX memory_records_files ON memory_records (namespace, files_key)
+    WHERE files_key IS NOT NULL;
+"""),
 ]
 
 

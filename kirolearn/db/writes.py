@@ -6,13 +6,15 @@ Each function runs inside the caller's ``transaction`` unless it says otherwise.
 from __future__ import annotations
 
 import json
+import operator
 import sqlite3
+import struct
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from kirolearn import contract, privacy
-from kirolearn.db import in_list, now_ms, path_key, reads, schema, transaction, utc_now
+from kirolearn.db import files_key, in_list, now_ms, path_key, reads, schema, transaction, utc_now
 
 
 def connect_writer(path: Path) -> sqlite3.Connection:
@@ -110,14 +112,15 @@ def insert_record(conn: sqlite3.Connection, record: dict, batch_id: str | None =
         "INSERT INTO memory_records (record_id, namespace, title, summary, facts_json,"
         " facts_text, concepts_json, files_touched_json, observation_type, strategy,"
         " source_event_ids_json, created_at, batch_id, invalid_reason, embedding_hash,"
-        " session_id, turn_seq)"
-        " SELECT ?,?,?,?,?,?,?,?,?,?,?,?,?,?,?, e.session_id, e.seq"
+        " files_key, session_id, turn_seq)"
+        " SELECT ?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?, e.session_id, e.seq"
         " FROM (SELECT 1) LEFT JOIN events e ON e.event_id = ?",
         (record["record_id"], record["namespace"], record["title"], record["summary"],
          json.dumps(facts), " ".join(facts), json.dumps(record.get("concepts", [])),
          json.dumps(record.get("files_touched", [])), record["observation_type"],
          record["strategy"], json.dumps(record["source_event_ids"]), record["created_at"],
          batch_id, invalid_reason, None if invalid_reason is None else NOT_EMBEDDED,
+         files_key(record.get("files_touched", [])),
          next(iter(record["source_event_ids"]), None)),
     )
 
@@ -154,28 +157,39 @@ def save_record(conn: sqlite3.Connection, record: dict, batch_id: str | None = N
     would pass a record's limits is not made. Returns the id of the record it merged
     into (None: inserted)."""
     if merge_window_s > 0:
-        for row in same_work(conn, record, merge_window_s):
-            title, summary = row[7], row[1]
-            added = record["summary"] if record["title"] == title else (
-                f"{record['title']}\n\n{record['summary']}")
-            if record["summary"] not in summary:
-                summary = f"{summary}\n\n{added}"
-            facts = list(dict.fromkeys(json.loads(row[2]) + record.get("facts", [])))
-            concepts = list(dict.fromkeys(json.loads(row[3]) + record.get("concepts", [])))
-            sources = list(dict.fromkeys(json.loads(row[4]) + record["source_event_ids"]))
-            if (len(summary) > MAX_SUMMARY or len(facts) > MAX_ITEMS
-                    or len(concepts) > MAX_ITEMS):
-                break
-            _keep_version(conn, row[0])
-            conn.execute(
-                "UPDATE memory_records SET summary = ?, facts_json = ?, facts_text = ?,"
-                " concepts_json = ?, source_event_ids_json = ?, created_at = ?, batch_id = ?,"
-                " embedding_hash = NULL WHERE id = ?",
-                (summary, json.dumps(facts), " ".join(facts), json.dumps(concepts),
-                 json.dumps(sources), record["created_at"], batch_id, row[0]))
-            return row[6]
+        for row in same_work(conn, record, merge_window_s)[:1]:
+            if _merge_into(conn, row, record, batch_id):
+                return row[6]
     insert_record(conn, record, batch_id)
     return None
+
+
+def _merge_into(conn: sqlite3.Connection, row: tuple, record: dict,
+                batch_id: str | None) -> bool:
+    """Merge record into the stored one (a row of ``MERGE_COLUMNS``), as ``save_record``
+    says; False (nothing changed) when that would pass a record's limits."""
+    title, summary = row[7], row[1]
+    added = record["summary"] if record["title"] == title else (
+        f"{record['title']}\n\n{record['summary']}")
+    if record["summary"] not in summary:
+        summary = f"{summary}\n\n{added}"
+    facts = list(dict.fromkeys(json.loads(row[2]) + record.get("facts", [])))
+    concepts = list(dict.fromkeys(json.loads(row[3]) + record.get("concepts", [])))
+    sources = list(dict.fromkeys(json.loads(row[4]) + record["source_event_ids"]))
+    if len(summary) > MAX_SUMMARY or len(facts) > MAX_ITEMS or len(concepts) > MAX_ITEMS:
+        return False
+    _keep_version(conn, row[0])
+    conn.execute(
+        "UPDATE memory_records SET summary = ?, facts_json = ?, facts_text = ?,"
+        " concepts_json = ?, source_event_ids_json = ?, created_at = ?, batch_id = ?,"
+        " embedding_hash = NULL WHERE id = ?",
+        (summary, json.dumps(facts), " ".join(facts), json.dumps(concepts),
+         json.dumps(sources), record["created_at"], batch_id, row[0]))
+    return True
+
+
+MERGE_COLUMNS = ("id, summary, facts_json, concepts_json, source_event_ids_json,"
+                 " files_touched_json, record_id, title")
 
 
 def same_work(conn: sqlite3.Connection, record: dict, window_s: float) -> list[tuple]:
@@ -183,8 +197,7 @@ def same_work(conn: sqlite3.Connection, record: dict, window_s: float) -> list[t
     window_s that say the same as it, newest first: those with its title and files, then
     those with its facts when they tell of work done (an edit or a command, not reads
     alone: two questions answered by reading the same file are not the same)."""
-    columns = ("id, summary, facts_json, concepts_json, source_event_ids_json,"
-               " files_touched_json, record_id, title")
+    columns = MERGE_COLUMNS
     kind = (record["namespace"], record["observation_type"], record["strategy"])
     files = set(record.get("files_touched", []))
     rows = [row for row in conn.execute(
@@ -206,6 +219,60 @@ def same_work(conn: sqlite3.Connection, record: dict, window_s: float) -> list[t
             (kind[0], text, *kind[1:], window_s / 86400)) if row[-1] == text]
         rows += [row[:-1] for row in same[:1] if row[0] not in {r[0] for r in rows}]
     return rows
+
+
+RECONCILE_CANDIDATES = 50  # the newest records about the same files a new one is compared with
+
+
+def reconcile(conn: sqlite3.Connection, record_id: str, vector: bytes,
+              min_similarity: float, window_s: float) -> str | None:
+    """Merge a record the daemon extracted, once embedded, into an older one that says
+    the same in other words: of its namespace, type and strategy, naming the same files,
+    created within window_s, and at least min_similarity alike in meaning (the cosine of
+    their vectors; the most alike of the newest ``RECONCILE_CANDIDATES`` is taken). The
+    older record takes it in as ``save_record`` merges (a version kept; summaries, facts
+    and sources gathered; the newer time), with its turn (so the session that repeated
+    the work holds it) and its usefulness. The newer record stays, readable and
+    exported, marked invalid as merged into it: it is never recalled beside it. Records
+    saved by hand or imported (no batch) are never merged. Returns the id it merged
+    into."""
+    row = conn.execute(
+        "SELECT id, namespace, observation_type, strategy, files_key, batch_id, session_id,"
+        " turn_seq, useful_count FROM memory_records WHERE record_id = ?"
+        " AND batch_id IS NOT NULL AND files_key IS NOT NULL AND invalid_reason IS NULL"
+        " AND julianday(created_at) >= julianday('now') - ?",
+        (record_id, window_s / 86400)).fetchone()
+    if row is None:
+        return None
+    best, most = None, min_similarity
+    values = _floats(vector)
+    for candidate in conn.execute(
+            f"SELECT {MERGE_COLUMNS}, embedding FROM memory_records"
+            " INDEXED BY memory_records_files WHERE namespace = ? AND files_key = ?"
+            " AND id < ? AND observation_type = ? AND strategy = ? AND invalid_reason IS NULL"
+            " AND length(embedding) = ? AND julianday(created_at) >= julianday('now') - ?"
+            " ORDER BY id DESC LIMIT ?", (row[1], row[4], row[0], row[2], row[3], len(vector),
+                                          window_s / 86400, RECONCILE_CANDIDATES)):
+        similarity = sum(map(operator.mul, _floats(candidate[-1]), values))
+        if similarity >= most:
+            best, most = candidate, similarity
+    record = reads.record_by_id(conn, record_id)
+    if best is None or record is None or not _merge_into(conn, best, record, row[5]):
+        return None
+    conn.execute("UPDATE memory_records SET session_id = coalesce(?, session_id),"
+                 " turn_seq = coalesce(?, turn_seq), useful_count = useful_count + ?"
+                 " WHERE id = ?", (row[6], row[7], row[8], best[0]))
+    conn.execute("UPDATE memory_records SET invalid_reason = ?, embedding = NULL,"
+                 " embedding_hash = ? WHERE id = ?",
+                 (f"merged into {best[6]}, which says the same (the same files,"
+                  f" similarity {most:.2f})", NOT_EMBEDDED, row[0]))
+    return best[6]
+
+
+def _floats(vector: bytes) -> tuple[float, ...]:
+    """A stored vector's values (little-endian float32); of two unit vectors, the sum of
+    their products is their cosine."""
+    return struct.unpack(f"<{len(vector) // 4}f", vector)
 
 
 def _record_row(conn: sqlite3.Connection, record_id: str,

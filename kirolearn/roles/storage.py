@@ -4,7 +4,7 @@ Sockets (all bound here):
 - ``storage`` ROUTER: ``put_events`` from ingest (acknowledged only after the
   transaction commits), the changes to records that ingest relays (``put_record``,
   ``forget``, ``update_record``, ``put_records``, ``forget_project``, ``prune_events``),
-  ``put_embeddings`` (records' vectors, from retrieval),
+  ``put_embeddings`` (records' vectors, from retrieval; near-copies merged then),
   ``log_retrieval``, ``ping``. Requests that are already
   queued are committed together in one transaction (group commit), so a burst
   costs one fsync instead of one per event.
@@ -92,6 +92,7 @@ class Storage(base.Role):
         cfg = self.settings["storage"]
         self.dedup_window_ms = int(self.settings["ingest"]["dedup_window_s"] * 1000)
         self.merge_window_s = self.settings["extraction"]["merge_window_s"]
+        self.merge_min_similarity = self.settings["extraction"]["merge_min_similarity"]
         self.idle_ms = int(cfg["batch_idle_s"] * 1000)
         self.max_bytes = cfg["batch_max_bytes"]
         self.lease_ms = int(cfg["lease_s"] * 1000)
@@ -452,21 +453,33 @@ class Storage(base.Role):
 
     @base.op("put_embeddings")
     def put_embeddings(self, request: base.Request) -> dict:
-        """``put_embeddings {items: [{record_id, text_hash, vector}]}`` → ``{written}``:
-        each vector (from retrieval) is stored if the record still has the text it was
-        made from."""
+        """``put_embeddings {items: [{record_id, text_hash, vector}]}`` → ``{written,
+        merged}``: each vector (from retrieval) is stored if the record still has the
+        text it was made from, and an extracted record that says the same as an older
+        one in other words is merged into it (``writes.reconcile``)."""
         items = request.require("items", list, "a list")
-        written = 0
+        written, merged = 0, {}
         with self.writing():
             for item in items:
                 if (isinstance(item, dict) and isinstance(item.get("record_id"), str)
                         and isinstance(item.get("text_hash"), str)
                         and isinstance(item.get("vector"), bytes)
-                        and len(item["vector"]) == embeddings.DIMENSIONS * 4):
-                    written += writes.save_embedding(self.conn, item["record_id"],
-                                                     item["text_hash"], item["vector"],
-                                                     embeddings.record_hash)
-        return {"written": written}
+                        and len(item["vector"]) == embeddings.DIMENSIONS * 4
+                        and writes.save_embedding(self.conn, item["record_id"],
+                                                  item["text_hash"], item["vector"],
+                                                  embeddings.record_hash)):
+                    written += 1
+                    if self.merge_window_s > 0:
+                        target = writes.reconcile(self.conn, item["record_id"], item["vector"],
+                                                  self.merge_min_similarity,
+                                                  self.merge_window_s)
+                        if target is not None:
+                            merged[item["record_id"]] = target
+        if merged:
+            self.log.info("put_embeddings: %d record(s) merged into older ones that say"
+                          " the same: %s", len(merged), merged)
+            self._announce(b"records")
+        return {"written": written, "merged": len(merged)}
 
     # -- extraction batches ---------------------------------------------------------------------
 
