@@ -14,6 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from kirolearn import paths
+from kirolearn.project import SCOPES
+from kirolearn.search import MODES
+
+# Settings that take one of a few values: any other is refused when the settings load,
+# so a daemon never starts with one of its processes unable to.
+CHOICES = {
+    ("retrieval", "mode"): MODES,
+    ("mcp", "scope"): SCOPES,
+    ("extraction", "strategy"): ("heuristic", "openai", "anthropic", "command"),
+}
 
 
 class ConfigError(ValueError):
@@ -79,4 +89,8 @@ def load(base: Path | None = None, environ: dict[str, str] | None = None) -> dic
             env_name = f"KIROLEARN_{section}_{key}".upper()
             if env_name in environ:
                 values[key] = _coerce(env_name, values[key], environ[env_name])
+    for (section, key), allowed in CHOICES.items():
+        if settings[section][key] not in allowed:
+            raise ConfigError(f"{section}.{key}: must be one of {', '.join(allowed)},"
+                              f" got {settings[section][key]!r}")
     return settings

@@ -5,8 +5,9 @@ through one are invisible to another. So the rule lives here, once:
 
 1. ``KIROLEARN_PROJECT`` (a directory, or a plain name) wins when set.
 2. Otherwise walk up from ``realpath(cwd)`` to the nearest directory holding a
-   marker, never inspecting ``$HOME`` itself and never going above it.
-3. No marker, or cwd is ``$HOME`` or outside it: the global project, ``$HOME``.
+   marker, never inspecting ``$HOME`` itself nor going above it, nor taking the
+   filesystem root: a repository under ``/srv`` or ``/work`` is a project too.
+3. No marker, or cwd is ``$HOME``: the global project, ``$HOME``.
 
 A git worktree (its ``.git`` is a file pointing into another repository's
 ``.git/worktrees/``) maps to the main checkout, so all worktrees share memory.
@@ -93,13 +94,12 @@ def _main_worktree(git_file: Path) -> Path | None:
 
 
 def find_root(cwd: str | os.PathLike, home: str | os.PathLike) -> tuple[Path, bool]:
-    """The nearest marked ancestor of cwd below home; (home, True) when there is none."""
+    """The nearest marked ancestor of cwd (below home when cwd is in it; the filesystem
+    root is never one); (home, True) when there is none."""
     home_path = Path(os.path.realpath(home))
     start = Path(os.path.realpath(cwd))
-    if start == home_path or home_path not in start.parents:
-        return home_path, True
     for directory in (start, *start.parents):
-        if directory == home_path:
+        if directory == home_path or directory == directory.parent:
             break
         for marker in MARKERS:
             candidate = directory / marker

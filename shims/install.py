@@ -20,6 +20,16 @@ Where (``DIR`` is ``--project DIR``, ``~`` is ``--global``):
 The MCP tools that only read or add memories are pre-approved (Kiro CLI
 ``allowedTools``, Kiro IDE ``autoApprove``, Claude Code ``permissions.allow``);
 ``forget`` deletes and ``update_memory`` rewrites, so the agent asks first.
+
+A project's files are committed and shared, so they name our commands as found on
+``PATH`` (``kirolearn-claude-code``, ``kirolearn mcp``): they work for every teammate
+who has kirolearn installed. The user's own files (``--global``), or any with
+``absolute``, name this installation's absolute paths; so does a project's when this
+installation is not what ``PATH`` finds (``Commands.on_path`` says which).
+
+The backup is the file as the user had it: install makes one only of a file that holds
+none of our entries, and uninstall puts it back byte for byte when what is left is what
+it holds. A file or folder install created goes once nothing else is in it.
 """
 
 from __future__ import annotations
@@ -43,6 +53,8 @@ KIRO_IDE_HOOKS = {  # file stem → (trigger, what it does)
 CLAUDE_HOOKS = {  # event → extra fields of its matcher group and of its handler
     "SessionStart": ({"matcher": "startup|resume|clear|compact"}, {"timeout": 10}),
     "UserPromptSubmit": ({}, {"timeout": 5}),
+    # Not "async": Claude Code kills background hooks when it exits, so a headless run
+    # (`claude -p`) would lose its tool uses and its turn end (tests/test_claude_code_e2e).
     "PostToolUse": ({}, {"timeout": 5}),
     "PostToolUseFailure": ({}, {"timeout": 5}),
     "Stop": ({}, {"timeout": 5}),
@@ -55,14 +67,15 @@ KIRO_AGENT_TEMPLATE = {
     "resources": ["file://AGENTS.md", "file://README.md"],
     "useLegacyMcpJson": True,
 }
+KIRO_DEFAULT_AGENT = "chat.defaultAgent"  # in ~/.kiro/settings/cli.json: plain `kiro-cli chat`
 MCP_NAME = "kirolearn"
 MCP_ENTRY = "MCP server"  # how check() names our MCP server among the hooks
 # Not forget, nor update_memory: for those the agent asks.
 APPROVED_TOOLS = ("search_memory", "recall", "resume_session", "timeline", "get_records",
                   "save_observation", "save_session_summary")
 # The kinds of file we write, and how each agent names an approved tool of ours.
-KIRO_AGENT, KIRO_HOOK, KIRO_MCP, CLAUDE_SETTINGS, CLAUDE_MCP = (
-    "kiro-agent", "kiro-hook", "kiro-mcp", "claude-settings", "claude-mcp")
+KIRO_AGENT, KIRO_HOOK, KIRO_MCP, KIRO_SETTINGS, CLAUDE_SETTINGS, CLAUDE_MCP = (
+    "kiro-agent", "kiro-hook", "kiro-mcp", "kiro-settings", "claude-settings", "claude-mcp")
 KIRO_CLI_TOOLS = [f"@{MCP_NAME}/{tool}" for tool in APPROVED_TOOLS]
 CLAUDE_TOOLS = [f"mcp__{MCP_NAME}__{tool}" for tool in APPROVED_TOOLS]
 
@@ -82,16 +95,37 @@ class Change:
         return text + (f" (previous version: {self.backup})" if self.backup else "")
 
 
-def program(name: str) -> str:
-    """The absolute path of one of our commands (agents run them with their own PATH)."""
+@dataclass(frozen=True)
+class Commands:
+    """How a configuration names our commands: by name, found on the agent's PATH, or
+    by this installation's absolute path."""
+    on_path: bool
+
+    @classmethod
+    def choose(cls, absolute: bool) -> Commands:
+        """By name unless absolute is asked for, or PATH finds another kirolearn (or
+        none) than this one."""
+        found = shutil.which("kirolearn")
+        return cls(not absolute and found is not None
+                   and Path(found).resolve() == Path(installed("kirolearn")).resolve())
+
+    def program(self, name: str) -> str:
+        return name if self.on_path else installed(name)
+
+    def shim(self, agent: str) -> str:
+        return self.program(f"kirolearn-{agent}")
+
+    def mcp_server(self) -> dict:
+        """Our MCP server's entry: the agent starts ``kirolearn mcp`` in the project."""
+        return {"command": self.program("kirolearn"), "args": ["mcp"]}
+
+
+def installed(name: str) -> str:
+    """The absolute path of one of this installation's commands."""
     beside = Path(sys.executable).parent / name
     if beside.exists():
         return str(beside)
     return shutil.which(name) or name
-
-
-def shim_command(agent: str) -> str:
-    return program(f"kirolearn-{agent}")
 
 
 def is_ours(command: object) -> bool:
@@ -99,11 +133,6 @@ def is_ours(command: object) -> bool:
         return False
     name = os.path.basename(command.split()[0].strip("'\""))
     return name in {f"kirolearn-{agent}" for agent in AGENTS}
-
-
-def mcp_server() -> dict:
-    """Our MCP server's entry: the agent starts ``kirolearn mcp`` in the project."""
-    return {"command": program("kirolearn"), "args": ["mcp"]}
 
 
 def is_our_mcp(entry: object) -> bool:
@@ -155,15 +184,15 @@ def read_json(path: Path) -> dict | None:
     return value
 
 
-def write_json(path: Path, value: dict | None, before: dict | None) -> Change:
-    """Write value (None: delete the file, which held only our entries), backing up a
-    file that changes; returns the change."""
+def write_json(path: Path, value: dict | None, before: dict | None, backup: bool) -> Change:
+    """Write value (None: delete the file, which held only our entries), first copying
+    a file that changes to its backup when asked; returns the change."""
     if value == before:
         return Change(path, "unchanged" if value is not None else "absent")
-    backup = None
-    if before is not None and value is not None:
-        backup = path.with_name(path.name + BACKUP_SUFFIX)
-        shutil.copy2(path, backup)
+    copy = None
+    if backup and before is not None and value is not None:
+        copy = path.with_name(path.name + BACKUP_SUFFIX)
+        shutil.copy2(path, copy)
     if value is None:
         path.unlink()
         return Change(path, "removed")
@@ -173,7 +202,7 @@ def write_json(path: Path, value: dict | None, before: dict | None) -> Change:
     if before is not None:
         shutil.copymode(path, temporary)
     os.replace(temporary, path)
-    return Change(path, "created" if before is None else "updated", backup)
+    return Change(path, "created" if before is None else "updated", copy)
 
 
 # -- per kind of file: the configuration with and without our entries ----------------------
@@ -229,10 +258,10 @@ def _without_ours_kiro_cli(config: dict) -> dict:
     return _listed(_with_server(config, None), "allowedTools", KIRO_CLI_TOOLS, False)
 
 
-def _with_ours_kiro_cli(config: dict) -> dict:
+def _with_ours_kiro_cli(config: dict, commands: Commands) -> dict:
     config = _without_ours_kiro_cli(config)
     hooks = dict(config.get("hooks") or {})
-    command = shim_command("kiro-cli")
+    command = commands.shim("kiro-cli")
     for name in KIRO_CLI_HOOKS:
         entry: dict = {"command": command}
         if name == "userPromptSubmit":
@@ -241,7 +270,7 @@ def _with_ours_kiro_cli(config: dict) -> dict:
             entry["matcher"] = "*"
         entries = hooks.get(name)
         hooks[name] = [*(entries if isinstance(entries, list) else []), entry]
-    config = _with_server({**config, "hooks": hooks}, mcp_server())
+    config = _with_server({**config, "hooks": hooks}, commands.mcp_server())
     return _listed(config, "allowedTools", KIRO_CLI_TOOLS, True)
 
 
@@ -282,13 +311,13 @@ def _without_ours_claude(config: dict) -> dict:
     return _listed(config, "enabledMcpjsonServers", [MCP_NAME], False)
 
 
-def _with_ours_claude(config: dict, project: bool) -> dict:
+def _with_ours_claude(config: dict, project: bool, commands: Commands) -> dict:
     """Our hooks; our read-and-save tools allowed; and in a project, our server in
     ``.mcp.json`` enabled (Claude Code asks before starting a project's servers)."""
     config = _without_ours_claude(config)
     hooks = config.get("hooks")
     hooks = dict(hooks) if isinstance(hooks, dict) else {}
-    command = shim_command("claude-code")
+    command = commands.shim("claude-code")
     for event, (group_extra, handler_extra) in CLAUDE_HOOKS.items():
         group = {**group_extra, "hooks": [{"type": "command", "command": command,
                                            **handler_extra}]}
@@ -301,25 +330,29 @@ def _with_ours_claude(config: dict, project: bool) -> dict:
     return _listed(config, "enabledMcpjsonServers", [MCP_NAME], True) if project else config
 
 
-def _kiro_ide_hook(stem: str) -> dict:
+def _kiro_ide_hook(stem: str, commands: Commands) -> dict:
     trigger, what = KIRO_IDE_HOOKS[stem]
     when: dict = {"type": trigger}
     if trigger == "postToolUse":
         when["toolTypes"] = ["*"]
     return {"enabled": True, "name": f"kirolearn: {trigger}",
             "description": f"kirolearn {what}.", "version": "1", "when": when,
-            "then": {"type": "runCommand", "command": f"{shim_command('kiro-ide')} {trigger}"}}
+            "then": {"type": "runCommand", "command": f"{commands.shim('kiro-ide')} {trigger}"}}
 
 
-def with_ours(kind: str, path: Path, config: dict | None, project: bool) -> dict:
+def with_ours(kind: str, path: Path, config: dict | None, project: bool,
+              commands: Commands) -> dict:
     """The file's configuration with our entries in it."""
     if kind == KIRO_AGENT:
-        return _with_ours_kiro_cli(config if config is not None else dict(KIRO_AGENT_TEMPLATE))
+        return _with_ours_kiro_cli(config if config is not None else dict(KIRO_AGENT_TEMPLATE),
+                                   commands)
     if kind == KIRO_HOOK:
-        return _kiro_ide_hook(path.name.removesuffix(".kiro.hook"))
+        return _kiro_ide_hook(path.name.removesuffix(".kiro.hook"), commands)
+    if kind == KIRO_SETTINGS:
+        return {**(config or {}), KIRO_DEFAULT_AGENT: MCP_NAME}
     if kind == CLAUDE_SETTINGS:
-        return _with_ours_claude(config or {}, project)
-    entry = mcp_server()
+        return _with_ours_claude(config or {}, project, commands)
+    entry = commands.mcp_server()
     if kind == KIRO_MCP:
         entry["autoApprove"] = list(APPROVED_TOOLS)
     else:
@@ -334,6 +367,10 @@ def without_ours(kind: str, config: dict) -> dict | None:
         return None if left == KIRO_AGENT_TEMPLATE else left
     if kind == KIRO_HOOK:
         return None if is_ours((config.get("then") or {}).get("command")) else config
+    if kind == KIRO_SETTINGS:
+        left = {k: v for k, v in config.items()
+                if not (k == KIRO_DEFAULT_AGENT and v == MCP_NAME)}
+        return left or None
     left = (_without_ours_claude(config) if kind == CLAUDE_SETTINGS
             else _with_server(config, None))
     return left or None
@@ -342,21 +379,71 @@ def without_ours(kind: str, config: dict) -> dict | None:
 # -- the operations -------------------------------------------------------------------------
 
 
-def install(agent: str, project: Path | None, home: Path) -> list[Change]:
-    """Write or merge agent's hooks and MCP server; returns what changed. Checks every
-    file first, so an unreadable one changes nothing."""
+def install(agent: str, project: Path | None, home: Path, absolute: bool = False,
+            default_agent: bool = False) -> list[Change]:
+    """Write or merge agent's hooks and MCP server (and with default_agent, make
+    kirolearn Kiro CLI's default agent); returns what changed. Checks every file first,
+    so an unreadable one changes nothing."""
     files = config_files(agent, project, home)
+    if default_agent:
+        if agent != "kiro-cli":
+            raise InstallError("--default-agent is for kiro-cli")
+        files.append((kiro_settings(home), KIRO_SETTINGS))
+    commands = Commands.choose(absolute or project is None)
     before = {path: read_json(path) for path, _ in files}
-    return [write_json(path, with_ours(kind, path, before[path], project is not None),
-                       before[path]) for path, kind in files]
+    changes = []
+    for path, kind in files:
+        value = with_ours(kind, path, before[path], project is not None, commands)
+        theirs = before[path] is not None and not our_entries(kind, path, before[path])
+        changes.append(write_json(path, value, before[path], backup=theirs))
+    return changes
 
 
 def uninstall(agent: str, project: Path | None, home: Path) -> list[Change]:
-    """Remove only our entries (and files that held nothing else)."""
+    """Remove only our entries: a file left as the user had it is their backup, put
+    back; a file or folder that held only ours goes."""
     files = config_files(agent, project, home)
+    if agent == "kiro-cli" and (read_json(kiro_settings(home)) or {}).get(
+            KIRO_DEFAULT_AGENT) == MCP_NAME:
+        files.append((kiro_settings(home), KIRO_SETTINGS))
     before = {path: read_json(path) for path, _ in files}
-    return [write_json(path, without_ours(kind, before[path]), before[path])
-            if before[path] is not None else Change(path, "absent") for path, kind in files]
+    changes = []
+    for path, kind in files:
+        if before[path] is None:
+            changes.append(Change(path, "absent"))
+            continue
+        value = without_ours(kind, before[path])
+        backup = path.with_name(path.name + BACKUP_SUFFIX)
+        if value is not None and value != before[path] and _holds(backup, value):
+            os.replace(backup, path)  # as the user had it, byte for byte
+            changes.append(Change(path, "restored"))
+        else:
+            changes.append(write_json(path, value, before[path], backup=False))
+        if value is None:
+            _remove_empty_folders(path.parent, home if kind == KIRO_SETTINGS else project or home)
+    return changes
+
+
+def kiro_settings(home: Path) -> Path:
+    """Kiro CLI's own settings (``kiro-cli settings``)."""
+    return home / ".kiro" / "settings" / "cli.json"
+
+
+def _holds(backup: Path, value: dict) -> bool:
+    try:
+        return json.loads(backup.read_text("utf-8")) == value
+    except (OSError, ValueError):
+        return False
+
+
+def _remove_empty_folders(folder: Path, root: Path) -> None:
+    """Remove folder and its parents below root while they are empty."""
+    while folder != root and root in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty, or not ours to remove
+            return
+        folder = folder.parent
 
 
 def our_entries(kind: str, path: Path, config: dict) -> dict[str, str]:
@@ -408,11 +495,29 @@ def check(agent: str, project: Path | None, home: Path) -> tuple[str, str]:
                               f" {fix}")
         if kind in (KIRO_AGENT, KIRO_MCP, CLAUDE_MCP) and MCP_ENTRY not in entries:
             return "broken", f"{path} lacks the kirolearn MCP server (or it is disabled); {fix}"
-    for command in {c for entries in found.values() for c in entries.values()}:
-        name = command.split()[0]
+    names = {c.split()[0] for entries in found.values() for c in entries.values()}
+    for name in sorted(names):
         if os.sep in name and not os.access(name, os.X_OK):
             return "broken", (f"the configuration runs {name}, which is not there"
                               f" (kirolearn moved?); {fix}")
         if os.sep not in name and shutil.which(name) is None:
-            return "broken", f"the configuration runs {name}, which is not on PATH"
-    return "installed", ", ".join(str(path) for path, _ in files)
+            return "broken", (f"the configuration runs {name}, which is not on PATH; put"
+                              f" kirolearn's folder on PATH, or {fix} --absolute")
+    how = ("commands on PATH (" + ", ".join(f"{n} → {shutil.which(n)}" for n in sorted(names))
+           + ")" if all(os.sep not in n for n in names)
+           else "absolute paths (this machine's installation)")
+    return "installed", ", ".join(str(path) for path, _ in files) + f"; {how}"
+
+
+def default_agent_note(home: Path) -> str | None:
+    """What to run when plain ``kiro-cli chat`` does not use our agent (None: it does)."""
+    try:
+        default = (read_json(kiro_settings(home)) or {}).get(KIRO_DEFAULT_AGENT)
+    except InstallError as exc:
+        return str(exc)
+    if default == MCP_NAME:
+        return None
+    uses = f"agent {default!r}" if default else "its built-in default agent"
+    return (f"plain `kiro-cli chat` uses {uses}, which has no kirolearn hooks; run"
+            f" `kiro-cli chat --agent {MCP_NAME}`, or make it the default: kirolearn"
+            " install --agent kiro-cli --default-agent")

@@ -31,6 +31,9 @@ def test_user_file_then_environment(tmp_path):
     ("[retrieval]\nbudget_ms = 'fast'\n", "retrieval.budget_ms"),
     ("[retrieval]\nbudget_ms = -1\n", "must not be negative"),
     ("[retrieval\n", "config.toml"),
+    ("[retrieval]\nmode = 'fuzzy'\n", "retrieval.mode: must be one of lexical, semantic,"
+     " hybrid, got 'fuzzy'"),
+    ("[extraction]\nstrategy = 'magic'\n", "extraction.strategy: must be one of"),
 ])
 def test_bad_user_settings_are_named(tmp_path, text, message):
     (tmp_path / "config.toml").write_text(text)

@@ -193,10 +193,18 @@ def test_a_role_that_cannot_start_ends_fatal_not_looping(home):
     assert "migration(s) [999] this kirolearn does not know" in kl("logs", "storage").stdout
 
 
-def test_configuration_errors_are_reported(home):
-    (home / "config.toml").write_text("[retrieval]\nbudget = 1\n")
+@pytest.mark.parametrize("text, message", [
+    ("[retrieval]\nbudget = 1\n", "unknown setting retrieval.budget"),
+    ("[retrieval]\nmode = 'fuzzy'\n", "retrieval.mode: must be one of lexical, semantic,"
+     " hybrid, got 'fuzzy'"),
+])
+def test_configuration_errors_are_refused_before_anything_starts(home, text, message):
+    (home / "config.toml").write_text(text)
     result = kl("start")
-    assert result.returncode != 0 and "unknown setting retrieval.budget" in result.stderr
+    assert result.returncode == 1 and "configuration error: " in result.stderr
+    assert message in result.stderr
+    assert not paths.pidfile(home).exists()
+    assert "kirolearn is not running" in kl("stop", check=True).stdout
 
 
 def test_logs_show_each_role(daemon):

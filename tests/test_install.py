@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,11 +19,16 @@ USER_SETTINGS = {"model": "opus", "permissions": {"allow": ["Bash(npm test)"]},
                                {"type": "command", "command": "guard.sh"}]}]}}
 
 
+BIN = str(Path(sys.executable).parent)  # where this installation's commands are
+
+
 @pytest.fixture
 def user(tmp_path, home):
-    """A user's home with one git project; the CLI runs there."""
+    """A user's home with one git project; the CLI runs there, with a PATH that does not
+    hold kirolearn (as after the README's quick start)."""
     (tmp_path / "proj" / ".git").mkdir(parents=True)
-    env = {**os.environ, "HOME": str(tmp_path)}
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != BIN)
+    env = {**os.environ, "HOME": str(tmp_path), "PATH": path}
     return tmp_path, tmp_path / "proj", env
 
 
@@ -85,8 +92,9 @@ def test_every_agent_installs_and_uninstalls_cleanly(user):
     agent = json.loads((proj / ".kiro/agents/kirolearn.json").read_text())
     assert set(agent["hooks"]) == {"agentSpawn", "userPromptSubmit", "postToolUse", "stop"}
     assert agent["hooks"]["postToolUse"][0]["matcher"] == "*"
-    assert all(entry[0]["command"].endswith("kirolearn-kiro-cli")
+    assert all(entry[0]["command"] == f"{BIN}/kirolearn-kiro-cli"
                for entry in agent["hooks"].values())
+    assert "is not on PATH, so these files name" in result.stdout
     assert agent["mcpServers"]["kirolearn"]["args"] == ["mcp"]
     assert agent["mcpServers"]["kirolearn"]["command"].endswith("/kirolearn")
     assert agent["allowedTools"] == install.KIRO_CLI_TOOLS
@@ -103,16 +111,97 @@ def test_every_agent_installs_and_uninstalls_cleanly(user):
     assert prompt_hook["then"]["command"].endswith("kirolearn-kiro-ide promptSubmit")
 
     doctor = run(env, proj, "doctor")
-    assert doctor.returncode == 1  # the daemon is not running
-    assert "FAIL  daemon: not running; run: kirolearn start" in doctor.stdout
+    assert doctor.returncode == 0, doctor.stdout  # the first hook starts the daemon
+    assert "note  daemon: not running; the first hook starts it" in doctor.stdout
     for agent_name in install.AGENTS:
         assert f"ok    {agent_name} (project {proj})" in doctor.stdout
+    assert "absolute paths (this machine's installation)" in doctor.stdout
+    assert (f"note  kiro-cli (project {proj}): plain `kiro-cli chat` uses its built-in"
+            " default agent, which has no kirolearn hooks") in doctor.stdout
 
     result = run(env, proj, "uninstall", "--agent", "kiro-cli", "--agent", "kiro-ide",
                  "--agent", "claude-code")
     assert result.returncode == 0, result.stderr
-    left = sorted(str(p.relative_to(proj)) for p in proj.rglob("*") if p.is_file())
-    assert left == []
+    left = sorted(str(p.relative_to(proj)) for p in proj.rglob("*"))
+    assert left == [".git"]  # nor the folders the files were in
+
+
+def test_a_projects_files_name_commands_found_on_path(user, tmp_path):
+    """Files teammates commit: the commands as found on PATH, which doctor says."""
+    _, proj, env = user
+    env = {**env, "PATH": os.pathsep.join((BIN, env["PATH"]))}
+    result = run(env, proj, "install", "--agent", "claude-code", "--agent", "kiro-ide")
+    assert result.returncode == 0 and "not on PATH" not in result.stdout
+    settings = json.loads((proj / ".claude/settings.json").read_text())
+    handlers = {event: groups[0]["hooks"][0] for event, groups in settings["hooks"].items()}
+    assert {h["command"] for h in handlers.values()} == {"kirolearn-claude-code"}
+    assert json.loads((proj / ".mcp.json").read_text())["mcpServers"]["kirolearn"][
+        "command"] == "kirolearn"
+    hook = json.loads((proj / ".kiro/hooks/kirolearn-tool.kiro.hook").read_text())
+    assert hook["then"]["command"] == "kirolearn-kiro-ide postToolUse"
+    doctor = run(env, proj, "doctor").stdout
+    assert (f"commands on PATH (kirolearn → {BIN}/kirolearn, kirolearn-claude-code →"
+            f" {BIN}/kirolearn-claude-code)") in doctor
+    absolute = run(env, proj, "install", "--agent", "claude-code", "--absolute")
+    assert absolute.returncode == 0 and "updated" in absolute.stdout
+    assert f"{BIN}/kirolearn-claude-code" in (proj / ".claude/settings.json").read_text()
+    # Run where kirolearn is not on PATH, the files say so.
+    (proj / ".mcp.json").write_text(json.dumps({"mcpServers": {"kirolearn": {
+        "type": "stdio", "command": "kirolearn", "args": ["mcp"]}}}))
+    lost = run(user[2], proj, "doctor")
+    assert lost.returncode == 1 and ("the configuration runs kirolearn, which is not on PATH;"
+                                     " put kirolearn's folder on PATH") in lost.stdout
+
+
+def test_uninstall_puts_back_the_users_own_file_byte_for_byte(user):
+    _, proj, env = user
+    settings = proj / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    theirs = '{\n    "model": "opus",\n    "env": {"A": "1"}\n}\n'
+    settings.write_text(theirs)
+    backup = Path(f"{settings}.kirolearn.bak")
+    assert run(env, proj, "install", "--agent", "claude-code").returncode == 0
+    assert run(env, proj, "install", "--agent", "claude-code", "--absolute").returncode == 0
+    assert backup.read_text() == theirs  # a second install keeps the user's version
+    result = run(env, proj, "uninstall", "--agent", "claude-code")
+    assert result.returncode == 0 and f"restored  {settings}" in result.stdout
+    assert settings.read_text() == theirs and not backup.exists()
+    assert sorted(p.name for p in proj.iterdir()) == [".claude", ".git"]
+
+
+def test_kiro_cli_can_be_made_the_default_agent(user):
+    home, proj, env = user
+    cli = home / ".kiro" / "settings" / "cli.json"
+    cli.parent.mkdir(parents=True)
+    cli.write_text(json.dumps({"chat.defaultModel": "auto"}))
+    refused = run(env, proj, "install", "--agent", "claude-code", "--default-agent")
+    assert refused.returncode == 2 and "--default-agent is for --agent kiro-cli" in refused.stderr
+    assert run(env, proj, "install", "--agent", "kiro-cli", "--default-agent").returncode == 0
+    assert json.loads(cli.read_text()) == {"chat.defaultModel": "auto",
+                                           "chat.defaultAgent": "kirolearn"}
+    doctor = run(env, proj, "doctor").stdout
+    assert f"ok    kiro-cli (project {proj})" in doctor and "plain `kiro-cli chat`" not in doctor
+    assert run(env, proj, "uninstall", "--agent", "kiro-cli").returncode == 0
+    assert json.loads(cli.read_text()) == {"chat.defaultModel": "auto"}
+
+
+def test_a_repository_outside_home_is_a_project_and_a_plain_folder_is_not(user, tmp_path):
+    _, _, env = user
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-srv"
+    (elsewhere / "repo" / ".git").mkdir(parents=True)
+    (elsewhere / "plain").mkdir()
+    try:
+        result = run(env, elsewhere / "repo", "install", "--agent", "claude-code")
+        assert result.returncode == 0, result.stderr
+        assert (elsewhere / "repo" / ".claude" / "settings.json").exists()
+        doctor = run(env, elsewhere / "repo", "doctor").stdout
+        assert f"ok    claude-code (project {elsewhere / 'repo'})" in doctor
+        refused = run(env, elsewhere, "install", "--agent", "claude-code", "--project",
+                      str(elsewhere / "plain"))
+        assert refused.returncode == 2 and "is in no project" in refused.stderr
+        assert not (elsewhere / "plain" / ".claude").exists()
+    finally:
+        shutil.rmtree(elsewhere)
 
 
 def test_global_install_writes_the_users_own_files(user):

@@ -39,10 +39,19 @@ def test_home_itself_is_never_inspected(tree):
 
 
 @pytest.mark.parametrize("where", ["home", "outside"])
-def test_home_or_outside_home_is_global(tree, tmp_path, where):
-    cwd = tree if where == "home" else tmp_path
+def test_home_or_an_unmarked_directory_outside_home_is_global(tree, tmp_path, where):
+    cwd = tree if where == "home" else tmp_path / "scratch"
+    cwd.mkdir(exist_ok=True)
     found = project.resolve_project(cwd, home=str(tree), override="")
     assert found.is_global and found.root == str(tree)
+
+
+def test_a_repository_outside_home_is_a_project(tree, tmp_path):
+    repo = tmp_path / "srv" / "billing"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "src").mkdir()
+    found = project.resolve_project(repo / "src", home=str(tree), override="")
+    assert not found.is_global and found.root == str(repo)
 
 
 def test_symlinked_cwd_resolves_to_the_real_project(tree):

@@ -279,17 +279,18 @@ def test_a_finished_turn_is_remembered_for_the_next_prompt(home, ctx):
         kl("stop", check=True)
 
 
-def test_a_prompt_whose_search_cannot_be_sent_is_logged_with_why(home, monkeypatch):
-    """With retrieval down (here: refused by its configuration, so FATAL), ingest cannot
-    send the search: the prompt is still stored and answered, and the retrieval log and
-    ingest's log say why there was no context."""
-    monkeypatch.setenv("KIROLEARN_RETRIEVAL_MODE", "no-such-mode")
-    started = kl("start")
+def test_a_prompt_whose_search_cannot_be_sent_is_logged_with_why(home):
+    """With retrieval down (here: it crashed after its setting was broken by hand, so it
+    cannot start again and goes FATAL), ingest cannot send the search: the prompt is
+    still stored and answered, and the retrieval log and ingest's log say why there was
+    no context."""
+    kl("start", check=True)
     try:
-        assert started.returncode == 1 and "not every role reached RUNNING" in started.stderr
-        states = wait_for(lambda: (lambda now: now if now["ingest"] == "RUNNING" else None)(
-            {r["role"]: r["state"] for r in status()["roles"]}), message="ingest RUNNING")
-        assert states["retrieval"] == "FATAL"
+        (home / "config.toml").write_text("[retrieval]\nmode = 'no-such-mode'\n")
+        [pid] = [r["pid"] for r in status()["roles"] if r["role"] == "retrieval"]
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: {r["role"]: r["state"] for r in status()["roles"]}["retrieval"]
+                 == "FATAL", timeout=30, message="retrieval FATAL")
         event = make_event("prompt", "what broke the build?")
         with transport.Client(paths.endpoint("ingest"), timeout_ms=5000) as client:
             reply = client.call("put_event", {"event": event, "retrieve": True})

@@ -18,6 +18,8 @@ from selenium.webdriver.support import expected_conditions as ready
 from selenium.webdriver.support.ui import Select, WebDriverWait
 from test_viewer import claude, one_turn
 
+from kirolearn import db, paths
+
 ARTIFACTS = Path(os.environ.get("KIROLEARN_ARTIFACTS")
                  or Path(__file__).resolve().parent.parent / "test-artifacts") / "viewer"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -47,6 +49,15 @@ def shot(driver: webdriver.Chrome, name: str) -> None:
     path = ARTIFACTS / f"{name}.png"
     assert driver.save_screenshot(str(path)), name
     assert path.stat().st_size > 5_000, f"{name}: an empty screenshot"
+
+
+def logged(home: Path, prompt: str) -> bool:
+    """Whether the retrieval for this prompt is logged (the page shows what is, when
+    it is loaded)."""
+    with db.reading(paths.db_path(home)) as conn:
+        return conn.execute("SELECT 1 FROM retrievals r JOIN events e ON e.event_id ="
+                            " r.prompt_event_id WHERE e.body_json LIKE ?",
+                            (f"%{prompt}%",)).fetchone() is not None
 
 
 def until(driver: webdriver.Chrome, condition, timeout: float = 15):
@@ -93,6 +104,7 @@ def test_a_user_watches_searches_inspects_and_forgets_in_the_browser(daemon, tmp
 
     shown = json.loads(claude(ws, "UserPromptSubmit", prompt="why does test_backoff fail"))
     injected = shown["hookSpecificOutput"]["additionalContext"]
+    wait_for(lambda: logged(daemon, "why does test_backoff fail"), message="the retrieval log")
     browser.get(base + "retrievals")
     until(browser, lambda d: "why does test_backoff fail" in d.page_source)
     shot(browser, "retrievals")

@@ -16,13 +16,14 @@ def _install_target(project_dir: str | None, global_: bool) -> Path | None:
         raise click.UsageError("give --project DIR or --global, not both")
     if global_:
         return None
-    if project_dir:
-        return Path(project_dir).resolve()
-    here = project.resolve_project()
+    here = project.resolve_project(project_dir)
     if here.is_global:
+        where = f"{project_dir} is" if project_dir else "the current directory is"
         raise click.UsageError(
-            "the current directory is in no project; give --project DIR or --global")
-    return Path(here.root)
+            f"{where} in no project (no {', '.join(project.MARKERS[:3])}, … in it or above"
+            " it, below your home), so the hooks would store in the global project; give"
+            " --project DIR of a project (or run git init there), or --global")
+    return Path(project_dir).resolve() if project_dir else Path(here.root)
 
 
 def agent_options(command):
@@ -38,16 +39,32 @@ def agent_options(command):
 
 @click.command(name="install")
 @agent_options
-def install_(agents: tuple[str, ...], project_dir: str | None, global_: bool) -> None:
+@click.option("--absolute", is_flag=True,
+              help="Name this installation's commands by absolute path (the default for"
+                   " --global) instead of as found on PATH.")
+@click.option("--default-agent", is_flag=True,
+              help="kiro-cli: make kirolearn's agent the one plain `kiro-cli chat` uses.")
+def install_(agents: tuple[str, ...], project_dir: str | None, global_: bool, absolute: bool,
+             default_agent: bool) -> None:
     """Add kirolearn's hooks to an agent's configuration (merged into what is there; a
-    changed file is backed up to <file>.kirolearn.bak; running it again changes nothing).
+    file of yours that changes is first copied to <file>.kirolearn.bak; running it again
+    changes nothing). A project's files name kirolearn's commands as found on PATH, so
+    they work for every teammate who has kirolearn installed.
 
     \b
     Examples:
         kirolearn install --agent claude-code
-        kirolearn install --agent kiro-cli --global
+        kirolearn install --agent kiro-cli --global --default-agent
     """
-    _change_agents(install.install, agents, _install_target(project_dir, global_))
+    if default_agent and "kiro-cli" not in agents:
+        raise click.UsageError("--default-agent is for --agent kiro-cli")
+    target = _install_target(project_dir, global_)
+    _change_agents(lambda agent, where, home: install.install(
+        agent, where, home, absolute, default_agent and agent == "kiro-cli"), agents, target)
+    if target is not None and not absolute and not install.Commands.choose(False).on_path:
+        click.echo(f"Note: kirolearn is not on PATH, so these files name"
+                   f" {install.installed('kirolearn')} and work on this machine only; put"
+                   " its folder on PATH and install again for files every teammate can use.")
     if not control.running():
         click.echo("The daemon is not running; the first hook starts it (or: kirolearn start).")
 

@@ -35,8 +35,9 @@ def doctor(project_dir: str | None) -> None:
         click.echo(f"{mark}  {what}: {detail}")
 
     running = control.running()
-    report(running, "daemon", f"running (pid {control.read_pid(paths.pidfile())})" if running
-           else "not running; run: kirolearn start (the first hook also starts it)")
+    report(True if running else None, "daemon",
+           f"running (pid {control.read_pid(paths.pidfile())})" if running
+           else "not running; the first hook starts it (or: kirolearn start)")
     if running:
         try:
             roles = control.call("supervisor.ctl", "status")["roles"]
@@ -62,7 +63,7 @@ def doctor(project_dir: str | None) -> None:
     report(*_check_database())
     waiting = len(spool.waiting())
     if waiting:
-        report(None if running else False, "spool",
+        report(None, "spool",
                f"{waiting} event(s) waiting in {paths.spool_dir()}; the daemon stores them"
                " within seconds of starting")
     else:
@@ -83,6 +84,10 @@ def doctor(project_dir: str | None) -> None:
             installed += state != "missing"
             if state != "missing":
                 report(state == "installed", f"{agent} ({scope})", detail)
+            if agent == "kiro-cli" and state == "installed":
+                note = install.default_agent_note(Path.home())
+                if note:
+                    report(None, f"{agent} ({scope})", note)
     if not installed:
         report(None, "agents", "no agent has kirolearn's hooks here; run: kirolearn install"
                " --agent kiro-cli|kiro-ide|claude-code")
@@ -127,7 +132,7 @@ def _check_database() -> tuple[bool | None, str, str]:
         return False, "database", f"{path} is damaged ({check}); restore a backup or export/import"
     latest = schema.latest()
     if applied != latest:
-        return (None if control.running() else False), "database", (
+        return None, "database", (
             f"{path} is at schema {applied}, this kirolearn expects {latest};"
             " it migrates when the daemon starts")
     return True, "database", f"{path} (schema {applied}, private)"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from kirolearn import config, contract, paths, privacy, protocol, transport
+from kirolearn import contract, paths, privacy, protocol, transport
 from kirolearn.roles import base
 from kirolearn.search import MODES, embeddings, ranking, searcher, vectors
 
@@ -130,9 +130,6 @@ class Retrieval(base.Role):
     def setup(self) -> None:
         privacy.scrubber()  # built now, not within the first prompt's budget
         cfg = self.settings["retrieval"]
-        if cfg["mode"] not in MODES:
-            raise config.ConfigError(f"retrieval.mode: must be one of {', '.join(MODES)},"
-                                     f" got {cfg['mode']!r}")
         self.default_limit = cfg["limit"]
         self.default_budget_ms = cfg["budget_ms"]
         self.session_tokens = cfg["session_tokens"]
