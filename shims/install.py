@@ -430,9 +430,10 @@ def kiro_settings(home: Path) -> Path:
 
 
 def _holds(backup: Path, value: dict) -> bool:
+    """Whether the backup holds value (a missing or broken backup holds nothing)."""
     try:
-        return json.loads(backup.read_text("utf-8")) == value
-    except (OSError, ValueError):
+        return read_json(backup) == value
+    except InstallError:
         return False
 
 
