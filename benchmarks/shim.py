@@ -7,6 +7,8 @@ libraries every shim needs), so both see the same machine noise:
 
 - postToolUse: a tool use, acknowledged after storage commits it;
 - prompt: userPromptSubmit with retrieval, the context printed to stdout;
+- tool_use (``surface``: claude-code, codex, gemini, copilot, cursor, opencode): each
+  other agent's tool-use hook, its payload in the agent's format, the same way;
 - postToolUse with the daemon away (``path: spool``): a tool use whose output holds
   secrets, scrubbed (with the rules ingest saved) and written to the spool.
 
@@ -54,6 +56,32 @@ def timed(command: list[str], stdin: str, cwd: Path, env: dict) -> tuple[float, 
     return elapsed, done.stdout
 
 
+def tool_uses(proj: Path) -> dict[str, tuple[list[str], str]]:
+    """Each other agent's shim and a tool-use payload in its own format."""
+    cwd = str(proj)
+    claude = {"session_id": "bench", "cwd": cwd, "tool_name": "Bash",
+              "tool_input": {"command": "pytest -q"}, "tool_response": "12 passed in 0.8s"}
+    payloads = {
+        "claude-code": ([], {**claude, "hook_event_name": "PostToolUse"}),
+        "codex": ([], {**claude, "hook_event_name": "PostToolUse", "turn_id": "t"}),
+        "gemini": ([], {**claude, "hook_event_name": "AfterTool",
+                        "tool_name": "run_shell_command", "tool_response": {
+                            "llmContent": "12 passed\nExit Code: 0\n"}}),
+        "copilot": (["postToolUse"], {"sessionId": "bench", "cwd": cwd, "toolName": "bash",
+                                      "toolArgs": '{"command": "pytest -q"}', "toolResult": {
+                                          "resultType": "success",
+                                          "textResultForLlm": "12 passed"}}),
+        "cursor": ([], {"hook_event_name": "afterShellExecution", "conversation_id": "bench",
+                        "workspace_roots": [cwd], "command": "pytest -q",
+                        "output": "12 passed"}),
+        "opencode": ([], {"hook": "tool", "session_id": "bench", "cwd": cwd, "tool": {
+            "name": "bash", "args": {"command": "pytest -q"}, "output": "12 passed",
+            "metadata": {"exit": 0}}}),
+    }
+    return {surface: ([str(BIN / f"kirolearn-{surface}"), *args], json.dumps(payload))
+            for surface, (args, payload) in payloads.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -83,6 +111,7 @@ def main() -> None:
                     "tool_response": {"success": True, "result": [
                         {"exit_status": "0", "stdout": "12 passed in 0.8s\n", "stderr": ""}]}}
             shim = [str(BIN / "kirolearn-kiro-cli")]
+            others = tool_uses(proj)
             floor = [sys.executable, "-c", "import zmq, msgpack"]
             times: dict[str, list[float]] = {"floor": [], "postToolUse": [], "prompt": []}
             with_context = 0
@@ -92,6 +121,10 @@ def main() -> None:
                 p, out = timed(shim, json.dumps({"hook_event_name": "userPromptSubmit",
                                                  "cwd": str(proj), "prompt": prompts[i % runs]}),
                                proj, env)
+                for surface, (command, payload) in others.items():
+                    o, _ = timed(command, payload, proj, env)
+                    if i >= 3:
+                        times.setdefault(surface, []).append(o)
                 if i >= 3:
                     times["floor"].append(f)
                     times["postToolUse"].append(t)
@@ -126,6 +159,13 @@ def main() -> None:
         if hook == "prompt":
             line["prompts_with_context"] = with_context
         print(json.dumps(line), flush=True)
+    for surface in others:  # every other agent's tool-use hook, the same way
+        p50 = statistics.median(times[surface])
+        print(json.dumps({
+            "bench": "shim", "hook": "tool_use", "surface": surface, "runs": runs,
+            "wall_p50_ms": round(p50, 2), "wall_p99_ms": round(percentile(times[surface], 99), 2),
+            "floor_p50_ms": round(floor_p50, 2), "ratio_to_floor": round(p50 / floor_p50, 3),
+            "target_ratio": TARGETS["postToolUse"]}), flush=True)
     p50, floor_p50 = statistics.median(times["spooled"]), statistics.median(times["spool_floor"])
     print(json.dumps({
         "bench": "shim", "hook": "postToolUse", "path": "spool", "surface": "kiro-cli",

@@ -25,6 +25,7 @@ import select
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from kirolearn import (
@@ -275,3 +276,73 @@ def tool_body(tool_name: object, tool_input: object, tool_response: object) -> d
     name = tool_name if isinstance(tool_name, str) and tool_name else "unknown"
     return {"type": "json", "data": {"tool_name": name, "tool_input": tool_input,
                                      "tool_response": tool_response}}
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One agent hook, read from the agent's payload by its shim: what it means for
+    memory (``role``) and what it carries.
+
+    Roles: ``start`` (a session begins: a note, and the session's context back),
+    ``prompt`` (the prompt, and its context back), ``tool`` (tool uses, as
+    ``tool_body`` bodies), ``turn_end`` (the agent's reply, as the turn's summary),
+    ``end`` (the session ends: a note), ``ignored``.
+    """
+
+    role: str
+    name: str = ""  # the agent's own name for the hook, for its output
+    session_id: str | None = None  # the agent's session id, where it gives one
+    cwd: str | None = None
+    text: object = None  # the prompt, the reply, or what started or ended the session
+    tools: tuple[dict, ...] = ()
+
+
+def answer(surface: str, hook: Hook) -> str:
+    """Post hook's event(s) for surface; return the context for a start or a prompt
+    ("" otherwise): the shim puts it in its agent's format."""
+    if hook.role == "ignored":
+        debug(f"ignored hook {hook.name!r}")
+        return ""
+    shim = Shim(surface, hook.cwd or None)
+    given = hook.session_id if isinstance(hook.session_id, str) and hook.session_id else None
+    session = Session(shim, f"{surface}:{given}" if given else shim.project.project_id)
+    session_id = session.current(given, fresh=hook.role == "start" and not given)
+    if hook.role == "start":
+        session.save()
+        said = f" ({hook.text})" if isinstance(hook.text, str) and hook.text else ""
+        return shim.post(shim.event("note", text_body(f"{surface} session started{said}"),
+                                    session_id), retrieve="session")
+    if hook.role == "prompt":
+        event = shim.event("prompt", text_body(hook.text), session_id)
+        session.save(prompt_event_id=event["event_id"])
+        return shim.post(event, retrieve=True)
+    if hook.role == "tool":
+        for body in hook.tools:
+            shim.post(shim.event("tool_use", body, session_id, session.prompt_event_id))
+    elif hook.role == "turn_end":
+        shim.post(shim.event("session_summary", text_body(hook.text), session_id,
+                             session.prompt_event_id))
+    elif hook.role == "end":
+        said = f" ({hook.text})" if isinstance(hook.text, str) and hook.text else ""
+        shim.post(shim.event("note", text_body(f"{surface} session ended{said}"), session_id))
+    if not given:
+        session.save()  # keeps a session without ids of the agent's own alive
+    return ""
+
+
+def fit_context(context: str, limit: int) -> str:
+    """The context cut to whole records (``### `` sections) within limit characters."""
+    if len(context) <= limit:
+        return context
+    cut = context.rfind("\n\n### ", 0, limit)
+    return context[:cut] if cut > 0 else context[:limit]
+
+
+def hook_specific_output(hook: str, context: str, limit: int = 9500) -> str:
+    """Context as Claude Code (and Codex and Gemini CLI, which copy its format) read it:
+    ``{"hookSpecificOutput": {"hookEventName", "additionalContext"}}``. Strings past
+    10,000 characters are kept aside in a file, so the context is cut below that."""
+    if not context:
+        return ""
+    return json.dumps({"hookSpecificOutput": {"hookEventName": hook,
+                                              "additionalContext": fit_context(context, limit)}})

@@ -1,25 +1,12 @@
 """Agent configuration: write it, merge it, remove it, check it.
 
 ``kirolearn install --agent A`` puts our hooks and our MCP server where agent A reads
-them, keeping everything else in each file as it was; running it twice changes
-nothing, and a file that changes is first copied to ``<file>.kirolearn.bak``.
-``uninstall`` removes only our entries (and files that held nothing else). Our
-hooks are recognised by their command (one of our shims), our MCP server by its
-name and command (``kirolearn mcp``). A file that is not valid JSON is left alone
-with an error.
-
-Where (``DIR`` is ``--project DIR``, ``~`` is ``--global``):
-
-- kiro-cli: the agent ``DIR/.kiro/agents/kirolearn.json`` (or ``~/.kiro/…``), hooks
-  and MCP server in one file;
-- kiro-ide (per project only): ``DIR/.kiro/hooks/kirolearn-*.kiro.hook`` and the
-  server in ``DIR/.kiro/settings/mcp.json``;
-- claude-code: hooks in ``DIR/.claude/settings.json``, the server in ``DIR/.mcp.json``;
-  with ``--global``, ``~/.claude/settings.json`` and ``~/.claude.json``.
-
-The MCP tools that only read or add memories are pre-approved (Kiro CLI
-``allowedTools``, Kiro IDE ``autoApprove``, Claude Code ``permissions.allow``);
-``forget`` deletes and ``update_memory`` rewrites, so the agent asks first.
+them (``shims/agents.py`` says where, ``shims/parts.py`` what), keeping everything
+else in each file as it was; running it twice changes nothing, and a file of the
+user's that changes is first copied to ``<file>.kirolearn.bak``. ``uninstall``
+removes only our entries (and files that held nothing else). A file that cannot be
+read (JSON or TOML that does not parse) is left alone with an error, and nothing is
+written.
 
 A project's files are committed and shared, so they name our commands as found on
 ``PATH`` (``kirolearn-claude-code``, ``kirolearn mcp``): they work for every teammate
@@ -41,53 +28,32 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-AGENTS = ("kiro-cli", "kiro-ide", "claude-code")
+from kirolearn.shims import agents
+from kirolearn.shims.agents import (
+    APPROVED_TOOLS,
+    CLAUDE_TOOLS,
+    DEFAULT_AGENT,
+    KIRO_CLI_TOOLS,
+    KIRO_DEFAULT_AGENT,
+    PROJECT_ONLY,
+    ConfigFile,
+    InstallError,
+    config_files,
+    kiro_settings,
+)
+from kirolearn.shims.parts import MCP_NAME
+
+__all__ = ["AGENTS", "APPROVED_TOOLS", "CLAUDE_TOOLS", "KIRO_CLI_TOOLS", "PROJECT_ONLY",
+           "Change", "Commands", "InstallError", "check", "default_agent_note", "install",
+           "installed", "uninstall"]
+AGENTS = tuple(agents.AGENTS)
 BACKUP_SUFFIX = ".kirolearn.bak"
-
-KIRO_CLI_HOOKS = ("agentSpawn", "userPromptSubmit", "postToolUse", "stop")
-KIRO_IDE_HOOKS = {  # file stem → (trigger, what it does)
-    "kirolearn-prompt": ("promptSubmit", "gives the agent what kirolearn remembers"),
-    "kirolearn-tool": ("postToolUse", "records each tool use"),
-    "kirolearn-stop": ("agentStop", "records the end of the turn"),
-}
-CLAUDE_HOOKS = {  # event → extra fields of its matcher group and of its handler
-    "SessionStart": ({"matcher": "startup|resume|clear|compact"}, {"timeout": 10}),
-    "UserPromptSubmit": ({}, {"timeout": 5}),
-    # Not "async": Claude Code kills background hooks when it exits, so a headless run
-    # (`claude -p`) would lose its tool uses and its turn end (tests/test_claude_code_e2e).
-    "PostToolUse": ({}, {"timeout": 5}),
-    "PostToolUseFailure": ({}, {"timeout": 5}),
-    "Stop": ({}, {"timeout": 5}),
-    "SessionEnd": ({}, {"timeout": 5}),
-}
-KIRO_AGENT_TEMPLATE = {
-    "name": "kirolearn",
-    "description": "Kiro's default tools, with kirolearn's long-term memory hooks.",
-    "tools": ["*"],
-    "resources": ["file://AGENTS.md", "file://README.md"],
-    "useLegacyMcpJson": True,
-}
-KIRO_DEFAULT_AGENT = "chat.defaultAgent"  # in ~/.kiro/settings/cli.json: plain `kiro-cli chat`
-MCP_NAME = "kirolearn"
-MCP_ENTRY = "MCP server"  # how check() names our MCP server among the hooks
-# Not forget, nor update_memory: for those the agent asks.
-APPROVED_TOOLS = ("search_memory", "recall", "resume_session", "timeline", "get_records",
-                  "save_observation", "save_session_summary")
-# The kinds of file we write, and how each agent names an approved tool of ours.
-KIRO_AGENT, KIRO_HOOK, KIRO_MCP, KIRO_SETTINGS, CLAUDE_SETTINGS, CLAUDE_MCP = (
-    "kiro-agent", "kiro-hook", "kiro-mcp", "kiro-settings", "claude-settings", "claude-mcp")
-KIRO_CLI_TOOLS = [f"@{MCP_NAME}/{tool}" for tool in APPROVED_TOOLS]
-CLAUDE_TOOLS = [f"mcp__{MCP_NAME}__{tool}" for tool in APPROVED_TOOLS]
-
-
-class InstallError(Exception):
-    """Something the user has to fix before the configuration can be written."""
 
 
 @dataclass(frozen=True)
 class Change:
     path: Path
-    action: str  # created | updated | unchanged | removed | absent
+    action: str  # created | updated | unchanged | removed | restored | absent
     backup: Path | None = None
 
     def __str__(self) -> str:
@@ -115,10 +81,6 @@ class Commands:
     def shim(self, agent: str) -> str:
         return self.program(f"kirolearn-{agent}")
 
-    def mcp_server(self) -> dict:
-        """Our MCP server's entry: the agent starts ``kirolearn mcp`` in the project."""
-        return {"command": self.program("kirolearn"), "args": ["mcp"]}
-
 
 def installed(name: str) -> str:
     """The absolute path of one of this installation's commands."""
@@ -128,65 +90,71 @@ def installed(name: str) -> str:
     return shutil.which(name) or name
 
 
-def is_ours(command: object) -> bool:
-    if not isinstance(command, str) or not command.strip():
-        return False
-    name = os.path.basename(command.split()[0].strip("'\""))
-    return name in {f"kirolearn-{agent}" for agent in AGENTS}
+# -- reading and writing configuration files -----------------------------------------------
 
 
-def is_our_mcp(entry: object) -> bool:
-    return (isinstance(entry, dict) and isinstance(entry.get("command"), str)
-            and os.path.basename(entry["command"]) == "kirolearn"
-            and entry.get("args") == ["mcp"])
-
-
-def config_files(agent: str, project: Path | None, home: Path) -> list[tuple[Path, str]]:
-    """The files install writes for agent, in project or (None) in the user's home, each
-    with its kind."""
-    if agent == "kiro-cli":
-        return [((project or home) / ".kiro" / "agents" / "kirolearn.json", KIRO_AGENT)]
-    if agent == "kiro-ide":
-        if project is None:
-            raise InstallError("Kiro IDE hooks live in a project: use --project DIR")
-        return [*((project / ".kiro" / "hooks" / f"{stem}.kiro.hook", KIRO_HOOK)
-                  for stem in KIRO_IDE_HOOKS),
-                (project / ".kiro" / "settings" / "mcp.json", KIRO_MCP)]
-    if agent == "claude-code":
-        if project is None:  # user scope: Claude Code keeps its servers in ~/.claude.json
-            return [(home / ".claude" / "settings.json", CLAUDE_SETTINGS),
-                    (home / ".claude.json", CLAUDE_MCP)]
-        return [(project / ".claude" / "settings.json", CLAUDE_SETTINGS),
-                (project / ".mcp.json", CLAUDE_MCP)]
-    raise InstallError(f"unknown agent {agent!r}; choose one of {', '.join(AGENTS)}")
-
-
-# -- reading and writing JSON files --------------------------------------------------------
-
-
-def read_json(path: Path) -> dict | None:
-    """The file's JSON object, None if there is no file; InstallError if it is not one."""
+def read(file: ConfigFile) -> object:
+    """The file's configuration (a dict; the text of a text file), None if there is no
+    file; InstallError if it does not parse."""
     try:
-        text = path.read_text("utf-8")
+        text = file.path.read_text("utf-8")
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise InstallError(f"cannot read {path}: {exc}") from exc
+        raise InstallError(f"cannot read {file.path}: {exc}") from exc
+    if file.format == "text":
+        return text
     if not text.strip():
         return {}
     try:
-        value = json.loads(text)
+        value = _toml_load(text) if file.format == "toml" else json.loads(text)
     except ValueError as exc:
-        raise InstallError(f"{path} is not valid JSON ({exc}); fix or move it, then run "
-                           "this again") from exc
+        raise InstallError(f"{file.path} is not valid {file.format.upper()} ({exc}); fix or"
+                           " move it, then run this again") from exc
     if not isinstance(value, dict):
-        raise InstallError(f"{path} does not hold a JSON object; fix or move it")
+        raise InstallError(f"{file.path} does not hold a JSON object; fix or move it")
     return value
 
 
-def write_json(path: Path, value: dict | None, before: dict | None, backup: bool) -> Change:
+def _toml_load(text: str) -> dict:
+    import tomlkit  # only Codex's files are TOML
+
+    return tomlkit.parse(text).unwrap()
+
+
+def _render(file: ConfigFile, value: object) -> str:
+    if file.format == "text":
+        return str(value)
+    if file.format == "toml":
+        import tomlkit
+
+        try:  # the user's file with only what changed changed: comments and order kept
+            document = tomlkit.parse(file.path.read_text("utf-8"))
+        except FileNotFoundError:
+            document = tomlkit.document()
+        _sync(document, value)
+        return tomlkit.dumps(document)
+    return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
+
+
+def _sync(table, value: dict) -> None:
+    """Make a tomlkit table hold value, touching only the keys that differ."""
+    for key in [k for k in table if k not in value]:
+        del table[key]
+    for key, new in value.items():
+        old = table.get(key)
+        if isinstance(new, dict) and hasattr(old, "unwrap") and isinstance(old.unwrap(), dict):
+            _sync(old, new)
+        elif old is None or old.unwrap() != new:
+            table[key] = new
+
+
+def write(file: ConfigFile, value: object, before: object, backup: bool) -> Change:
     """Write value (None: delete the file, which held only our entries), first copying
     a file that changes to its backup when asked; returns the change."""
+    path = file.path
+    if before is None and value in ({}, file.template):
+        return Change(path, "absent")  # nothing of ours to write there
     if value == before:
         return Change(path, "unchanged" if value is not None else "absent")
     copy = None
@@ -198,185 +166,44 @@ def write_json(path: Path, value: dict | None, before: dict | None, backup: bool
         return Change(path, "removed")
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n", "utf-8")
+    temporary.write_text(_render(file, value), "utf-8")
     if before is not None:
         shutil.copymode(path, temporary)
     os.replace(temporary, path)
     return Change(path, "created" if before is None else "updated", copy)
 
 
-# -- per kind of file: the configuration with and without our entries ----------------------
+def with_ours(file: ConfigFile, config: object, commands: Commands) -> object:
+    value = config if config is not None else dict(file.template)
+    for part in file.parts:
+        value = part.add(value, commands)
+    return value
 
 
-def _listed(config: dict, key: str, names: list[str], present: bool) -> dict:
-    """config with names appended to (present) or removed from (not present) the list at
-    key; a list left empty goes, so the file is as it was before."""
-    config = dict(config)
-    current = config.get(key)
-    current = current if isinstance(current, list) else []
-    kept = [item for item in current if item not in names]
-    new = kept + names if present else kept
-    if new:
-        config[key] = new
-    else:
-        config.pop(key, None)
-    return config
+def without_ours(file: ConfigFile, config: object) -> object:
+    """The configuration without our entries (None: nothing else is left)."""
+    for part in reversed(file.parts):
+        config = part.remove(config)
+    return None if config in (None, "", {}, file.template) else config
 
 
-def _with_server(config: dict, entry: dict | None) -> dict:
-    """config with our MCP server set to entry (None: removed)."""
-    config = dict(config)
-    servers = config.get("mcpServers")
-    servers = dict(servers) if isinstance(servers, dict) else {}
-    if is_our_mcp(servers.get(MCP_NAME)) or entry is not None:
-        servers.pop(MCP_NAME, None)
-    if entry is not None:
-        servers[MCP_NAME] = entry
-    if servers:
-        config["mcpServers"] = servers
-    else:
-        config.pop("mcpServers", None)
-    return config
-
-
-def _without_ours_kiro_cli(config: dict) -> dict:
-    config = dict(config)
-    hooks = config.get("hooks")
-    if isinstance(hooks, dict):
-        kept = {}
-        for name, entries in hooks.items():
-            if isinstance(entries, list):
-                entries = [e for e in entries
-                           if not (isinstance(e, dict) and is_ours(e.get("command")))]
-                if not entries:
-                    continue
-            kept[name] = entries
-        if kept:
-            config["hooks"] = kept
-        else:
-            config.pop("hooks")
-    return _listed(_with_server(config, None), "allowedTools", KIRO_CLI_TOOLS, False)
-
-
-def _with_ours_kiro_cli(config: dict, commands: Commands) -> dict:
-    config = _without_ours_kiro_cli(config)
-    hooks = dict(config.get("hooks") or {})
-    command = commands.shim("kiro-cli")
-    for name in KIRO_CLI_HOOKS:
-        entry: dict = {"command": command}
-        if name == "userPromptSubmit":
-            entry["timeout_ms"] = 5000
-        if name == "postToolUse":
-            entry["matcher"] = "*"
-        entries = hooks.get(name)
-        hooks[name] = [*(entries if isinstance(entries, list) else []), entry]
-    config = _with_server({**config, "hooks": hooks}, commands.mcp_server())
-    return _listed(config, "allowedTools", KIRO_CLI_TOOLS, True)
-
-
-def _without_ours_claude(config: dict) -> dict:
-    config = dict(config)
-    hooks = config.get("hooks")
-    if isinstance(hooks, dict):
-        kept = {}
-        for event, groups in hooks.items():
-            if not isinstance(groups, list):
-                kept[event] = groups
-                continue
-            new_groups = []
-            for group in groups:
-                handlers = group.get("hooks") if isinstance(group, dict) else None
-                if isinstance(handlers, list):
-                    mine = [h for h in handlers
-                            if isinstance(h, dict) and is_ours(h.get("command"))]
-                    if mine:
-                        handlers = [h for h in handlers if h not in mine]
-                        if not handlers:
-                            continue
-                        group = {**group, "hooks": handlers}
-                new_groups.append(group)
-            if new_groups:
-                kept[event] = new_groups
-        if kept:
-            config["hooks"] = kept
-        else:
-            config.pop("hooks")
-    permissions = config.get("permissions")
-    if isinstance(permissions, dict):
-        permissions = _listed(permissions, "allow", CLAUDE_TOOLS, False)
-        if permissions:
-            config["permissions"] = permissions
-        else:
-            config.pop("permissions")
-    return _listed(config, "enabledMcpjsonServers", [MCP_NAME], False)
-
-
-def _with_ours_claude(config: dict, project: bool, commands: Commands) -> dict:
-    """Our hooks; our read-and-save tools allowed; and in a project, our server in
-    ``.mcp.json`` enabled (Claude Code asks before starting a project's servers)."""
-    config = _without_ours_claude(config)
-    hooks = config.get("hooks")
-    hooks = dict(hooks) if isinstance(hooks, dict) else {}
-    command = commands.shim("claude-code")
-    for event, (group_extra, handler_extra) in CLAUDE_HOOKS.items():
-        group = {**group_extra, "hooks": [{"type": "command", "command": command,
-                                           **handler_extra}]}
-        groups = hooks.get(event)
-        hooks[event] = [*(groups if isinstance(groups, list) else []), group]
-    permissions = config.get("permissions")
-    permissions = permissions if isinstance(permissions, dict) else {}
-    config = {**config, "hooks": hooks,
-              "permissions": _listed(permissions, "allow", CLAUDE_TOOLS, True)}
-    return _listed(config, "enabledMcpjsonServers", [MCP_NAME], True) if project else config
-
-
-def _kiro_ide_hook(stem: str, commands: Commands) -> dict:
-    trigger, what = KIRO_IDE_HOOKS[stem]
-    when: dict = {"type": trigger}
-    if trigger == "postToolUse":
-        when["toolTypes"] = ["*"]
-    return {"enabled": True, "name": f"kirolearn: {trigger}",
-            "description": f"kirolearn {what}.", "version": "1", "when": when,
-            "then": {"type": "runCommand", "command": f"{commands.shim('kiro-ide')} {trigger}"}}
-
-
-def with_ours(kind: str, path: Path, config: dict | None, project: bool,
-              commands: Commands) -> dict:
-    """The file's configuration with our entries in it."""
-    if kind == KIRO_AGENT:
-        return _with_ours_kiro_cli(config if config is not None else dict(KIRO_AGENT_TEMPLATE),
-                                   commands)
-    if kind == KIRO_HOOK:
-        return _kiro_ide_hook(path.name.removesuffix(".kiro.hook"), commands)
-    if kind == KIRO_SETTINGS:
-        return {**(config or {}), KIRO_DEFAULT_AGENT: MCP_NAME}
-    if kind == CLAUDE_SETTINGS:
-        return _with_ours_claude(config or {}, project, commands)
-    entry = commands.mcp_server()
-    if kind == KIRO_MCP:
-        entry["autoApprove"] = list(APPROVED_TOOLS)
-    else:
-        entry = {"type": "stdio", **entry}
-    return _with_server(config or {}, entry)
-
-
-def without_ours(kind: str, config: dict) -> dict | None:
-    """The file's configuration without our entries (None: nothing is left)."""
-    if kind == KIRO_AGENT:
-        left = _without_ours_kiro_cli(config)
-        return None if left == KIRO_AGENT_TEMPLATE else left
-    if kind == KIRO_HOOK:
-        return None if is_ours((config.get("then") or {}).get("command")) else config
-    if kind == KIRO_SETTINGS:
-        left = {k: v for k, v in config.items()
-                if not (k == KIRO_DEFAULT_AGENT and v == MCP_NAME)}
-        return left or None
-    left = (_without_ours_claude(config) if kind == CLAUDE_SETTINGS
-            else _with_server(config, None))
-    return left or None
+def found(file: ConfigFile, config: object) -> dict[str, str]:
+    """Our entries in one file: hook name (or file, or MCP server) → what it runs."""
+    entries: dict[str, str] = {}
+    for part in file.parts:
+        entries.update(part.found(config if config is not None else {}))
+    return entries
 
 
 # -- the operations -------------------------------------------------------------------------
+
+
+def _files(agent: str, project: Path | None, home: Path, default_agent: bool = False,
+           ) -> list[ConfigFile]:
+    files = config_files(agent, project, home)
+    if default_agent:
+        files.append(ConfigFile(kiro_settings(home), (DEFAULT_AGENT,)))
+    return files
 
 
 def install(agent: str, project: Path | None, home: Path, absolute: bool = False,
@@ -384,55 +211,47 @@ def install(agent: str, project: Path | None, home: Path, absolute: bool = False
     """Write or merge agent's hooks and MCP server (and with default_agent, make
     kirolearn Kiro CLI's default agent); returns what changed. Checks every file first,
     so an unreadable one changes nothing."""
-    files = config_files(agent, project, home)
-    if default_agent:
-        if agent != "kiro-cli":
-            raise InstallError("--default-agent is for kiro-cli")
-        files.append((kiro_settings(home), KIRO_SETTINGS))
+    if default_agent and agent != "kiro-cli":
+        raise InstallError("--default-agent is for kiro-cli")
+    files = _files(agent, project, home, default_agent)
     commands = Commands.choose(absolute or project is None)
-    before = {path: read_json(path) for path, _ in files}
+    before = [read(file) for file in files]
     changes = []
-    for path, kind in files:
-        value = with_ours(kind, path, before[path], project is not None, commands)
-        theirs = before[path] is not None and not our_entries(kind, path, before[path])
-        changes.append(write_json(path, value, before[path], backup=theirs))
+    for file, config in zip(files, before, strict=True):
+        theirs = config is not None and not found(file, config)
+        changes.append(write(file, with_ours(file, config, commands), config, backup=theirs))
     return changes
 
 
 def uninstall(agent: str, project: Path | None, home: Path) -> list[Change]:
     """Remove only our entries: a file left as the user had it is their backup, put
-    back; a file or folder that held only ours goes."""
-    files = config_files(agent, project, home)
-    if agent == "kiro-cli" and (read_json(kiro_settings(home)) or {}).get(
-            KIRO_DEFAULT_AGENT) == MCP_NAME:
-        files.append((kiro_settings(home), KIRO_SETTINGS))
-    before = {path: read_json(path) for path, _ in files}
+    back; a file or folder that held only ours goes. Files go in the reverse order of
+    install's."""
+    files = _files(agent, project, home, agent == "kiro-cli" and default_agent_note(home)
+                   is None and kiro_settings(home).exists())
+    before = [read(file) for file in files]
     changes = []
-    for path, kind in files:
-        if before[path] is None:
-            changes.append(Change(path, "absent"))
+    for file, config in reversed(list(zip(files, before, strict=True))):
+        if config is None:
+            changes.append(Change(file.path, "absent"))
             continue
-        value = without_ours(kind, before[path])
-        backup = path.with_name(path.name + BACKUP_SUFFIX)
-        if value is not None and value != before[path] and _holds(backup, value):
-            os.replace(backup, path)  # as the user had it, byte for byte
-            changes.append(Change(path, "restored"))
+        value = without_ours(file, config)
+        backup = file.path.with_name(file.path.name + BACKUP_SUFFIX)
+        if value is not None and value != config and _holds(file, backup, value):
+            os.replace(backup, file.path)  # as the user had it, byte for byte
+            changes.append(Change(file.path, "restored"))
         else:
-            changes.append(write_json(path, value, before[path], backup=False))
+            changes.append(write(file, value, config, backup=False))
         if value is None:
-            _remove_empty_folders(path.parent, home if kind == KIRO_SETTINGS else project or home)
-    return changes
+            inside = project if project and project in file.path.parents else home
+            _remove_empty_folders(file.path.parent, inside)
+    return changes[::-1]
 
 
-def kiro_settings(home: Path) -> Path:
-    """Kiro CLI's own settings (``kiro-cli settings``)."""
-    return home / ".kiro" / "settings" / "cli.json"
-
-
-def _holds(backup: Path, value: dict) -> bool:
+def _holds(file: ConfigFile, backup: Path, value: object) -> bool:
     """Whether the backup holds value (a missing or broken backup holds nothing)."""
     try:
-        return read_json(backup) == value
+        return read(ConfigFile(backup, file.parts, file.format)) == value
     except InstallError:
         return False
 
@@ -447,56 +266,26 @@ def _remove_empty_folders(folder: Path, root: Path) -> None:
         folder = folder.parent
 
 
-def our_entries(kind: str, path: Path, config: dict) -> dict[str, str]:
-    """Our entries in one file: hook name (for the IDE, the file; MCP_ENTRY for the MCP
-    server) → the command it runs."""
-    found: dict[str, str] = {}
-    hooks = config.get("hooks") if isinstance(config.get("hooks"), dict) else {}
-    if kind == KIRO_AGENT:
-        for name, entries in hooks.items():
-            for entry in entries if isinstance(entries, list) else []:
-                if isinstance(entry, dict) and is_ours(entry.get("command")):
-                    found[name] = entry["command"]
-    elif kind == CLAUDE_SETTINGS:
-        for event, groups in hooks.items():
-            for group in groups if isinstance(groups, list) else []:
-                for handler in (group.get("hooks") or []) if isinstance(group, dict) else []:
-                    if isinstance(handler, dict) and is_ours(handler.get("command")):
-                        found[event] = handler["command"]
-    elif kind == KIRO_HOOK:
-        command = (config.get("then") or {}).get("command")
-        if is_ours(command) and config.get("enabled") is not False:
-            found[path.name] = command
-    if kind in (KIRO_AGENT, KIRO_MCP, CLAUDE_MCP):
-        servers = config.get("mcpServers")
-        entry = servers.get(MCP_NAME) if isinstance(servers, dict) else None
-        if is_our_mcp(entry) and entry.get("disabled") is not True:
-            found[MCP_ENTRY] = entry["command"]
-    return found
-
-
 def check(agent: str, project: Path | None, home: Path) -> tuple[str, str]:
     """(state, detail) of agent's configuration there: state is "installed",
     "missing" (not installed), or "broken" (with what to fix)."""
     try:
         files = config_files(agent, project, home)
-        found = {path: our_entries(kind, path, read_json(path) or {}) for path, kind in files}
+        entries = [found(file, read(file)) for file in files]
     except InstallError as exc:
         return "broken", str(exc)
-    if not any(found.values()):
+    if not any(entries):
         return "missing", "not installed"
     fix = f"run: kirolearn install --agent {agent}"
-    hooks = {"kiro-cli": set(KIRO_CLI_HOOKS), "claude-code": set(CLAUDE_HOOKS)}.get(agent)
-    for (path, kind), entries in zip(files, found.values(), strict=True):
-        if kind == KIRO_HOOK and path.name not in entries:
-            return "broken", f"{path} is missing or disabled; {fix}"
-        missing = (hooks or set()) - set(entries) if kind in (KIRO_AGENT, CLAUDE_SETTINGS) else ()
+    for file, ours in zip(files, entries, strict=True):
+        missing = [name for part in file.parts for name in part.required if name not in ours]
+        if missing and (file.format == "text" or missing == [file.path.name]):
+            return "broken", f"{file.path} is missing or disabled; {fix}"
         if missing:
-            return "broken", (f"{path} lacks the kirolearn hook(s) {', '.join(sorted(missing))};"
-                              f" {fix}")
-        if kind in (KIRO_AGENT, KIRO_MCP, CLAUDE_MCP) and MCP_ENTRY not in entries:
-            return "broken", f"{path} lacks the kirolearn MCP server (or it is disabled); {fix}"
-    names = {c.split()[0] for entries in found.values() for c in entries.values()}
+            return "broken", f"{file.path} lacks kirolearn's {', '.join(missing)}; {fix}" + (
+                " with codex on PATH (or trust them in codex: /hooks)"
+                if "hook trust" in missing else "")
+    names = {c.split()[0] for ours in entries for c in ours.values()}
     for name in sorted(names):
         if os.sep in name and not os.access(name, os.X_OK):
             return "broken", (f"the configuration runs {name}, which is not there"
@@ -507,15 +296,16 @@ def check(agent: str, project: Path | None, home: Path) -> tuple[str, str]:
     how = ("commands on PATH (" + ", ".join(f"{n} → {shutil.which(n)}" for n in sorted(names))
            + ")" if all(os.sep not in n for n in names)
            else "absolute paths (this machine's installation)")
-    return "installed", ", ".join(str(path) for path, _ in files) + f"; {how}"
+    return "installed", ", ".join(str(file.path) for file in files) + f"; {how}"
 
 
 def default_agent_note(home: Path) -> str | None:
     """What to run when plain ``kiro-cli chat`` does not use our agent (None: it does)."""
     try:
-        default = (read_json(kiro_settings(home)) or {}).get(KIRO_DEFAULT_AGENT)
+        settings = read(ConfigFile(kiro_settings(home), ())) or {}
     except InstallError as exc:
         return str(exc)
+    default = settings.get(KIRO_DEFAULT_AGENT) if isinstance(settings, dict) else None
     if default == MCP_NAME:
         return None
     uses = f"agent {default!r}" if default else "its built-in default agent"

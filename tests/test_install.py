@@ -113,7 +113,7 @@ def test_every_agent_installs_and_uninstalls_cleanly(user):
     doctor = run(env, proj, "doctor")
     assert doctor.returncode == 0, doctor.stdout  # the first hook starts the daemon
     assert "note  daemon: not running; the first hook starts it" in doctor.stdout
-    for agent_name in install.AGENTS:
+    for agent_name in ("kiro-cli", "kiro-ide", "claude-code"):
         assert f"ok    {agent_name} (project {proj})" in doctor.stdout
     assert "absolute paths (this machine's installation)" in doctor.stdout
     assert (f"note  kiro-cli (project {proj}): plain `kiro-cli chat` uses its built-in"
@@ -267,7 +267,7 @@ def test_doctor_names_a_hook_that_was_removed_by_hand(user):
     settings.write_text(json.dumps(config))
     (proj / ".kiro/hooks/kirolearn-stop.kiro.hook").unlink()
     doctor = run(env, proj, "doctor").stdout
-    assert (f"FAIL  claude-code (project {proj}): {settings} lacks the kirolearn hook(s)"
+    assert (f"FAIL  claude-code (project {proj}): {settings} lacks kirolearn's"
             " UserPromptSubmit; run: kirolearn install --agent claude-code") in doctor
     assert (f"FAIL  kiro-ide (project {proj}): {proj}/.kiro/hooks/kirolearn-stop.kiro.hook is"
             " missing or disabled; run: kirolearn install --agent kiro-ide") in doctor
@@ -281,5 +281,5 @@ def test_doctor_names_a_missing_mcp_server(user):
     del agent["mcpServers"]
     agent_file.write_text(json.dumps(agent))
     doctor = run(env, proj, "doctor").stdout
-    assert (f"FAIL  kiro-cli (project {proj}): {agent_file} lacks the kirolearn MCP server"
-            " (or it is disabled); run: kirolearn install --agent kiro-cli") in doctor
+    assert (f"FAIL  kiro-cli (project {proj}): {agent_file} lacks kirolearn's MCP"
+            " server; run: kirolearn install --agent kiro-cli") in doctor

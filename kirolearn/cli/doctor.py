@@ -78,7 +78,7 @@ def doctor(project_dir: str | None) -> None:
     installed = 0
     for agent in install.AGENTS:
         for scope, target in scopes:
-            if agent == "kiro-ide" and target is None:
+            if agent in install.PROJECT_ONLY and target is None:
                 continue
             state, detail = install.check(agent, target, Path.home())
             installed += state != "missing"
@@ -90,7 +90,7 @@ def doctor(project_dir: str | None) -> None:
                     report(None, f"{agent} ({scope})", note)
     if not installed:
         report(None, "agents", "no agent has kirolearn's hooks here; run: kirolearn install"
-               " --agent kiro-cli|kiro-ide|claude-code")
+               " --agent " + "|".join(install.AGENTS))
     sys.exit(1 if problems else 0)
 
 

@@ -1,0 +1,279 @@
+"""Every agent kirolearn serves, and the files its configuration lives in.
+
+One entry per agent: given the project (None: the user's own configuration, for
+every project) and the user's home, the files install writes, each with the parts
+(``shims/parts.py``) that go into it. Files are written in this order and
+taken out in the reverse one, so a part may read a file listed before it (Codex's
+hook trust reads the hooks it trusts).
+
+The MCP tools that only read or add memories are pre-approved where the agent has a
+way to say so (Kiro CLI ``allowedTools``, Kiro IDE ``autoApprove``, Claude Code
+``permissions.allow``, Codex ``approval_mode``); ``forget`` deletes and
+``update_memory`` rewrites, so for those the agent asks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kirolearn.shims import codex_trust
+from kirolearn.shims.parts import (
+    MCP_NAME,
+    Commands,
+    FlatHooks,
+    GroupedHooks,
+    Listed,
+    McpServer,
+    Setting,
+    WholeFile,
+    is_ours,
+)
+
+# Not forget, nor update_memory: for those the agent asks.
+APPROVED_TOOLS = ("search_memory", "recall", "resume_session", "timeline", "get_records",
+                  "save_observation", "save_session_summary")
+KIRO_CLI_TOOLS = [f"@{MCP_NAME}/{tool}" for tool in APPROVED_TOOLS]
+CLAUDE_TOOLS = [f"mcp__{MCP_NAME}__{tool}" for tool in APPROVED_TOOLS]
+
+
+class InstallError(Exception):
+    """Something the user has to fix before the configuration can be written."""
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    """One file install writes: its parts, its format (json, toml, or text for a file
+    that is all ours), and what a new file starts from (the same left after uninstall
+    means the file goes)."""
+
+    path: Path
+    parts: tuple
+    format: str = "json"
+    template: dict = field(default_factory=dict)
+
+
+# -- Kiro CLI: one agent file holds the hooks and the MCP server ---------------------------
+
+KIRO_AGENT_TEMPLATE = {
+    "name": "kirolearn",
+    "description": "Kiro's default tools, with kirolearn's long-term memory hooks.",
+    "tools": ["*"],
+    "resources": ["file://AGENTS.md", "file://README.md"],
+    "useLegacyMcpJson": True,
+}
+KIRO_DEFAULT_AGENT = "chat.defaultAgent"  # in ~/.kiro/settings/cli.json: plain `kiro-cli chat`
+
+
+def kiro_settings(home: Path) -> Path:
+    """Kiro CLI's own settings (``kiro-cli settings``)."""
+    return home / ".kiro" / "settings" / "cli.json"
+
+
+def kiro_cli(project: Path | None, home: Path) -> list[ConfigFile]:
+    hooks = FlatHooks("kiro-cli", {"agentSpawn": {}, "userPromptSubmit": {"timeout_ms": 5000},
+                                   "postToolUse": {"matcher": "*"}, "stop": {}})
+    return [ConfigFile((project or home) / ".kiro" / "agents" / "kirolearn.json",
+                       (hooks, McpServer(), Listed(("allowedTools",), tuple(KIRO_CLI_TOOLS))),
+                       template=KIRO_AGENT_TEMPLATE)]
+
+
+DEFAULT_AGENT = Setting(KIRO_DEFAULT_AGENT, MCP_NAME)
+
+
+# -- Kiro IDE: a file per hook, and the project's MCP settings ------------------------------
+
+KIRO_IDE_HOOKS = {  # file stem → (trigger, what it does)
+    "kirolearn-prompt": ("promptSubmit", "gives the agent what kirolearn remembers"),
+    "kirolearn-tool": ("postToolUse", "records each tool use"),
+    "kirolearn-stop": ("agentStop", "records the end of the turn"),
+}
+
+
+def _kiro_ide_hook(stem: str) -> WholeFile:
+    trigger, what = KIRO_IDE_HOOKS[stem]
+
+    def render(commands: Commands) -> dict:
+        when: dict = {"type": trigger}
+        if trigger == "postToolUse":
+            when["toolTypes"] = ["*"]
+        return {"enabled": True, "name": f"kirolearn: {trigger}",
+                "description": f"kirolearn {what}.", "version": "1", "when": when,
+                "then": {"type": "runCommand",
+                         "command": f"{commands.shim('kiro-ide')} {trigger}"}}
+
+    def command(config: object) -> str | None:
+        if not isinstance(config, dict) or config.get("enabled") is False:
+            return None
+        then = config.get("then")
+        found = then.get("command") if isinstance(then, dict) else None
+        return found if is_ours(found) else None
+
+    return WholeFile(f"{stem}.kiro.hook", render, command, required=(f"{stem}.kiro.hook",))
+
+
+def kiro_ide(project: Path | None, home: Path) -> list[ConfigFile]:
+    if project is None:
+        raise InstallError("Kiro IDE hooks live in a project: use --project DIR")
+    hooks = [ConfigFile(project / ".kiro" / "hooks" / f"{stem}.kiro.hook",
+                        (_kiro_ide_hook(stem),)) for stem in KIRO_IDE_HOOKS]
+    server = McpServer(shape=lambda entry: {**entry, "autoApprove": list(APPROVED_TOOLS)})
+    return [*hooks, ConfigFile(project / ".kiro" / "settings" / "mcp.json", (server,))]
+
+
+# -- Claude Code: settings.json hooks, .mcp.json (or ~/.claude.json) server -----------------
+
+CLAUDE_HOOKS = {  # event → extra fields of its matcher group and of its handler
+    "SessionStart": ({"matcher": "startup|resume|clear|compact"}, {"timeout": 10}),
+    "UserPromptSubmit": ({}, {"timeout": 5}),
+    # Not "async": Claude Code kills background hooks when it exits, so a headless run
+    # (`claude -p`) would lose its tool uses and its turn end (tests/test_claude_code_e2e).
+    "PostToolUse": ({}, {"timeout": 5}),
+    "PostToolUseFailure": ({}, {"timeout": 5}),
+    "Stop": ({}, {"timeout": 5}),
+    "SessionEnd": ({}, {"timeout": 5}),
+}
+
+
+def claude_code(project: Path | None, home: Path) -> list[ConfigFile]:
+    settings = [GroupedHooks("claude-code", CLAUDE_HOOKS),
+                Listed(("permissions", "allow"), tuple(CLAUDE_TOOLS))]
+    server = McpServer(shape=lambda entry: {"type": "stdio", **entry})
+    if project is None:  # user scope: Claude Code keeps its servers in ~/.claude.json
+        return [ConfigFile(home / ".claude" / "settings.json", tuple(settings)),
+                ConfigFile(home / ".claude.json", (server,))]
+    # Claude Code asks before starting a project's servers, unless the settings enable it.
+    settings.append(Listed(("enabledMcpjsonServers",), (MCP_NAME,)))
+    return [ConfigFile(project / ".claude" / "settings.json", tuple(settings)),
+            ConfigFile(project / ".mcp.json", (server,))]
+
+
+# -- Codex CLI: .codex/hooks.json, MCP server in config.toml, trust of our hooks ------------
+
+CODEX_HOOKS = {
+    "SessionStart": ({"matcher": "startup|resume|clear"}, {"timeout": 10}),
+    "UserPromptSubmit": ({}, {"timeout": 5}),
+    "PostToolUse": ({}, {"timeout": 5}),
+    "Stop": ({}, {"timeout": 5}),
+    "SessionEnd": ({}, {"timeout": 5}),
+}
+
+
+def _codex_server(entry: dict) -> dict:
+    return {**entry, "tools": {tool: {"approval_mode": "approve"} for tool in APPROVED_TOOLS}}
+
+
+def codex(project: Path | None, home: Path) -> list[ConfigFile]:
+    """Codex runs a hook only once the user trusts it (its ``/hooks`` screen);
+    install records that trust for our hooks in ``~/.codex/config.toml``, as the
+    screen does, with the hashes Codex itself reports."""
+    codex_home = Path(os.environ.get("CODEX_HOME") or home / ".codex")
+    hooks_file = project / ".codex" / "hooks.json" if project else codex_home / "hooks.json"
+    hooks = ConfigFile(hooks_file, (GroupedHooks("codex", CODEX_HOOKS),))
+    server = McpServer("mcp_servers", _codex_server)
+    trust = codex_trust.Trust(hooks_file, project or home, home)
+    user_config = codex_home / "config.toml"
+    if project is None:
+        return [hooks, ConfigFile(user_config, (server, trust), "toml")]
+    return [hooks, ConfigFile(project / ".codex" / "config.toml", (server,), "toml"),
+            ConfigFile(user_config, (trust,), "toml")]
+
+
+# -- Gemini CLI: hooks and MCP server in .gemini/settings.json ------------------------------
+
+GEMINI_HOOKS = {  # timeouts in milliseconds
+    "SessionStart": ({}, {"name": "kirolearn", "timeout": 10000}),
+    "BeforeAgent": ({}, {"name": "kirolearn", "timeout": 5000}),
+    "AfterTool": ({}, {"name": "kirolearn", "timeout": 5000}),
+    "AfterAgent": ({}, {"name": "kirolearn", "timeout": 5000}),
+    "SessionEnd": ({}, {"name": "kirolearn", "timeout": 5000}),
+}
+
+
+def gemini(project: Path | None, home: Path) -> list[ConfigFile]:
+    return [ConfigFile((project or home) / ".gemini" / "settings.json",
+                       (GroupedHooks("gemini", GEMINI_HOOKS), McpServer()))]
+
+
+# -- GitHub Copilot CLI: .github/hooks/kirolearn.json; servers in ~/.copilot ---------------
+
+COPILOT_HOOKS = {event: {"type": "command", "timeoutSec": 5} for event in (
+    "sessionStart", "userPromptSubmitted", "postToolUse", "postToolUseFailure", "agentStop",
+    "sessionEnd")}
+
+
+def copilot(project: Path | None, home: Path) -> list[ConfigFile]:
+    """Copilot CLI loads hook files from the repository only, and MCP servers from the
+    user's ``~/.copilot/mcp-config.json``."""
+    if project is None:
+        raise InstallError("Copilot CLI hooks live in a repository (.github/hooks): use"
+                           " --project DIR")
+    server = McpServer(shape=lambda entry: {"type": "local", **entry, "tools": ["*"]})
+    return [ConfigFile(project / ".github" / "hooks" / "kirolearn.json",
+                       (FlatHooks("copilot", COPILOT_HOOKS, "bash", named=True),),
+                       template={"version": 1}),
+            ConfigFile(home / ".copilot" / "mcp-config.json", (server,))]
+
+
+# -- Cursor: .cursor/hooks.json and .cursor/mcp.json ---------------------------------------
+
+CURSOR_HOOKS = {event: {} for event in (
+    "sessionStart", "beforeSubmitPrompt", "afterFileEdit", "afterShellExecution",
+    "afterMCPExecution", "afterAgentResponse", "sessionEnd")}
+
+
+def cursor(project: Path | None, home: Path) -> list[ConfigFile]:
+    where = (project or home) / ".cursor"
+    return [ConfigFile(where / "hooks.json", (FlatHooks("cursor", CURSOR_HOOKS),),
+                       template={"version": 1}),
+            ConfigFile(where / "mcp.json", (McpServer(),))]
+
+
+# -- OpenCode: a plugin file that runs our shim, the server in opencode.json ----------------
+
+OPENCODE_PLUGIN = Path(__file__).with_name("opencode_plugin.js")
+OPENCODE_COMMAND = re.compile(r'^const SHIM = (".*");$', re.MULTILINE)
+
+
+def _opencode_plugin() -> WholeFile:
+    def render(commands: Commands) -> str:
+        text = OPENCODE_PLUGIN.read_text("utf-8")
+        return OPENCODE_COMMAND.sub(lambda _: "const SHIM = "
+                                    + json.dumps(commands.shim("opencode")) + ";", text)
+
+    def command(content: object) -> str | None:
+        found = OPENCODE_COMMAND.search(content) if isinstance(content, str) else None
+        shim = json.loads(found.group(1)) if found else None
+        return shim if is_ours(shim) else None
+
+    return WholeFile("kirolearn.js", render, command, required=("kirolearn.js",))
+
+
+def opencode(project: Path | None, home: Path) -> list[ConfigFile]:
+    server = McpServer("mcp", lambda entry: {
+        "type": "local", "command": [entry["command"], *entry["args"]], "enabled": True})
+    if project is None:
+        where = home / ".config" / "opencode"
+        return [ConfigFile(where / "plugins" / "kirolearn.js", (_opencode_plugin(),), "text"),
+                ConfigFile(where / "opencode.json", (server,))]
+    return [ConfigFile(project / ".opencode" / "plugins" / "kirolearn.js",
+                       (_opencode_plugin(),), "text"),
+            ConfigFile(project / "opencode.json", (server,))]
+
+
+AGENTS: dict[str, Callable[[Path | None, Path], list[ConfigFile]]] = {
+    "kiro-cli": kiro_cli, "kiro-ide": kiro_ide, "claude-code": claude_code, "codex": codex,
+    "gemini": gemini, "copilot": copilot, "cursor": cursor, "opencode": opencode,
+}
+PROJECT_ONLY = ("kiro-ide", "copilot")  # agents whose hooks live in a project only
+
+
+def config_files(agent: str, project: Path | None, home: Path) -> list[ConfigFile]:
+    """The files install writes for agent, in project or (None) in the user's home."""
+    if agent not in AGENTS:
+        raise InstallError(f"unknown agent {agent!r}; choose one of {', '.join(AGENTS)}")
+    return AGENTS[agent](project, home)

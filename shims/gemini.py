@@ -1,0 +1,68 @@
+"""Gemini CLI shim (``kirolearn-gemini``): ``.gemini/settings.json`` command hooks.
+
+Gemini CLI's hooks follow Claude Code's (stdin JSON with ``session_id`` and ``cwd``,
+``hookSpecificOutput.additionalContext`` for context) under other names; stdout
+must hold JSON and nothing else, so a hook with nothing to say prints ``{}``. A
+tool's ``absolute_path`` is read as its path, the shell's ``Exit Code`` as its exit
+status.
+
+| hook | event | stdout |
+| --- | --- | --- |
+| ``SessionStart`` | ``note`` | the project's session context |
+| ``BeforeAgent`` | ``prompt`` (retrieval) | the prompt's context, added to the turn |
+| ``AfterTool`` | ``tool_use`` | — |
+| ``AfterAgent`` | ``session_summary`` from ``prompt_response`` | — |
+| ``SessionEnd`` | ``note`` with the reason | — |
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from kirolearn.shims import common
+
+SURFACE = "gemini"
+ROLES = {"SessionStart": "start", "BeforeAgent": "prompt", "AfterTool": "tool",
+         "AfterAgent": "turn_end", "SessionEnd": "end"}
+EXIT_CODE = re.compile(r"^Exit Code: (-?\d+)", re.MULTILINE)
+
+
+def tool_use(payload: dict) -> dict:
+    """Gemini's tool use as the tool-use body: its responses are ``{llmContent,
+    returnDisplay, error}``, and its file tools name an ``absolute_path``."""
+    tool_input = payload.get("tool_input")
+    tool_input = dict(tool_input) if isinstance(tool_input, dict) else {}
+    if isinstance(tool_input.get("absolute_path"), str):
+        tool_input.setdefault("file_path", tool_input["absolute_path"])
+    response = payload.get("tool_response")
+    if isinstance(response, dict):
+        text = response.get("llmContent")
+        text = text if isinstance(text, str) else ""
+        said = EXIT_CODE.search(text)
+        response = {"output": text, **({"exit_code": int(said.group(1))} if said else {}),
+                    **({"error": str(response["error"]), "is_error": True}
+                       if response.get("error") else {})}
+    return common.tool_body(payload.get("tool_name"), tool_input, response)
+
+
+def read(payload: dict) -> common.Hook:
+    name = str(payload.get("hook_event_name") or "")
+    role = ROLES.get(name, "ignored")
+    text = {"start": payload.get("source"), "prompt": payload.get("prompt"),
+            "turn_end": payload.get("prompt_response"), "end": payload.get("reason")}.get(role)
+    tools = (tool_use(payload),) if role == "tool" else ()
+    return common.Hook(role, name, payload.get("session_id"), payload.get("cwd"), text, tools)
+
+
+def handle(payload: dict) -> str:
+    hook = read(payload)
+    return common.hook_specific_output(hook.name, common.answer(SURFACE, hook)) or "{}"
+
+
+def main() -> int:
+    return common.run_stdin_hook(handle)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

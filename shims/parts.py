@@ -1,0 +1,273 @@
+"""What kirolearn puts in an agent's configuration file, one kind of entry a class.
+
+Each part adds its entries to a configuration (a dict read from JSON or TOML), takes
+them out again leaving everything else as it was, and finds them (name → the
+command it runs, for ``doctor``). Parts are pure: they never touch the disk, so
+install can compute every file before it writes one.
+
+Our entries are recognised by what they run: a hook by its command (one of our
+shims), the MCP server by its name and ``kirolearn mcp``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+MCP_NAME = "kirolearn"
+MCP_ENTRY = "MCP server"  # how found() names our MCP server among the hooks
+
+
+class Commands(Protocol):
+    """How a configuration names our programs (install.Commands)."""
+
+    def program(self, name: str) -> str: ...
+    def shim(self, agent: str) -> str: ...
+
+
+def is_ours(command: object) -> bool:
+    """Whether a hook's command runs one of our shims."""
+    if not isinstance(command, str) or not command.strip():
+        return False
+    name = os.path.basename(command.split()[0].strip("'\""))
+    return name.startswith("kirolearn-")
+
+
+def is_our_mcp(entry: object) -> bool:
+    """Whether an MCP server entry runs ``kirolearn mcp`` (as command and args, or as
+    one argv list)."""
+    if not isinstance(entry, dict):
+        return False
+    command = entry.get("command")
+    if isinstance(command, list):
+        argv = command
+    else:
+        argv = [command, *(entry.get("args") or [])] if isinstance(entry.get("args"), list) \
+            else [command]
+    return (len(argv) == 2 and isinstance(argv[0], str)
+            and os.path.basename(argv[0]) == "kirolearn" and argv[1] == "mcp")
+
+
+def _dict(value: object) -> dict:
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def _set(config: dict, key: str, value: object) -> dict:
+    """config with key set to value; an empty value removes the key."""
+    config = dict(config)
+    if value:
+        config[key] = value
+    else:
+        config.pop(key, None)
+    return config
+
+
+@dataclass(frozen=True)
+class GroupedHooks:
+    """Hooks in Claude Code's layout, which Codex and Gemini CLI share:
+    ``hooks: {Event: [{matcher?, hooks: [{type: command, command, …}]}]}``, one group of
+    ours appended per event. events: event → (extra group fields, extra handler
+    fields)."""
+
+    agent: str
+    events: dict[str, tuple[dict, dict]]
+    key: str = "hooks"
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        return tuple(self.events)
+
+    def add(self, config: dict, commands: Commands) -> dict:
+        config = self.remove(config)
+        hooks = _dict(config.get(self.key))
+        command = commands.shim(self.agent)
+        for event, (group_extra, handler_extra) in self.events.items():
+            group = {**group_extra, "hooks": [{"type": "command", "command": command,
+                                               **handler_extra}]}
+            groups = hooks.get(event)
+            hooks[event] = [*(groups if isinstance(groups, list) else []), group]
+        return {**config, self.key: hooks}
+
+    def remove(self, config: dict) -> dict:
+        hooks = config.get(self.key)
+        if not isinstance(hooks, dict):
+            return dict(config)
+        kept = {}
+        for event, groups in hooks.items():
+            if not isinstance(groups, list):
+                kept[event] = groups
+                continue
+            new_groups = []
+            for group in groups:
+                handlers = group.get("hooks") if isinstance(group, dict) else None
+                if isinstance(handlers, list):
+                    theirs = [h for h in handlers
+                              if not (isinstance(h, dict) and is_ours(h.get("command")))]
+                    if len(theirs) < len(handlers):
+                        if not theirs:
+                            continue
+                        group = {**group, "hooks": theirs}
+                new_groups.append(group)
+            if new_groups:
+                kept[event] = new_groups
+        return _set(config, self.key, kept)
+
+    def found(self, config: dict) -> dict[str, str]:
+        hooks = _dict(config.get(self.key))
+        return {event: handler["command"]
+                for event, groups in hooks.items() if isinstance(groups, list)
+                for group in groups if isinstance(group, dict)
+                for handler in (group.get("hooks") or []) if isinstance(handler, dict)
+                and is_ours(handler.get("command"))}
+
+
+@dataclass(frozen=True)
+class FlatHooks:
+    """Hooks as one list of handlers per event: ``hooks: {event: [{command, …}]}``
+    (Kiro CLI, Cursor; Copilot CLI names the command ``bash``). events: event → extra
+    fields of our handler. With named, the command names its event (Copilot's
+    payloads do not)."""
+
+    agent: str
+    events: dict[str, dict]
+    command_key: str = "command"
+    named: bool = False
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        return tuple(self.events)
+
+    def add(self, config: dict, commands: Commands) -> dict:
+        config = self.remove(config)
+        hooks = _dict(config.get("hooks"))
+        command = commands.shim(self.agent)
+        for event, extra in self.events.items():
+            entries = hooks.get(event)
+            hooks[event] = [*(entries if isinstance(entries, list) else []), {
+                **extra, self.command_key: f"{command} {event}" if self.named else command}]
+        return {**config, "hooks": hooks}
+
+    def remove(self, config: dict) -> dict:
+        hooks = config.get("hooks")
+        if not isinstance(hooks, dict):
+            return dict(config)
+        kept = {}
+        for event, entries in hooks.items():
+            if isinstance(entries, list):
+                entries = [e for e in entries if not self._ours(e)]
+                if not entries:
+                    continue
+            kept[event] = entries
+        return _set(config, "hooks", kept)
+
+    def found(self, config: dict) -> dict[str, str]:
+        return {event: entry[self.command_key]
+                for event, entries in _dict(config.get("hooks")).items()
+                if isinstance(entries, list) for entry in entries if self._ours(entry)}
+
+    def _ours(self, entry: object) -> bool:
+        return isinstance(entry, dict) and is_ours(entry.get(self.command_key))
+
+
+@dataclass(frozen=True)
+class McpServer:
+    """Our MCP server under ``servers_key`` (``mcpServers``; Codex ``mcp_servers``;
+    OpenCode ``mcp``). shape turns ``{command, args}`` into the agent's entry."""
+
+    servers_key: str = "mcpServers"
+    shape: Callable[[dict], dict] = dict
+    required: tuple[str, ...] = (MCP_ENTRY,)
+
+    def add(self, config: dict, commands: Commands) -> dict:
+        config = self.remove(config)
+        servers = _dict(config.get(self.servers_key))
+        servers[MCP_NAME] = self.shape({"command": commands.program("kirolearn"),
+                                        "args": ["mcp"]})
+        return {**config, self.servers_key: servers}
+
+    def remove(self, config: dict) -> dict:
+        servers = _dict(config.get(self.servers_key))
+        if not is_our_mcp(servers.pop(MCP_NAME, None)):
+            return dict(config)
+        return _set(config, self.servers_key, servers)
+
+    def found(self, config: dict) -> dict[str, str]:
+        entry = _dict(config.get(self.servers_key)).get(MCP_NAME)
+        if not is_our_mcp(entry) or entry.get("disabled") is True \
+                or entry.get("enabled") is False:
+            return {}
+        command = entry["command"]
+        return {MCP_ENTRY: command[0] if isinstance(command, list) else command}
+
+
+@dataclass(frozen=True)
+class Listed:
+    """names in the list at a path of keys (the tools an agent may call without asking,
+    the project servers Claude Code enables); a list left empty goes."""
+
+    path: tuple[str, ...]
+    names: tuple[str, ...]
+    required: tuple[str, ...] = ()
+
+    def add(self, config: dict, commands: Commands) -> dict:
+        return self._change(config, self.path, True)
+
+    def remove(self, config: dict) -> dict:
+        return self._change(config, self.path, False)
+
+    def found(self, config: dict) -> dict[str, str]:
+        return {}
+
+    def _change(self, config: dict, path: tuple[str, ...], present: bool) -> dict:
+        key, rest = path[0], path[1:]
+        if rest:
+            inner = config.get(key)
+            if not isinstance(inner, dict) and not present:
+                return dict(config)
+            return _set(config, key, self._change(_dict(inner), rest, present))
+        current = config.get(key)
+        current = current if isinstance(current, list) else []
+        kept = [item for item in current if item not in self.names]
+        return _set(config, key, kept + list(self.names) if present else kept)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One key set to our value (Kiro CLI's default agent); removed only while it still
+    holds our value."""
+
+    key: str
+    value: object
+    required: tuple[str, ...] = ()
+
+    def add(self, config: dict, commands: Commands) -> dict:
+        return {**config, self.key: self.value}
+
+    def remove(self, config: dict) -> dict:
+        return {k: v for k, v in config.items() if not (k == self.key and v == self.value)}
+
+    def found(self, config: dict) -> dict[str, str]:
+        return {}
+
+
+@dataclass(frozen=True)
+class WholeFile:
+    """A file that is all ours (a Kiro IDE hook, the OpenCode plugin): render makes its
+    content, command finds the command in it (None: the file is not ours)."""
+
+    name: str
+    render: Callable[[Commands], object]
+    command: Callable[[object], str | None]
+    required: tuple[str, ...] = field(default=())
+
+    def add(self, config: object, commands: Commands) -> object:
+        return self.render(commands)
+
+    def remove(self, config: object) -> object:
+        return None if self.command(config) else config
+
+    def found(self, config: object) -> dict[str, str]:
+        command = self.command(config)
+        return {self.name: command} if command else {}

@@ -1,0 +1,267 @@
+"""Codex, Gemini CLI, Copilot CLI, Cursor and OpenCode: install, doctor, their hooks fed
+the payloads each documents (../shared/reference and the agents' hook references),
+events stored, context printed in each agent's format, and uninstall leaving the
+files as they were. The real Codex CLI runs in test_codex_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from helpers import BIN, Workspace, kl, settled_context, wait_events, wait_records
+
+from kirolearn import tooluse
+
+# What a user already has where each agent keeps its configuration.
+THEIRS = {
+    "codex": (".codex/config.toml", '# mine\nmodel = "o4"\n\n[mcp_servers.docs]\n'
+                                    'command = "docs-mcp"\n'),
+    "gemini": (".gemini/settings.json", json.dumps({"theme": "dark", "hooks": {
+        "AfterTool": [{"matcher": "write_file", "hooks": [
+            {"type": "command", "command": "fmt.sh"}]}]}}, indent=4)),
+    "copilot": (".github/hooks/guard.json", json.dumps({"version": 1, "hooks": {
+        "preToolUse": [{"type": "command", "bash": "./guard.sh"}]}})),
+    "cursor": (".cursor/mcp.json", json.dumps({"mcpServers": {"db": {"command": "db-mcp"}}})),
+    "opencode": ("opencode.json", json.dumps({"$schema": "https://opencode.ai/config.json",
+                                              "model": "anthropic/claude"})),
+}
+WRITTEN = {  # the files install writes in the project (besides the user's above)
+    "codex": {".codex/hooks.json", ".codex/config.toml"},
+    "gemini": {".gemini/settings.json"},
+    "copilot": {".github/hooks/kirolearn.json"},
+    "cursor": {".cursor/hooks.json", ".cursor/mcp.json"},
+    "opencode": {".opencode/plugins/kirolearn.js", "opencode.json"},
+}
+
+
+@pytest.fixture
+def ws(tmp_path):
+    return Workspace(tmp_path)
+
+
+def tree(root) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("agent", sorted(THEIRS))
+def test_install_doctor_uninstall(ws, agent):
+    env = ws.env(PATH=os.pathsep.join((str(BIN), "/usr/bin:/bin")))
+    name, text = THEIRS[agent]
+    (ws.project / name).parent.mkdir(parents=True, exist_ok=True)
+    (ws.project / name).write_text(text)
+    project_before = tree(ws.project)
+    folders_before = sorted(p for p in ws.project.rglob("*") if p.is_dir())
+
+    first = kl("install", "--agent", agent, env=env, cwd=str(ws.project))
+    assert first.returncode == 0, first.stderr
+    for written in WRITTEN[agent]:
+        content = (ws.project / written).read_text()
+        assert "kirolearn" in content, written
+    if agent != "copilot":  # Copilot's own file is left alone: ours is a file of its own
+        assert ".kirolearn.bak" in first.stdout
+    again = kl("install", "--agent", agent, env=env, cwd=str(ws.project))
+    assert again.returncode == 0 and "updated" not in again.stdout and "created" not in \
+        again.stdout, again.stdout
+
+    doctor = kl("doctor", env=env, cwd=str(ws.project)).stdout
+    if agent == "codex":  # no codex on this PATH to ask for the hashes of our hooks
+        assert f"FAIL  codex (project {ws.project}): " in doctor
+        assert "lacks kirolearn's hook trust" in doctor and "/hooks" in doctor
+    else:
+        assert f"ok    {agent} (project {ws.project}): " in doctor, doctor
+        assert "commands on PATH" in doctor
+
+    removed = kl("uninstall", "--agent", agent, env=env, cwd=str(ws.project))
+    assert removed.returncode == 0, removed.stderr
+    assert tree(ws.project) == project_before  # byte for byte, and nothing left of ours
+    assert sorted(p.name for p in ws.home.iterdir()) == ["proj"]  # ~/.copilot, ~/.codex
+    assert sorted(p for p in ws.project.rglob("*") if p.is_dir()) == folders_before
+
+
+def test_what_each_agent_is_given(ws):
+    env = ws.env(PATH=os.pathsep.join((str(BIN), "/usr/bin:/bin")))
+    for agent in ("gemini", "cursor", "opencode"):
+        assert kl("install", "--agent", agent, env=env, cwd=str(ws.project)).returncode == 0
+    settings = json.loads((ws.project / ".gemini/settings.json").read_text())
+    assert set(settings["hooks"]) == {"SessionStart", "BeforeAgent", "AfterTool",
+                                      "AfterAgent", "SessionEnd"}
+    assert settings["hooks"]["BeforeAgent"][0]["hooks"][0] == {
+        "type": "command", "command": "kirolearn-gemini", "name": "kirolearn", "timeout": 5000}
+    assert settings["mcpServers"]["kirolearn"] == {"command": "kirolearn", "args": ["mcp"]}
+    hooks = json.loads((ws.project / ".cursor/hooks.json").read_text())
+    assert hooks["version"] == 1
+    assert hooks["hooks"]["beforeSubmitPrompt"] == [{"command": "kirolearn-cursor"}]
+    opencode = json.loads((ws.project / "opencode.json").read_text())
+    assert opencode["mcp"]["kirolearn"] == {"type": "local", "command": ["kirolearn", "mcp"],
+                                            "enabled": True}
+    plugin = (ws.project / ".opencode/plugins/kirolearn.js").read_text()
+    assert 'const SHIM = "kirolearn-opencode";' in plugin
+    refused = kl("install", "--agent", "copilot", "--global", env=env)
+    assert refused.returncode == 1 and "use --project DIR" in refused.stderr
+
+
+def run_hook(ws: Workspace, shim: str, payload: dict, *args: str) -> str:
+    result, _ = ws.hook(shim, payload, *args)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    return result.stdout
+
+
+def check_session(events: list[dict], surface: str, ws: Workspace) -> None:
+    assert {e["source"]["surface"] for e in events} == {surface}
+    assert {e["namespace"] for e in events} == {ws.namespace}
+    assert len({e["session_id"] for e in events}) == 1
+
+
+def kinds(events: list[dict]) -> list[str]:
+    return [e["kind"] for e in events]
+
+
+def test_gemini_every_hook(daemon, ws):
+    base = {"session_id": "g-1", "transcript_path": "/x/g-1.json", "cwd": str(ws.project),
+            "timestamp": "2026-11-24T10:00:00Z"}
+    hook = lambda name, **fields: run_hook(  # noqa: E731
+        ws, "kirolearn-gemini", {**base, "hook_event_name": name, **fields})
+    assert hook("SessionStart", source="startup") == "{}"
+    assert hook("BeforeAgent", prompt="Fix the flaky retry test") == "{}"
+    assert hook("AfterTool", tool_name="run_shell_command",
+                tool_input={"command": "pytest -q tests/test_retry.py"},
+                tool_response={"llmContent": "Command: pytest -q tests/test_retry.py\n"
+                               "Output: 1 failed, 2 passed\nError: (none)\nExit Code: 1\n",
+                               "returnDisplay": "1 failed"}) == "{}"
+    assert hook("AfterTool", tool_name="read_file",
+                tool_input={"absolute_path": str(ws.project / "src/retry.py")},
+                tool_response={"llmContent": "RETRIES = 3\n"}) == "{}"
+    assert hook("AfterAgent", prompt="Fix the flaky retry test", stop_hook_active=False,
+                prompt_response="The retry test waits for the server now.") == "{}"
+    assert hook("SessionEnd", reason="exit") == "{}"
+    events = wait_events(6)
+    check_session(events, "gemini", ws)
+    assert kinds(events) == ["note", "prompt", "tool_use", "tool_use", "session_summary",
+                             "note"]
+    run = tooluse.observe(events[2]["body"]["data"])
+    assert (run.kind, run.command, run.exit_status, run.failed) == (
+        "run", "pytest -q tests/test_retry.py", 1, True)
+    read = tooluse.observe(events[3]["body"]["data"])
+    assert (read.kind, read.paths) == ("read", [str(ws.project / "src/retry.py")])
+    assert events[4]["body"]["content"] == "The retry test waits for the server now."
+    assert events[5]["body"]["content"] == "gemini session ended (exit)"
+
+    wait_records(ws.namespace)
+    question = "flaky retry test"
+    settled_context(ws.namespace, question)
+    printed = json.loads(hook("BeforeAgent", prompt=question))["hookSpecificOutput"]
+    assert printed["hookEventName"] == "BeforeAgent"
+    assert "from kirolearn" in printed["additionalContext"]
+
+
+def test_cursor_every_hook(daemon, ws):
+    base = {"conversation_id": "c-1", "generation_id": "g-1", "model": "gpt",
+            "cursor_version": "3.1", "workspace_roots": [str(ws.project)],
+            "user_email": None}
+    hook = lambda name, **fields: run_hook(  # noqa: E731
+        ws, "kirolearn-cursor", {**base, "hook_event_name": name, **fields})
+    path = str(ws.project / "src/export.py")
+    assert hook("sessionStart", is_background_agent=False, composer_mode="agent") == ""
+    assert hook("beforeSubmitPrompt", prompt="Add a CSV export", attachments=[]) == ""
+    assert hook("afterFileEdit", file_path=path, edits=[
+        {"old_string": "", "new_string": "def export_csv(rows):\n    return rows\n"}]) == ""
+    assert hook("afterShellExecution", command="pytest -q", output="3 passed",
+                duration=812) == ""
+    assert hook("afterMCPExecution", tool_name="search_docs",
+                tool_input='{"query": "csv"}', result_json='{"hits": 2}', duration=40) == ""
+    assert hook("afterAgentResponse", text="Added export_csv in src/export.py.") == ""
+    assert hook("sessionEnd", reason="completed", duration_ms=60000) == ""
+    events = wait_events(7)
+    check_session(events, "cursor", ws)
+    assert kinds(events) == ["note", "prompt", "tool_use", "tool_use", "tool_use",
+                             "session_summary", "note"]
+    edit = tooluse.observe(events[2]["body"]["data"])
+    assert (edit.kind, edit.paths, edit.added) == ("edit", [path], 2)
+    assert "export_csv" in edit.identifiers
+    assert tooluse.observe(events[3]["body"]["data"]).command == "pytest -q"
+    assert events[4]["body"]["data"]["tool_input"] == {"query": "csv"}
+    assert events[2]["parent_event_id"] == events[1]["event_id"]
+
+    wait_records(ws.namespace)
+    settled_context(ws.namespace, "CSV export")
+    printed = json.loads(hook("beforeSubmitPrompt", prompt="CSV export", attachments=[]))
+    assert printed["continue"] is True and "from kirolearn" in printed["additional_context"]
+    started = json.loads(hook("sessionStart", conversation_id="c-2"))
+    assert set(started) == {"additional_context"}
+
+
+def test_copilot_every_hook(daemon, ws):
+    base = {"sessionId": "cp-1", "timestamp": 1795514400000, "cwd": str(ws.project)}
+    hook = lambda name, **fields: run_hook(  # noqa: E731
+        ws, "kirolearn-copilot", {**base, **fields}, name)
+    assert hook("sessionStart", source="new", initialPrompt="Bump the version") == ""
+    assert hook("userPromptSubmitted", prompt="Bump the version") == ""
+    assert hook("postToolUse", toolName="bash", toolArgs='{"command": "make test"}',
+                toolResult={"resultType": "success",
+                            "textResultForLlm": "ok\n<exited with exit code 2>"}) == ""
+    assert hook("postToolUseFailure", toolName="edit",
+                toolArgs={"path": "setup.cfg", "old_str": "1.0", "new_str": "1.1"},
+                error="old_str not found") == ""
+    assert hook("agentStop", transcriptPath="/x/cp-1.jsonl", stopReason="end_turn") == ""
+    assert hook("sessionEnd", reason="complete") == ""
+    events = wait_events(5)
+    check_session(events, "copilot", ws)
+    assert kinds(events) == ["note", "prompt", "tool_use", "tool_use", "note"]
+    run = tooluse.observe(events[2]["body"]["data"])
+    assert (run.command, run.exit_status, run.failed) == ("make test", 2, True)
+    failed = tooluse.observe(events[3]["body"]["data"])
+    assert (failed.kind, failed.paths, failed.failed) == ("edit", ["setup.cfg"], True)
+    assert events[4]["body"]["content"] == "copilot session ended (complete)"
+
+
+def test_opencode_every_hook(daemon, ws):
+    hook = lambda role, **fields: run_hook(  # noqa: E731
+        ws, "kirolearn-opencode",
+        {"hook": role, "session_id": "ses_1", "cwd": str(ws.project), **fields})
+    path = str(ws.project / "src/cache.py")
+    assert hook("start") == ""
+    assert hook("prompt", text="Cache the user lookups") == ""
+    assert hook("tool", tool={"name": "edit", "args": {
+        "filePath": path, "oldString": "", "newString": "class UserCache:\n    pass\n"},
+        "output": "", "metadata": {}}) == ""
+    assert hook("tool", tool={"name": "bash", "args": {"command": "pytest -q"},
+                              "output": "2 passed", "metadata": {"exit": 0}}) == ""
+    assert hook("turn_end", text="UserCache is in src/cache.py.") == ""
+    assert hook("end", text="deleted") == ""
+    events = wait_events(6)
+    check_session(events, "opencode", ws)
+    assert kinds(events) == ["note", "prompt", "tool_use", "tool_use", "session_summary",
+                             "note"]
+    edit = tooluse.observe(events[2]["body"]["data"])
+    assert (edit.kind, edit.paths, edit.identifiers[:1]) == ("edit", [path], ["UserCache"])
+    run = tooluse.observe(events[3]["body"]["data"])
+    assert (run.command, run.exit_status) == ("pytest -q", 0)
+
+    wait_records(ws.namespace)
+    settled_context(ws.namespace, "user lookups cache")
+    printed = hook("prompt", text="user lookups cache")
+    assert printed.startswith("## ") and "from kirolearn" in printed
+
+
+def test_codex_patch_is_an_edit_per_file(daemon, ws):
+    base = {"session_id": "cx-1", "turn_id": "t-1", "transcript_path": None,
+            "cwd": str(ws.project), "model": "gpt-5", "permission_mode": "default"}
+    hook = lambda name, **fields: run_hook(  # noqa: E731
+        ws, "kirolearn-codex", {**base, "hook_event_name": name, **fields})
+    patch = ("*** Begin Patch\n*** Update File: src/app.py\n@@\n-DEBUG = True\n"
+             "+DEBUG = False\n*** Add File: src/limits.py\n+MAX_RETRIES = 5\n*** End Patch\n")
+    assert hook("SessionStart", source="startup") == ""
+    assert hook("UserPromptSubmit", prompt="Turn debug off") == ""
+    assert hook("PostToolUse", tool_name="apply_patch", tool_input={"command": patch},
+                tool_response="Success. Updated the following files:\nM src/app.py",
+                tool_use_id="call_2") == ""
+    assert hook("Stop", stop_hook_active=False, last_assistant_message="Debug is off.") == ""
+    events = wait_events(5)
+    check_session(events, "codex", ws)
+    assert kinds(events) == ["note", "prompt", "tool_use", "tool_use", "session_summary"]
+    app, limits = (tooluse.observe(e["body"]["data"]) for e in events[2:4])
+    assert (app.kind, app.paths, app.added, app.removed) == ("edit", ["src/app.py"], 1, 1)
+    assert (limits.kind, limits.paths, limits.identifiers) == (
+        "edit", ["src/limits.py"], ["MAX_RETRIES"])

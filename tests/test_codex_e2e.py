@@ -1,0 +1,152 @@
+"""A real agent, end to end: the Codex CLI with kirolearn's hooks, run offline.
+
+The CLI (``tests/e2e/package.json``, pinned; installed by the test command) talks to
+a scripted Responses API served here on 127.0.0.1 (a custom model provider in the
+user's ``config.toml``). ``kirolearn install --agent codex`` writes the project's
+hooks and MCP server and records Codex's trust of our hooks, asking the same Codex
+for their hashes; Codex's own hook system then runs our installed shim. The first
+run's hooks must all be stored; on the second run, what the first one taught is in
+the request body the fake API receives, and our MCP tools are offered.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from helpers import ACTOR, BIN, kl, stored_events, wait_events, wait_records
+
+from kirolearn import project
+
+CODEX_BIN = Path(__file__).parent / "e2e" / "node_modules" / ".bin"
+
+
+class FakeResponses(BaseHTTPRequestHandler):
+    """Answers like the Responses API, streamed: a shell call first, then "done"."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._send("application/json", json.dumps({"data": [], "models": []}).encode())
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        self.server.bodies.append(body)  # type: ignore[attr-defined]
+        answered = any(isinstance(item, dict) and item.get("type") == "function_call_output"
+                       for item in body.get("input") or [])
+        if answered:
+            item = {"type": "message", "id": "msg_1", "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": "done", "annotations": []}]}
+        else:
+            item = {"type": "function_call", "id": "fc_1", "call_id": "call_1",
+                    "name": "exec_command", "arguments": json.dumps({"cmd": "echo hello"}),
+                    "status": "completed"}
+        response = {"id": "resp_1", "object": "response", "created_at": 0,
+                    "status": "completed", "model": body.get("model", "m"), "output": [item],
+                    "usage": {"input_tokens": 10, "output_tokens": 1, "total_tokens": 11,
+                              "input_tokens_details": {"cached_tokens": 0},
+                              "output_tokens_details": {"reasoning_tokens": 0}}}
+        events = [
+            {"type": "response.created",
+             "response": {**response, "status": "in_progress", "output": []}},
+            {"type": "response.output_item.added", "output_index": 0, "item": item},
+            {"type": "response.output_item.done", "output_index": 0, "item": item},
+            {"type": "response.completed", "response": response},
+        ]
+        self._send("text/event-stream", "".join(
+            f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode())
+
+    def _send(self, content_type: str, data: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def fake_api():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeResponses)
+    server.bodies = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+def test_codex_remembers_across_runs(daemon, fake_api, tmp_path):
+    assert (CODEX_BIN / "codex").exists(), (
+        f"the Codex CLI is not installed in {CODEX_BIN}; run the README's test command"
+        " (it runs: npm ci --prefix tests/e2e)")
+    user_home = tmp_path / "home"
+    proj = user_home / "proj"
+    (proj / ".git").mkdir(parents=True)
+    (user_home / ".codex").mkdir()
+    # The user's own settings: a model provider (here, the scripted API), and the project
+    # trusted, as Codex records when the user accepts its "trust this folder?" question.
+    user_config = user_home / ".codex" / "config.toml"
+    user_config.write_text(
+        '# my settings\nmodel = "test-model"\nmodel_provider = "local"\n\n'
+        '[model_providers.local]\nname = "local"\n'
+        f'base_url = "http://127.0.0.1:{fake_api.server_port}/v1"\n'
+        'wire_api = "responses"\nenv_key = "LOCAL_API_KEY"\n\n'
+        f'[projects."{proj}"]\ntrust_level = "trusted"\n')
+    original = user_config.read_bytes()
+    env = {  # a clean environment: nothing from this machine's user leaks in
+        "HOME": str(user_home), "PATH": f"{CODEX_BIN}:{BIN}:/usr/local/bin:/usr/bin:/bin",
+        "USER": ACTOR, "LOGNAME": ACTOR, "KIROLEARN_HOME": str(daemon),
+        "LOCAL_API_KEY": "test"}
+    installed = kl("install", "--agent", "codex", env=env, cwd=str(proj))
+    assert installed.returncode == 0, installed.stderr
+    assert "hooks.state" in user_config.read_text()  # our hooks, trusted
+    doctor = kl("doctor", env=env, cwd=str(proj))
+    assert f"ok    codex (project {proj})" in doctor.stdout, doctor.stdout
+    namespace = project.resolve_project(proj, home=str(user_home)).namespace(ACTOR)
+
+    def codex(prompt: str) -> str:
+        done = subprocess.run([str(CODEX_BIN / "codex"), "exec", "--skip-git-repo-check", "-s",
+                               "danger-full-access",
+                               prompt], cwd=proj, env=env, text=True, capture_output=True,
+                              timeout=180, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, f"codex failed:\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    assert codex("Say hello with a shell command").strip().endswith("done")
+    events = wait_events(5)
+    kinds = [(e["kind"], e["body"].get("content") or e["body"].get("data", {}).get("tool_name"))
+             for e in events]
+    assert kinds == [("note", "codex session started (startup)"),
+                     ("prompt", "Say hello with a shell command"),
+                     ("tool_use", "Bash"),
+                     ("session_summary", "done"),
+                     ("note", kinds[-1][1])], kinds
+    assert kinds[-1][1].startswith("codex session ended")
+    assert len({e["session_id"] for e in events}) == 1
+    assert all(e["namespace"] == namespace for e in events)
+    tool = events[2]["body"]["data"]
+    assert tool["tool_input"] == {"command": "echo hello"} and "hello" in tool["tool_response"]
+    assert "from kirolearn" not in json.dumps(fake_api.bodies)  # nothing known yet
+
+    wait_records(namespace)
+    seen = len(fake_api.bodies)
+    codex("Say hello again with a shell command")
+    second_run = json.dumps(fake_api.bodies[seen:])
+    assert "## Prior observations from kirolearn" in second_run  # the prompt's context
+    assert "## Where the last session left off (from kirolearn)" in second_run
+    assert "Task: Say hello with a shell command" in second_run
+    offered = {t.get("name") for body in fake_api.bodies[seen:] for t in body.get("tools") or []}
+    assert "mcp__kirolearn" in offered, offered  # our MCP server's tools
+    assert len(stored_events()) == 10
+
+    removed = kl("uninstall", "--agent", "codex", env=env, cwd=str(proj))
+    assert removed.returncode == 0, removed.stderr
+    assert user_config.read_bytes() == original  # byte for byte
+    assert sorted(p.name for p in proj.iterdir()) == [".git"]
