@@ -18,6 +18,7 @@ copy this design; their shims read their payloads with ``read``.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from kirolearn.shims import common
 
@@ -44,13 +45,18 @@ def read(payload: dict, roles: dict[str, str] = ROLES) -> common.Hook:
     return common.Hook(role, name, payload.get("session_id"), payload.get("cwd"), text, tools)
 
 
-def handle(payload: dict) -> str:
-    hook = read(payload)
-    return common.hook_specific_output(hook.name, common.answer(SURFACE, hook))
+def main_for(surface: str, read_hook: Callable[[dict], common.Hook]) -> int:
+    """The whole of a shim for an agent with Claude Code's hooks: its payload read by
+    read_hook, the context printed as ``hookSpecificOutput``."""
+    def handle(payload: dict) -> str:
+        hook = read_hook(payload)
+        return common.hook_specific_output(hook.name, common.answer(surface, hook))
+
+    return common.run_stdin_hook(handle)
 
 
 def main() -> int:
-    return common.run_stdin_hook(handle)
+    return main_for(SURFACE, read)
 
 
 if __name__ == "__main__":

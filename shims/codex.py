@@ -55,13 +55,8 @@ def read(payload: dict) -> common.Hook:
     return hook
 
 
-def handle(payload: dict) -> str:
-    hook = read(payload)
-    return common.hook_specific_output(hook.name, common.answer(SURFACE, hook))
-
-
 def main() -> int:
-    return common.run_stdin_hook(handle)
+    return claude_code.main_for(SURFACE, read)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,11 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import anyio
@@ -209,3 +212,19 @@ async def call(client: Client, tool: str, **arguments: object) -> tuple[bool, st
     """(is_error, text) of one tool call."""
     result = await client.call_tool(tool, arguments)
     return result.is_error, "\n".join(block.text for block in result.content)
+
+
+@contextmanager
+def scripted_api(handler: type[BaseHTTPRequestHandler]) -> Iterator[ThreadingHTTPServer]:
+    """A model API stood in by handler on 127.0.0.1 (a free port); the request bodies it
+    keeps are in ``server.bodies``."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.bodies = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

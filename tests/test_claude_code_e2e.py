@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
-from helpers import ACTOR, kl, stored_events, wait_events, wait_records
+from helpers import ACTOR, kl, scripted_api, stored_events, wait_events, wait_records
 
 from kirolearn import project
 
@@ -116,14 +115,8 @@ class FakeAnthropic(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def fake_api():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeAnthropic)
-    server.bodies = []  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
+    with scripted_api(FakeAnthropic) as server:
+        yield server
 
 
 def test_claude_code_remembers_across_runs(daemon, fake_api, tmp_path):
