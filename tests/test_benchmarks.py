@@ -45,14 +45,16 @@ def test_shim_benchmark_quick_run_compares_each_hook_with_the_floor(home):
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert [(r["bench"], r["hook"], r.get("path")) for r in rows] == [
         ("shim", "postToolUse", None), ("shim", "prompt", None),
-        ("shim", "postToolUse", "spool")]
+        *[("shim", "tool_use", None)] * 6, ("shim", "postToolUse", "spool")]
+    assert [r["surface"] for r in rows[2:8]] == ["claude-code", "codex", "gemini", "copilot",
+                                                 "cursor", "opencode"]
     for row in rows:
         assert 0 < row["floor_p50_ms"] <= row["floor_p99_ms"]
         assert 0 < row["wall_p50_ms"] <= row["wall_p99_ms"]
         assert abs(row["ratio_to_floor"] - row["wall_p50_ms"] / row["floor_p50_ms"]) < 0.01
     assert rows[0]["spooled"] == rows[1]["spooled"] == 0  # acknowledged in time
     assert rows[1]["prompts_with_context"] == 5
-    assert rows[2]["spooled"] == 8 and rows[2]["secrets_in_spool"] == 0  # 5 runs, 3 warm-ups
+    assert rows[-1]["spooled"] == 8 and rows[-1]["secrets_in_spool"] == 0  # 5 runs, 3 warm-ups
 
 
 def test_mcp_benchmark_quick_run_times_start_up_and_every_tool(home):

@@ -438,14 +438,16 @@ def test_a_retrieval_past_its_budget_is_logged_with_its_reason(home, ws, monkeyp
 
         def late() -> list[dict]:
             """The retrievals logged as late. A prompt is sent whenever every one sent
-            is logged and none as late: within 1 ms, one sent before ingest's connection
-            to retrieval is up (a loaded machine) is logged as not sent instead."""
+            is logged and none as late: one sent before ingest's connection to retrieval
+            is up (a loaded machine) is logged as not sent, and a search of an empty
+            database can even finish within 1 ms."""
             nonlocal sent
             found = app.get("/api/retrievals").json()["retrievals"]
-            if len(found) == sent and all(r["outcome"] == "error" for r in found):
+            late = [r for r in found if r["outcome"] == "timeout" and r["prompt"]]
+            if len(found) == sent and not late:
                 assert claude(ws, "UserPromptSubmit", prompt="anything about retries?") == ""
                 sent += 1
-            return [r for r in found if r["outcome"] == "timeout" and r["prompt"]]
+            return late
 
         logged = wait_for(late, message="a retrieval logged as late")[0]
         assert logged["prompt"] == "anything about retries?"
