@@ -227,8 +227,8 @@ def uninstall(agent: str, project: Path | None, home: Path) -> list[Change]:
     """Remove only our entries: a file left as the user had it is their backup, put
     back; a file or folder that held only ours goes. Files go in the reverse order of
     install's."""
-    files = _files(agent, project, home, agent == "kiro-cli" and default_agent_note(home)
-                   is None and kiro_settings(home).exists())
+    files = _files(agent, project, home,
+                   agent == "kiro-cli" and default_agent_note(home) is None)
     before = [read(file) for file in files]
     changes = []
     for file, config in reversed(list(zip(files, before, strict=True))):
