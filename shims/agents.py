@@ -8,12 +8,14 @@ hook trust reads the hooks it trusts).
 
 The MCP tools that only read or add memories are pre-approved where the agent has a
 way to say so (Kiro CLI ``allowedTools``, Kiro IDE ``autoApprove``, Claude Code
-``permissions.allow``, Codex ``approval_mode``); ``forget`` deletes and
-``update_memory`` rewrites, so for those the agent asks.
+``permissions.allow``, Codex ``approval_mode``, a Gemini CLI policy rule); ``forget``
+deletes and ``update_memory`` rewrites, so for those the agent asks (OpenCode, which
+asks about nothing by default, is told to).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -24,6 +26,7 @@ from pathlib import Path
 from kirolearn.shims import codex_trust
 from kirolearn.shims.parts import (
     MCP_NAME,
+    AllowRule,
     Commands,
     FlatHooks,
     GroupedHooks,
@@ -34,7 +37,8 @@ from kirolearn.shims.parts import (
     is_ours,
 )
 
-# Not forget, nor update_memory: for those the agent asks.
+# Not forget, nor update_memory (ASKING_TOOLS): for those the agent asks.
+ASKING_TOOLS = ("forget", "update_memory")
 APPROVED_TOOLS = ("search_memory", "recall", "resume_session", "timeline", "get_records",
                   "save_observation", "save_session_summary")
 KIRO_CLI_TOOLS = [f"@{MCP_NAME}/{tool}" for tool in APPROVED_TOOLS]
@@ -82,7 +86,7 @@ def kiro_cli(project: Path | None, home: Path) -> list[ConfigFile]:
                        template=KIRO_AGENT_TEMPLATE)]
 
 
-DEFAULT_AGENT = Setting(KIRO_DEFAULT_AGENT, MCP_NAME)
+DEFAULT_AGENT = Setting((KIRO_DEFAULT_AGENT,), MCP_NAME)
 
 
 # -- Kiro IDE: a file per hook, and the project's MCP settings ------------------------------
@@ -183,7 +187,7 @@ def codex(project: Path | None, home: Path) -> list[ConfigFile]:
             ConfigFile(user_config, (trust,), "toml")]
 
 
-# -- Gemini CLI: hooks and MCP server in .gemini/settings.json ------------------------------
+# -- Gemini CLI: hooks and MCP server in .gemini/settings.json, approvals in a policy -----
 
 GEMINI_HOOKS = {  # timeouts in milliseconds
     "SessionStart": ({}, {"name": "kirolearn", "timeout": 10000}),
@@ -194,9 +198,46 @@ GEMINI_HOOKS = {  # timeouts in milliseconds
 }
 
 
+def gemini_home(home: Path) -> Path:
+    """Gemini CLI's own folder (``$GEMINI_CLI_HOME/.gemini``, else ``~/.gemini``)."""
+    return Path(os.environ.get("GEMINI_CLI_HOME") or home) / ".gemini"
+
+
+def gemini_trusts(project: Path, home: Path) -> bool:
+    """Whether Gemini CLI reads the project's settings: with folder trust on (its
+    default), only in a folder its ``trustedFolders.json`` trusts (the longest
+    matching rule wins; ``TRUST_PARENT`` trusts the rule's parent folder)."""
+    def load(path: Path) -> dict:
+        try:
+            value = json.loads(path.read_text("utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    security = load(gemini_home(home) / "settings.json").get("security")
+    folder_trust = security.get("folderTrust") if isinstance(security, dict) else None
+    if isinstance(folder_trust, dict) and folder_trust.get("enabled") is False:
+        return True
+    rules = load(Path(os.environ.get("GEMINI_CLI_TRUSTED_FOLDERS_PATH")
+                      or gemini_home(home) / "trustedFolders.json"))
+    here = project.resolve()
+    matches = [(len(rule), level) for rule, level in rules.items()
+               if level in ("TRUST_FOLDER", "TRUST_PARENT", "DO_NOT_TRUST")
+               and here.is_relative_to(Path(rule).resolve().parent if level == "TRUST_PARENT"
+                                       else Path(rule).resolve())]
+    return bool(matches) and max(matches)[1] != "DO_NOT_TRUST"
+
+
 def gemini(project: Path | None, home: Path) -> list[ConfigFile]:
-    return [ConfigFile((project or home) / ".gemini" / "settings.json",
-                       (GroupedHooks("gemini", GEMINI_HOOKS), McpServer()))]
+    """Gemini CLI reads tool approvals from the user's policy files only (not a
+    project's), so each install has its own there: uninstalling one project leaves
+    the others' approvals alone."""
+    settings = (project / ".gemini" if project else gemini_home(home)) / "settings.json"
+    name = "kirolearn" if project is None else "kirolearn-" + hashlib.sha256(
+        str(project).encode()).hexdigest()[:12]
+    return [ConfigFile(settings, (GroupedHooks("gemini", GEMINI_HOOKS), McpServer())),
+            ConfigFile(gemini_home(home) / "policies" / f"{name}.toml",
+                       (AllowRule(APPROVED_TOOLS),), "toml")]
 
 
 # -- GitHub Copilot CLI: .github/hooks/kirolearn.json; servers in ~/.copilot ---------------
@@ -236,6 +277,7 @@ def cursor(project: Path | None, home: Path) -> list[ConfigFile]:
 # -- OpenCode: a plugin file that runs our shim, the server in opencode.json ----------------
 
 OPENCODE_PLUGIN = Path(__file__).with_name("opencode_plugin.js")
+OPENCODE_TEMPLATE = {"$schema": "https://opencode.ai/config.json"}  # OpenCode adds it too
 OPENCODE_COMMAND = re.compile(r'^const SHIM = (".*");$', re.MULTILINE)
 
 
@@ -254,15 +296,15 @@ def _opencode_plugin() -> WholeFile:
 
 
 def opencode(project: Path | None, home: Path) -> list[ConfigFile]:
+    """OpenCode runs every tool without asking unless told otherwise: ours need nothing,
+    but ``forget`` and ``update_memory`` are set to ask."""
     server = McpServer("mcp", lambda entry: {
         "type": "local", "command": [entry["command"], *entry["args"]], "enabled": True})
-    if project is None:
-        where = home / ".config" / "opencode"
-        return [ConfigFile(where / "plugins" / "kirolearn.js", (_opencode_plugin(),), "text"),
-                ConfigFile(where / "opencode.json", (server,))]
-    return [ConfigFile(project / ".opencode" / "plugins" / "kirolearn.js",
-                       (_opencode_plugin(),), "text"),
-            ConfigFile(project / "opencode.json", (server,))]
+    asks = tuple(Setting(("permission", f"{MCP_NAME}_{tool}"), "ask") for tool in ASKING_TOOLS)
+    where = project or home / ".config" / "opencode"
+    plugins = (project / ".opencode" if project else where) / "plugins"
+    return [ConfigFile(plugins / "kirolearn.js", (_opencode_plugin(),), "text"),
+            ConfigFile(where / "opencode.json", (server, *asks), template=OPENCODE_TEMPLATE)]
 
 
 AGENTS: dict[str, Callable[[Path | None, Path], list[ConfigFile]]] = {

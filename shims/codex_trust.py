@@ -128,7 +128,7 @@ class Trust:
         state = self._state(config)
         trusted = keys and all(isinstance(state.get(k), dict) and state[k].get("trusted_hash")
                                for k in keys)
-        return {TRUSTED: "kirolearn-codex"} if trusted else {}
+        return {TRUSTED: ""} if trusted else {}
 
     @staticmethod
     def _state(config: dict) -> dict:

@@ -4,7 +4,9 @@ Gemini CLI's hooks follow Claude Code's (stdin JSON with ``session_id`` and ``cw
 ``hookSpecificOutput.additionalContext`` for context) under other names; stdout
 must hold JSON and nothing else, so a hook with nothing to say prints ``{}``. A
 tool's ``absolute_path`` is read as its path, the shell's ``Exit Code`` as its exit
-status.
+status. Gemini puts the context hooks add before the user's words in a
+``<hook_context>`` block, and hands that text to the next prompt hook too: the prompt
+stored is the user's words alone.
 
 | hook | event | stdout |
 | --- | --- | --- |
@@ -26,6 +28,7 @@ SURFACE = "gemini"
 ROLES = {"SessionStart": "start", "BeforeAgent": "prompt", "AfterTool": "tool",
          "AfterAgent": "turn_end", "SessionEnd": "end"}
 EXIT_CODE = re.compile(r"^Exit Code: (-?\d+)", re.MULTILINE)
+HOOK_CONTEXT = re.compile(r"<hook_context>.*?</hook_context>\s*", re.DOTALL)
 
 
 def tool_use(payload: dict) -> dict:
@@ -38,6 +41,9 @@ def tool_use(payload: dict) -> dict:
     response = payload.get("tool_response")
     if isinstance(response, dict):
         text = response.get("llmContent")
+        if isinstance(text, list):  # an MCP tool's: content parts
+            text = "\n".join(part["text"] for part in text
+                             if isinstance(part, dict) and isinstance(part.get("text"), str))
         text = text if isinstance(text, str) else ""
         said = EXIT_CODE.search(text)
         response = {"output": text, **({"exit_code": int(said.group(1))} if said else {}),
@@ -49,7 +55,9 @@ def tool_use(payload: dict) -> dict:
 def read(payload: dict) -> common.Hook:
     name = str(payload.get("hook_event_name") or "")
     role = ROLES.get(name, "ignored")
-    text = {"start": payload.get("source"), "prompt": payload.get("prompt"),
+    prompt = payload.get("prompt")
+    prompt = HOOK_CONTEXT.sub("", prompt) if isinstance(prompt, str) else prompt
+    text = {"start": payload.get("source"), "prompt": prompt,
             "turn_end": payload.get("prompt_response"), "end": payload.get("reason")}.get(role)
     tools = (tool_use(payload),) if role == "tool" else ()
     return common.Hook(role, name, payload.get("session_id"), payload.get("cwd"), text, tools)

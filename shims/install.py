@@ -44,7 +44,7 @@ from kirolearn.shims.agents import (
 from kirolearn.shims.parts import MCP_NAME
 
 __all__ = ["AGENTS", "APPROVED_TOOLS", "CLAUDE_TOOLS", "KIRO_CLI_TOOLS", "PROJECT_ONLY",
-           "Change", "Commands", "InstallError", "check", "default_agent_note", "install",
+           "Change", "Commands", "InstallError", "agent_note", "check", "install",
            "installed", "uninstall"]
 AGENTS = tuple(agents.AGENTS)
 BACKUP_SUFFIX = ".kirolearn.bak"
@@ -188,7 +188,8 @@ def without_ours(file: ConfigFile, config: object) -> object:
 
 
 def found(file: ConfigFile, config: object) -> dict[str, str]:
-    """Our entries in one file: hook name (or file, or MCP server) → what it runs."""
+    """Our entries in one file: hook name (or file, or MCP server) → what it runs ("" for
+    an entry that runs nothing, such as Codex's trust of our hooks)."""
     entries: dict[str, str] = {}
     for part in file.parts:
         entries.update(part.found(config if config is not None else {}))
@@ -285,7 +286,7 @@ def check(agent: str, project: Path | None, home: Path) -> tuple[str, str]:
             return "broken", f"{file.path} lacks kirolearn's {', '.join(missing)}; {fix}" + (
                 " with codex on PATH (or trust them in codex: /hooks)"
                 if "hook trust" in missing else "")
-    names = {c.split()[0] for ours in entries for c in ours.values()}
+    names = {c.split()[0] for ours in entries for c in ours.values() if c}
     for name in sorted(names):
         if os.sep in name and not os.access(name, os.X_OK):
             return "broken", (f"the configuration runs {name}, which is not there"
@@ -297,6 +298,17 @@ def check(agent: str, project: Path | None, home: Path) -> tuple[str, str]:
            + ")" if all(os.sep not in n for n in names)
            else "absolute paths (this machine's installation)")
     return "installed", ", ".join(str(file.path) for file in files) + f"; {how}"
+
+
+def agent_note(agent: str, project: Path | None, home: Path) -> str | None:
+    """What the user still has to do before the installed agent runs our hooks (None:
+    nothing): make our agent Kiro CLI's default, trust the project in Gemini CLI."""
+    if agent == "kiro-cli":
+        return default_agent_note(home)
+    if agent == "gemini" and project is not None and not agents.gemini_trusts(project, home):
+        return (f"Gemini CLI ignores {project / '.gemini' / 'settings.json'} until you trust"
+                " the folder: start gemini there and choose to trust it (or run /permissions)")
+    return None
 
 
 def default_agent_note(home: Path) -> str | None:

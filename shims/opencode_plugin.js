@@ -43,8 +43,12 @@ export const Kirolearn = async ({ client, directory }) => {
       const found = await hook({ hook: "prompt", session_id: session, text: prompt });
       context = [context, found].filter(Boolean).join("\n\n");
       if (context) {
-        output.parts.push({ ...output.parts[0], id: undefined, type: "text", text: context,
-                            synthetic: true });
+        // A part needs an id ("prt…"); one that extends the last part's sorts right after it.
+        const last = output.parts[output.parts.length - 1] || {};
+        output.parts.push({
+          id: last.id ? `${last.id}kirolearn` : `prt_kirolearn${Date.now()}`,
+          sessionID: session, messageID: output.message?.id ?? last.messageID,
+          type: "text", text: context, synthetic: true });
       }
     },
     "tool.execute.before": async (input, output) => {

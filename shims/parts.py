@@ -234,22 +234,64 @@ class Listed:
 
 
 @dataclass(frozen=True)
-class Setting:
-    """One key set to our value (Kiro CLI's default agent); removed only while it still
-    holds our value."""
+class AllowRule:
+    """A policy rule of Gemini CLI's letting tools of our MCP server run without asking:
+    ``[[rule]] mcpName, toolName = [...], decision = "allow"`` (its policy files are
+    TOML; it reads the user's, not a project's)."""
 
-    key: str
+    tools: tuple[str, ...]
+    required: tuple[str, ...] = ()
+
+    @property
+    def rule(self) -> dict:
+        return {"mcpName": MCP_NAME, "toolName": list(self.tools), "decision": "allow",
+                "priority": 100}
+
+    def add(self, config: dict, commands: Commands) -> dict:
+        return {**self.remove(config), "rule": [*self._theirs(config), self.rule]}
+
+    def remove(self, config: dict) -> dict:
+        if not isinstance(config.get("rule"), list):
+            return dict(config)
+        return _set(config, "rule", self._theirs(config))
+
+    def found(self, config: dict) -> dict[str, str]:
+        return {}
+
+    def _theirs(self, config: dict) -> list:
+        rules = config.get("rule")
+        return [r for r in rules if r != self.rule] if isinstance(rules, list) else []
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting at a path of keys set to our value (Kiro CLI's default agent, an
+    OpenCode permission); removed only while it still holds our value. A path through
+    something other than an object is the user's choice, left alone."""
+
+    path: tuple[str, ...]
     value: object
     required: tuple[str, ...] = ()
 
     def add(self, config: dict, commands: Commands) -> dict:
-        return {**config, self.key: self.value}
+        return self._change(config, self.path, True)
 
     def remove(self, config: dict) -> dict:
-        return {k: v for k, v in config.items() if not (k == self.key and v == self.value)}
+        return self._change(config, self.path, False)
 
     def found(self, config: dict) -> dict[str, str]:
         return {}
+
+    def _change(self, config: dict, path: tuple[str, ...], present: bool) -> dict:
+        key, rest = path[0], path[1:]
+        current = config.get(key)
+        if not rest:
+            if present:
+                return {**config, key: self.value}
+            return _set(config, key, None) if current == self.value else dict(config)
+        if not isinstance(current, dict) and (current is not None or not present):
+            return dict(config)
+        return _set(config, key, self._change(_dict(current), rest, present))
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from kirolearn import contract, control, db, paths, project
 
 KL = [sys.executable, "-m", "kirolearn"]
 BIN = Path(sys.executable).parent
+AGENT_BIN = Path(__file__).parent / "e2e" / "node_modules" / ".bin"  # the real agent CLIs
 NAMESPACE = "/actor/tester/project/" + "a" * 64 + "/"
 ACTOR = "tester"
 
@@ -214,6 +215,14 @@ async def call(client: Client, tool: str, **arguments: object) -> tuple[bool, st
     return result.is_error, "\n".join(block.text for block in result.content)
 
 
+def agent_cli(name: str) -> Path:
+    """A pinned agent CLI (``tests/e2e/package.json``), which the test command installs."""
+    cli = AGENT_BIN / name
+    assert cli.exists(), (f"{cli} is not installed; run the README's test command (it runs:"
+                          " npm ci --prefix tests/e2e)")
+    return cli
+
+
 @contextmanager
 def scripted_api(handler: type[BaseHTTPRequestHandler]) -> Iterator[ThreadingHTTPServer]:
     """A model API stood in by handler on 127.0.0.1 (a free port); the request bodies it
@@ -228,3 +237,71 @@ def scripted_api(handler: type[BaseHTTPRequestHandler]) -> Iterator[ThreadingHTT
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+class FakeAnthropic(BaseHTTPRequestHandler):
+    """Answers like Anthropic's Messages API, streamed or not: the tool call
+    ``tool_call`` picks for a request (none: "done"), and "done" once a tool's result is
+    in. Subclasses pick the calls."""
+
+    def tool_call(self, body: dict) -> tuple[str, dict] | None:
+        return None
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_HEAD(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        self._send("application/json", b"{}")
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if not self.path.startswith("/v1/messages") or "count_tokens" in self.path:
+            self._send("application/json", json.dumps(
+                {"input_tokens": 10} if "count_tokens" in self.path else {}).encode())
+            return
+        body = json.loads(raw)
+        self.server.bodies.append(body)  # type: ignore[attr-defined]
+        answered = any(isinstance(m.get("content"), list) and any(
+            isinstance(b, dict) and b.get("type") == "tool_result" for b in m["content"])
+            for m in body.get("messages", []))
+        call = None if answered else self.tool_call(body)
+        if call:
+            block = {"type": "tool_use", "id": "toolu_01", "name": call[0], "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(call[1])}
+            stop = "tool_use"
+        else:
+            block = {"type": "text", "text": ""}
+            delta = {"type": "text_delta", "text": "done"}
+            stop = "end_turn"
+        message = {"id": "msg_01", "type": "message", "role": "assistant",
+                   "model": body.get("model", "claude"), "content": [], "stop_reason": None,
+                   "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}}
+        if not body.get("stream"):
+            final = {**block, **({"input": call[1]} if call else {"text": "done"})}
+            self._send("application/json", json.dumps(
+                {**message, "content": [final], "stop_reason": stop}).encode())
+            return
+        events = [
+            ("message_start", {"type": "message_start", "message": message}),
+            ("content_block_start", {"type": "content_block_start", "index": 0,
+                                     "content_block": block}),
+            ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                     "delta": delta}),
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            ("message_delta", {"type": "message_delta", "delta": {
+                "stop_reason": stop, "stop_sequence": None}, "usage": {"output_tokens": 5}}),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+        self._send("text/event-stream", "".join(
+            f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events).encode())
+
+    def _send(self, content_type: str, data: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)

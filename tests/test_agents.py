@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import tomllib
 
 import pytest
 from helpers import BIN, Workspace, kl, settled_context, wait_events, wait_records
 
 from kirolearn import tooluse
+from kirolearn.shims.install import APPROVED_TOOLS
 
 # What a user already has where each agent keeps its configuration.
 THEIRS = {
@@ -25,7 +27,8 @@ THEIRS = {
         "preToolUse": [{"type": "command", "bash": "./guard.sh"}]}})),
     "cursor": (".cursor/mcp.json", json.dumps({"mcpServers": {"db": {"command": "db-mcp"}}})),
     "opencode": ("opencode.json", json.dumps({"$schema": "https://opencode.ai/config.json",
-                                              "model": "anthropic/claude"})),
+                                              "model": "anthropic/claude",
+                                              "permission": {"bash": "ask"}})),
 }
 WRITTEN = {  # the files install writes in the project (besides the user's above)
     "codex": {".codex/hooks.json", ".codex/config.toml"},
@@ -72,6 +75,12 @@ def test_install_doctor_uninstall(ws, agent):
     else:
         assert f"ok    {agent} (project {ws.project}): " in doctor, doctor
         assert "commands on PATH" in doctor
+    if agent == "gemini":  # no trustedFolders.json: Gemini would ignore the project's file
+        assert f"note  gemini (project {ws.project}): Gemini CLI ignores" in doctor, doctor
+        (ws.home / ".gemini" / "trustedFolders.json").write_text(
+            json.dumps({str(ws.project.parent / "other"): "TRUST_PARENT"}))
+        assert "note  gemini" not in kl("doctor", env=env, cwd=str(ws.project)).stdout
+        (ws.home / ".gemini" / "trustedFolders.json").unlink()
 
     removed = kl("uninstall", "--agent", agent, env=env, cwd=str(ws.project))
     assert removed.returncode == 0, removed.stderr
@@ -90,12 +99,18 @@ def test_what_each_agent_is_given(ws):
     assert settings["hooks"]["BeforeAgent"][0]["hooks"][0] == {
         "type": "command", "command": "kirolearn-gemini", "name": "kirolearn", "timeout": 5000}
     assert settings["mcpServers"]["kirolearn"] == {"command": "kirolearn", "args": ["mcp"]}
+    policy, = (ws.home / ".gemini" / "policies").iterdir()  # Gemini reads the user's only
+    assert tomllib.loads(policy.read_text()) == {"rule": [{
+        "mcpName": "kirolearn", "toolName": list(APPROVED_TOOLS), "decision": "allow",
+        "priority": 100}]}
     hooks = json.loads((ws.project / ".cursor/hooks.json").read_text())
     assert hooks["version"] == 1
     assert hooks["hooks"]["beforeSubmitPrompt"] == [{"command": "kirolearn-cursor"}]
     opencode = json.loads((ws.project / "opencode.json").read_text())
     assert opencode["mcp"]["kirolearn"] == {"type": "local", "command": ["kirolearn", "mcp"],
                                             "enabled": True}
+    # OpenCode asks about nothing by default: it is told to ask before these two.
+    assert opencode["permission"] == {"kirolearn_forget": "ask", "kirolearn_update_memory": "ask"}
     plugin = (ws.project / ".opencode/plugins/kirolearn.js").read_text()
     assert 'const SHIM = "kirolearn-opencode";' in plugin
     refused = kl("install", "--agent", "copilot", "--global", env=env)
@@ -133,20 +148,27 @@ def test_gemini_every_hook(daemon, ws):
     assert hook("AfterTool", tool_name="read_file",
                 tool_input={"absolute_path": str(ws.project / "src/retry.py")},
                 tool_response={"llmContent": "RETRIES = 3\n"}) == "{}"
+    assert hook("AfterTool", tool_name="mcp_docs_search", tool_input={"query": "retry"},
+                tool_response={"llmContent": [{"text": "retry waits 2s"}]}) == "{}"
     assert hook("AfterAgent", prompt="Fix the flaky retry test", stop_hook_active=False,
                 prompt_response="The retry test waits for the server now.") == "{}"
+    # What Gemini hands the next prompt hook: the context hooks added, then the words.
+    assert hook("BeforeAgent", prompt="<hook_context>## Where the last session left off"
+                " (from kirolearn)\n\nTask: x</hook_context>\n\nNow the docs") == "{}"
     assert hook("SessionEnd", reason="exit") == "{}"
-    events = wait_events(6)
+    events = wait_events(8)
     check_session(events, "gemini", ws)
-    assert kinds(events) == ["note", "prompt", "tool_use", "tool_use", "session_summary",
-                             "note"]
+    assert kinds(events) == ["note", "prompt", "tool_use", "tool_use", "tool_use",
+                             "session_summary", "prompt", "note"]
     run = tooluse.observe(events[2]["body"]["data"])
     assert (run.kind, run.command, run.exit_status, run.failed) == (
         "run", "pytest -q tests/test_retry.py", 1, True)
     read = tooluse.observe(events[3]["body"]["data"])
     assert (read.kind, read.paths) == ("read", [str(ws.project / "src/retry.py")])
-    assert events[4]["body"]["content"] == "The retry test waits for the server now."
-    assert events[5]["body"]["content"] == "gemini session ended (exit)"
+    assert events[4]["body"]["data"]["tool_response"]["output"] == "retry waits 2s"
+    assert events[5]["body"]["content"] == "The retry test waits for the server now."
+    assert events[6]["body"]["content"] == "Now the docs"
+    assert events[7]["body"]["content"] == "gemini session ended (exit)"
 
     wait_records(ws.namespace)
     question = "flaky retry test"

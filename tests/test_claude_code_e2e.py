@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import json
 import subprocess
-from http.server import BaseHTTPRequestHandler
-from pathlib import Path
 
 import pytest
-from helpers import ACTOR, kl, scripted_api, stored_events, wait_events, wait_records
+from helpers import (
+    ACTOR,
+    FakeAnthropic,
+    agent_cli,
+    kl,
+    scripted_api,
+    stored_events,
+    wait_events,
+    wait_records,
+)
 
 from kirolearn import project
-
-CLAUDE = Path(__file__).parent / "e2e" / "node_modules" / ".bin" / "claude"
-
 
 SAVE_TOOL = "mcp__kirolearn__save_observation"
 REMEMBERED = {"title": "Releases are cut on Fridays", "observation_type": "decision",
@@ -37,92 +41,26 @@ def first_prompt(body: dict) -> str:
     return " ".join(blocks)
 
 
-class FakeAnthropic(BaseHTTPRequestHandler):
-    """Answers like the Messages API: a tool call first (Bash; or, asked to remember
-    something, our save_observation), then "done"."""
+class ClaudeCodeApi(FakeAnthropic):
+    """A shell call first (Bash; or, asked to remember something, our save_observation),
+    then "done"; requests without tools (Claude Code's own, such as titles) get "done"."""
 
-    bodies: list[dict]  # set per server
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def do_HEAD(self) -> None:
-        self.send_response(200)
-        self.end_headers()
-
-    def do_GET(self) -> None:
-        self._json({})
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length)
-        if not self.path.startswith("/v1/messages") or self.path.startswith(
-                "/v1/messages/count_tokens"):
-            self._json({"input_tokens": 10} if "count_tokens" in self.path else {})
-            return
-        body = json.loads(raw)
-        self.server.bodies.append(body)  # type: ignore[attr-defined]
-        has_bash = any(t.get("name") == "Bash" for t in body.get("tools") or [])
-        answered = any(isinstance(m.get("content"), list) and any(
-            isinstance(b, dict) and b.get("type") == "tool_result" for b in m["content"])
-            for m in body.get("messages", []))
-        if has_bash and not answered:
-            if "Remember" in first_prompt(body):
-                name, arguments = SAVE_TOOL, REMEMBERED
-            else:
-                name, arguments = "Bash", {"command": "echo hello", "description": "Say hello"}
-            block = {"type": "tool_use", "id": "toolu_01", "name": name, "input": {}}
-            delta = {"type": "input_json_delta", "partial_json": json.dumps(arguments)}
-            stop = "tool_use"
-        else:
-            block = {"type": "text", "text": ""}
-            delta = {"type": "text_delta", "text": "done"}
-            stop = "end_turn"
-        message = {"id": "msg_01", "type": "message", "role": "assistant",
-                   "model": body.get("model", "claude"), "content": [], "stop_reason": None,
-                   "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}}
-        if not body.get("stream"):
-            final = {**block, **({"input": json.loads(delta["partial_json"])}
-                                 if stop == "tool_use" else {"text": delta["text"]})}
-            self._json({**message, "content": [final], "stop_reason": stop})
-            return
-        events = [
-            ("message_start", {"type": "message_start", "message": message}),
-            ("content_block_start", {"type": "content_block_start", "index": 0,
-                                     "content_block": block}),
-            ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                     "delta": delta}),
-            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-            ("message_delta", {"type": "message_delta", "delta": {
-                "stop_reason": stop, "stop_sequence": None}, "usage": {"output_tokens": 5}}),
-            ("message_stop", {"type": "message_stop"}),
-        ]
-        payload = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events)
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Content-Length", str(len(payload.encode())))
-        self.end_headers()
-        self.wfile.write(payload.encode())
-
-    def _json(self, value: dict) -> None:
-        data = json.dumps(value).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+    def tool_call(self, body: dict) -> tuple[str, dict] | None:
+        if not any(t.get("name") == "Bash" for t in body.get("tools") or []):
+            return None
+        if "Remember" in first_prompt(body):
+            return SAVE_TOOL, REMEMBERED
+        return "Bash", {"command": "echo hello", "description": "Say hello"}
 
 
 @pytest.fixture
 def fake_api():
-    with scripted_api(FakeAnthropic) as server:
+    with scripted_api(ClaudeCodeApi) as server:
         yield server
 
 
 def test_claude_code_remembers_across_runs(daemon, fake_api, tmp_path):
-    assert CLAUDE.exists(), (
-        f"the Claude Code CLI is not installed at {CLAUDE}; run the README's test command"
-        " (it runs: npm ci --prefix tests/e2e)")
+    claude_cli = agent_cli("claude")
     user_home = tmp_path / "home"
     proj = user_home / "proj"
     (proj / ".git").mkdir(parents=True)
@@ -144,7 +82,7 @@ def test_claude_code_remembers_across_runs(daemon, fake_api, tmp_path):
     namespace = project.resolve_project(proj, home=str(user_home)).namespace(ACTOR)
 
     def claude(prompt: str) -> dict:
-        done = subprocess.run([str(CLAUDE), "-p", prompt, "--output-format", "json",
+        done = subprocess.run([str(claude_cli), "-p", prompt, "--output-format", "json",
                                "--allowedTools", "Bash"], cwd=proj, env=env, text=True,
                               capture_output=True, timeout=180)
         assert done.returncode == 0, f"claude failed:\n{done.stdout}\n{done.stderr}"

@@ -14,14 +14,21 @@ from __future__ import annotations
 import json
 import subprocess
 from http.server import BaseHTTPRequestHandler
-from pathlib import Path
 
 import pytest
-from helpers import ACTOR, BIN, kl, scripted_api, stored_events, wait_events, wait_records
+from helpers import (
+    ACTOR,
+    AGENT_BIN,
+    BIN,
+    agent_cli,
+    kl,
+    scripted_api,
+    stored_events,
+    wait_events,
+    wait_records,
+)
 
 from kirolearn import project
-
-CODEX_BIN = Path(__file__).parent / "e2e" / "node_modules" / ".bin"
 
 
 class FakeResponses(BaseHTTPRequestHandler):
@@ -76,9 +83,7 @@ def fake_api():
 
 
 def test_codex_remembers_across_runs(daemon, fake_api, tmp_path):
-    assert (CODEX_BIN / "codex").exists(), (
-        f"the Codex CLI is not installed in {CODEX_BIN}; run the README's test command"
-        " (it runs: npm ci --prefix tests/e2e)")
+    codex_cli = agent_cli("codex")
     user_home = tmp_path / "home"
     proj = user_home / "proj"
     (proj / ".git").mkdir(parents=True)
@@ -94,7 +99,7 @@ def test_codex_remembers_across_runs(daemon, fake_api, tmp_path):
         f'[projects."{proj}"]\ntrust_level = "trusted"\n')
     original = user_config.read_bytes()
     env = {  # a clean environment: nothing from this machine's user leaks in
-        "HOME": str(user_home), "PATH": f"{CODEX_BIN}:{BIN}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(user_home), "PATH": f"{AGENT_BIN}:{BIN}:/usr/local/bin:/usr/bin:/bin",
         "USER": ACTOR, "LOGNAME": ACTOR, "KIROLEARN_HOME": str(daemon),
         "LOCAL_API_KEY": "test"}
     installed = kl("install", "--agent", "codex", env=env, cwd=str(proj))
@@ -105,7 +110,7 @@ def test_codex_remembers_across_runs(daemon, fake_api, tmp_path):
     namespace = project.resolve_project(proj, home=str(user_home)).namespace(ACTOR)
 
     def codex(prompt: str) -> str:
-        done = subprocess.run([str(CODEX_BIN / "codex"), "exec", "--skip-git-repo-check", "-s",
+        done = subprocess.run([str(codex_cli), "exec", "--skip-git-repo-check", "-s",
                                "danger-full-access",
                                prompt], cwd=proj, env=env, text=True, capture_output=True,
                               timeout=180, stdin=subprocess.DEVNULL)

@@ -84,10 +84,10 @@ def doctor(project_dir: str | None) -> None:
             installed += state != "missing"
             if state != "missing":
                 report(state == "installed", f"{agent} ({scope})", detail)
-            if agent == "kiro-cli" and state == "installed":
-                note = install.default_agent_note(Path.home())
-                if note:
-                    report(None, f"{agent} ({scope})", note)
+            note = install.agent_note(agent, target, Path.home()) \
+                if state == "installed" else None
+            if note:
+                report(None, f"{agent} ({scope})", note)
     if not installed:
         report(None, "agents", "no agent has kirolearn's hooks here; run: kirolearn install"
                " --agent " + "|".join(install.AGENTS))

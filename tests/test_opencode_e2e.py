@@ -1,0 +1,147 @@
+"""A real agent, end to end: OpenCode with kirolearn's plugin, run offline.
+
+The CLI (``tests/e2e/package.json``: OpenCode's Linux x64 build, pinned; installed by
+the test command) talks to a scripted Anthropic API on 127.0.0.1 (its ``anthropic``
+provider's ``baseURL`` in the user's configuration). ``kirolearn install --agent
+opencode`` writes the project's plugin and MCP server; OpenCode loads the plugin,
+which runs our installed shim. The first run's hooks must all be stored; on the
+second, what the first one taught is in the request the fake API receives and the
+model's call of our ``search_memory`` finds it; on the third, the model's call of
+``forget`` is put to the user rather than run (``opencode run``, with no one to ask,
+turns it down).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+
+import pytest
+from helpers import (
+    ACTOR,
+    AGENT_BIN,
+    BIN,
+    FakeAnthropic,
+    kl,
+    scripted_api,
+    stored_events,
+    wait_events,
+    wait_records,
+)
+
+from kirolearn import project
+
+OPENCODE = AGENT_BIN.parent / "opencode-linux-x64" / "bin" / "opencode"
+ASK = "What did we do about saying hello?"
+FORGET = "Forget the hello record"
+
+pytestmark = pytest.mark.skipif(
+    (platform.system(), platform.machine()) != ("Linux", "x86_64"),
+    reason="tests/e2e/package.json pins OpenCode's Linux x64 build")
+
+
+def user_words(body: dict) -> str:
+    """The user's own text in a request: its first part (the context our plugin adds
+    comes after it)."""
+    first = body["messages"][0]["content"][0]
+    return first.get("text", "") if isinstance(first, dict) else ""
+
+
+class OpenCodeApi(FakeAnthropic):
+    """A shell call first (or, asked ASK, our search_memory; asked FORGET, our forget),
+    then "done"; OpenCode's requests without tools (the session's title) get "done"."""
+
+    def tool_call(self, body: dict) -> tuple[str, dict] | None:
+        if not any(t.get("name") == "bash" for t in body.get("tools") or []):
+            return None
+        if ASK in user_words(body):
+            return "kirolearn_search_memory", {"query": "hello"}
+        if FORGET in user_words(body):
+            return "kirolearn_forget", {"record_id": "mr_00000000000000000000000000"}
+        return "bash", {"command": "echo hello", "description": "Say hello"}
+
+
+@pytest.fixture
+def fake_api():
+    with scripted_api(OpenCodeApi) as server:
+        yield server
+
+
+def tool_results(bodies: list[dict]) -> list[str]:
+    return [json.dumps(block.get("content")) for body in bodies for message in body["messages"]
+            if isinstance(message["content"], list) for block in message["content"]
+            if isinstance(block, dict) and block.get("type") == "tool_result"]
+
+
+def test_opencode_remembers_across_runs(daemon, fake_api, tmp_path):
+    assert OPENCODE.exists(), (f"{OPENCODE} is not installed; run the README's test command"
+                               " (it runs: npm ci --prefix tests/e2e)")
+    user_home = tmp_path / "home"
+    proj = user_home / "proj"
+    (proj / ".git").mkdir(parents=True)
+    # The user's own configuration: a model, its provider pointed at the scripted API.
+    user_config = user_home / ".config" / "opencode" / "opencode.json"
+    user_config.parent.mkdir(parents=True)
+    user_config.write_text(json.dumps({
+        "$schema": "https://opencode.ai/config.json", "model": "anthropic/claude-sonnet-4-5",
+        "provider": {"anthropic": {"options": {
+            "baseURL": f"http://127.0.0.1:{fake_api.server_port}/v1"}}}}, indent=2))
+    original = user_config.read_bytes()
+    env = {  # a clean environment: nothing from this machine's user leaks in
+        "HOME": str(user_home), "PATH": f"{BIN}:/usr/local/bin:/usr/bin:/bin",
+        "USER": ACTOR, "LOGNAME": ACTOR, "KIROLEARN_HOME": str(daemon),
+        "ANTHROPIC_API_KEY": "test", "OPENCODE_DISABLE_MODELS_FETCH": "1",
+        "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+        "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1", "OPENCODE_DISABLE_CLAUDE_CODE": "1"}
+    installed = kl("install", "--agent", "opencode", env=env, cwd=str(proj))
+    assert installed.returncode == 0, installed.stderr
+    doctor = kl("doctor", env=env, cwd=str(proj))
+    assert f"ok    opencode (project {proj})" in doctor.stdout, doctor.stdout
+    namespace = project.resolve_project(proj, home=str(user_home)).namespace(ACTOR)
+
+    def opencode(prompt: str, check: bool = True) -> str:
+        # One argument a word: `opencode run` quotes an argument that holds spaces.
+        done = subprocess.run([str(OPENCODE), "run", *prompt.split()], cwd=proj, env=env,
+                              text=True, capture_output=True, timeout=180,
+                              stdin=subprocess.DEVNULL)
+        assert done.returncode == 0 or not check, \
+            f"opencode failed:\n{done.stdout}\n{done.stderr}"
+        return done.stdout + done.stderr
+
+    assert opencode("Say hello with a shell command").startswith("done")  # stdout, then stderr
+    events = wait_events(4)
+    kinds = [(e["kind"], e["body"].get("content") or e["body"].get("data", {}).get("tool_name"))
+             for e in events]
+    assert kinds == [("note", "opencode session started"),
+                     ("prompt", "Say hello with a shell command"),
+                     ("tool_use", "bash"),
+                     ("session_summary", "done")], kinds
+    assert len({e["session_id"] for e in events}) == 1
+    assert all(e["namespace"] == namespace for e in events)
+    tool = events[2]["body"]["data"]
+    assert tool["tool_input"]["command"] == "echo hello"
+    assert tool["tool_response"] == {"output": "hello\n", "exit_code": 0}
+    assert "from kirolearn" not in json.dumps(fake_api.bodies)  # nothing known yet
+
+    wait_records(namespace)
+    seen = len(fake_api.bodies)
+    opencode(ASK)
+    second_run = json.dumps(fake_api.bodies[seen:])
+    assert "## Prior observations from kirolearn" in second_run  # the prompt's context
+    assert "## Where the last session left off (from kirolearn)" in second_run
+    assert "Task: Say hello with a shell command" in second_run
+    found = tool_results(fake_api.bodies[seen:])
+    assert found and "Say hello with a shell command" in found[-1], found
+    prompts = [e["body"]["content"] for e in stored_events() if e["kind"] == "prompt"]
+    assert prompts == ["Say hello with a shell command", ASK], prompts
+
+    said = opencode(FORGET, check=False)  # asking, with no one to answer, ends the run
+    assert "permission requested: kirolearn_forget" in said, said
+
+    removed = kl("uninstall", "--agent", "opencode", env=env, cwd=str(proj))
+    assert removed.returncode == 0, removed.stderr
+    assert user_config.read_bytes() == original  # never ours
+    # Ours are gone; OpenCode's own remain (it installs its plugin kit in .opencode).
+    assert not (proj / "opencode.json").exists()
+    assert not (proj / ".opencode" / "plugins").exists()
