@@ -5,8 +5,8 @@ a process that dies before it is RUNNING goes to BACKOFF and is retried with a
 capped exponential delay, and after ``start_retries`` such failures to FATAL,
 which is reported, never looped. A RUNNING process that dies is restarted at
 once (EXITED → STARTING); one that keeps dying (more than ``FLAP_LIMIT`` times
-in ``FLAP_WINDOW_S``) goes FATAL too. RUNNING means: alive for ``start_secs``
-and answering ``ping`` on its control socket.
+in ``FLAP_WINDOW_S``) goes FATAL too. RUNNING means: answering ``ping`` on its
+control socket; one that dies within ``start_secs`` of its start still failed to start.
 
 Stopping walks the roles in reverse dependency order (extraction, viewer,
 ingest, retrieval, storage last so it can commit what ingest drained), and each process
@@ -178,6 +178,12 @@ class Arbiter:
         proc.state = STARTING
         log.info("spawned: '%s' with pid %d", proc.name, proc.popen.pid)
 
+    def _listening(self, proc: Process) -> bool:
+        """Whether proc's control socket is there to ping (a ping before would only wait
+        out its timeout, holding up the loop)."""
+        return Path(paths.endpoint(f"{proc.name}.ctl", self.base).removeprefix("ipc://")
+                    ).exists()
+
     def _ping(self, proc: Process) -> bool:
         if proc.client is None:
             proc.client = transport.Client(paths.endpoint(f"{proc.name}.ctl", self.base),
@@ -268,8 +274,7 @@ class Arbiter:
                 continue
             elif proc.state == STOPPED or (proc.state == BACKOFF and now >= proc.next_start):
                 self._spawn(proc)
-            elif (proc.state == STARTING and now - proc.started >= self.sup["start_secs"]
-                  and self._ping(proc)):
+            elif proc.state == STARTING and self._listening(proc) and self._ping(proc):
                 proc.state = RUNNING
                 proc.fast_failures = 0
                 log.info("success: %s entered RUNNING state", proc.name)
@@ -292,6 +297,12 @@ class Arbiter:
         self.stop_queue = [g for g in groups if g]
         for name in self.stop_queue[0]:
             self._begin_stop(self.processes[name])
+
+    def _poll_ms(self) -> int:
+        """How long the loop waits for a control message: briefly while a process is
+        starting or stopping (each step may move it on), else a tenth of a second."""
+        moving = any(p.state in (STARTING, STOPPING) for p in self.processes.values())
+        return 10 if moving else 100
 
     def stopped(self) -> bool:
         return self.shutting_down and not self.stop_queue and not any(
@@ -368,7 +379,7 @@ class Arbiter:
             log.info("supervisor started (pid %d, home %s)", os.getpid(), self.base)
             table = base.op_table(self, "control")
             while not self.stopped():
-                if control.poll(100, zmq.POLLIN):
+                if control.poll(self._poll_ms(), zmq.POLLIN):
                     base.serve(control, table, "supervisor", log)
                 if self.signals:
                     log.info("received signal %d", self.signals[0])

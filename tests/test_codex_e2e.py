@@ -142,7 +142,10 @@ def test_codex_remembers_across_runs(daemon, fake_api, tmp_path):
     assert "Task: Say hello with a shell command" in second_run
     offered = {t.get("name") for body in fake_api.bodies[seen:] for t in body.get("tools") or []}
     assert "mcp__kirolearn" in offered, offered  # our MCP server's tools
-    assert len(stored_events()) == 10
+    stored = stored_events()
+    assert len(stored) == 10
+    assert [e["body"]["content"] for e in stored if e["kind"] == "prompt"] == [
+        "Say hello with a shell command", "Say hello again with a shell command"]
 
     removed = kl("uninstall", "--agent", "codex", env=env, cwd=str(proj))
     assert removed.returncode == 0, removed.stderr
