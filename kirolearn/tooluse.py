@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 PATH_KEYS = ("path", "file_path", "filePath", "target_file", "notebook_path", "file")
 # An edit's new and old text: Kiro CLI (file_text, new_str), Claude Code (content,
@@ -40,20 +40,20 @@ TEST_COUNTS = re.compile(r"(?i)\b(\d+) (failed|passed|errors?)\b")
 ERROR_LINE = re.compile(r"(?i)(error|exception|traceback|failed|fatal|panic|✗|FAIL\b)")
 
 
-@dataclass
-class Action:
-    """What one tool use did, as far as the payload tells."""
+class Action(NamedTuple):
+    """What one tool use did, as far as the payload tells. (A NamedTuple: every tool
+    hook's shim reads one, and a dataclass would cost it the import of ``inspect``.)"""
 
     kind: str  # edit | read | run | quiet | other
     tool: str
-    paths: list[str] = field(default_factory=list)
+    paths: list[str]
     command: str = ""
     added: int = 0
     removed: int = 0
     exit_status: int | None = None
     failed: bool = False
     output: str = ""
-    identifiers: list[str] = field(default_factory=list)  # what an edit touched
+    identifiers: tuple[str, ...] | list[str] = ()  # what an edit touched
 
 
 # -- reading payloads ---------------------------------------------------------------------
@@ -111,29 +111,30 @@ def observe(data: object) -> Action:
     tool = str(data.get("tool_name") or "unknown")
     tool_input = data.get("tool_input") if isinstance(data.get("tool_input"), dict) else {}
     output, exit_status, failed = _output(data.get("tool_response"))
-    action = Action("other", tool, _paths(tool_input), exit_status=exit_status, failed=failed,
-                    output=output)
+    paths = _paths(tool_input)
     command = tool_input.get("command") or tool_input.get("cmd")
     name = tool.rsplit("/", 1)[-1]
     modes = {op.get("mode") for op in _items(tool_input.get("operations"))}
+    action = Action("other", tool, paths, exit_status=exit_status, failed=failed,
+                    output=output)
     if (name.lower() == "ls" or any(word in name.lower() for word in QUIET_WORDS)
             or modes & {"Directory", "Search"}):
-        action.kind = "quiet"
-    elif isinstance(command, str) and (RUN_TOOLS.search(name) or not action.paths):
-        action.kind, action.command = "run", " ".join(command.split())
-    elif EDIT_TOOLS.search(name) and action.paths:
-        action.kind = "edit"
+        return action._replace(kind="quiet")
+    if isinstance(command, str) and (RUN_TOOLS.search(name) or not paths):
+        return action._replace(kind="run", command=" ".join(command.split()))
+    if EDIT_TOOLS.search(name) and paths:
         new = [tool_input.get(k) for k in NEW_TEXT_KEYS]
         old = [tool_input.get(k) for k in OLD_TEXT_KEYS]
         for edit in _items(tool_input.get("edits")):  # Claude Code MultiEdit
             new.append(edit.get("new_string"))
             old.append(edit.get("old_string"))
-        action.added = sum(_lines(t) for t in new if isinstance(t, str))
-        action.removed = sum(_lines(t) for t in old if isinstance(t, str))
-        action.identifiers = touched([t for t in new if isinstance(t, str)],
-                                     [t for t in old if isinstance(t, str)])
-    elif READ_TOOLS.search(name) and action.paths:
-        action.kind = "read"
+        new_texts = [t for t in new if isinstance(t, str)]
+        old_texts = [t for t in old if isinstance(t, str)]
+        return action._replace(kind="edit", added=sum(map(_lines, new_texts)),
+                               removed=sum(map(_lines, old_texts)),
+                               identifiers=touched(new_texts, old_texts))
+    if READ_TOOLS.search(name) and paths:
+        return action._replace(kind="read")
     return action
 
 

@@ -18,7 +18,6 @@ removed as ``new_string`` / ``old_string``, so an edit is recorded as an edit.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import sys
 
@@ -51,7 +50,7 @@ def read(payload: dict) -> common.Hook:
     if payload.get("tool_name") == "apply_patch" and isinstance(patch, str):
         response = payload.get("tool_response")
         tools = tuple(common.tool_body("Edit", edit, response) for edit in patch_edits(patch))
-        return dataclasses.replace(hook, tools=tools) if tools else hook
+        return hook._replace(tools=tools) if tools else hook
     return hook
 
 

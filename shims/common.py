@@ -25,8 +25,8 @@ import select
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from kirolearn import (
     __version__,
@@ -278,10 +278,10 @@ def tool_body(tool_name: object, tool_input: object, tool_response: object) -> d
                                      "tool_response": tool_response}}
 
 
-@dataclass(frozen=True)
-class Hook:
+class Hook(NamedTuple):
     """One agent hook, read from the agent's payload by its shim: what it means for
-    memory (``role``) and what it carries.
+    memory (``role``) and what it carries. (A NamedTuple: a dataclass would cost every
+    hook the import of ``inspect``.)
 
     Roles: ``start`` (a session begins: a note, and the session's context back),
     ``prompt`` (the prompt, and its context back), ``tool`` (tool uses, as

@@ -241,10 +241,11 @@ def scripted_api(handler: type[BaseHTTPRequestHandler]) -> Iterator[ThreadingHTT
 
 class FakeAnthropic(BaseHTTPRequestHandler):
     """Answers like Anthropic's Messages API, streamed or not: the tool call
-    ``tool_call`` picks for a request (none: "done"), and "done" once a tool's result is
-    in. Subclasses pick the calls."""
+    ``tool_call`` picks for a request, else "done". Subclasses pick the calls."""
 
-    def tool_call(self, body: dict) -> tuple[str, dict] | None:
+    def tool_call(self, body: dict, results: list[str]) -> tuple[str, dict] | None:
+        """The tool call to answer body with, given the results of the calls before it
+        in the turn (none: "done")."""
         return None
 
     def log_message(self, *args: object) -> None:
@@ -265,10 +266,10 @@ class FakeAnthropic(BaseHTTPRequestHandler):
             return
         body = json.loads(raw)
         self.server.bodies.append(body)  # type: ignore[attr-defined]
-        answered = any(isinstance(m.get("content"), list) and any(
-            isinstance(b, dict) and b.get("type") == "tool_result" for b in m["content"])
-            for m in body.get("messages", []))
-        call = None if answered else self.tool_call(body)
+        results = [json.dumps(b.get("content")) for m in body.get("messages", [])
+                   if isinstance(m.get("content"), list) for b in m["content"]
+                   if isinstance(b, dict) and b.get("type") == "tool_result"]
+        call = self.tool_call(body, results)
         if call:
             block = {"type": "tool_use", "id": "toolu_01", "name": call[0], "input": {}}
             delta = {"type": "input_json_delta", "partial_json": json.dumps(call[1])}

@@ -45,8 +45,8 @@ class ClaudeCodeApi(FakeAnthropic):
     """A shell call first (Bash; or, asked to remember something, our save_observation),
     then "done"; requests without tools (Claude Code's own, such as titles) get "done"."""
 
-    def tool_call(self, body: dict) -> tuple[str, dict] | None:
-        if not any(t.get("name") == "Bash" for t in body.get("tools") or []):
+    def tool_call(self, body: dict, results: list[str]) -> tuple[str, dict] | None:
+        if results or not any(t.get("name") == "Bash" for t in body.get("tools") or []):
             return None
         if "Remember" in first_prompt(body):
             return SAVE_TOOL, REMEMBERED

@@ -5,10 +5,9 @@ the test command) talks to a scripted Anthropic API on 127.0.0.1 (its ``anthropi
 provider's ``baseURL`` in the user's configuration). ``kirolearn install --agent
 opencode`` writes the project's plugin and MCP server; OpenCode loads the plugin,
 which runs our installed shim. The first run's hooks must all be stored; on the
-second, what the first one taught is in the request the fake API receives and the
-model's call of our ``search_memory`` finds it; on the third, the model's call of
-``forget`` is put to the user rather than run (``opencode run``, with no one to ask,
-turns it down).
+second, what the first one taught is in the request the fake API receives, the model's
+call of our ``search_memory`` finds it, and its call of ``forget`` is put to the user
+rather than run (``opencode run``, with no one to ask, turns it down).
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from __future__ import annotations
 import json
 import platform
 import subprocess
+from pathlib import Path
 
 import pytest
 from helpers import (
@@ -33,8 +33,8 @@ from helpers import (
 from kirolearn import project
 
 OPENCODE = AGENT_BIN.parent / "opencode-linux-x64" / "bin" / "opencode"
+OPENCODE_VERSION = "1.18.33"  # tests/e2e/package.json
 ASK = "What did we do about saying hello?"
-FORGET = "Forget the hello record"
 
 pytestmark = pytest.mark.skipif(
     (platform.system(), platform.machine()) != ("Linux", "x86_64"),
@@ -49,23 +49,33 @@ def user_words(body: dict) -> str:
 
 
 class OpenCodeApi(FakeAnthropic):
-    """A shell call first (or, asked ASK, our search_memory; asked FORGET, our forget),
-    then "done"; OpenCode's requests without tools (the session's title) get "done"."""
+    """A shell call, then "done"; asked ASK, our search_memory, then our forget; requests
+    without tools (OpenCode's own, such as the session's title) get "done"."""
 
-    def tool_call(self, body: dict) -> tuple[str, dict] | None:
+    def tool_call(self, body: dict, results: list[str]) -> tuple[str, dict] | None:
         if not any(t.get("name") == "bash" for t in body.get("tools") or []):
             return None
         if ASK in user_words(body):
-            return "kirolearn_search_memory", {"query": "hello"}
-        if FORGET in user_words(body):
-            return "kirolearn_forget", {"record_id": "mr_00000000000000000000000000"}
-        return "bash", {"command": "echo hello", "description": "Say hello"}
+            calls = [("kirolearn_search_memory", {"query": "hello"}),
+                     ("kirolearn_forget", {"record_id": "mr_00000000000000000000000000"})]
+            return calls[len(results)] if len(results) < len(calls) else None
+        return None if results else ("bash", {"command": "echo hello",
+                                              "description": "Say hello"})
 
 
 @pytest.fixture
 def fake_api():
     with scripted_api(OpenCodeApi) as server:
         yield server
+
+
+def plugin_kit_installed(folder: Path) -> None:
+    """folder as OpenCode leaves it after fetching its plugin kit from npm, which it does
+    in each configuration folder once a plugin is configured, and waits for."""
+    needs = {"dependencies": {"@opencode-ai/plugin": OPENCODE_VERSION}}
+    (folder / "node_modules").mkdir(parents=True)
+    (folder / "package.json").write_text(json.dumps(needs))
+    (folder / "package-lock.json").write_text(json.dumps({"packages": {"": needs}}))
 
 
 def tool_results(bodies: list[dict]) -> list[str]:
@@ -93,7 +103,10 @@ def test_opencode_remembers_across_runs(daemon, fake_api, tmp_path):
         "USER": ACTOR, "LOGNAME": ACTOR, "KIROLEARN_HOME": str(daemon),
         "ANTHROPIC_API_KEY": "test", "OPENCODE_DISABLE_MODELS_FETCH": "1",
         "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
-        "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1", "OPENCODE_DISABLE_CLAUDE_CODE": "1"}
+        "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1", "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+        "npm_config_registry": "http://127.0.0.1:9/"}  # and no npm registry to reach
+    for folder in (user_config.parent, proj / ".opencode"):
+        plugin_kit_installed(folder)
     installed = kl("install", "--agent", "opencode", env=env, cwd=str(proj))
     assert installed.returncode == 0, installed.stderr
     doctor = kl("doctor", env=env, cwd=str(proj))
@@ -126,22 +139,21 @@ def test_opencode_remembers_across_runs(daemon, fake_api, tmp_path):
 
     wait_records(namespace)
     seen = len(fake_api.bodies)
-    opencode(ASK)
+    said = opencode(ASK, check=False)  # asking, with no one to answer, ends the run
+    assert "permission requested: kirolearn_forget" in said, said
     second_run = json.dumps(fake_api.bodies[seen:])
     assert "## Prior observations from kirolearn" in second_run  # the prompt's context
     assert "## Where the last session left off (from kirolearn)" in second_run
     assert "Task: Say hello with a shell command" in second_run
     found = tool_results(fake_api.bodies[seen:])
-    assert found and "Say hello with a shell command" in found[-1], found
+    assert found and "Say hello with a shell command" in found[0], found
     prompts = [e["body"]["content"] for e in stored_events() if e["kind"] == "prompt"]
     assert prompts == ["Say hello with a shell command", ASK], prompts
 
-    said = opencode(FORGET, check=False)  # asking, with no one to answer, ends the run
-    assert "permission requested: kirolearn_forget" in said, said
 
     removed = kl("uninstall", "--agent", "opencode", env=env, cwd=str(proj))
     assert removed.returncode == 0, removed.stderr
     assert user_config.read_bytes() == original  # never ours
-    # Ours are gone; OpenCode's own remain (it installs its plugin kit in .opencode).
+    # Ours are gone; OpenCode's own plugin kit stays in .opencode.
     assert not (proj / "opencode.json").exists()
     assert not (proj / ".opencode" / "plugins").exists()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from kirolearn import contract
 from kirolearn.tooluse import MAX_IDENTIFIERS, Action, cut, fact, first_lines, observe, relative
@@ -130,27 +130,29 @@ def in_brief(actions: list[Action]) -> list[Action]:
     (listing, searching) is left out."""
     edited = {a.paths[0] for a in actions if a.kind == "edit"}
     told: list[Action] = []
-    edits: dict[str, Action] = {}
-    reads: Action | None = None
+    edit_at: dict[str, int] = {}  # a file's edit: its place in told
+    read_at: int | None = None
     for action in actions:
         if action.kind == "quiet":
             continue
-        if action.kind == "edit" and action.paths[0] in edits:
-            edit = edits[action.paths[0]]
-            edit.added += action.added
-            edit.removed += action.removed
-            edit.identifiers = list(dict.fromkeys(edit.identifiers + action.identifiers)
-                                    )[:MAX_IDENTIFIERS]
+        if action.kind == "edit" and action.paths[0] in edit_at:
+            at = edit_at[action.paths[0]]
+            edit = told[at]
+            told[at] = edit._replace(
+                added=edit.added + action.added, removed=edit.removed + action.removed,
+                identifiers=list(dict.fromkeys([*edit.identifiers, *action.identifiers])
+                                 )[:MAX_IDENTIFIERS])
         elif action.kind == "edit":
-            edits[action.paths[0]] = replace(action, identifiers=list(action.identifiers))
-            told.append(edits[action.paths[0]])
+            edit_at[action.paths[0]] = len(told)
+            told.append(action._replace(identifiers=list(action.identifiers)))
         elif action.kind == "read":
             paths = [p for p in action.paths if p not in edited]
-            if reads is not None:
-                reads.paths = list(dict.fromkeys(reads.paths + paths))
+            if read_at is not None:
+                told[read_at] = told[read_at]._replace(
+                    paths=list(dict.fromkeys(told[read_at].paths + paths)))
             elif paths:
-                reads = replace(action, paths=paths)
-                told.append(reads)
+                read_at = len(told)
+                told.append(action._replace(paths=paths))
         else:
             told.append(action)
     return told
