@@ -240,24 +240,45 @@ def gemini(project: Path | None, home: Path) -> list[ConfigFile]:
                        (AllowRule(APPROVED_TOOLS),), "toml")]
 
 
-# -- GitHub Copilot CLI: .github/hooks/kirolearn.json; servers in ~/.copilot ---------------
+# -- GitHub Copilot CLI: .github/hooks/kirolearn.json; servers in ~/.copilot -------------
 
 COPILOT_HOOKS = {event: {"type": "command", "timeoutSec": 5} for event in (
     "sessionStart", "userPromptSubmitted", "postToolUse", "postToolUseFailure", "agentStop",
     "sessionEnd")}
 
 
+def copilot_home(home: Path) -> Path:
+    """Copilot CLI's own folder (``$COPILOT_HOME``, else ``~/.copilot``)."""
+    return Path(os.environ.get("COPILOT_HOME") or home / ".copilot")
+
+
+def copilot_trusts(project: Path, home: Path) -> bool:
+    """Whether Copilot CLI reads the repository's hooks: only in a folder the user
+    trusted (``trusted_folders`` in its ``config.json``, ``trustedFolders`` in its
+    ``settings.json``; both may hold ``//`` comments), or inside one."""
+    trusted: list = []
+    for name, key in (("config.json", "trusted_folders"), ("settings.json", "trustedFolders")):
+        try:
+            text = (copilot_home(home) / name).read_text("utf-8")
+            value = json.loads(re.sub(r"(?m)^\s*//.*$", "", text))
+        except (OSError, ValueError):
+            continue
+        folders = value.get(key) if isinstance(value, dict) else None
+        trusted += folders if isinstance(folders, list) else []
+    here = project.resolve()
+    return any(isinstance(f, str) and here.is_relative_to(Path(f).resolve()) for f in trusted)
+
+
 def copilot(project: Path | None, home: Path) -> list[ConfigFile]:
-    """Copilot CLI loads hook files from the repository only, and MCP servers from the
-    user's ``~/.copilot/mcp-config.json``."""
-    if project is None:
-        raise InstallError("Copilot CLI hooks live in a repository (.github/hooks): use"
-                           " --project DIR")
+    """Copilot CLI reads hook files from the repository (``.github/hooks``) and from the
+    user's ``~/.copilot/hooks``, and MCP servers from the user's
+    ``~/.copilot/mcp-config.json``. It approves read-only tools by itself."""
     server = McpServer(shape=lambda entry: {"type": "local", **entry, "tools": ["*"]})
-    return [ConfigFile(project / ".github" / "hooks" / "kirolearn.json",
+    hooks_folder = project / ".github" / "hooks" if project else copilot_home(home) / "hooks"
+    return [ConfigFile(hooks_folder / "kirolearn.json",
                        (FlatHooks("copilot", COPILOT_HOOKS, "bash", named=True),),
                        template={"version": 1}),
-            ConfigFile(home / ".copilot" / "mcp-config.json", (server,))]
+            ConfigFile(copilot_home(home) / "mcp-config.json", (server,))]
 
 
 # -- Cursor: .cursor/hooks.json and .cursor/mcp.json ---------------------------------------
@@ -311,7 +332,7 @@ AGENTS: dict[str, Callable[[Path | None, Path], list[ConfigFile]]] = {
     "kiro-cli": kiro_cli, "kiro-ide": kiro_ide, "claude-code": claude_code, "codex": codex,
     "gemini": gemini, "copilot": copilot, "cursor": cursor, "opencode": opencode,
 }
-PROJECT_ONLY = ("kiro-ide", "copilot")  # agents whose hooks live in a project only
+PROJECT_ONLY = ("kiro-ide",)  # agents whose hooks live in a project only
 
 
 def config_files(agent: str, project: Path | None, home: Path) -> list[ConfigFile]:

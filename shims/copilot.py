@@ -1,19 +1,19 @@
 """GitHub Copilot CLI shim (``kirolearn-copilot``): ``.github/hooks/*.json`` hooks.
 
-Payloads are camelCase, on stdin, with ``sessionId`` and ``cwd``. Copilot CLI does
-not read what a ``sessionStart`` or ``userPromptSubmitted`` hook prints, so this
-shim only records: the agent reaches its memories through the MCP tools
-(``search_memory``, ``resume_session``) that install registers. ``toolArgs`` may be
-JSON text; a shell's ``exit code N`` in ``toolResult`` becomes its exit status.
+Payloads are camelCase, on stdin, with ``sessionId`` and ``cwd``; the hook's name
+comes as the first argument (the payloads do not carry it). Context goes back as
+``{"additionalContext": …}``, which Copilot CLI adds to the conversation. ``toolArgs``
+may be JSON text; a shell's ``exit code N`` in ``toolResult`` becomes its exit status.
 
-| hook | event |
-| --- | --- |
-| ``sessionStart`` | ``note`` |
-| ``userPromptSubmitted`` | ``prompt`` |
-| ``postToolUse`` | ``tool_use`` ``{toolArgs, toolResult}`` |
-| ``postToolUseFailure`` | ``tool_use`` whose response is ``{is_error, error}`` |
-| ``agentStop`` | nothing: it carries no text of the reply |
-| ``sessionEnd`` | ``note`` with the reason |
+| hook | event | stdout |
+| --- | --- | --- |
+| ``sessionStart`` | ``note`` | the session's context |
+| ``userPromptSubmitted`` | ``prompt`` (retrieval) | the prompt's context |
+| ``postToolUse`` | ``tool_use`` ``{toolArgs, toolResult}`` | — |
+| ``postToolUseFailure`` | ``tool_use`` whose response is ``{is_error, error}`` | — |
+| ``agentStop`` | nothing: it carries no text of the reply (and the transcript it names is
+  not written up to the reply yet) | — |
+| ``sessionEnd`` | ``note`` with the reason | — |
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from kirolearn.shims import common
 SURFACE = "copilot"
 ROLES = {"sessionStart": "start", "userPromptSubmitted": "prompt", "postToolUse": "tool",
          "postToolUseFailure": "tool", "sessionEnd": "end"}
+CONTEXT_LIMIT = 9500  # characters, as for the agents that document a limit
 EXIT_CODE = re.compile(r"exit(?:ed with)? code:? (-?\d+)", re.IGNORECASE)
 
 
@@ -60,12 +61,12 @@ def read(payload: dict, name: str) -> common.Hook:
 
 
 def handle(name: str, payload: dict) -> str:
-    common.answer(SURFACE, read(payload, name))
-    return ""
+    context = common.answer(SURFACE, read(payload, name))
+    return json.dumps({"additionalContext": common.fit_context(context, CONTEXT_LIMIT)}) \
+        if context else ""
 
 
 def main() -> int:
-    """The hook's name is the first argument: Copilot's payloads do not carry it."""
     name = sys.argv[1] if len(sys.argv) > 1 else ""
     return common.run_stdin_hook(lambda payload: handle(name, payload))
 

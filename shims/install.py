@@ -302,12 +302,16 @@ def check(agent: str, project: Path | None, home: Path) -> tuple[str, str]:
 
 def agent_note(agent: str, project: Path | None, home: Path) -> str | None:
     """What the user still has to do before the installed agent runs our hooks (None:
-    nothing): make our agent Kiro CLI's default, trust the project in Gemini CLI."""
+    nothing): make our agent Kiro CLI's default, trust the project in Gemini CLI or
+    Copilot CLI."""
     if agent == "kiro-cli":
         return default_agent_note(home)
     if agent == "gemini" and project is not None and not agents.gemini_trusts(project, home):
         return (f"Gemini CLI ignores {project / '.gemini' / 'settings.json'} until you trust"
                 " the folder: start gemini there and choose to trust it (or run /permissions)")
+    if agent == "copilot" and project is not None and not agents.copilot_trusts(project, home):
+        return (f"Copilot CLI runs {project / '.github' / 'hooks'} only in a folder you trust:"
+                " start copilot there and choose to trust it for future sessions")
     return None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import anyio
+import pytest
 from mcp import Client, StdioServerParameters
 
 from kirolearn import contract, control, db, paths, project
@@ -215,9 +217,16 @@ async def call(client: Client, tool: str, **arguments: object) -> tuple[bool, st
     return result.is_error, "\n".join(block.text for block in result.content)
 
 
+# The agents whose pinned build is Linux x64's (tests/e2e/package.json optionalDependencies).
+LINUX_X64 = pytest.mark.skipif(
+    (platform.system(), platform.machine()) != ("Linux", "x86_64"),
+    reason="tests/e2e/package.json pins this agent's Linux x64 build")
+
+
 def agent_cli(name: str) -> Path:
-    """A pinned agent CLI (``tests/e2e/package.json``), which the test command installs."""
-    cli = AGENT_BIN / name
+    """A pinned agent CLI (``tests/e2e/package.json``), which the test command installs:
+    a command npm links, or a path under node_modules."""
+    cli = AGENT_BIN / name if "/" not in name else AGENT_BIN.parent / name
     assert cli.exists(), (f"{cli} is not installed; run the README's test command (it runs:"
                           " npm ci --prefix tests/e2e)")
     return cli

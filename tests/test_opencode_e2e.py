@@ -13,16 +13,16 @@ rather than run (``opencode run``, with no one to ask, turns it down).
 from __future__ import annotations
 
 import json
-import platform
 import subprocess
 from pathlib import Path
 
 import pytest
 from helpers import (
     ACTOR,
-    AGENT_BIN,
     BIN,
+    LINUX_X64,
     FakeAnthropic,
+    agent_cli,
     kl,
     scripted_api,
     stored_events,
@@ -32,13 +32,10 @@ from helpers import (
 
 from kirolearn import project
 
-OPENCODE = AGENT_BIN.parent / "opencode-linux-x64" / "bin" / "opencode"
 OPENCODE_VERSION = "1.18.33"  # tests/e2e/package.json
 ASK = "What did we do about saying hello?"
 
-pytestmark = pytest.mark.skipif(
-    (platform.system(), platform.machine()) != ("Linux", "x86_64"),
-    reason="tests/e2e/package.json pins OpenCode's Linux x64 build")
+pytestmark = LINUX_X64
 
 
 def user_words(body: dict) -> str:
@@ -85,8 +82,7 @@ def tool_results(bodies: list[dict]) -> list[str]:
 
 
 def test_opencode_remembers_across_runs(daemon, fake_api, tmp_path):
-    assert OPENCODE.exists(), (f"{OPENCODE} is not installed; run the README's test command"
-                               " (it runs: npm ci --prefix tests/e2e)")
+    opencode_cli = agent_cli("opencode-linux-x64/bin/opencode")
     user_home = tmp_path / "home"
     proj = user_home / "proj"
     (proj / ".git").mkdir(parents=True)
@@ -115,7 +111,7 @@ def test_opencode_remembers_across_runs(daemon, fake_api, tmp_path):
 
     def opencode(prompt: str, check: bool = True) -> str:
         # One argument a word: `opencode run` quotes an argument that holds spaces.
-        done = subprocess.run([str(OPENCODE), "run", *prompt.split()], cwd=proj, env=env,
+        done = subprocess.run([str(opencode_cli), "run", *prompt.split()], cwd=proj, env=env,
                               text=True, capture_output=True, timeout=180,
                               stdin=subprocess.DEVNULL)
         assert done.returncode == 0 or not check, \
