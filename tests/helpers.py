@@ -217,6 +217,29 @@ async def call(client: Client, tool: str, **arguments: object) -> tuple[bool, st
     return result.is_error, "\n".join(block.text for block in result.content)
 
 
+def first_run(count: int, namespace: str) -> tuple[list[dict], list[tuple[str, object]]]:
+    """A real agent's first run, once ``count`` events are stored: the events (checked to
+    be one session, in namespace) and each as (kind, its text or its tool's name)."""
+    events = wait_events(count)
+    assert len({e["session_id"] for e in events}) == 1, events
+    assert all(e["namespace"] == namespace for e in events), events
+    return events, [(e["kind"], e["body"].get("content")
+                     or e["body"].get("data", {}).get("tool_name")) for e in events]
+
+
+def taught(bodies: list[dict], first_prompt: str) -> None:
+    """The model's requests in a later run hold what the first run taught: the prompt's
+    context and the session's (where the first run left off)."""
+    sent = json.dumps(bodies)
+    assert "## Prior observations from kirolearn" in sent
+    assert "## Where the last session left off (from kirolearn)" in sent
+    assert f"Task: {first_prompt}" in sent
+
+
+def stored_prompts() -> list[str]:
+    return [e["body"]["content"] for e in stored_events() if e["kind"] == "prompt"]
+
+
 # The agents whose pinned build is Linux x64's (tests/e2e/package.json optionalDependencies).
 LINUX_X64 = pytest.mark.skipif(
     (platform.system(), platform.machine()) != ("Linux", "x86_64"),
@@ -248,7 +271,21 @@ def scripted_api(handler: type[BaseHTTPRequestHandler]) -> Iterator[ThreadingHTT
         thread.join(5)
 
 
-class FakeAnthropic(BaseHTTPRequestHandler):
+class ApiHandler(BaseHTTPRequestHandler):
+    """A scripted model API's request handler: quiet, and one way to answer."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _send(self, content_type: str, data: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class FakeAnthropic(ApiHandler):
     """Answers like Anthropic's Messages API, streamed or not: the tool call
     ``tool_call`` picks for a request, else "done". Subclasses pick the calls."""
 
@@ -256,9 +293,6 @@ class FakeAnthropic(BaseHTTPRequestHandler):
         """The tool call to answer body with, given the results of the calls before it
         in the turn (none: "done")."""
         return None
-
-    def log_message(self, *args: object) -> None:
-        pass
 
     def do_HEAD(self) -> None:
         self.send_response(200)
@@ -308,10 +342,3 @@ class FakeAnthropic(BaseHTTPRequestHandler):
         ]
         self._send("text/event-stream", "".join(
             f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events).encode())
-
-    def _send(self, content_type: str, data: bytes) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)

@@ -129,7 +129,9 @@ def test_what_each_agent_is_given(ws):
 
 
 def run_hook(ws: Workspace, shim: str, payload: dict, *args: str) -> str:
-    result, _ = ws.hook(shim, payload, *args)
+    """What the shim prints for payload. The prompt's budget is generous here: these
+    tests check what each agent is given, tests/test_retrieval.py the budget."""
+    result, _ = ws.hook(shim, payload, *args, KIROLEARN_RETRIEVAL_BUDGET_MS="5000")
     assert result.returncode == 0 and result.stderr == "", result.stderr
     return result.stdout
 

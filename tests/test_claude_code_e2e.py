@@ -19,10 +19,11 @@ from helpers import (
     ACTOR,
     FakeAnthropic,
     agent_cli,
+    first_run,
     kl,
     scripted_api,
     stored_events,
-    wait_events,
+    taught,
     wait_records,
 )
 
@@ -90,22 +91,17 @@ def test_claude_code_remembers_across_runs(daemon, fake_api, tmp_path):
 
     first = claude("Say hello with a shell command")
     assert first["result"] == "done"
-    events = wait_events(5)
-    kinds = [(e["kind"], e["body"].get("content") or e["body"].get("data", {}).get("tool_name"))
-             for e in events]
+    events, kinds = first_run(5, namespace)
     assert kinds == [("note", "claude-code session started (startup)"),
                      ("prompt", "Say hello with a shell command"),
                      ("tool_use", "Bash"),
                      ("session_summary", "done"),
                      ("note", kinds[-1][1])], kinds
     assert kinds[-1][1].startswith("claude-code session ended")
-    session = {e["session_id"] for e in events}
-    assert len(session) == 1 and all(e["namespace"] == namespace for e in events)
     tool = events[2]["body"]["data"]
     assert tool["tool_input"]["command"] == "echo hello"
     assert "hello" in json.dumps(tool["tool_response"])
-    first_run = json.dumps(fake_api.bodies)
-    assert "from kirolearn" not in first_run  # nothing known yet
+    assert "from kirolearn" not in json.dumps(fake_api.bodies)  # nothing known yet
     offered = {t["name"] for b in fake_api.bodies for t in b.get("tools") or []}
     assert {f"mcp__kirolearn__{tool}" for tool in (
         "search_memory", "recall", "timeline", "get_records", "save_observation",
@@ -114,12 +110,7 @@ def test_claude_code_remembers_across_runs(daemon, fake_api, tmp_path):
     wait_records(namespace)
     seen = len(fake_api.bodies)
     claude("Say hello again with a shell command")
-    second_run = json.dumps(fake_api.bodies[seen:])
-    assert "## Prior observations from kirolearn" in second_run  # the prompt's context
-    assert "Say hello with a shell command" in second_run  # ... holding the first run
-    # the session's context: where the first run left off (all there is to tell)
-    assert "## Where the last session left off (from kirolearn)" in second_run
-    assert "Task: Say hello with a shell command" in second_run
+    taught(fake_api.bodies[seen:], "Say hello with a shell command")
     assert len(stored_events()) == 10
 
     # Claude Code applies a project's permission rules once the user has trusted the

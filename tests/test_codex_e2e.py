@@ -13,29 +13,28 @@ from __future__ import annotations
 
 import json
 import subprocess
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 from helpers import (
     ACTOR,
     AGENT_BIN,
     BIN,
+    ApiHandler,
     agent_cli,
+    first_run,
     kl,
     scripted_api,
     stored_events,
-    wait_events,
+    stored_prompts,
+    taught,
     wait_records,
 )
 
 from kirolearn import project
 
 
-class FakeResponses(BaseHTTPRequestHandler):
+class FakeResponses(ApiHandler):
     """Answers like the Responses API, streamed: a shell call first, then "done"."""
-
-    def log_message(self, *args: object) -> None:
-        pass
 
     def do_GET(self) -> None:
         self._send("application/json", json.dumps({"data": [], "models": []}).encode())
@@ -67,13 +66,6 @@ class FakeResponses(BaseHTTPRequestHandler):
         ]
         self._send("text/event-stream", "".join(
             f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode())
-
-    def _send(self, content_type: str, data: bytes) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
 
 @pytest.fixture
@@ -118,17 +110,13 @@ def test_codex_remembers_across_runs(daemon, fake_api, tmp_path):
         return done.stdout
 
     assert codex("Say hello with a shell command").strip().endswith("done")
-    events = wait_events(5)
-    kinds = [(e["kind"], e["body"].get("content") or e["body"].get("data", {}).get("tool_name"))
-             for e in events]
+    events, kinds = first_run(5, namespace)
     assert kinds == [("note", "codex session started (startup)"),
                      ("prompt", "Say hello with a shell command"),
                      ("tool_use", "Bash"),
                      ("session_summary", "done"),
                      ("note", kinds[-1][1])], kinds
     assert kinds[-1][1].startswith("codex session ended")
-    assert len({e["session_id"] for e in events}) == 1
-    assert all(e["namespace"] == namespace for e in events)
     tool = events[2]["body"]["data"]
     assert tool["tool_input"] == {"command": "echo hello"} and "hello" in tool["tool_response"]
     assert "from kirolearn" not in json.dumps(fake_api.bodies)  # nothing known yet
@@ -136,16 +124,12 @@ def test_codex_remembers_across_runs(daemon, fake_api, tmp_path):
     wait_records(namespace)
     seen = len(fake_api.bodies)
     codex("Say hello again with a shell command")
-    second_run = json.dumps(fake_api.bodies[seen:])
-    assert "## Prior observations from kirolearn" in second_run  # the prompt's context
-    assert "## Where the last session left off (from kirolearn)" in second_run
-    assert "Task: Say hello with a shell command" in second_run
+    taught(fake_api.bodies[seen:], "Say hello with a shell command")
     offered = {t.get("name") for body in fake_api.bodies[seen:] for t in body.get("tools") or []}
     assert "mcp__kirolearn" in offered, offered  # our MCP server's tools
-    stored = stored_events()
-    assert len(stored) == 10
-    assert [e["body"]["content"] for e in stored if e["kind"] == "prompt"] == [
-        "Say hello with a shell command", "Say hello again with a shell command"]
+    assert len(stored_events()) == 10
+    assert stored_prompts() == ["Say hello with a shell command",
+                                "Say hello again with a shell command"]
 
     removed = kl("uninstall", "--agent", "codex", env=env, cwd=str(proj))
     assert removed.returncode == 0, removed.stderr

@@ -22,10 +22,11 @@ from helpers import (
     LINUX_X64,
     FakeAnthropic,
     agent_cli,
+    first_run,
     kl,
     scripted_api,
-    stored_events,
-    wait_events,
+    stored_prompts,
+    taught,
     wait_records,
 )
 
@@ -96,15 +97,11 @@ def test_copilot_remembers_across_runs(daemon_batching_soon, fake_api, tmp_path)
         return done.stdout
 
     assert "done" in copilot("Say hello with a shell command", "--allow-all-tools")
-    events = wait_events(4)
-    kinds = [(e["kind"], e["body"].get("content") or e["body"].get("data", {}).get("tool_name"))
-             for e in events]
+    events, kinds = first_run(4, namespace)
     assert kinds == [("note", "copilot session started (new)"),
                      ("prompt", "Say hello with a shell command"),
                      ("tool_use", "bash"),
                      ("note", "copilot session ended (complete)")], kinds
-    assert len({e["session_id"] for e in events}) == 1
-    assert all(e["namespace"] == namespace for e in events)
     tool = events[2]["body"]["data"]
     assert tool["tool_input"]["command"] == "echo hello"
     assert tool["tool_response"]["exit_code"] == 0 and "hello" in tool["tool_response"]["output"]
@@ -113,17 +110,13 @@ def test_copilot_remembers_across_runs(daemon_batching_soon, fake_api, tmp_path)
     wait_records(namespace)
     seen = len(fake_api.bodies)
     copilot(ASK)  # no --allow-all-tools: only what Copilot approves by itself runs
-    second_run = json.dumps(fake_api.bodies[seen:])
-    assert "## Prior observations from kirolearn" in second_run  # the prompt's context
-    assert "## Where the last session left off (from kirolearn)" in second_run
-    assert "Task: Say hello with a shell command" in second_run
+    taught(fake_api.bodies[seen:], "Say hello with a shell command")
     results = [json.dumps(block.get("content")) for body in fake_api.bodies[seen:]
                for message in body["messages"] if isinstance(message["content"], list)
                for block in message["content"]
                if isinstance(block, dict) and block.get("type") == "tool_result"]
     assert results and "Say hello with a shell command" in results[0], results
-    prompts = [e["body"]["content"] for e in stored_events() if e["kind"] == "prompt"]
-    assert prompts == ["Say hello with a shell command", ASK], prompts
+    assert stored_prompts() == ["Say hello with a shell command", ASK]
 
     mcp_config = user_home / ".copilot" / "mcp-config.json"
     removed = kl("uninstall", "--agent", "copilot", env=env, cwd=str(proj))

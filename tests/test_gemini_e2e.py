@@ -15,17 +15,19 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 from helpers import (
     ACTOR,
     BIN,
+    ApiHandler,
     agent_cli,
+    first_run,
     kl,
     scripted_api,
     stored_events,
-    wait_events,
+    stored_prompts,
+    taught,
     wait_records,
 )
 
@@ -42,12 +44,9 @@ def user_words(body: dict) -> str:
     return HOOK_CONTEXT.sub("", " ".join(p.get("text", "") for p in first))
 
 
-class FakeGemini(BaseHTTPRequestHandler):
+class FakeGemini(ApiHandler):
     """Answers like the Gemini API: a tool call first (the shell; or, asked ASK, our
     search_memory), then "done"."""
-
-    def log_message(self, *args: object) -> None:
-        pass
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
@@ -65,14 +64,10 @@ class FakeGemini(BaseHTTPRequestHandler):
                                   "finishReason": "STOP", "index": 0}],
                   "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 1,
                                     "totalTokenCount": 11}}
-        data = (f"data: {json.dumps(answer)}\n\n" if "alt=sse" in self.path
-                else json.dumps(answer)).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream" if "alt=sse" in self.path
-                         else "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        if "alt=sse" in self.path:
+            self._send("text/event-stream", f"data: {json.dumps(answer)}\n\n".encode())
+        else:
+            self._send("application/json", json.dumps(answer).encode())
 
 
 @pytest.fixture
@@ -115,16 +110,12 @@ def test_gemini_remembers_across_runs(daemon, fake_api, tmp_path):
 
     assert gemini("Say hello with a shell command", "--approval-mode", "yolo").strip() \
         == "done"
-    events = wait_events(5)
-    kinds = [(e["kind"], e["body"].get("content") or e["body"].get("data", {}).get("tool_name"))
-             for e in events]
+    events, kinds = first_run(5, namespace)
     assert kinds == [("note", "gemini session started (startup)"),
                      ("prompt", "Say hello with a shell command"),
                      ("tool_use", "run_shell_command"),
                      ("session_summary", "done"),
                      ("note", "gemini session ended (exit)")], kinds
-    assert len({e["session_id"] for e in events}) == 1
-    assert all(e["namespace"] == namespace for e in events)
     tool = events[2]["body"]["data"]
     assert tool["tool_input"] == {"command": "echo hello"}
     assert "hello" in tool["tool_response"]["output"]
@@ -133,19 +124,15 @@ def test_gemini_remembers_across_runs(daemon, fake_api, tmp_path):
     wait_records(namespace)
     seen = len(fake_api.bodies)
     gemini(ASK)  # default approval mode: a tool that asks is denied
-    second_run = json.dumps(fake_api.bodies[seen:])
-    assert "## Prior observations from kirolearn" in second_run  # the prompt's context
-    assert "## Where the last session left off (from kirolearn)" in second_run
-    assert "Task: Say hello with a shell command" in second_run
+    taught(fake_api.bodies[seen:], "Say hello with a shell command")
     results = [part["functionResponse"]["response"] for body in fake_api.bodies[seen:]
                for content in body["contents"] for part in content["parts"]
                if part.get("functionResponse", {}).get("name") == SEARCH_TOOL]
     assert results and "Say hello with a shell command" in json.dumps(results[-1]), results
-    stored = stored_events()
-    prompts = [e["body"]["content"] for e in stored if e["kind"] == "prompt"]
     # What Gemini hands the prompt hook carries the session's context before the
     # user's words: only the words are stored.
-    assert prompts == ["Say hello with a shell command", ASK], prompts
+    assert stored_prompts() == ["Say hello with a shell command", ASK]
+    stored = stored_events()
     assert ("tool_use", SEARCH_TOOL) in [(e["kind"], e["body"].get("data", {}).get(
         "tool_name")) for e in stored]
 

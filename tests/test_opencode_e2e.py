@@ -23,10 +23,11 @@ from helpers import (
     LINUX_X64,
     FakeAnthropic,
     agent_cli,
+    first_run,
     kl,
     scripted_api,
-    stored_events,
-    wait_events,
+    stored_prompts,
+    taught,
     wait_records,
 )
 
@@ -119,15 +120,11 @@ def test_opencode_remembers_across_runs(daemon, fake_api, tmp_path):
         return done.stdout + done.stderr
 
     assert opencode("Say hello with a shell command").startswith("done")  # stdout, then stderr
-    events = wait_events(4)
-    kinds = [(e["kind"], e["body"].get("content") or e["body"].get("data", {}).get("tool_name"))
-             for e in events]
+    events, kinds = first_run(4, namespace)
     assert kinds == [("note", "opencode session started"),
                      ("prompt", "Say hello with a shell command"),
                      ("tool_use", "bash"),
                      ("session_summary", "done")], kinds
-    assert len({e["session_id"] for e in events}) == 1
-    assert all(e["namespace"] == namespace for e in events)
     tool = events[2]["body"]["data"]
     assert tool["tool_input"]["command"] == "echo hello"
     assert tool["tool_response"] == {"output": "hello\n", "exit_code": 0}
@@ -137,14 +134,10 @@ def test_opencode_remembers_across_runs(daemon, fake_api, tmp_path):
     seen = len(fake_api.bodies)
     said = opencode(ASK, check=False)  # asking, with no one to answer, ends the run
     assert "permission requested: kirolearn_forget" in said, said
-    second_run = json.dumps(fake_api.bodies[seen:])
-    assert "## Prior observations from kirolearn" in second_run  # the prompt's context
-    assert "## Where the last session left off (from kirolearn)" in second_run
-    assert "Task: Say hello with a shell command" in second_run
+    taught(fake_api.bodies[seen:], "Say hello with a shell command")
     found = tool_results(fake_api.bodies[seen:])
     assert found and "Say hello with a shell command" in found[0], found
-    prompts = [e["body"]["content"] for e in stored_events() if e["kind"] == "prompt"]
-    assert prompts == ["Say hello with a shell command", ASK], prompts
+    assert stored_prompts() == ["Say hello with a shell command", ASK]
 
 
     removed = kl("uninstall", "--agent", "opencode", env=env, cwd=str(proj))

@@ -440,17 +440,20 @@ def test_a_retrieval_past_its_budget_is_logged_with_its_reason(home, ws, monkeyp
             """The retrievals logged as late. A prompt is sent whenever every one sent
             is logged and none as late: one sent before ingest's connection to retrieval
             is up (a loaded machine) is logged as not sent, and a search of an empty
-            database can even finish within 1 ms."""
+            database can even finish within 1 ms. Each is worded apart: the same prompt
+            again in the same session soon after is taken for a retried hook, and
+            dropped."""
             nonlocal sent
             found = app.get("/api/retrievals").json()["retrievals"]
             late = [r for r in found if r["outcome"] == "timeout" and r["prompt"]]
             if len(found) == sent and not late:
-                assert claude(ws, "UserPromptSubmit", prompt="anything about retries?") == ""
+                assert claude(ws, "UserPromptSubmit",
+                              prompt=f"anything about retries? (asked {sent + 1})") == ""
                 sent += 1
             return late
 
         logged = wait_for(late, message="a retrieval logged as late")[0]
-        assert logged["prompt"] == "anything about retries?"
+        assert logged["prompt"].startswith("anything about retries?")
         assert logged["error"] in ("the search ran past its budget",  # said by retrieval
                                    "retrieval did not answer within the budget")  # by ingest
         page = app.get(f"/retrievals/{logged['id']}").text
