@@ -10,7 +10,7 @@ The MCP tools that only read or add memories are pre-approved where the agent ha
 way to say so (Kiro CLI ``allowedTools``, Kiro IDE ``autoApprove``, Claude Code
 ``permissions.allow``, Codex ``approval_mode``, a Gemini CLI policy rule); ``forget``
 deletes and ``update_memory`` rewrites, so for those the agent asks (OpenCode, which
-asks about nothing by default, is told to).
+asks about nothing by default, is told to, unless the user has said otherwise).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from kirolearn.shims.parts import (
     MCP_NAME,
     AllowRule,
     Commands,
+    Default,
     FlatHooks,
     GroupedHooks,
     Listed,
@@ -163,8 +164,11 @@ CODEX_HOOKS = {
     "UserPromptSubmit": ({}, {"timeout": 5}),
     "PostToolUse": ({}, {"timeout": 5}),
     "Stop": ({}, {"timeout": 5}),
-    "SessionEnd": ({}, {"timeout": 5}),
+    "SessionEnd": ({}, {"timeout": 3}),  # Codex allows a session's end no more
 }
+# Codex gives an MCP server 1 s to start before a first turn goes on without its tools;
+# ours (Python and the SDK) needs about that on an idle machine, more on a busy one.
+CODEX_MCP_GRACE = Default(("mcp_optional_startup_grace_ms",), 5000)
 
 
 def _codex_server(entry: dict) -> dict:
@@ -182,8 +186,9 @@ def codex(project: Path | None, home: Path) -> list[ConfigFile]:
     trust = codex_trust.Trust(hooks_file, project or home, home)
     user_config = codex_home / "config.toml"
     if project is None:
-        return [hooks, ConfigFile(user_config, (server, trust), "toml")]
-    return [hooks, ConfigFile(project / ".codex" / "config.toml", (server,), "toml"),
+        return [hooks, ConfigFile(user_config, (server, CODEX_MCP_GRACE, trust), "toml")]
+    return [hooks, ConfigFile(project / ".codex" / "config.toml", (server, CODEX_MCP_GRACE),
+                              "toml"),
             ConfigFile(user_config, (trust,), "toml")]
 
 
@@ -321,7 +326,7 @@ def opencode(project: Path | None, home: Path) -> list[ConfigFile]:
     but ``forget`` and ``update_memory`` are set to ask."""
     server = McpServer("mcp", lambda entry: {
         "type": "local", "command": [entry["command"], *entry["args"]], "enabled": True})
-    asks = tuple(Setting(("permission", f"{MCP_NAME}_{tool}"), "ask") for tool in ASKING_TOOLS)
+    asks = tuple(Default(("permission", f"{MCP_NAME}_{tool}"), "ask") for tool in ASKING_TOOLS)
     where = project or home / ".config" / "opencode"
     plugins = (project / ".opencode" if project else where) / "plugins"
     return [ConfigFile(plugins / "kirolearn.js", (_opencode_plugin(),), "text"),

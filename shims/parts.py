@@ -294,6 +294,19 @@ class Setting:
         return _set(config, key, self._change(_dict(current), rest, present))
 
 
+class Default(Setting):
+    """A setting we supply only where the user has none (a value of theirs is their
+    choice, kept): OpenCode's permissions for our tools, Codex's MCP start-up grace."""
+
+    def add(self, config: dict, commands: Commands) -> dict:
+        current: object = config
+        for key in self.path:
+            if not isinstance(current, dict) or key not in current:
+                return super().add(config, commands)
+            current = current[key]
+        return dict(config)
+
+
 @dataclass(frozen=True)
 class WholeFile:
     """A file that is all ours (a Kiro IDE hook, the OpenCode plugin): render makes its

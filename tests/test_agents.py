@@ -18,8 +18,8 @@ from kirolearn.shims.install import APPROVED_TOOLS
 
 # What a user already has where each agent keeps its configuration.
 THEIRS = {
-    "codex": (".codex/config.toml", '# mine\nmodel = "o4"\n\n[mcp_servers.docs]\n'
-                                    'command = "docs-mcp"\n'),
+    "codex": (".codex/config.toml", '# mine\nmodel = "o4"\nmcp_optional_startup_grace_ms = 0\n'
+                                    '\n[mcp_servers.docs]\ncommand = "docs-mcp"\n'),
     "gemini": (".gemini/settings.json", json.dumps({"theme": "dark", "hooks": {
         "AfterTool": [{"matcher": "write_file", "hooks": [
             {"type": "command", "command": "fmt.sh"}]}]}}, indent=4)),
@@ -28,7 +28,8 @@ THEIRS = {
     "cursor": (".cursor/mcp.json", json.dumps({"mcpServers": {"db": {"command": "db-mcp"}}})),
     "opencode": ("opencode.json", json.dumps({"$schema": "https://opencode.ai/config.json",
                                               "model": "anthropic/claude",
-                                              "permission": {"bash": "ask"}})),
+                                              "permission": {"bash": "ask",
+                                                             "kirolearn_forget": "allow"}})),
 }
 WRITTEN = {  # the files install writes in the project (besides the user's above)
     "codex": {".codex/hooks.json", ".codex/config.toml"},
@@ -64,6 +65,12 @@ def test_install_doctor_uninstall(ws, agent):
         assert "kirolearn" in content, written
     if agent != "copilot":  # Copilot's own file is left alone: ours is a file of its own
         assert ".kirolearn.bak" in first.stdout
+    merged = (ws.project / name).read_text()
+    if agent == "codex":  # a setting of the user's that we would supply is theirs to keep
+        assert tomllib.loads(merged)["mcp_optional_startup_grace_ms"] == 0
+    if agent == "opencode":
+        assert json.loads(merged)["permission"] == {
+            "bash": "ask", "kirolearn_forget": "allow", "kirolearn_update_memory": "ask"}
     again = kl("install", "--agent", agent, env=env, cwd=str(ws.project))
     assert again.returncode == 0 and "updated" not in again.stdout and "created" not in \
         again.stdout, again.stdout
@@ -97,8 +104,13 @@ def test_install_doctor_uninstall(ws, agent):
 
 def test_what_each_agent_is_given(ws):
     env = ws.env(PATH=os.pathsep.join((str(BIN), "/usr/bin:/bin")))
-    for agent in ("gemini", "cursor", "opencode"):
+    for agent in ("codex", "gemini", "cursor", "opencode"):
         assert kl("install", "--agent", agent, env=env, cwd=str(ws.project)).returncode == 0
+    codex = tomllib.loads((ws.project / ".codex/config.toml").read_text())
+    assert codex["mcp_servers"]["kirolearn"]["tools"]["recall"] == {"approval_mode": "approve"}
+    assert "forget" not in codex["mcp_servers"]["kirolearn"]["tools"]
+    # Codex's first turn waits for our MCP server (a user's own grace is kept: THEIRS).
+    assert codex["mcp_optional_startup_grace_ms"] == 5000
     settings = json.loads((ws.project / ".gemini/settings.json").read_text())
     assert set(settings["hooks"]) == {"SessionStart", "BeforeAgent", "AfterTool",
                                       "AfterAgent", "SessionEnd"}
