@@ -8,9 +8,9 @@ once (EXITED → STARTING); one that keeps dying (more than ``FLAP_LIMIT`` times
 in ``FLAP_WINDOW_S``) goes FATAL too. RUNNING means: answering ``ping`` on its
 control socket; one that dies within ``start_secs`` of its start still failed to start.
 
-Stopping walks the roles in reverse dependency order (extraction, viewer,
-ingest, retrieval, storage last so it can commit what ingest drained), and each process
-down the ladder: a ``shutdown`` message, then SIGTERM, then SIGKILL.
+Stopping stops every role but storage at once, then storage, so that it commits what
+ingest and the workers hand it on their way out; each process goes down the ladder: a
+``shutdown`` message, then SIGTERM, then SIGKILL.
 
 Before anything binds, the pidfile is locked (a second bind on an ipc path
 would silently steal it from a live daemon); only then are stale socket files
@@ -291,10 +291,8 @@ class Arbiter:
             return
         self.shutting_down = True
         log.info("stopping all processes")
-        groups = []
-        for role in reversed(START_ORDER):
-            groups.append([n for n, p in self.processes.items() if p.role == role])
-        self.stop_queue = [g for g in groups if g]
+        feeders = [n for n, p in self.processes.items() if p.role != "storage"]
+        self.stop_queue = [feeders, ["storage"]]
         for name in self.stop_queue[0]:
             self._begin_stop(self.processes[name])
 

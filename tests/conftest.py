@@ -31,9 +31,9 @@ def private_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         if name.startswith("KIROLEARN_") and name != "KIROLEARN_HOME":
             monkeypatch.delenv(name)
     monkeypatch.setenv("KIROLEARN_VIEWER_PORT", "0")  # daemons side by side: any free port
-    # A role is RUNNING once it answers a ping and has lived this long (the default, 1 s,
-    # is a user's margin against a role that dies just after starting; the tests that
-    # start a daemon would spend a minute on it in all).
+    # A role that dies within start_secs of its start failed to start, and waits out a
+    # back-off (the default, 1 s, is a user's margin); tests kill roles soon after a start
+    # and expect the crash's immediate restart.
     monkeypatch.setenv("KIROLEARN_SUPERVISOR_START_SECS", "0.3")
     yield base
     leftovers = processes_using(base)
