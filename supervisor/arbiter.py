@@ -19,9 +19,11 @@ removed.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import logging.handlers
+import math
 import os
 import random
 import signal
@@ -297,10 +299,15 @@ class Arbiter:
             self._begin_stop(self.processes[name])
 
     def _poll_ms(self) -> int:
-        """How long the loop waits for a control message: briefly while a process is
-        starting or stopping (each step may move it on), else a tenth of a second."""
-        moving = any(p.state in (STARTING, STOPPING) for p in self.processes.values())
-        return 10 if moving else 100
+        """How long the loop waits for a control message: briefly while the daemon or a
+        process is starting or stopping (each step may move it on), else until a process
+        in BACKOFF is due; a child's exit or a signal wakes it at once (``run``)."""
+        if self.shutting_down or any(p.state in (STARTING, STOPPING)
+                                     for p in self.processes.values()):
+            return 10
+        due = [p.next_start for p in self.processes.values() if p.state == BACKOFF]
+        wait_s = min(due, default=time.monotonic() + base.IDLE_WAKE_S) - time.monotonic()
+        return math.ceil(min(base.IDLE_WAKE_S, max(0.0, wait_s)) * 1000)
 
     def stopped(self) -> bool:
         return self.shutting_down and not self.stop_queue and not any(
@@ -370,14 +377,26 @@ class Arbiter:
             signal.signal(signal.SIGTERM, self._record_signal)
             signal.signal(signal.SIGINT, self._record_signal)
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
+            # A signal (a child's exit too) writes to this pipe, which the poll watches.
+            wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+            signal.signal(signal.SIGCHLD, lambda *_: None)
+            poller = zmq.Poller()
             old_umask = os.umask(0o077)
             control = transport.make_socket(self.ctx, zmq.ROUTER,
                                             bind=paths.endpoint("supervisor.ctl", self.base))
             os.umask(old_umask)
             log.info("supervisor started (pid %d, home %s)", os.getpid(), self.base)
             table = base.op_table(self, "control")
+            poller.register(control, zmq.POLLIN)
+            poller.register(wake_r, zmq.POLLIN)
+            self.step()  # spawn the roles now: the poll below sleeps while nothing moves
             while not self.stopped():
-                if control.poll(self._poll_ms(), zmq.POLLIN):
+                ready = dict(poller.poll(self._poll_ms()))
+                if wake_r in ready:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(wake_r, 4096)
+                if control in ready:
                     base.serve(control, table, "supervisor", log)
                 if self.signals:
                     log.info("received signal %d", self.signals[0])

@@ -177,9 +177,11 @@ def test_gemini_every_hook(daemon, ws):
                 tool_response={"llmContent": [{"text": "retry waits 2s"}]}) == "{}"
     assert hook("AfterAgent", prompt="Fix the flaky retry test", stop_hook_active=False,
                 prompt_response="The retry test waits for the server now.") == "{}"
-    # What Gemini hands the next prompt hook: the context hooks added, then the words.
-    assert hook("BeforeAgent", prompt="<hook_context>## Where the last session left off"
-                " (from kirolearn)\n\nTask: x</hook_context>\n\nNow the docs") == "{}"
+    # What Gemini hands the next prompt hook: the context hooks added, then the words
+    # (the turn before may be remembered already: any answer is JSON).
+    assert isinstance(json.loads(hook(
+        "BeforeAgent", prompt="<hook_context>## Where the last session left off"
+        " (from kirolearn)\n\nTask: x</hook_context>\n\nNow the docs")), dict)
     assert hook("SessionEnd", reason="exit") == "{}"
     events = wait_events(8)
     check_session(events, "gemini", ws)

@@ -126,3 +126,20 @@ def test_coderecall_quick_run_finds_the_earlier_work_on_the_same_code(home, tmp_
     kirolearn = {r["k"]: r for r in rows if r["system"] == "kirolearn"}
     assert kirolearn[5]["recall"] == 1.0 and kirolearn[5]["mrr"] >= 0.5
     assert kirolearn[5]["context_chars_mean"] > 0 and kirolearn[5]["search_p50_ms"] > 0
+
+
+def test_idle_benchmark_quick_run_gives_each_process_its_share_of_a_core(home):
+    env = {k: v for k, v in os.environ.items() if k != "KIROLEARN_HOME"}
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "idle.py"), "--quick"],
+                            capture_output=True, text=True, timeout=120, env=env, cwd="/tmp")
+    assert result.returncode == 0, result.stderr
+    idle, live, after = (json.loads(line) for line in result.stdout.splitlines())
+    for row in (idle, live):
+        assert row["bench"] == "idle" and row["target_pct"] == 0.5
+        shares = {k: v for k, v in row.items() if k.startswith("cpu_") and k != "cpu_total_pct"}
+        assert set(shares) == {f"cpu_{name}_pct" for name in (
+            "supervisor", "storage", "retrieval", "ingest", "viewer", "extraction-1")}
+        assert row["cpu_total_pct"] == pytest.approx(sum(shares.values()), abs=0.01)
+    assert (idle["phase"], live["phase"], after["phase"]) == ("idle", "live_page_open",
+                                                             "after_idle")
+    assert 0 < after["first_prompt_ms"] and 0 < after["next_prompts_p50_ms"]

@@ -574,6 +574,8 @@ def test_a_merge_re_embeds_the_new_text(ingest, daemon):
             strategy="heuristic"), merge_window_s=3600)
     conn.close()
     assert merged_into == first["record_id"]
+    # Written behind storage's back, so nothing told retrieval: ask for the back-fill.
+    retrieval("embeddings", {"backfill": True})
     wait_for(lambda: unembedded(daemon) == 0, timeout=30, message="the re-embedding")
     assert stored_vectors(daemon)[first["record_id"]] != before
     # The record as it was before the merge stays readable.

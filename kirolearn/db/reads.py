@@ -260,6 +260,12 @@ def due_batches(conn: sqlite3.Connection, now: int, limit: int) -> list[tuple[st
         " WHERE state = 'leased' AND lease_expires_ms < ? LIMIT ?", (now, limit)).fetchall()
 
 
+def next_lease_expiry(conn: sqlite3.Connection) -> int | None:
+    """When the first lease of a batch being extracted runs out (epoch ms)."""
+    return conn.execute("SELECT min(lease_expires_ms) FROM extraction_batches"
+                        " WHERE state = 'leased'").fetchone()[0]
+
+
 def event_stored_at(conn: sqlite3.Connection, event_id: str) -> str | None:
     """When the event with this id was stored (its transaction time), if it was."""
     row = conn.execute("SELECT transaction_time FROM events WHERE event_id = ?",

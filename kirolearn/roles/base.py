@@ -9,16 +9,24 @@ socket; ``control``: ``<process>.ctl``, where the supervisor pings and stops it)
 left waiting and no message can take the process down. A handler's docstring is
 its entry in docs/protocol.md (a test checks that every op is documented there).
 
+The loop sleeps in its poll until a message comes or the role's next deadline
+(``wake_at``): an idle role costs nothing. A signal, or a thread of the role with news
+(``wake``), writes to a pipe the poll watches, so they are acted on at once.
+
 SIGINT is ignored (the supervisor owns Ctrl-C) unless the role was started by hand
 from a terminal (``kirolearn worker``); the first SIGTERM asks for a graceful stop,
 a second one exits at once. The signal handler only records the signal; the loop
-acts on it. A role whose parent dies stops by itself rather than linger as an orphan.
+acts on it. A role whose parent dies stops by itself rather than linger as an orphan
+(Linux sends it SIGTERM; elsewhere it looks at least every ``IDLE_WAKE_S``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import logging
+import math
 import os
 import signal
 import sys
@@ -35,6 +43,8 @@ from kirolearn.supervisor.states import RET_CONFIG, RET_KILLED, RET_OK
 
 Code = protocol.ErrorCode
 REQUESTS_PER_PASS = 1000  # requests read from one socket before the others get a turn
+IDLE_WAKE_S = 60.0  # the longest an idle loop sleeps (where the parent's death is not said)
+PR_SET_PDEATHSIG = 1
 
 
 class BadRequest(ValueError):
@@ -164,7 +174,6 @@ class Role:
     periodic work in ``tick``."""
 
     role = "role"
-    tick_interval_s = 0.5
     refuse_while_stopping = False  # answer SHUTTING_DOWN to all but ping once stopping
 
     def __init__(self, name: str, base: Path, settings: dict):
@@ -176,7 +185,8 @@ class Role:
         self.ctx.linger = 0
         self.stopping = False
         self._signals: list[int] = []
-        self._readers: dict[zmq.Socket, Callable[[zmq.Socket], None]] = {}
+        self._readers: dict[zmq.Socket | int, Callable[[Any], None]] = {}
+        self._wake_w = -1  # the pipe's end that signals and ``wake`` write to
         self._poller = zmq.Poller()
         self._parent = os.getppid()
         self.started = time.monotonic()
@@ -186,8 +196,14 @@ class Role:
     def setup(self) -> None:
         """Bind/connect the role's sockets (``serve_on``, ``add_socket``)."""
 
+    def wake_at(self) -> float | None:
+        """When ``tick`` is next due (``time.monotonic()``), None while nothing is. A
+        time that moves on with each call (``now + delay``) never falls due: reckon from
+        a fixed point, such as the last tick."""
+        return None
+
     def tick(self) -> None:
-        """Periodic work, called at least every ``tick_interval_s``."""
+        """Work that falls due in time (timeouts, timers), run once ``wake_at`` is past."""
 
     def after_requests(self) -> None:
         """Called after each pass over the service socket (e.g. to commit a group)."""
@@ -249,6 +265,26 @@ class Role:
 
         return self.add_socket(sock, read)
 
+    def wake(self) -> None:
+        """From any thread: have the loop look at ``wake_at`` again now."""
+        with contextlib.suppress(OSError):  # full: it wakes anyway
+            os.write(self._wake_w, b"w")
+
+    def _on_wake(self, fd: int) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(fd, 4096):
+                pass
+
+    def _watch_signals_and_parent(self, standalone: bool) -> None:
+        signal.signal(signal.SIGINT, self._on_signal if standalone else signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        self._readers[wake_r] = self._on_wake
+        self._poller.register(wake_r, zmq.POLLIN)
+        with contextlib.suppress(OSError, AttributeError):  # Linux only
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
     def _refuse(self, request: Request) -> object:
         request.fail(Code.SHUTTING_DOWN, f"{self.role} is stopping")
         return LATER
@@ -261,8 +297,7 @@ class Role:
     def run(self, standalone: bool = False) -> int:
         """Serve until stopped. ``standalone``: started from a terminal, not by the
         supervisor, so Ctrl-C stops it like SIGTERM."""
-        signal.signal(signal.SIGINT, self._on_signal if standalone else signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, self._on_signal)
+        self._watch_signals_and_parent(standalone)
         self.serve_on(paths.endpoint(f"{self.name}.ctl", self.base), "control")
         try:
             try:
@@ -271,20 +306,23 @@ class Role:
                 self.log.error("configuration error: %s", exc)
                 return RET_CONFIG
             self.log.info("started (pid %d)", os.getpid())
-            next_tick = time.monotonic()
+            if os.getppid() != self._parent:  # it died before it could say
+                self.stopping = True
             while not self.stopping:
-                timeout = max(0.0, next_tick - time.monotonic())
-                for sock in dict(self._poller.poll(int(timeout * 1000))):
+                due = self.wake_at()
+                wait_s = IDLE_WAKE_S if due is None else due - time.monotonic()
+                timeout_ms = math.ceil(min(IDLE_WAKE_S, max(0.0, wait_s)) * 1000)
+                for sock in dict(self._poller.poll(timeout_ms)):
                     try:
                         self._readers[sock](sock)
                     except Exception:
                         self.log.exception("error while reading a socket; carrying on")
-                if time.monotonic() >= next_tick:
+                due = self.wake_at()
+                if due is not None and time.monotonic() >= due:
                     try:
                         self.tick()
                     except Exception:
-                        self.log.exception("error in periodic work; carrying on")
-                    next_tick = time.monotonic() + self.tick_interval_s
+                        self.log.exception("error in timed work; carrying on")
                 if self._signals:
                     self.log.info("received signal %d; stopping", self._signals[0])
                     self.stopping = True

@@ -46,6 +46,7 @@ Code = protocol.ErrorCode
 FLUSH_EVENTS = 200
 FLUSH_BYTES = 1024 * 1024
 SPOOL_CHUNK = 200  # spool files read per storage request
+UNSENT_RETRY_S = 0.01  # a search retrieval could not take yet is offered again this soon
 # The shim's poll timeout is the whole budget; retrieval gets a little less, so the
 # "stored, no context" answer reaches the shim before it gives up and spools.
 REPLY_RESERVE_S = 0.05
@@ -70,7 +71,6 @@ class Pending:
 
 class Ingest(base.Role):
     role = "ingest"
-    tick_interval_s = 0.01
     refuse_while_stopping = True
 
     def setup(self) -> None:
@@ -78,6 +78,7 @@ class Ingest(base.Role):
         self.budget_s = max(0.0, self.settings["retrieval"]["budget_ms"] / 1000 - REPLY_RESERVE_S)
         self.spool_interval_s = self.settings["ingest"]["spool_interval_s"]
         self.next_spool = 0.0  # drain at start
+        self.ticked_at = 0.0
         self.spooling = False  # a chunk of the spool is with storage
         self.limit = self.settings["retrieval"]["limit"]
         self.storage_timeout_s = self.settings["ingest"]["storage_timeout_ms"] / 1000
@@ -474,8 +475,20 @@ class Ingest(base.Role):
 
     # -- deadlines ------------------------------------------------------------------------------
 
+    def wake_at(self) -> float | None:
+        """The next deadline: the spool's next drain, a search waiting to be sent (tried
+        again soon), a prompt's budget, a storage acknowledgement or relay's timeout."""
+        if self.unsent:
+            return self.ticked_at + UNSENT_RETRY_S
+        deadlines = [pending.retrieval_deadline for pending in self.by_retrieval_id.values()]
+        deadlines += [deadline for _, deadline, _ in self.relays.values()]
+        deadlines += [group[0].storage_deadline for group in self.by_storage_id.values()]
+        if not self.spooling and not self.stopping:
+            deadlines.append(self.next_spool)
+        return min(deadlines, default=None)
+
     def tick(self) -> None:
-        now = time.monotonic()
+        now = self.ticked_at = time.monotonic()
         if not self.spooling and not self.stopping and now >= self.next_spool:
             self._drain_spool(now)
         for rid, (pending, frame) in list(self.unsent.items()):

@@ -148,8 +148,15 @@ class Retrieval(base.Role):
             self.storage = transport.make_socket(self.ctx, zmq.DEALER,
                                                  connect=paths.endpoint("storage", self.base))
             self.add_socket(self.storage, self._on_storage_reply)
+            # Storage says when records or their vectors change: the back-fill looks
+            # then, not on a timer.
+            changes = transport.make_socket(self.ctx, zmq.SUB,
+                                            connect=paths.endpoint("feed", self.base))
+            changes.setsockopt(zmq.SUBSCRIBE, b"records")
+            changes.setsockopt(zmq.SUBSCRIBE, b"vectors")
+            self.add_socket(changes, self._on_records_changed)
             self.backfill = vectors.Backfill(paths.db_path(self.base), embedder,
-                                             self.searcher.vectors, self.log)
+                                             self.searcher.vectors, self.log, self.wake)
             self.searcher.request_load = self.backfill.request_load
             self.backfill.start()
         self.outcomes: Counter[str] = Counter()
@@ -183,6 +190,17 @@ class Retrieval(base.Role):
         if self.backfill is not None:
             status.update(embedded=self.backfill.embedded, unembedded=self.backfill.pending)
         return status
+
+    def _on_records_changed(self, sock: zmq.Socket) -> None:
+        while sock.poll(0, zmq.POLLIN):
+            sock.recv()
+        self.backfill.wake.set()
+
+    def wake_at(self) -> float | None:
+        """Now, when the back-fill has vectors or a loaded space to hand over."""
+        if self.backfill is not None and not self.backfill.results.empty():
+            return time.monotonic()
+        return None
 
     def tick(self) -> None:
         """Hand the back-fill's vectors to storage and to the searches."""

@@ -54,6 +54,10 @@ Code = protocol.ErrorCode
 MAX_BATCH_ATTEMPTS = 5
 BUSY_WINDOW_S = 0.05  # a put this recent means ingest traffic is flowing
 BATCH_WORK_MAX_DEFER_S = 10.0  # extraction waits at most this long behind a burst
+WAL_CHECK_S = 5.0  # how often the writer looks for a WAL deleted under it
+CLAIM_CHECK_S = 0.25  # how often a batch's worker is looked for while it extracts
+BATCH_WORK_GAP_S = 0.05  # batch work runs at most this often (a failing pass never spins)
+NO_WORKER_RETRY_S = 0.25  # batches are due but no worker is free: offered again this soon
 REOPEN_S = 2.0  # while the database cannot be written, how often to try again
 PURGE_AFTER_S = 2.0  # forgets in a row: the full-text index is purged once, after the last
 
@@ -86,7 +90,6 @@ def well_formed_changes(value: object) -> list[tuple[str, str]]:
 
 class Storage(base.Role):
     role = "storage"
-    tick_interval_s = 0.25
 
     def setup(self) -> None:
         cfg = self.settings["storage"]
@@ -128,6 +131,8 @@ class Storage(base.Role):
         self.events_stored = 0
         self.commits = 0
         self.last_put = self.last_batch_work = 0.0
+        self.wal_check_at = 0.0
+        self.dispatch_due: float | None = 0.0  # batches may be waiting from the last run
 
     def counters(self) -> dict:
         counters = {"events_stored": self.events_stored, "commits": self.commits}
@@ -223,6 +228,7 @@ class Storage(base.Role):
 
     def after_requests(self) -> None:
         self._commit_group()
+        self.dispatch_due = 0.0  # a request may have made a batch due (a retry, a split)
 
     def _commit_group(self) -> None:
         group, self.group = self.group, []
@@ -432,8 +438,8 @@ class Storage(base.Role):
             redacted = writes.scrub_stored(self.conn, dry_run)
         if redacted and not dry_run:
             self._purge_index()
-            self._announce(b"events")
-            self._announce(b"retrievals")
+            for changed in (b"events", b"records", b"retrievals"):
+                self._announce(changed)
         self.log.info("scrub%s: %s", " (dry run)" if dry_run else "",
                       {table: sum(kinds.values()) for table, kinds in redacted.items()} or
                       "nothing to redact")
@@ -479,16 +485,53 @@ class Storage(base.Role):
             self.log.info("put_embeddings: %d record(s) merged into older ones that say"
                           " the same: %s", len(merged), merged)
             self._announce(b"records")
+        elif written:
+            self._announce(b"vectors")  # retrieval's back-fill counts what is left
         return {"written": written, "merged": len(merged)}
 
     # -- extraction batches ---------------------------------------------------------------------
 
+    def wake_at(self) -> float | None:
+        """The next of: the WAL check, a scheduled backup, the index purge, and batch
+        work (a batch to form or hand out, a worker to look for), which waits while
+        events pour in (``tick``)."""
+        now = time.monotonic()
+        due = [now + self.backup_due - time.time()]
+        if self.wal is not None:
+            due.append(self.wal_check_at)
+        busy_until = self.last_put + BUSY_WINDOW_S
+        if self.purge_due is not None:
+            due.append(max(self.purge_due, busy_until))
+        work = self._batch_work_due(now)
+        if work is not None:
+            if now < busy_until:
+                work = max(work, min(busy_until, self.last_batch_work + BATCH_WORK_MAX_DEFER_S))
+            work = max(work, self.last_batch_work + BATCH_WORK_GAP_S)
+            if self._conn is None:
+                work = max(work, self.reopen_at)
+            due.append(work)
+        return min(due)
+
+    def _batch_work_due(self, now: float) -> float | None:
+        if self.turn_ended:
+            return now
+        due = [] if self.dispatch_due is None else [self.dispatch_due]
+        if self.claims:
+            due.append(self.last_batch_work + CLAIM_CHECK_S)
+        now_ms = db.now_ms()
+        for size, newest in self.pending.values():
+            due.append(now if size >= self.max_bytes
+                       else now + (newest + self.idle_ms - now_ms) / 1000)
+        return min(due, default=None)
+
     def tick(self) -> None:
         """Batch bookkeeping, deferred while events are pouring in (acks come first),
         but never for longer than BATCH_WORK_MAX_DEFER_S."""
-        self._check_wal()
-        self._start_backup_when_due()
         now = time.monotonic()
+        if now >= self.wal_check_at:
+            self.wal_check_at = now + WAL_CHECK_S
+            self._check_wal()
+        self._start_backup_when_due()
         busy = now - self.last_put < BUSY_WINDOW_S
         if not busy and self.purge_due is not None and now >= self.purge_due:
             self._purge_index()
@@ -581,13 +624,24 @@ class Storage(base.Role):
                 pass  # alive, as another user
 
     def _dispatch_batches(self) -> None:
+        """Hand due batches to free workers; ``dispatch_due`` says when to look again:
+        at once while more may be due, soon while no worker is free, else when the
+        first lease runs out (a message brings anything sooner)."""
         now = db.now_ms()
-        for batch_id, namespace, attempts in reads.due_batches(self.conn, now, limit=16):
+        due = reads.due_batches(self.conn, now, limit=16)
+        self.dispatch_due = time.monotonic() if len(due) == 16 else None
+        if len(due) < 16:
+            expires = reads.next_lease_expiry(self.conn)
+            if expires is not None:
+                self.dispatch_due = time.monotonic() + max(0, expires - now) / 1000
+        for batch_id, namespace, attempts in due:
             if attempts >= MAX_BATCH_ATTEMPTS:
                 self._give_up(batch_id, f"{attempts} attempts failed")
                 continue
             if not self.batches.poll(0, zmq.POLLOUT):
-                return  # no worker ready: read no batch for nothing; try again next tick
+                # no worker ready: read no batch for nothing; try again soon
+                self.dispatch_due = time.monotonic() + NO_WORKER_RETRY_S
+                return
             events = reads.batch_events(self.conn, batch_id)
             frame = protocol.pack({"batch_id": batch_id, "namespace": namespace,
                                    "events": events})
@@ -601,6 +655,8 @@ class Storage(base.Role):
                 return  # the worker went away since the poll
             with self.writing():
                 writes.lease_batch(self.conn, batch_id, now + self.lease_ms)
+            lease_end = time.monotonic() + self.lease_ms / 1000
+            self.dispatch_due = min(self.dispatch_due or lease_end, lease_end)
             if attempts:
                 self.log.warning("batch %s handed out again (attempt %d)", batch_id,
                                  attempts + 1)
@@ -621,6 +677,7 @@ class Storage(base.Role):
                              why, other)
 
     def _on_records(self, sock: zmq.Socket) -> None:
+        self.dispatch_due = 0.0  # a worker is free again, or a batch is back
         try:
             message = protocol.unpack(sock.recv())
         except protocol.DecodeError as exc:

@@ -10,12 +10,14 @@ reads with the token.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import json
 import os
 import socket
 import threading
+import time
 
 import uvicorn
 import zmq
@@ -44,6 +46,26 @@ def listen(port: int) -> socket.socket:
     return sock
 
 
+class QuietServer(uvicorn.Server):
+    """uvicorn's server asleep until ``stop``: its own main loop wakes ten times a second
+    to look for ``should_exit`` (and to date its answers, which these do not carry)."""
+
+    loop: asyncio.AbstractEventLoop | None = None
+
+    async def main_loop(self) -> None:
+        self.stop_requested = asyncio.Event()
+        self.loop = asyncio.get_running_loop()
+        if not self.should_exit:
+            await self.stop_requested.wait()
+
+    def stop(self) -> None:
+        """From any thread."""
+        self.should_exit = True
+        if self.loop is not None:
+            with contextlib.suppress(RuntimeError):  # its loop has closed
+                self.loop.call_soon_threadsafe(self.stop_requested.set)
+
+
 class Viewer(base.Role):
     role = "viewer"
 
@@ -56,10 +78,9 @@ class Viewer(base.Role):
         self.feed = Feed()
         app = create_app(self.base, load_token(self.base), self.feed)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=2)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="http",
-                                       kwargs={"sockets": [self.listener]}, daemon=True)
+                                timeout_graceful_shutdown=2, date_header=False)
+        self.server = QuietServer(config)
+        self.thread = threading.Thread(target=self._serve_http, name="http", daemon=True)
         self.thread.start()
         sub = transport.make_socket(self.ctx, zmq.SUB, connect=paths.endpoint("feed", self.base))
         sub.setsockopt(zmq.SUBSCRIBE, b"")
@@ -77,6 +98,15 @@ class Viewer(base.Role):
     def counters(self) -> dict:
         return {"url": getattr(self, "url", None)}
 
+    def _serve_http(self) -> None:
+        try:
+            self.server.run(sockets=[self.listener])
+        finally:
+            self.wake()  # the loop sees it stopped
+
+    def wake_at(self) -> float | None:
+        return None if self.thread.is_alive() else time.monotonic()
+
     def tick(self) -> None:
         if not self.thread.is_alive():  # the server died: exit, and be restarted
             self.log.error("the web server stopped; exiting so the supervisor restarts it")
@@ -85,7 +115,7 @@ class Viewer(base.Role):
     def teardown(self) -> None:
         server = getattr(self, "server", None)
         if server is not None:
-            server.should_exit = True
+            server.stop()
             self.thread.join(5)
         if getattr(self, "listener", None) is not None:
             self.listener.close()

@@ -23,7 +23,8 @@ from kirolearn.db import reads
 from kirolearn.search import embeddings
 
 BACKFILL_BATCH = 32
-BACKFILL_IDLE_S = 1.0
+BACKFILL_IDLE_S = 30.0  # storage's word wakes it when records change; a missed one costs this
+BACKFILL_RETRY_S = 1.0  # no database yet, or a busy one
 
 
 def created_ms(created_at: str) -> float:
@@ -140,13 +141,14 @@ class Backfill(threading.Thread):
     waits for one. Both reach the role's own thread through a queue (``drain``)."""
 
     def __init__(self, path: Path, embedder: embeddings.Embedder, index: VectorIndex,
-                 log: logging.Logger):
+                 log: logging.Logger, results_ready: Callable[[], None] = lambda: None):
         super().__init__(name="embedding-backfill", daemon=True)
         self.path = path
         self.index = index  # only read here (load); installed on the role's thread
         self.embedder = embedder
         self.log = log
         self.results: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.results_ready = results_ready  # wakes the role's loop to drain them
         self.loads: queue.Queue[str] = queue.Queue()
         self.wake = threading.Event()
         self.stopping = threading.Event()
@@ -176,6 +178,7 @@ class Backfill(threading.Thread):
                         self.loads.put(namespace)  # asked for once: tried until it loads
                         raise
                     self.results.put(("space", (namespace, space)))
+                    self.results_ready()
                 batch = reads.unembedded(conn, after, BACKFILL_BATCH)
                 if not batch:
                     self.pending = reads.count_unembedded(conn)
@@ -191,13 +194,14 @@ class Backfill(threading.Thread):
                     {"record_id": r["record_id"], "namespace": r["namespace"],
                      "created": created_ms(r["created_at"]), "text_hash": embeddings.text_hash(t),
                      "vector": v} for r, t, v in zip(records, texts, matrix, strict=True)]))
+                self.results_ready()
                 self.embedded += len(records)
             except sqlite3.OperationalError as exc:  # no database yet, or it is busy
                 self.log.debug("backfill waits: %s", exc)
                 if conn is not None:
                     conn.close()
                     conn = None
-                self.wake.wait(BACKFILL_IDLE_S)
+                self.wake.wait(BACKFILL_RETRY_S)
             except Exception:
                 self.log.exception("embedding back-fill failed; retrying in a minute")
                 self.wake.wait(60)

@@ -1,0 +1,151 @@
+"""Idle benchmark: what a daemon nobody talks to costs, and how fast it answers after.
+
+Starts a daemon in a temporary home, lets it settle, then reads each process's CPU time
+from ``/proc/PID/stat`` over a window with nothing to do, and over a window with the
+viewer's live page open (its server-sent-events stream, as the browser holds it). Then
+the first prompt (with retrieval) after the idle window is timed against the prompts
+right after it.
+
+Prints JSON Lines (DESIGN.md §10): one line per window with the share of one core each
+process used (``cpu_<process>_pct``) and in total (target: 0.5), then one
+``after_idle`` line.
+
+    python benchmarks/idle.py            # 60 s windows
+    python benchmarks/idle.py --quick    # 2 s windows, after 1 s to settle
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+from harness import figures, say
+
+from kirolearn import contract, control
+from kirolearn.viewer.auth import load_token
+
+KL = [sys.executable, "-m", "kirolearn"]
+NAMESPACE = "/actor/bench/project/" + "c" * 64 + "/"
+TARGET_PCT = 0.5
+SETTLE_S = 3.0  # start-up work (the spool drained, the model loaded) is not idling
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def processes() -> dict[str, int]:
+    """The daemon's processes by name (the supervisor's too)."""
+    status = control.status()
+    if status is None:
+        raise SystemExit("idle: the daemon is not running")
+    return {"supervisor": status["pid"],
+            **{r["name"]: r["pid"] for r in status["roles"] if r["pid"]}}
+
+
+def cpu_ticks(pid: int) -> int:
+    """User and system time of every thread of pid, in clock ticks."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def cpu_window(seconds: float) -> dict:
+    """Each process's share of one core over ``seconds`` of wall time, in percent."""
+    pids = processes()
+    before = {name: cpu_ticks(pid) for name, pid in pids.items()}
+    started = time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - started
+    after = {name: cpu_ticks(pid) for name, pid in pids.items()}
+    shares = {name: (after[name] - before[name]) / TICKS_PER_S / elapsed * 100
+              for name in pids}
+    return {"seconds": round(elapsed, 1),
+            "cpu_total_pct": round(sum(shares.values()), 3), "target_pct": TARGET_PCT,
+            **{f"cpu_{name}_pct": round(share, 3) for name, share in sorted(shares.items())}}
+
+
+class LivePage:
+    """The viewer's live page as a browser holds it: the page, then its event stream."""
+
+    def __init__(self, base: Path):
+        info = control.viewer_info(base) or {}
+        if "url" not in info:
+            raise SystemExit("idle: the viewer is not listening")
+        self.http = httpx.Client(base_url=info["url"], timeout=None, headers={
+            "authorization": f"Bearer {load_token(base)}"})
+        self.http.get("/live").raise_for_status()
+        self.opened = threading.Event()
+        self.closing = False
+        self.thread = threading.Thread(target=self._follow, daemon=True)
+        self.thread.start()
+        if not self.opened.wait(10):
+            raise SystemExit("idle: the viewer's live stream did not open")
+
+    def _follow(self) -> None:
+        with self.http.stream("GET", "/api/stream") as stream:
+            stream.raise_for_status()
+            self.opened.set()
+            for _ in stream.iter_lines():
+                if self.closing:
+                    return
+
+    def close(self) -> None:
+        self.closing = True
+        self.http.close()
+
+
+def prompt_ms(index: int) -> float:
+    """One prompt with retrieval, through ingest, as a shim sends it."""
+    event = contract.make_event(
+        "prompt", {"type": "text", "content": f"how do we retry the sync queue ({index})?"},
+        namespace=NAMESPACE, actor_id="bench", session_id="idle", surface="kiro-cli",
+        version="bench", client_id="bench")
+    started = time.perf_counter()
+    control.call("ingest", "put_event", {"event": event, "retrieve": True}, timeout_ms=5000)
+    return (time.perf_counter() - started) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60.0, help="length of each window")
+    parser.add_argument("--quick", action="store_true", help="2 s windows (a smoke run)")
+    args = parser.parse_args()
+    seconds = 2.0 if args.quick else args.seconds
+    settle_s = 1.0 if args.quick else SETTLE_S
+
+    home = Path(tempfile.mkdtemp(prefix="kl-bench-", dir="/tmp"))
+    os.environ["KIROLEARN_HOME"] = str(home)
+    os.environ["KIROLEARN_VIEWER_PORT"] = "0"
+    subprocess.run([*KL, "start"], check=True, stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(settle_s)
+        say(f"idle for {seconds:.0f} s")
+        print(json.dumps({"bench": "idle", "phase": "idle", **cpu_window(seconds)}), flush=True)
+        page = LivePage(home)
+        try:
+            time.sleep(settle_s)
+            say(f"idle with the live page open for {seconds:.0f} s")
+            print(json.dumps({"bench": "idle", "phase": "live_page_open",
+                              **cpu_window(seconds)}), flush=True)
+        finally:
+            page.close()
+        first = prompt_ms(0)
+        warm = [prompt_ms(i) for i in range(1, 21)]
+        print(json.dumps({"bench": "idle", "phase": "after_idle", "idle_s": round(seconds),
+                          "first_prompt_ms": round(first, 3), **figures("next_prompts", warm),
+                          "first_to_next_p50": round(first / statistics.median(warm), 2)}),
+              flush=True)
+    finally:
+        subprocess.run([*KL, "stop"], check=True, stdout=subprocess.DEVNULL)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
