@@ -38,7 +38,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import say
+from harness import require_embeddings, say
 from locomo import pipeline_done, wait_until
 
 from kirolearn import contract, paths, search, transport
@@ -226,6 +226,7 @@ def main() -> None:
         namespace = "/actor/bench/project/coderecall/"
         subprocess.run([*KL, "start"], env=env, check=True, capture_output=True, cwd="/tmp")
         try:
+            require_embeddings(base, args.mode, "coderecall")
             started = time.perf_counter()
             commit_of: dict[str, str] = {}
             given = 0

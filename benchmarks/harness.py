@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from kirolearn import paths
+from kirolearn import control, paths
 from kirolearn.db import writes
 
 
@@ -36,3 +36,14 @@ def write_records(base: Path, records: Iterable[dict]) -> None:
         writes.insert_record(conn, record)
     conn.execute("COMMIT")
     conn.close()
+
+
+def require_embeddings(base: Path, mode: str, bench: str) -> None:
+    """Exit at once, saying why, when a semantic or hybrid run's daemon (at base) has no
+    embedding model: its records would never get the vectors the run waits for."""
+    if mode == "lexical":
+        return
+    state = (control.embeddings_state(base) or {}).get("embeddings", "retrieval did not answer")
+    if not state.startswith("on"):
+        raise SystemExit(f"{bench}: --mode {mode} needs the embedding model, and embeddings are"
+                         f" {state} (`kirolearn embeddings download`, or --mode lexical)")

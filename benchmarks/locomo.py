@@ -31,7 +31,7 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from harness import say
+from harness import require_embeddings, say
 
 from kirolearn import contract, db, paths, search, transport
 from kirolearn.db import reads
@@ -113,6 +113,7 @@ def main() -> None:
         os.environ["KIROLEARN_HOME"] = str(base)
         subprocess.run([*KL, "start"], env=env, check=True, capture_output=True, cwd="/tmp")
         try:
+            require_embeddings(base, args.mode, "locomo")
             dialog_of: dict[str, str] = {}
             namespaces = {}
             started = time.perf_counter()

@@ -216,12 +216,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.records, args.queries, args.title_vectors = [1_000], 30, True
-    if args.mode is None:
-        try:
-            embeddings.find_model()
-            args.mode = ["lexical", "hybrid"]
-        except embeddings.Unavailable:
-            args.mode = ["lexical"]
+    try:
+        embeddings.find_model()
+        args.mode = args.mode or ["lexical", "hybrid"]
+    except embeddings.Unavailable as exc:
+        if args.mode and "hybrid" in args.mode:
+            raise SystemExit(f"retrieval: --mode hybrid needs the embedding model ({exc};"
+                             " `kirolearn embeddings download`)") from exc
+        args.mode = ["lexical"]
     query_sets = {"prompts": corpus.prompts(args.queries),
                   "short": corpus.short_queries(args.queries)}
     warmup = corpus.prompts(args.queries, seed=99) + corpus.short_queries(args.queries, seed=98)

@@ -142,4 +142,19 @@ def test_idle_benchmark_quick_run_gives_each_process_its_share_of_a_core(home):
         assert row["cpu_total_pct"] == pytest.approx(sum(shares.values()), abs=0.01)
     assert (idle["phase"], live["phase"], after["phase"]) == ("idle", "live_page_open",
                                                              "after_idle")
-    assert 0 < after["first_prompt_ms"] and 0 < after["next_prompts_p50_ms"]
+    assert after["first_prompt_ms"] > 0 and after["next_prompts_p50_ms"] > 0
+
+
+def test_a_hybrid_run_without_the_embedding_model_stops_at_once_saying_why(home, tmp_path):
+    env = {**{k: v for k, v in os.environ.items() if k != "KIROLEARN_HOME"},
+           "KIROLEARN_EMBEDDINGS_ENABLED": "0"}
+    conversations = tmp_path / "locomo.json"
+    conversations.write_text("[]")
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "locomo.py"), str(conversations),
+                             "--mode", "hybrid"], capture_output=True, text=True, timeout=60,
+                            env=env, cwd="/tmp")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        "locomo: --mode hybrid needs the embedding model, and embeddings are off"
+        " (embeddings.enabled = false): search is lexical (`kirolearn embeddings download`,"
+        " or --mode lexical)"]
