@@ -42,10 +42,12 @@ def test_shim_benchmark_quick_run_compares_each_hook_with_the_floor(home):
                              "--runs", "5"], capture_output=True, text=True, timeout=300,
                             env=env, cwd="/tmp")
     assert result.returncode == 0, result.stderr
-    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    *rows, cold = [json.loads(line) for line in result.stdout.splitlines()]
     assert [(r["bench"], r["hook"], r.get("path")) for r in rows] == [
         ("shim", "postToolUse", None), ("shim", "prompt", None),
         *[("shim", "tool_use", None)] * 6, ("shim", "postToolUse", "spool")]
+    assert (cold["hook"], cold["path"], cold["starts"]) == ("prompt", "first_after_start", 2)
+    assert 0 < cold["wall_p50_ms"] <= cold["wall_max_ms"] and cold["budget_ms"] == 500
     assert [r["surface"] for r in rows[2:8]] == ["claude-code", "codex", "gemini", "copilot",
                                                  "cursor", "opencode"]
     for row in rows:
