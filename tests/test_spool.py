@@ -61,7 +61,9 @@ def test_a_hook_starts_the_daemon_when_it_is_down(home, ws):
                "cwd": str(ws.project)}
     result, elapsed = ws.hook("kirolearn-claude-code", payload)
     assert result.returncode == 0 and result.stdout == ""
-    assert elapsed < 0.6
+    # It does not wait for the start (over a second): its budget, plus a process start on
+    # a loaded machine.
+    assert elapsed < 1.0
     try:
         wait_for(paths.daemon_running, timeout=20, message="the daemon to start")
         events = wait_events(1, timeout=20)
