@@ -171,7 +171,7 @@ def setup_logging(name: str, level: str = "INFO") -> logging.Logger:
 
 class Role:
     """Base class: subclasses bind sockets in ``setup``, serve ops with ``@op`` and do
-    periodic work in ``tick``."""
+    timed work in ``tick``, when ``wake_at`` says it is due."""
 
     role = "role"
     refuse_while_stopping = False  # answer SHUTTING_DOWN to all but ping once stopping
