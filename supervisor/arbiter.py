@@ -19,7 +19,6 @@ removed.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import logging
 import logging.handlers
@@ -378,8 +377,7 @@ class Arbiter:
             signal.signal(signal.SIGINT, self._record_signal)
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
             # A signal (a child's exit too) writes to this pipe, which the poll watches.
-            wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-            signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+            wake_r, _ = base.signal_pipe()
             signal.signal(signal.SIGCHLD, lambda *_: None)
             poller = zmq.Poller()
             old_umask = os.umask(0o077)
@@ -394,8 +392,7 @@ class Arbiter:
             while not self.stopped():
                 ready = dict(poller.poll(self._poll_ms()))
                 if wake_r in ready:
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(wake_r, 4096)
+                    base.empty_pipe(wake_r)
                 if control in ready:
                     base.serve(control, table, "supervisor", log)
                 if self.signals:

@@ -162,6 +162,21 @@ def serve(sock: zmq.Socket, table: dict[str, Handler], who: str, log: logging.Lo
     return count
 
 
+def signal_pipe() -> tuple[int, int]:
+    """A non-blocking pipe that every signal with a handler writes to (its read end, its
+    write end): a loop polling the read end wakes at once for a signal."""
+    read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    return read_fd, write_fd
+
+
+def empty_pipe(fd: int) -> None:
+    """Read what a wake-up pipe holds, so that the next poll sleeps again."""
+    with contextlib.suppress(BlockingIOError):
+        while os.read(fd, 4096):
+            pass
+
+
 def setup_logging(name: str, level: str = "INFO") -> logging.Logger:
     logging.basicConfig(
         stream=sys.stderr, level=level.upper(),
@@ -270,17 +285,11 @@ class Role:
         with contextlib.suppress(OSError):  # full: it wakes anyway
             os.write(self._wake_w, b"w")
 
-    def _on_wake(self, fd: int) -> None:
-        with contextlib.suppress(BlockingIOError):
-            while os.read(fd, 4096):
-                pass
-
     def _watch_signals_and_parent(self, standalone: bool) -> None:
         signal.signal(signal.SIGINT, self._on_signal if standalone else signal.SIG_IGN)
         signal.signal(signal.SIGTERM, self._on_signal)
-        wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
-        self._readers[wake_r] = self._on_wake
+        wake_r, self._wake_w = signal_pipe()
+        self._readers[wake_r] = empty_pipe
         self._poller.register(wake_r, zmq.POLLIN)
         with contextlib.suppress(OSError, AttributeError):  # Linux only
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
