@@ -7,8 +7,9 @@ target is ≥ 0.85). Without one: the heuristic extractor on one worker, and on 
 in this process.
 
 Each batch is one turn of one project (a prompt, three tool uses, a turn summary), so
-every turn's end forms a batch. Time runs from the first event sent until every batch
-is committed. Prints one JSON line per configuration (DESIGN.md §10).
+every turn's end forms a batch. The events go in as `kirolearn import` sends them (100
+to a `put_events`), a backlog to work through. Time runs from the first event sent until
+every batch is committed. Prints one JSON line per configuration (DESIGN.md §10).
 
     python benchmarks/extraction.py            # 60 model batches per worker count
     python benchmarks/extraction.py --quick    # a smoke run in seconds
@@ -111,8 +112,8 @@ def run(workers: int, turns: int, env: dict[str, str]) -> dict:
         conn = sqlite3.connect(f"file:{paths.db_path(home)}?mode=ro", uri=True)
         client = transport.Client(paths.endpoint("ingest"), timeout_ms=10_000)
         started = time.perf_counter()
-        for event in events:
-            client.call("put_event", {"event": event})
+        for start in range(0, len(events), 100):  # as an import sends them
+            client.call("put_events", {"events": events[start:start + 100]})
         client.close()
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
@@ -143,7 +144,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=60, help="model batches per run")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--latency-ms", type=float, default=200)
-    parser.add_argument("--heuristic-turns", type=int, default=400)
+    parser.add_argument("--heuristic-turns", type=int, default=2000)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:

@@ -110,6 +110,36 @@ def test_malformed_frames_get_error_replies_and_nothing_crashes(ingest, daemon, 
     assert {r["name"]: r["pid"] for r in status()["roles"]} == pids
 
 
+def test_malformed_worker_messages_crash_nothing_and_extraction_goes_on(ingest, daemon, ctx):
+    """Storage's records socket takes what any local process pushes: each bad message or
+    result is dropped with a warning, and real results are still committed."""
+    pids = {r["name"]: r["pid"] for r in status()["roles"]}
+    bad = [b"\xc1garbage", msgpack.packb([1]), msgpack.packb({"results": "x"}),
+           msgpack.packb({"batch_ids": [5], "worker_pid": 1}),
+           msgpack.packb({"results": [5, {"batch_id": 3}, {"batch_id": "B" * 26, "records": 7},
+                                      {"batch_id": "C" * 26, "records": [{"title": 1}],
+                                       "changed": 7},
+                                      {"batch_id": "D" * 26, "error": "x"}],
+                          "seconds": "slow"})]
+    push = transport.make_socket(ctx, zmq.PUSH, linger_ms=5000,
+                                 connect=paths.endpoint("records"))
+    for frame in bad:
+        push.send(frame)
+    push.close()
+    storage_log = paths.log_dir() / "storage.log"
+    wait_for(lambda: f"batch {'D' * 26}: an attempt failed" in storage_log.read_text(),
+             message="storage to read the bad messages")
+    log = storage_log.read_text()
+    assert log.count("dropped a malformed records message") == 2
+    assert log.count("without batch_ids or results") == 1
+    assert "dropped a result without a batch_id" in log and "dropped an invalid record" in log
+    for kind, text in (("prompt", "why does the export crash"), ("session_summary", "fixed it")):
+        assert ingest.call("put_event", {"event": make_event(kind, text)})["status"] == "stored"
+    wait_for(lambda: json.loads(kl("stats", "--json").stdout)["totals"]["records"] >= 1,
+             timeout=20, message="the turn's record")
+    assert {r["name"]: r["pid"] for r in status()["roles"]} == pids
+
+
 def test_import_export_stats(daemon, tmp_path):
     events = [make_event("prompt", f"question {i}") for i in range(5)]
     lines = [json.dumps(e) for e in events]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import sqlite3
 import struct
 
 import pytest
@@ -152,6 +151,12 @@ def _form(conn, reason="turn_end"):
     return batch_id
 
 
+def _complete(conn, batch_id, records, merge_window_s=0):
+    """One batch's result committed as storage commits a take's results."""
+    with db.transaction(conn):
+        return writes.complete_batches(conn, [(batch_id, records, [])], merge_window_s)[batch_id]
+
+
 turns = st.lists(st.lists(st.integers(1, 5000), min_size=1, max_size=12), min_size=1,
                  max_size=25)
 
@@ -238,7 +243,7 @@ def test_events_arriving_during_extraction_wait_for_the_next_batch(conn):
     late = make_event(content="two")
     store(conn, late)  # arrives while the batch is out with a worker
     assert [e["event_id"] for e in reads.batch_events(conn, batch_id)] == [first["event_id"]]
-    assert writes.complete_batch(conn, batch_id, [record_for([first["event_id"]])]) == 1
+    assert _complete(conn, batch_id, [record_for([first["event_id"]])]) == 1
     assert reads.pending_by_namespace(conn)[NAMESPACE] > 0  # 'two' is still pending
     second = _form(conn)
     assert [e["event_id"] for e in reads.batch_events(conn, second)] == [late["event_id"]]
@@ -248,8 +253,8 @@ def test_a_batch_is_committed_once_even_if_two_workers_finish_it(conn):
     event = make_event()
     store(conn, event)
     batch_id = _form(conn)
-    assert writes.complete_batch(conn, batch_id, [record_for([event["event_id"]])]) == 1
-    assert writes.complete_batch(conn, batch_id, [record_for([event["event_id"]])]) is None
+    assert _complete(conn, batch_id, [record_for([event["event_id"]])]) == 1
+    assert _complete(conn, batch_id, [record_for([event["event_id"]])]) is None
     assert conn.execute("SELECT COUNT(*) FROM memory_records").fetchone()[0] == 1
 
 
@@ -257,7 +262,7 @@ def test_a_near_duplicate_record_is_merged_into_the_recent_one(conn):
     def batch_with(*records: dict) -> None:
         event = make_event(content=contract.new_ulid())
         store(conn, event)
-        done = writes.complete_batch(conn, _form(conn), records, merge_window_s=3600)
+        done = _complete(conn, _form(conn), records, merge_window_s=3600)
         assert done == len(records)
 
     first = {**record_for(["A" * 26]), "title": "run the tests", "facts": ["ran `pytest`"],
@@ -299,7 +304,7 @@ def test_records_outside_the_window_or_with_merging_off_are_kept_apart(conn):
     for record, window in ((old, 3600), (record_for(["B" * 26]), 3600),
                            (record_for(["C" * 26]), 0)):
         store(conn, make_event(content=contract.new_ulid()))
-        writes.complete_batch(conn, _form(conn), [record], merge_window_s=window)
+        _complete(conn, _form(conn), [record], merge_window_s=window)
     assert conn.execute("SELECT COUNT(*) FROM memory_records").fetchone()[0] == 3
 
 
@@ -426,16 +431,30 @@ def test_expired_leases_come_due_again(conn):
     assert [b[0] for b in reads.due_batches(conn, now + 1001, 10)] == [batch_id]
 
 
-def test_a_failed_record_insert_rolls_back_the_whole_batch(conn):
+def test_a_batch_whose_records_cannot_be_stored_is_rolled_back_alone(conn):
+    """Results committed together: a batch giving one record id twice is rolled back
+    whole and its attempt counted failed, with the reason; the other batch commits."""
     event = make_event()
     store(conn, event)
-    batch_id = _form(conn)
+    bad_batch = _form(conn)
+    other_event = make_event(content="other")
+    store(conn, other_event)
+    good_batch = _form(conn)
+    with db.transaction(conn):
+        writes.lease_batches(conn, [bad_batch, good_batch], db.now_ms() + 60_000)
     bad = record_for([event["event_id"]])
-    with pytest.raises(sqlite3.IntegrityError):
-        writes.complete_batch(conn, batch_id, [record_for([event["event_id"]]), bad, bad])
-    assert conn.execute("SELECT COUNT(*) FROM memory_records").fetchone()[0] == 0
-    state = conn.execute("SELECT state FROM extraction_batches").fetchone()[0]
-    assert state == "ready"
+    with db.transaction(conn):
+        outcome = writes.complete_batches(conn, [
+            (bad_batch, [record_for([event["event_id"]]), bad, bad], []),
+            (good_batch, [record_for([other_event["event_id"]])], [])])
+    assert outcome[good_batch] == 1 and "UNIQUE constraint failed" in outcome[bad_batch]
+    assert conn.execute("SELECT source_event_ids_json FROM memory_records").fetchall() == [
+        (json.dumps([other_event["event_id"]]),)]
+    states = dict(conn.execute("SELECT batch_id, state || ' ' || coalesce(lease_expires_ms, '')"
+                               " FROM extraction_batches"))
+    assert states == {bad_batch: "leased 0", good_batch: "done "}  # due again at once
+    assert "UNIQUE" in conn.execute("SELECT error FROM extraction_batches WHERE batch_id = ?",
+                                    (bad_batch,)).fetchone()[0]
 
 
 def test_stats_and_export_iterators(conn):

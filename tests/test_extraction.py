@@ -1,14 +1,16 @@
-"""Extraction workers beyond the daemon's own: one started from a terminal."""
+"""Extraction workers: the take protocol, and workers beyond the daemon's own."""
 
 from __future__ import annotations
 
 import json
 import signal
 import subprocess
+import sys
 
+import zmq
 from helpers import KL, NAMESPACE, kl, make_event, wait_for
 
-from kirolearn import paths, transport
+from kirolearn import paths, protocol, transport
 
 
 def test_a_worker_started_by_hand_takes_batches_and_stops_on_ctrl_c(home, ctx):
@@ -25,21 +27,30 @@ def test_a_worker_started_by_hand_takes_batches_and_stops_on_ctrl_c(home, ctx):
                 except transport.Timeout:
                     return False
             wait_for(answers, message="the worker's control socket")
-        with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as client:
-            for project in range(8):  # eight projects' turns, eight batches for two workers
+        with (transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as client,
+              transport.Client(ctl, ctx, timeout_ms=5000) as control):
+            projects = iter(range(1000))
+
+            def one_more_turn_then_taken_by_hand() -> bool:
+                """A turn of a new project (a batch of its own) until the hand-started
+                worker has done one: takes go round the free workers."""
+                if control.call("ping")["batches_done"]:
+                    return True
+                project = next(projects)
                 namespace = NAMESPACE.replace("a" * 64, f"{project:064d}")
                 for kind, text in (("prompt", f"question {project}"),
                                    ("session_summary", f"answer {project}")):
                     event = make_event(kind, text, namespace=namespace)
                     assert client.call("put_event", {"event": event})["status"] == "stored"
-        wait_for(lambda: json.loads(kl("stats", "--json").stdout)["totals"]["records"] >= 8,
-                 timeout=20, message="records from every turn")
+                return False
+            wait_for(one_more_turn_then_taken_by_hand, timeout=30, interval=0.2,
+                     message="a batch done by the hand-started worker")
         worker.send_signal(signal.SIGINT)
         _, log = worker.communicate(timeout=10)
         assert worker.returncode == 0
-        batches = [line for line in log.splitlines() if "batch {" in line]
-        assert batches, "the hand-started worker took no batch"
-        assert json.loads(batches[0].split("batch ", 1)[1])["outcome"] == "ok"
+        takes = [json.loads(line.split("take ", 1)[1]) for line in log.splitlines()
+                 if "take {" in line]
+        assert takes and all(set(take["strategies"]) == {"heuristic"} for take in takes)
     finally:
         if worker.poll() is None:
             worker.kill()
@@ -47,3 +58,43 @@ def test_a_worker_started_by_hand_takes_batches_and_stops_on_ctrl_c(home, ctx):
         kl("stop", check=True)
     refused = kl("worker", "extraction", "--connect", str(home))
     assert refused.returncode == 1 and "no kirolearn daemon is running" in refused.stderr
+
+
+def test_a_worker_answers_each_batch_of_a_take_and_survives_malformed_takes(home, ctx):
+    """A worker on its own, storage's two sockets played by the test: malformed takes are
+    dropped, a batch that cannot be extracted is answered with its error, and the good
+    batch of the same take with its records."""
+    paths.ensure_layout(home)
+    batches = transport.make_socket(ctx, zmq.PUSH, bind=paths.endpoint("batches", home))
+    records = transport.make_socket(ctx, zmq.PULL, bind=paths.endpoint("records", home))
+    worker = subprocess.Popen([sys.executable, "-m", "kirolearn.roles.extraction"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        event = make_event("prompt", "the export crashes on invoices without a customer")
+        stored = {key: event.get(key) for key in ("event_id", "kind", "namespace", "session_id",
+                                                  "valid_time", "parent_event_id",
+                                                  "project_path")}
+        stored["body_json"] = json.dumps(event["body"])
+        for frame in (b"\xc1garbage", protocol.pack({"batches": 5}),
+                      protocol.pack({"batches": [{"batch_id": "x"}]})):
+            batches.send(frame)
+        batches.send(protocol.pack({"batches": [
+            {"batch_id": "poison", "namespace": NAMESPACE, "events": [{"kind": "prompt"}]},
+            {"batch_id": "good", "namespace": NAMESPACE, "events": [stored]}]}))
+        assert records.poll(20_000), "the worker answered nothing"
+        assert protocol.unpack(records.recv()) == {"batch_ids": ["poison", "good"],
+                                                   "worker_pid": worker.pid}
+        assert records.poll(10_000)
+        results = protocol.unpack(records.recv())["results"]
+        assert [r["batch_id"] for r in results] == ["poison", "good"]
+        assert "KeyError" in results[0]["error"] and "records" not in results[0]
+        assert results[1]["records"][0]["source_event_ids"] == [event["event_id"]]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, log = worker.communicate(timeout=10)
+        batches.close()
+        records.close()
+        for leftover in paths.runtime_dir(home).glob("*"):  # the supervisor's cleanup
+            leftover.unlink()
+    assert worker.returncode == 0, log
+    assert log.count("dropped a malformed take") == 3

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from kirolearn import contract, privacy
-from kirolearn.db import files_key, in_list, now_ms, path_key, reads, schema, transaction, utc_now
+from kirolearn.db import files_key, in_list, now_ms, path_key, reads, schema, utc_now
 
 
 def connect_writer(path: Path) -> sqlite3.Connection:
@@ -536,10 +536,11 @@ def _cut(rows: list[tuple], max_bytes: int, max_events: int) -> list[tuple[int, 
     return ranges
 
 
-def lease_batch(conn: sqlite3.Connection, batch_id: str, expires_ms: int) -> None:
-    """The batch is out with a worker until ``expires_ms``; one more attempt counted."""
-    conn.execute("UPDATE extraction_batches SET state = 'leased', lease_expires_ms = ?,"
-                 " attempts = attempts + 1 WHERE batch_id = ?", (expires_ms, batch_id))
+def lease_batches(conn: sqlite3.Connection, batch_ids: Iterable[str], expires_ms: int) -> None:
+    """The batches are out with a worker until ``expires_ms``; one more attempt counted."""
+    conn.executemany("UPDATE extraction_batches SET state = 'leased', lease_expires_ms = ?,"
+                     " attempts = attempts + 1 WHERE batch_id = ?",
+                     [(expires_ms, batch_id) for batch_id in batch_ids])
 
 
 def batch_attempt_failed(conn: sqlite3.Connection, batch_id: str, error: str) -> None:
@@ -584,28 +585,48 @@ def retry_batches(conn: sqlite3.Connection) -> int:
                         " lease_expires_ms = NULL WHERE state = 'failed'").rowcount
 
 
-def complete_batch(conn: sqlite3.Connection, batch_id: str, records: Iterable[dict],
-                   merge_window_s: float = 0,
-                   changed: Iterable[tuple[str, str]] = ()) -> int | None:
-    """Commit a batch's records (near-duplicates merged, see ``save_record``), what they
+BatchResult = tuple[str, list[dict], list[tuple[str, str]]]  # batch id, records, changed
+
+
+def complete_batches(conn: sqlite3.Connection, results: Iterable[BatchResult],
+                     merge_window_s: float = 0) -> dict[str, int | str | None]:
+    """Commit batches' results inside the caller's transaction (several batches, one
+    fsync): each batch's records (near-duplicates merged, see ``save_record``), what they
     tell of the ranking signals (``note_usefulness``, ``note_changes``: changed is the
-    batch's (path, event id) of each file one of its events changed) and mark the batch
-    done, in one transaction of its own; None if it was already done."""
-    with transaction(conn):
-        state = conn.execute("SELECT state, namespace FROM extraction_batches"
-                             " WHERE batch_id = ?", (batch_id,)).fetchone()
-        if state is None or state[0] in ("done", "failed"):
-            return None
-        holder: dict[str, str] = {}  # event id -> the record that tells of it
-        records = list(records)
-        for record in records:
-            target = save_record(conn, record, batch_id, merge_window_s) or record["record_id"]
-            holder.update(dict.fromkeys(record["source_event_ids"], target))
-        note_usefulness(conn, records)
-        note_changes(conn, state[1], changed, holder)
-        conn.execute("UPDATE extraction_batches SET state = 'done', done_ms = ?,"
-                     " record_count = ?, lease_expires_ms = NULL WHERE batch_id = ?",
-                     (now_ms(), len(records), batch_id))
+    batch's (path, event id) of each file one of its events changed) and its done mark
+    together, in a savepoint of its own. By batch: how many records it committed; None
+    if it was already done; or why its records could not be stored (a constraint, such
+    as a record id given twice): that batch alone is rolled back and its attempt counted
+    failed, and the others commit."""
+    outcome: dict[str, int | str | None] = {}
+    for batch_id, records, changed in results:
+        conn.execute("SAVEPOINT batch")
+        try:
+            outcome[batch_id] = _complete_batch(conn, batch_id, records, merge_window_s,
+                                                changed)
+        except sqlite3.IntegrityError as exc:
+            conn.execute("ROLLBACK TO batch")
+            outcome[batch_id] = f"its records could not be stored: {exc}"
+            batch_attempt_failed(conn, batch_id, outcome[batch_id])
+        conn.execute("RELEASE batch")
+    return outcome
+
+
+def _complete_batch(conn: sqlite3.Connection, batch_id: str, records: list[dict],
+                    merge_window_s: float, changed: Iterable[tuple[str, str]]) -> int | None:
+    state = conn.execute("SELECT state, namespace FROM extraction_batches"
+                         " WHERE batch_id = ?", (batch_id,)).fetchone()
+    if state is None or state[0] in ("done", "failed"):
+        return None
+    holder: dict[str, str] = {}  # event id -> the record that tells of it
+    for record in records:
+        target = save_record(conn, record, batch_id, merge_window_s) or record["record_id"]
+        holder.update(dict.fromkeys(record["source_event_ids"], target))
+    note_usefulness(conn, records)
+    note_changes(conn, state[1], changed, holder)
+    conn.execute("UPDATE extraction_batches SET state = 'done', done_ms = ?,"
+                 " record_count = ?, lease_expires_ms = NULL WHERE batch_id = ?",
+                 (now_ms(), len(records), batch_id))
     return len(records)
 
 

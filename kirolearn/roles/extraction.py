@@ -1,10 +1,11 @@
-"""Extraction worker: PULLs a leased batch of events, PUSHes memory records back.
+"""Extraction worker: PULLs a take of leased batches of events, PUSHes memory records back.
 
 Workers hold no state: storage leases each batch and commits the returned
 records, and the files the batch's tool uses changed (for ranking: ``changed_files``),
 together with the batch's completion. A worker says which batch it took
 (with its pid), so if it dies the batch is handed out again at once; an attempt
-that fails is reported with its reason, and the batch goes out again.
+that fails is reported with its reason, and the batch goes out again. A take holds
+one batch, or several when they go fast (storage sizes it by the worker's pace).
 
 Records come from the extractor ``extraction.strategy`` names (``kirolearn.extract``):
 the heuristic one, or a model that falls back to it whenever it cannot be used.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 
 import zmq
 
@@ -44,7 +46,7 @@ class ExtractionWorker(base.Role):
         os.nice(NICENESS)  # background work: hooks' acks and searches come first
         pull = transport.make_socket(self.ctx, zmq.PULL, hwm=1,
                                      connect=paths.endpoint("batches", self.base))
-        self.add_socket(pull, self._on_batch)
+        self.add_socket(pull, self._on_take)
         self.records = transport.make_socket(self.ctx, zmq.PUSH, linger_ms=2000,
                                              connect=paths.endpoint("records", self.base))
         self.extractor = extract.from_settings(self.settings, self.log)
@@ -53,32 +55,43 @@ class ExtractionWorker(base.Role):
     def counters(self) -> dict:
         return {"batches_done": self.batches_done, **self.extractor.status()}
 
-    def _on_batch(self, sock: zmq.Socket) -> None:
+    def _on_take(self, sock: zmq.Socket) -> None:
+        """One take: which batches it took is said first, then every batch's result in
+        one message, with the seconds they took (storage sizes the next take by it)."""
         try:
-            batch = protocol.unpack(sock.recv())
-            batch_id, namespace, events = batch["batch_id"], batch["namespace"], batch["events"]
-        except (protocol.DecodeError, KeyError) as exc:
-            self.log.warning("dropped a malformed batch: %s", exc)
+            take = protocol.unpack(sock.recv())
+            batches = [(b["batch_id"], b["namespace"], b["events"]) for b in take["batches"]]
+        except (protocol.DecodeError, KeyError, TypeError) as exc:
+            self.log.warning("dropped a malformed take: %s", exc)
             return
         started = time.monotonic()
-        self.records.send(protocol.pack({"batch_id": batch_id, "worker_pid": os.getpid()}))
+        self.records.send(protocol.pack({"batch_ids": [b[0] for b in batches],
+                                         "worker_pid": os.getpid()}))
+        results, strategies = [], Counter()
+        for batch_id, namespace, events in batches:
+            result, strategy = self._extract(batch_id, namespace, events)
+            results.append(result)
+            strategies[strategy] += 1
+        seconds = time.monotonic() - started
+        self.records.send(protocol.pack({"results": results, "seconds": seconds}))
+        self.batches_done += len(batches) - strategies["failed"]
+        self.log.info("take %s", json.dumps({
+            "batches": len(batches), "events": sum(len(b[2]) for b in batches),
+            "records": sum(len(r.get("records", ())) for r in results),
+            "strategies": dict(strategies), "duration_ms": round(seconds * 1000, 1)}))
+
+    def _extract(self, batch_id: str, namespace: str, events: list[dict]) -> tuple[dict, str]:
+        """One batch's result, and the strategy that made it (``failed``: its error is the
+        result, and the batch goes out again)."""
         try:
             for event in events:  # storage sends bodies still encoded
                 event["body"] = json.loads(event.pop("body_json"))
             records, strategy = self.extractor.extract(namespace, events)
+            return {"batch_id": batch_id, "records": records,
+                    "changed": changed_files(events)}, strategy
         except Exception as exc:  # a bug or a poison batch: said, and handed out again
             self.log.exception("batch %s could not be extracted", batch_id)
-            self.records.send(protocol.pack({"batch_id": batch_id,
-                                             "error": f"{type(exc).__name__}: {exc}"}))
-            return
-        self.records.send(protocol.pack({"batch_id": batch_id, "records": records,
-                                         "changed": changed_files(events)}))
-        self.batches_done += 1
-        self.log.info("batch %s", json.dumps({
-            "batch_id": batch_id, "namespace": namespace, "events": len(events),
-            "records": len(records), "strategy": strategy,
-            "duration_ms": round((time.monotonic() - started) * 1000, 1), "outcome": "ok"}))
-
+            return {"batch_id": batch_id, "error": f"{type(exc).__name__}: {exc}"}, "failed"
 
 if __name__ == "__main__":
     base.main(ExtractionWorker)

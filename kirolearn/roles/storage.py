@@ -59,6 +59,10 @@ CLAIM_CHECK_S = 0.25  # how often a batch's worker is looked for while it extrac
 BATCH_WORK_GAP_S = 0.05  # batch work runs at most this often (a failing pass never spins)
 NO_WORKER_RETRY_S = 0.25  # batches are due but no worker is free: offered again this soon
 REOPEN_S = 2.0  # while the database cannot be written, how often to try again
+TAKE_TARGET_S = 0.1  # a take keeps a worker about this long, at its recent pace
+TAKE_MAX_BATCHES = 32  # ... and holds at most this many batches
+TAKE_MAX_BYTES = 1 << 20  # ... and this many bytes (a larger batch goes alone)
+RESULT_MESSAGES_PER_COMMIT = 64  # workers' messages read before one commit, at most
 PURGE_AFTER_S = 2.0  # forgets in a row: the full-text index is purged once, after the last
 
 
@@ -107,6 +111,7 @@ class Storage(base.Role):
         self.reopen_at = 0.0
         self.wal: int | None = None  # the inode of the WAL file the writer writes to
         self.claims: dict[str, int] = {}  # leased batch → the pid of the worker that took it
+        self.batch_s: float | None = None  # the workers' recent seconds per batch
         self.backup_every_s = self.settings["backup"]["interval_h"] * 3600  # 0: never
         self.backup_due = (backups.next_due(paths.backup_dir(self.base), self.backup_every_s)
                            if self.backup_every_s else math.inf)
@@ -623,43 +628,83 @@ class Storage(base.Role):
             except PermissionError:
                 pass  # alive, as another user
 
+    def _take_size(self) -> int:
+        """How many due batches go to a worker in one message: as many as it does in about
+        TAKE_TARGET_S at its recent pace, so that a backlog costs one message and two
+        commits per take, while a slow (model-backed) worker still takes one at a time
+        and leaves the rest to the others."""
+        if self.batch_s is None:
+            return 1
+        return max(1, min(TAKE_MAX_BATCHES, int(TAKE_TARGET_S / max(self.batch_s, 1e-4))))
+
     def _dispatch_batches(self) -> None:
-        """Hand due batches to free workers; ``dispatch_due`` says when to look again:
-        at once while more may be due, soon while no worker is free, else when the
-        first lease runs out (a message brings anything sooner)."""
+        """Hand due batches to free workers, several in one take when they go fast;
+        ``dispatch_due`` says when to look again: at once while more may be due, soon
+        while no worker is free, else when the first lease runs out (a message brings
+        anything sooner)."""
         now = db.now_ms()
-        due = reads.due_batches(self.conn, now, limit=16)
-        self.dispatch_due = time.monotonic() if len(due) == 16 else None
-        if len(due) < 16:
+        per_take = self._take_size()
+        limit = max(16, 2 * per_take)
+        due = reads.due_batches(self.conn, now, limit=limit)
+        self.dispatch_due = time.monotonic() if len(due) == limit else None
+        if len(due) < limit:
             expires = reads.next_lease_expiry(self.conn)
             if expires is not None:
                 self.dispatch_due = time.monotonic() + max(0, expires - now) / 1000
+        take: list[tuple[dict, int]] = []  # (the batch as sent, its attempts so far)
+        take_bytes = 0
         for batch_id, namespace, attempts in due:
             if attempts >= MAX_BATCH_ATTEMPTS:
                 self._give_up(batch_id, f"{attempts} attempts failed")
                 continue
-            if not self.batches.poll(0, zmq.POLLOUT):
-                # no worker ready: read no batch for nothing; try again soon
-                self.dispatch_due = time.monotonic() + NO_WORKER_RETRY_S
+            if not take and not self._worker_free():
                 return
-            events = reads.batch_events(self.conn, batch_id)
-            frame = protocol.pack({"batch_id": batch_id, "namespace": namespace,
-                                   "events": events})
-            if len(frame) > protocol.MAX_FRAME_BYTES:
-                self._give_up(batch_id, f"the batch is {len(frame)} bytes; a frame may carry"
+            batch = {"batch_id": batch_id, "namespace": namespace,
+                     "events": reads.batch_events(self.conn, batch_id)}
+            size = len(protocol.pack(batch))
+            if size > protocol.MAX_FRAME_BYTES - 64:
+                self._give_up(batch_id, f"the batch is {size} bytes; a frame may carry"
                                         f" {protocol.MAX_FRAME_BYTES}")
                 continue
-            try:
-                self.batches.send(frame, flags=zmq.NOBLOCK)
-            except zmq.Again:
-                return  # the worker went away since the poll
-            with self.writing():
-                writes.lease_batch(self.conn, batch_id, now + self.lease_ms)
-            lease_end = time.monotonic() + self.lease_ms / 1000
-            self.dispatch_due = min(self.dispatch_due or lease_end, lease_end)
+            if take and take_bytes + size > TAKE_MAX_BYTES:
+                if not self._hand_out(take, now) or not self._worker_free():
+                    return
+                take, take_bytes = [], 0
+            take.append((batch, attempts))
+            take_bytes += size
+            if len(take) == per_take:
+                if not self._hand_out(take, now):
+                    return
+                take, take_bytes = [], 0
+        if take:
+            self._hand_out(take, now)
+
+    def _worker_free(self) -> bool:
+        """Whether a worker can take a message now; if not, batches are offered again soon
+        (and none is read for nothing)."""
+        if self.batches.poll(0, zmq.POLLOUT):
+            return True
+        self.dispatch_due = time.monotonic() + NO_WORKER_RETRY_S
+        return False
+
+    def _hand_out(self, take: list[tuple[dict, int]], now: int) -> bool:
+        """Send one take to a free worker and lease its batches; False if no worker took it
+        (they stay due)."""
+        try:
+            self.batches.send(protocol.pack({"batches": [batch for batch, _ in take]}),
+                              flags=zmq.NOBLOCK)
+        except zmq.Again:
+            return False  # the worker went away since the poll
+        with self.writing():
+            writes.lease_batches(self.conn, [batch["batch_id"] for batch, _ in take],
+                                 now + self.lease_ms)
+        lease_end = time.monotonic() + self.lease_ms / 1000
+        self.dispatch_due = min(self.dispatch_due or lease_end, lease_end)
+        for batch, attempts in take:
             if attempts:
-                self.log.warning("batch %s handed out again (attempt %d)", batch_id,
+                self.log.warning("batch %s handed out again (attempt %d)", batch["batch_id"],
                                  attempts + 1)
+        return True
 
     def _give_up(self, batch_id: str, why: str) -> None:
         """A batch that cannot be done whole is split in two; a single event that cannot
@@ -677,45 +722,88 @@ class Storage(base.Role):
                              why, other)
 
     def _on_records(self, sock: zmq.Socket) -> None:
+        """What the workers have sent since the last look: the batches they took noted,
+        and every result committed in one transaction; then the next take handed out at
+        once (unless events are pouring in: acks come first)."""
         self.dispatch_due = 0.0  # a worker is free again, or a batch is back
-        try:
-            message = protocol.unpack(sock.recv())
-        except protocol.DecodeError as exc:
-            self.log.warning("dropped a malformed records message: %s", exc)
-            return
-        batch_id = message.get("batch_id")
-        records = message.get("records")
-        if isinstance(batch_id, str) and isinstance(message.get("worker_pid"), int):
-            self.claims[batch_id] = message["worker_pid"]
-            return
-        if isinstance(batch_id, str):
-            self.claims.pop(batch_id, None)
-        if isinstance(batch_id, str) and isinstance(message.get("error"), str):
-            self.log.warning("batch %s: an attempt failed: %s", batch_id, message["error"])
-            with self.writing():
-                writes.batch_attempt_failed(self.conn, batch_id, message["error"][:1000])
-            return
-        if not isinstance(batch_id, str) or not isinstance(records, list):
-            self.log.warning("dropped a records message without batch_id/records")
-            return
-        valid = []
-        for record in records:
+        results: list[writes.BatchResult] = []
+        failures: list[tuple[str, str]] = []
+        for _ in range(RESULT_MESSAGES_PER_COMMIT):
             try:
-                valid.append(contract.validate_record(record))
-            except contract.ContractError as exc:
-                self.log.warning("batch %s: dropped an invalid record: %s", batch_id, exc)
-        try:
-            count = writes.complete_batch(self.conn, batch_id, valid, self.merge_window_s,
-                                          well_formed_changes(message.get("changed")))
-        except sqlite3.Error as exc:  # the batch goes out again when its lease ends
-            if describe_fault(exc, self.path) is None:
-                raise
-            self._fail_writer(exc)
+                message = protocol.unpack(sock.recv(zmq.NOBLOCK))
+            except zmq.Again:
+                break
+            except protocol.DecodeError as exc:
+                self.log.warning("dropped a malformed records message: %s", exc)
+                continue
+            self._read_worker_message(message, results, failures)
+        if results or failures:
+            self._commit_results(results, failures)
+        if time.monotonic() - self.last_put >= BUSY_WINDOW_S:
+            try:
+                self._dispatch_batches()
+            except base.Unavailable:
+                pass  # said when the fault began
+            except sqlite3.Error:
+                self.log.exception("handing out batches failed; will retry")
+
+    def _read_worker_message(self, message: dict, results: list[writes.BatchResult],
+                             failures: list[tuple[str, str]]) -> None:
+        """A claim (``batch_ids``, ``worker_pid``) is noted at once; a take's ``results``
+        are checked and added to what the next commit holds."""
+        ids, pid = message.get("batch_ids"), message.get("worker_pid")
+        if isinstance(ids, list) and isinstance(pid, int):
+            self.claims.update(dict.fromkeys((i for i in ids if isinstance(i, str)), pid))
             return
-        if count is None:
-            self.log.info("batch %s was already committed; ignored a second result", batch_id)
-        else:
-            self.log.info("batch %s committed with %d record(s)", batch_id, count)
+        items = message.get("results")
+        if not isinstance(items, list):
+            self.log.warning("dropped a records message without batch_ids or results")
+            return
+        seconds = message.get("seconds")
+        if isinstance(seconds, int | float) and seconds >= 0 and items:
+            pace = seconds / len(items)
+            self.batch_s = pace if self.batch_s is None else 0.7 * self.batch_s + 0.3 * pace
+        for item in items:
+            batch_id = item.get("batch_id") if isinstance(item, dict) else None
+            if not isinstance(batch_id, str):
+                self.log.warning("dropped a result without a batch_id")
+                continue
+            self.claims.pop(batch_id, None)
+            if isinstance(item.get("error"), str):
+                self.log.warning("batch %s: an attempt failed: %s", batch_id, item["error"])
+                failures.append((batch_id, item["error"][:1000]))
+            elif isinstance(item.get("records"), list):
+                valid = []
+                for record in item["records"]:
+                    try:
+                        valid.append(contract.validate_record(record))
+                    except contract.ContractError as exc:
+                        self.log.warning("batch %s: dropped an invalid record: %s", batch_id, exc)
+                results.append((batch_id, valid, well_formed_changes(item.get("changed"))))
+            else:
+                self.log.warning("batch %s: dropped a result without records or error", batch_id)
+
+    def _commit_results(self, results: list[writes.BatchResult],
+                        failures: list[tuple[str, str]]) -> None:
+        """Failed attempts and completed batches, in one transaction. On a fault nothing is
+        committed: the batches go out again when their leases run out."""
+        try:
+            with self.writing():
+                for batch_id, error in failures:
+                    writes.batch_attempt_failed(self.conn, batch_id, error)
+                outcome = writes.complete_batches(self.conn, results, self.merge_window_s)
+        except base.Unavailable:
+            return  # said when the fault began
+        committed = {b: n for b, n in outcome.items() if isinstance(n, int)}
+        for batch_id, what in outcome.items():
+            if what is None:
+                self.log.info("batch %s was already committed; ignored a second result",
+                              batch_id)
+            elif isinstance(what, str):
+                self.log.warning("batch %s: an attempt failed: %s", batch_id, what)
+        if committed:
+            self.log.info("%d batch(es) committed with %d record(s)", len(committed),
+                          sum(committed.values()))
             self._announce(b"records")
 
     # -- stop -----------------------------------------------------------------------------------
