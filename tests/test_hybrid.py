@@ -20,6 +20,7 @@ from kirolearn import contract, db, paths, protocol, transport
 from kirolearn.db import fts, writes
 from kirolearn.search import context as context_format
 from kirolearn.search import embeddings, ranking
+from kirolearn.search import query as fts_query
 from kirolearn.search.searcher import Searcher
 from kirolearn.tooluse import cut as tooluse_cut
 
@@ -223,6 +224,31 @@ def test_semantic_search_finds_what_lexical_search_cannot(corpus_db, embedder):
                                mode="hybrid").records == []
     finally:
         searcher.close()
+
+
+class RecordingEmbedder:
+    def __init__(self, real: embeddings.Embedder):
+        self.real, self.texts = real, []
+
+    def embed(self, texts: list[str]):
+        self.texts += texts
+        return self.real.embed(texts)
+
+
+def test_a_long_prompt_is_embedded_by_its_start_and_rarest_words(corpus_db, embedder):
+    recording = RecordingEmbedder(embedder)
+    searcher = Searcher(corpus_db, embedder=recording)
+    log = "\n".join(f"2026-11-24 10:00:{i:02d} INFO worker-{i} heartbeat ok, depth 0"
+                    for i in range(60))
+    try:
+        found = searcher.search(NAMESPACE, f"Where are schema changes kept? The log:\n{log}",
+                                10, 5000, mode="hybrid")
+    finally:
+        searcher.close()
+    assert found.records[0]["title"] == RECORDS[0]["title"]
+    [text] = recording.texts
+    assert text.startswith("Where are schema changes kept?")
+    assert len(text) <= fts_query.EMBEDDED_MAX_CHARS
 
 
 @settings(max_examples=25, deadline=None,

@@ -161,6 +161,23 @@ def test_common_terms_are_dropped_first_and_never_the_rarest(doc_freq, total, te
         assert len(seen) == 1 and window == math.ceil(total * term_budget / touched)
 
 
+@given(st.text(st.characters(blacklist_characters="§"), max_size=1200),
+       st.lists(st.text("§xyz", min_size=1, max_size=30), max_size=40))
+def test_a_long_prompt_is_embedded_by_its_start_and_distinctive_words(query, distinctive):
+    text = fts_query.embedded_query(query, distinctive)
+    if len(query) <= fts_query.EMBEDDED_MAX_CHARS:
+        assert text == query
+        return
+    assert len(text) <= fts_query.EMBEDDED_MAX_CHARS
+    start = 0  # the words added come after the query's start (they hold §, it does not)
+    while start < len(text) and text[start] == query[start]:
+        start += 1
+    assert 0 < start <= fts_query.EMBEDDED_HEAD_CHARS + 1  # (+1: a space after the start)
+    added = text[start:].split(" ")
+    assert all(word in distinctive for word in added if word)
+    assert len(set(added)) == len(added)
+
+
 # -- searching -------------------------------------------------------------------------------------
 
 def test_a_prompt_finds_its_records_ranked_and_in_the_fixed_format(searcher):

@@ -125,3 +125,34 @@ def select_terms(terms: list[str], doc_freq: dict[str, int], total: int,
     if touched > term_budget and total > term_budget:  # one common term is left
         window = math.ceil(total * term_budget / touched)
     return [t for t in terms if t in kept], window
+
+
+EMBEDDED_HEAD_CHARS = 240  # of a long prompt, the start is embedded (the ask is there) ...
+EMBEDDED_MIN_HEAD_CHARS = 20  # ... to the end of its first line past this, if it ends sooner
+EMBEDDED_MAX_CHARS = 400  # ... then its most distinctive words, up to this length in all
+
+
+def embedded_query(query: str, distinctive: list[str]) -> str:
+    """What of a prompt the semantic side embeds: a short prompt whole; of a long one (a
+    pasted log, a traceback) its start, where the ask usually is (its first line, when
+    that ends sooner), then its most ``distinctive`` words (the lexical side's terms
+    that some record holds, rarest first) that the start does not already hold. About
+    100 tokens at most instead of the model's 256 of log lines: the embedding takes a
+    fraction of the time, and says what the prompt is about."""
+    if len(query) <= EMBEDDED_MAX_CHARS:
+        return query
+    head = query[:EMBEDDED_HEAD_CHARS]
+    line_end = head.find("\n", EMBEDDED_MIN_HEAD_CHARS)
+    if line_end > 0:  # the ask, before what was pasted under it
+        head = head[:line_end]
+    elif not query[EMBEDDED_HEAD_CHARS].isspace():  # end on a whole word
+        head = head.rsplit(None, 1)[0] if len(head.split()) > 1 else head
+    text = head
+    for word in dict.fromkeys(distinctive):
+        if word in head:
+            continue
+        if len(text) + 1 + len(word) > EMBEDDED_MAX_CHARS:
+            break
+        text += " " + word
+    return text
+

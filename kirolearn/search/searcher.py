@@ -45,6 +45,7 @@ from kirolearn.search.context import (
 )
 from kirolearn.search.query import (
     MAX_WORDS,
+    embedded_query,
     fts_expression,
     is_rare,
     quote,
@@ -77,6 +78,8 @@ class Result:
     terms: list[str] = field(default_factory=list)
     window: int | None = None
     rare: list[str] = field(default_factory=list)  # the kept terms that are ``is_rare``
+    # The kept terms found in some record, rarest first: what names the prompt's subject.
+    distinctive: list[str] = field(default_factory=list)
     error: str | None = None
     block: str | None = None  # the context when it is not the search format (session start)
 
@@ -273,6 +276,7 @@ class Searcher:
         budget = self.term_budget or term_budget_for(total)
         terms, window = select_terms(candidates, token_freq, total, budget)
         rare = [t for t in terms if is_rare(token_freq[t], total)]
+        distinctive = sorted((t for t in terms if token_freq[t]), key=token_freq.__getitem__)
         try:
             # Room for the repeats `without_repeats` leaves out when namespaces are merged.
             wanted = limit if len(namespaces) == 1 else limit + SCOPE_SLACK
@@ -285,7 +289,8 @@ class Searcher:
         records = self._records(conn, ids)
         if len(namespaces) > 1:
             records = without_repeats(records)[:limit]
-        return Result(records, "ok" if records else "empty", 0.0, terms, window, rare)
+        return Result(records, "ok" if records else "empty", 0.0, terms, window, rare,
+                      distinctive=distinctive)
 
     def _hybrid(self, namespaces: tuple[str, ...], query: str, limit: int, mode: str) -> Result:
         """Lexical and semantic candidates (limit × 4 each) fused by reciprocal rank with a
@@ -298,7 +303,8 @@ class Searcher:
         it: the best of them, one a rare word, in at most a third of the places (a long
         prompt has many rare words, and all their records pushed out better matches).
         The lexical side runs first, then the
-        query is embedded on a thread (overlapping the two saved nothing, measured); if
+        query (``embedded_query``: a long prompt's start and its rarest words) is
+        embedded on a thread (overlapping the two saved nothing, measured); if
         the embedder fails or has not answered in time, or the namespace's vectors are
         still loading, the answer is exactly the lexical search's
         (``_lexical_instead``)."""
@@ -308,7 +314,8 @@ class Searcher:
         if not self._vectors_ready(namespaces):
             return self._lexical_instead(namespaces, query, limit, None, "vectors still loading")
         lexical = self._search(namespaces, query, wide)
-        pending = self._embedding.submit(self.embedder.embed, [query[:embeddings.MAX_CHARS]])
+        text = embedded_query(query, lexical.distinctive)
+        pending = self._embedding.submit(self.embedder.embed, [text])
         try:
             reserve = RETURN_MARGIN_S if lexical.window is None else FALLBACK_RESERVE_S
             wait_s = self.deadline - time.monotonic() - reserve
