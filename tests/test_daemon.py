@@ -140,6 +140,40 @@ def test_malformed_worker_messages_crash_nothing_and_extraction_goes_on(ingest, 
     assert {r["name"]: r["pid"] for r in status()["roles"]} == pids
 
 
+def test_a_hook_event_goes_ahead_of_an_import(ingest, daemon, ctx):
+    """Live requests first: while storage holds an import's first chunk (stopped, to see
+    the order), a prompt sent after three chunks is committed before the second."""
+    storage_pid = next(r["pid"] for r in status()["roles"] if r["role"] == "storage")
+    chunks = [[json.dumps(make_event("tool_use", f"chunk {c} file {i}.py")) for i in range(300)]
+              for c in range(3)]
+    client = transport.make_socket(ctx, zmq.DEALER, connect=paths.endpoint("ingest"))
+    imports, order = [], []
+    try:
+        with transport.Client(paths.endpoint("ingest.ctl"), ctx) as control:
+            os.kill(storage_pid, signal.SIGSTOP)
+            try:
+                for lines in chunks:
+                    imports.append(protocol.request("put_events", {"lines": lines}))
+                    client.send_multipart([b"", protocol.pack(imports[-1])])
+                wait_for(lambda: control.call("ping")["accepted"] >= 300,
+                         message="the first chunk sent to storage")
+                live = protocol.request("put_event", {"event": make_event("prompt", "first?")})
+                client.send_multipart([b"", protocol.pack(live)])
+                wait_for(lambda: control.call("ping")["accepted"] == 301,
+                         message="the prompt sent to storage, and no other chunk")
+            finally:
+                os.kill(storage_pid, signal.SIGCONT)
+        while len(order) < 4:
+            assert client.poll(10_000), "ingest stopped answering"
+            reply = protocol.parse_reply(client.recv_multipart()[-1])
+            assert reply["ok"], reply
+            order.append(reply["id"])
+    finally:
+        client.close()
+    assert order == [imports[0]["id"], live["id"], imports[1]["id"], imports[2]["id"]]
+    assert len(stored_events()) == 901
+
+
 def test_import_export_stats(daemon, tmp_path):
     events = [make_event("prompt", f"question {i}") for i in range(5)]
     lines = [json.dumps(e) for e in events]

@@ -636,6 +636,25 @@ def test_the_back_fill_survives_a_stop_half_way(home, embedder):
         assert np.allclose(embeddings.from_blob(stored[r["record_id"]]), vector, atol=1e-4)
 
 
+def test_the_back_fill_yields_to_searches_but_is_never_starved(home):
+    """Searches keep coming (each one holds the back-fill back a moment): every record
+    still gets its vector."""
+    many = [record(f"Option {n}", f"We chose option {n} for the {n % 7}th module.")
+            for n in range(40)]
+    kl("start", check=True)
+    try:
+        with transport.Client(paths.endpoint("ingest"), timeout_ms=5000) as ingest:
+            save(ingest, many)
+        with transport.Client(paths.endpoint("retrieval"), timeout_ms=5000) as retrieval:
+            def embedded_while_searched() -> bool:
+                retrieval.call("search", {"query": "which option", "namespace": NAMESPACE})
+                return retrieval.call("embeddings")["embedded"] >= len(many)
+            wait_for(embedded_while_searched, timeout=120, interval=0.1,
+                     message="every vector, with a search every 0.1 s")
+    finally:
+        kl("stop", check=True)
+
+
 def test_without_the_model_search_is_lexical_and_status_says_so(home, monkeypatch, tmp_path):
     monkeypatch.setenv("KIROLEARN_EMBEDDINGS_MODEL_DIR", str(tmp_path))
     kl("start", check=True)

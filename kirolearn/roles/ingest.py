@@ -10,7 +10,9 @@ context" rather than make the shim wait past its own timeout.
 
 Ingest never blocks on a downstream role: it talks to storage and retrieval over
 DEALER sockets with request ids, so many requests can be in flight and storage
-can commit them as one group.
+can commit them as one group. Live requests go ahead of bulk work: an import's
+chunks (``put_events``) are prepared one at a time between passes over the sockets,
+and one is with storage at a time, so a hook's event waits behind one chunk at most.
 
 It also drains the spool (events a shim could not deliver) when it starts and
 every ``ingest.spool_interval_s``: each file goes through the same door as a
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import contextlib
 import json
 import time
@@ -46,6 +49,10 @@ Code = protocol.ErrorCode
 FLUSH_EVENTS = 200
 FLUSH_BYTES = 1024 * 1024
 SPOOL_CHUNK = 200  # spool files read per storage request
+# Bulk events (an import's put_events) wait behind every live request: one chunk is
+# prepared at a time between passes over the sockets, and one is with storage at a
+# time, so a hook's event is committed behind at most one chunk of an import.
+BULK_AT_STORAGE = 1
 UNSENT_RETRY_S = 0.01  # a search retrieval could not take yet is offered again this soon
 # The shim's poll timeout is the whole budget; retrieval gets a little less, so the
 # "stored, no context" answer reaches the shim before it gives up and spools.
@@ -98,6 +105,11 @@ class Ingest(base.Role):
         self.outbox: list[tuple[Pending, list[dict]]] = []
         self.outbox_bytes = self.outbox_events = 0
         self.by_storage_id: dict[str, list[Pending]] = {}
+        # put_events waiting to be prepared; the one prepared, waiting for storage; the
+        # storage request ids of those sent and not yet acknowledged.
+        self.bulk: collections.deque[tuple[base.Request, list, bool]] = collections.deque()
+        self.bulk_ready: list[tuple[Pending, list[dict]]] = []
+        self.bulk_at_storage: set[str] = set()
         self.by_retrieval_id: dict[str, Pending] = {}
         self.unsent: dict[str, tuple[Pending, bytes]] = {}  # searches waiting for retrieval
         # Record writes relayed to storage: its request id → (client request, deadline).
@@ -132,7 +144,8 @@ class Ingest(base.Role):
     @base.op("put_events")
     def put_events(self, request: base.Request) -> object:
         """``put_events {events: [event…]}`` or ``{lines: [JSON text…]}`` → ``{results:
-        [{event_id, status, reason?, errors?}…]}``, one per input, in order."""
+        [{event_id, status, reason?, errors?}…]}``, one per input, in order. Bulk work:
+        live requests go first (``BULK_AT_STORAGE``)."""
         # 'lines' carries events as JSON text (bulk import): parsing untrusted JSON
         # belongs here, at the door, and spares the client a decode/encode.
         # 'history': events of an export that had already distilled them (not extracted
@@ -140,13 +153,12 @@ class Ingest(base.Role):
         events, lines = request.body.get("events"), request.body.get("lines")
         history = request.body.get("history", False) is True
         if isinstance(lines, list) and all(isinstance(line, str) for line in lines):
-            self._put(request, [_decode(line) for line in lines], retrieve=False,
-                      history=history)
+            self.bulk.append((request, lines, history))
         elif isinstance(events, list):
-            self._put(request, events, retrieve=False, history=history)
+            self.bulk.append((request, events, history))
         else:
             raise base.BadRequest("'events' (or 'lines') must be a list")
-        return base.LATER
+        return base.LATER  # bulk: prepared once no live request waits (``tick``)
 
     @base.op("put_records")
     def put_records(self, request: base.Request) -> object:
@@ -219,6 +231,10 @@ class Ingest(base.Role):
             return
         group, self.outbox = self.outbox, []
         self.outbox_bytes = self.outbox_events = 0
+        self._send_to_storage(group)
+
+    def _send_to_storage(self, group: list[tuple[Pending, list[dict]]]) -> str | None:
+        """One storage request (one group commit) for these requests' events; its id."""
         events = [event for _, clean in group for event in clean]
         message = protocol.request("put_events", {"events": events})
         try:
@@ -226,9 +242,27 @@ class Ingest(base.Role):
         except zmq.Again:
             for pending, _ in group:
                 self._fail(pending, Code.UNAVAILABLE, "storage is not accepting events")
-            return
+            return None
         self.by_storage_id[message["id"]] = [pending for pending, _ in group]
         self.accepted += len(events)
+        return message["id"]
+
+    def _bulk_step(self) -> None:
+        """One step of bulk work: the prepared chunk to storage once the one before is
+        acknowledged, else the next chunk prepared (while storage commits the last)."""
+        if self.bulk_ready and not self.bulk_at_storage:
+            sent = self._send_to_storage(self.bulk_ready)
+            self.bulk_ready = []
+            if sent is not None:
+                self.bulk_at_storage.add(sent)
+        elif self.bulk and not self.bulk_ready:
+            request, items, history = self.bulk.popleft()
+            events = [_decode(item) if isinstance(item, str) else item for item in items]
+            self._put(request, events, retrieve=False, history=history, bulk=True)
+
+    def _bulk_due(self) -> bool:
+        return bool((self.bulk_ready and not self.bulk_at_storage)
+                    or (self.bulk and not self.bulk_ready))
 
     def _fail(self, pending: Pending, code: int, reason: str) -> None:
         if pending.request is None:  # spooled events stay spooled; try again later
@@ -263,9 +297,10 @@ class Ingest(base.Role):
 
     def _put(self, request: base.Request | None, events: list, retrieve: bool | str,
              spool_files: list[Path] | None = None, history: bool = False,
-             global_namespace: str | None = None) -> None:
+             global_namespace: str | None = None, bulk: bool = False) -> None:
         """Prepare each event and queue the valid ones for storage (``request`` None:
-        events from the spool; ``history``: already distilled, see ``put_events``)."""
+        events from the spool; ``history``: already distilled, see ``put_events``;
+        ``bulk``: held as the next bulk chunk, ``_bulk_step``)."""
         now = time.monotonic()
         op = request.op if request is not None else "put_events"
         pending = Pending(request, op, [None] * len(events), now + self.storage_timeout_s,
@@ -302,6 +337,9 @@ class Ingest(base.Role):
             return
         if not clean:
             self._reply(pending)
+            return
+        if bulk:
+            self.bulk_ready = [(pending, clean)]
             return
         self.outbox.append((pending, clean))
         self.outbox_events += len(clean)
@@ -377,6 +415,8 @@ class Ingest(base.Role):
                 transport.send_reply(request.sock, request.envelope,
                                      {**reply, "id": request.id})
                 continue
+            if reply:
+                self.bulk_at_storage.discard(reply.get("id"))
             group = self.by_storage_id.pop(reply.get("id"), None) if reply else None
             if group is None:
                 continue  # late reply for a request already answered as unavailable
@@ -476,8 +516,11 @@ class Ingest(base.Role):
     # -- deadlines ------------------------------------------------------------------------------
 
     def wake_at(self) -> float | None:
-        """The next deadline: the spool's next drain, a search waiting to be sent (tried
-        again soon), a prompt's budget, a storage acknowledgement or relay's timeout."""
+        """The next deadline: now while bulk work can go on (after each pass over the
+        sockets), the spool's next drain, a search waiting to be sent (tried again
+        soon), a prompt's budget, a storage acknowledgement or relay's timeout."""
+        if self._bulk_due():
+            return time.monotonic()
         if self.unsent:
             return self.ticked_at + UNSENT_RETRY_S
         deadlines = [pending.retrieval_deadline for pending in self.by_retrieval_id.values()]
@@ -512,12 +555,22 @@ class Ingest(base.Role):
         for rid, group in list(self.by_storage_id.items()):
             if now >= group[0].storage_deadline:
                 del self.by_storage_id[rid]
+                self.bulk_at_storage.discard(rid)
                 self.log.warning("storage did not acknowledge in time; told the clients")
                 for pending in group:
                     self._fail(pending, Code.UNAVAILABLE, "storage did not acknowledge in time")
+        if self._bulk_due():
+            self._bulk_step()
 
     def drain(self) -> None:
-        """Give in-flight requests a moment to be acknowledged before exiting."""
+        """Give in-flight requests a moment to be acknowledged before exiting; bulk work
+        not begun is refused (an import sends it again to the next daemon)."""
+        for pending, _ in self.bulk_ready:
+            self._fail(pending, Code.UNAVAILABLE, "kirolearn is stopping")
+        for request, _, _ in self.bulk:
+            request.fail(Code.UNAVAILABLE, "kirolearn is stopping")
+        self.bulk.clear()
+        self.bulk_ready = []
         deadline = time.monotonic() + min(2.0, self.storage_timeout_s)
         while self.by_storage_id and time.monotonic() < deadline:
             if self.storage.poll(50, zmq.POLLIN):

@@ -235,6 +235,8 @@ class Retrieval(base.Role):
         outcome, latency_ms, terms, window, error?}``; never fails once the body is
         valid (a failure is an empty result with its outcome)."""
         self.tick()  # install vectors loaded since the last tick before searching
+        if self.backfill is not None:
+            self.backfill.searched_at = time.monotonic()
         asked = parse_search(request.body, self.default_limit, self.default_budget_ms,
                              self.default_mode, self.context_tokens)
         query, event = asked.query, request.body.get("event")

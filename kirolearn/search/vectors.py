@@ -11,9 +11,11 @@ How the two rankings are fused is ``ranking``'s.
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,9 @@ from kirolearn import contract, db
 from kirolearn.db import reads
 from kirolearn.search import embeddings
 
-BACKFILL_BATCH = 32
+BACKFILL_BATCH = 8  # records embedded at a time (about a tenth of a second of the model)
+BACKFILL_YIELD_S = 0.5  # after a search, the back-fill waits this long: searches come first
+BACKFILL_YIELD_MAX_S = 2.0  # ... but a batch runs at least this often
 BACKFILL_IDLE_S = 30.0  # storage's word wakes it when records change; a missed one costs this
 BACKFILL_RETRY_S = 1.0  # no database yet, or a busy one
 
@@ -136,7 +140,8 @@ class VectorIndex:
 
 class Backfill(threading.Thread):
     """Embeds records that have no vector yet, oldest first, BACKFILL_BATCH at a time,
-    in its own thread (onnxruntime releases the GIL, so searches go on meanwhile), and
+    in its own thread (onnxruntime releases the GIL, so searches go on meanwhile; and it
+    waits while searches come, ``searched_at``: bulk work yields to live), and
     loads the vector spaces that searches ask for (``request_load``) so that no search
     waits for one. Both reach the role's own thread through a queue (``drain``)."""
 
@@ -154,6 +159,7 @@ class Backfill(threading.Thread):
         self.stopping = threading.Event()
         self.pending = 0  # records without a vector at the last look
         self.embedded = 0
+        self.searched_at = -math.inf  # the last search (time.monotonic), set by the role
 
     def request_load(self, namespace: str) -> None:
         self.loads.put(namespace)
@@ -166,6 +172,7 @@ class Backfill(threading.Thread):
     def run(self) -> None:
         conn: sqlite3.Connection | None = None
         after = 0
+        due_at = 0.0  # a batch runs by then, searches or not
         while not self.stopping.is_set():
             try:
                 if conn is None:
@@ -179,6 +186,12 @@ class Backfill(threading.Thread):
                         raise
                     self.results.put(("space", (namespace, space)))
                     self.results_ready()
+                now = time.monotonic()
+                quiet_at = min(self.searched_at + BACKFILL_YIELD_S, due_at)
+                if now < quiet_at:  # prompts are being answered: their embeddings first
+                    self.stopping.wait(quiet_at - now)
+                    continue
+                due_at = now + BACKFILL_YIELD_MAX_S
                 batch = reads.unembedded(conn, after, BACKFILL_BATCH)
                 if not batch:
                     self.pending = reads.count_unembedded(conn)
