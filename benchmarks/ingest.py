@@ -1,5 +1,12 @@
 """Ingest benchmark: events/s and per-event ack latency through client → ingest → storage
-commit, peak RSS of the daemon, and the bulk path (``kirolearn import``).
+commit, peak RSS of the daemon, the bulk path (``kirolearn import``), and live hooks
+during an import.
+
+The last case is an agent's day: 8 clients send prompts with retrieval, as a shim does
+(its 500 ms budget as the poll timeout; a prompt every 100 ms each), first on their own
+(``prompts_alone``), then while ``kirolearn import`` loads 50,000 events
+(``prompts_during_import``): how many were answered within the budget with their
+context, and the import's own rate.
 
 Prints one JSON line per configuration (see DESIGN.md §10); progress goes to stderr.
 
@@ -16,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -91,6 +99,93 @@ def live_path(events: list[dict], concurrency: int) -> dict:
     }
 
 
+BUDGET_MS = 500  # the shim's poll timeout
+PROMPT_EVERY_S = 0.1
+PROMPT = "how did we refactor the storage layer to SQLite WAL mode with forward-only migrations"
+
+
+def prompt_clients(clients: int, stop: threading.Event, prompts_each: int | None = None
+                   ) -> dict:
+    """`clients` threads, each sending a prompt with retrieval every PROMPT_EVERY_S until
+    `stop` is set (at least one each) or `prompts_each` are sent, each waiting at most
+    the budget; what they got."""
+    outcomes: list[tuple[float | None, str, bool]] = []  # latency (None: missed), outcome
+
+    def client(number: int) -> None:
+        sent = 0
+        rpc = transport.Client(paths.endpoint("ingest"), timeout_ms=BUDGET_MS)
+        while (sent == 0 or not stop.is_set()) and (prompts_each is None or sent < prompts_each):
+            started = time.perf_counter()
+            event = contract.make_event(
+                "prompt", {"type": "text", "content": f"{PROMPT} ({number}-{sent})"},
+                namespace=NAMESPACE, actor_id="bench", session_id=f"live-{number}",
+                surface="kiro-cli", version="bench", client_id="bench")
+            try:
+                reply = rpc.call("put_event", {"event": event, "retrieve": True})
+                latency = (time.perf_counter() - started) * 1000
+                retrieval = reply["retrieval"]
+                outcomes.append((latency, retrieval["outcome"], bool(retrieval["context"])))
+            except transport.Timeout:
+                outcomes.append((None, "missed", False))
+            sent += 1
+            time.sleep(max(0.0, PROMPT_EVERY_S - (time.perf_counter() - started)))
+        rpc.close()
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    answered = [latency for latency, _, _ in outcomes if latency is not None]
+    with_context = sum(1 for latency, outcome, context in outcomes
+                       if latency is not None and latency <= BUDGET_MS and context)
+    return {"clients": clients, "prompts": len(outcomes),
+            "within_budget_with_context": with_context,
+            "share_within_budget_with_context": round(with_context / max(1, len(outcomes)), 4),
+            "missed_budget": len(outcomes) - len(answered),
+            "timeouts": sum(outcome == "timeout" for _, outcome, _ in outcomes),
+            "prompt_p50_ms": round(statistics.median(answered), 1) if answered else None,
+            "prompt_p99_ms": round(percentile(answered, 99), 1) if answered else None}
+
+
+def import_file(path: Path, count: int, tag: str) -> float:
+    """`kirolearn import` of `count` events written to path; its events/s."""
+    with path.open("w") as handle:
+        for event in make_events(count, tag):
+            handle.write(json.dumps(event) + "\n")
+    started = time.perf_counter()
+    result = subprocess.run([*KL, "import", str(path)], capture_output=True, text=True,
+                            check=True)
+    elapsed = time.perf_counter() - started
+    if not result.stdout.startswith(f"stored {count},"):
+        raise RuntimeError(result.stdout + result.stderr)
+    return count / elapsed
+
+
+def live_during_import(home: Path, count: int, clients: int) -> list[dict]:
+    """Prompts from `clients` on their own, then during an import of `count` events."""
+    stop = threading.Event()
+    say(f"prompts with retrieval from {clients} clients, on their own")
+    alone = {"bench": "ingest", "path": "prompts_alone",
+             **prompt_clients(clients, stop, prompts_each=50)}
+    say(f"... and during an import of {count} events")
+    rows = {}
+
+    def load() -> None:
+        try:
+            rows["rate"] = import_file(home / "during.jsonl", count, "during")
+        finally:
+            stop.set()
+
+    importer = threading.Thread(target=load)
+    importer.start()
+    during = {"bench": "ingest", "path": "prompts_during_import", "import_events": count,
+              **prompt_clients(clients, stop)}
+    importer.join()
+    during["import_events_per_s"] = round(rows["rate"], 1)
+    return [alone, during]
+
+
 def wait_until_quiet(timeout_s: float = 120) -> None:
     """Let extraction of the live runs finish, so the import is measured on its own."""
     deadline = time.monotonic() + timeout_s
@@ -122,10 +217,13 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=10_000)
     parser.add_argument("--import-events", type=int, default=100_000)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--during-events", type=int, default=50_000,
+                        help="events imported while the prompt clients run")
+    parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
-        args.events, args.import_events = 500, 2_000
+        args.events, args.import_events, args.during_events = 500, 2_000, 5_000
     home = Path(tempfile.mkdtemp(prefix="kl-bench-", dir="/tmp"))
     os.environ["KIROLEARN_HOME"] = str(home)
     os.environ["KIROLEARN_EMBEDDINGS_ENABLED"] = "0"  # no back-fill competing for the CPU
@@ -140,21 +238,14 @@ def main() -> None:
             print(json.dumps(row), flush=True)
         wait_until_quiet()
         say(f"import path: {args.import_events} events")
-        source = home / "import.jsonl"
-        with source.open("w") as handle:
-            for event in make_events(args.import_events, "import"):
-                handle.write(json.dumps(event) + "\n")
-        started = time.perf_counter()
-        result = subprocess.run([*KL, "import", str(source)], capture_output=True, text=True,
-                                check=True)
-        elapsed = time.perf_counter() - started
-        if not result.stdout.startswith(f"stored {args.import_events},"):
-            raise RuntimeError(result.stdout + result.stderr)
+        rate = import_file(home / "import.jsonl", args.import_events, "import")
         row = {"bench": "ingest", "path": "import", "events": args.import_events,
-               "events_per_s": round(args.import_events / elapsed, 1),
-               "elapsed_s": round(elapsed, 2)}
+               "events_per_s": round(rate, 1), "elapsed_s": round(args.import_events / rate, 2)}
         row.update(daemon_memory())
         print(json.dumps(row), flush=True)
+        wait_until_quiet()
+        for row in live_during_import(home, args.during_events, args.clients):
+            print(json.dumps(row), flush=True)
     finally:
         subprocess.run([*KL, "stop"], check=True, stdout=subprocess.DEVNULL)
         subprocess.run(["rm", "-rf", str(home)], check=True)

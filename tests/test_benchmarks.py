@@ -147,6 +147,24 @@ def test_idle_benchmark_quick_run_gives_each_process_its_share_of_a_core(home):
     assert after["first_prompt_ms"] > 0 and after["next_prompts_p50_ms"] > 0
 
 
+@pytest.mark.timeout(300)
+def test_ingest_benchmark_quick_run_times_prompts_during_an_import(home):
+    env = {k: v for k, v in os.environ.items() if k != "KIROLEARN_HOME"}
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "ingest.py"), "--quick"],
+                            capture_output=True, text=True, timeout=300, env=env, cwd="/tmp")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [row["path"] for row in rows] == ["live", "live", "live", "import", "prompts_alone",
+                                             "prompts_during_import"]
+    alone, during = rows[-2:]
+    assert alone["prompts"] == 8 * 50 and during["import_events"] == 5_000
+    for row in (alone, during):
+        assert row["clients"] == 8 and 0 < row["within_budget_with_context"] <= row["prompts"]
+        assert row["share_within_budget_with_context"] == round(
+            row["within_budget_with_context"] / row["prompts"], 4)
+    assert during["import_events_per_s"] > 0
+
+
 def test_a_hybrid_run_without_the_embedding_model_stops_at_once_saying_why(home, tmp_path):
     env = {**{k: v for k, v in os.environ.items() if k != "KIROLEARN_HOME"},
            "KIROLEARN_EMBEDDINGS_ENABLED": "0"}
