@@ -612,9 +612,13 @@ def test_a_merge_re_embeds_the_new_text(ingest, daemon):
     assert [v["summary"] for v in merged["versions"]] == ["Run the migrations first."]
 
 
+def decisions(count: int) -> list[dict]:
+    return [record(f"Decision {n}", f"We chose option {n} for the {n % 7}th module.")
+            for n in range(count)]
+
+
 def test_the_back_fill_survives_a_stop_half_way(home, embedder):
-    many = [record(f"Decision {n}", f"We chose option {n} for the {n % 7}th module.")
-            for n in range(400)]
+    many = decisions(400)
     kl("start", check=True)
     try:
         with transport.Client(paths.endpoint("ingest"), timeout_ms=5000) as ingest:
@@ -639,8 +643,7 @@ def test_the_back_fill_survives_a_stop_half_way(home, embedder):
 def test_the_back_fill_yields_to_searches_but_is_never_starved(home):
     """Searches keep coming (each one holds the back-fill back a moment): every record
     still gets its vector."""
-    many = [record(f"Option {n}", f"We chose option {n} for the {n % 7}th module.")
-            for n in range(40)]
+    many = decisions(40)
     kl("start", check=True)
     try:
         with transport.Client(paths.endpoint("ingest"), timeout_ms=5000) as ingest:
