@@ -250,7 +250,7 @@ class Ingest(base.Role):
     def _bulk_step(self) -> None:
         """One step of bulk work: the prepared chunk to storage once the one before is
         acknowledged, else the next chunk prepared (while storage commits the last)."""
-        if self.bulk_ready and not self.bulk_at_storage:
+        if self.bulk_ready and len(self.bulk_at_storage) < BULK_AT_STORAGE:
             sent = self._send_to_storage(self.bulk_ready)
             self.bulk_ready = []
             if sent is not None:
@@ -261,7 +261,7 @@ class Ingest(base.Role):
             self._put(request, events, retrieve=False, history=history, bulk=True)
 
     def _bulk_due(self) -> bool:
-        return bool((self.bulk_ready and not self.bulk_at_storage)
+        return bool((self.bulk_ready and len(self.bulk_at_storage) < BULK_AT_STORAGE)
                     or (self.bulk and not self.bulk_ready))
 
     def _fail(self, pending: Pending, code: int, reason: str) -> None:

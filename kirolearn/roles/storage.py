@@ -39,7 +39,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import zmq
@@ -545,10 +545,14 @@ class Storage(base.Role):
         if self._conn is None and now < self.reopen_at:
             return  # a fault: nothing can be done before the writer is tried again
         self.last_batch_work = now
+        self._batch_work(self._form_batches, self._reclaim_from_dead_workers,
+                         self._dispatch_batches)
+
+    def _batch_work(self, *steps: Callable[[], None]) -> None:
+        """Run batch bookkeeping steps; a fault or an error stops them until next time."""
         try:
-            self._form_batches()
-            self._reclaim_from_dead_workers()
-            self._dispatch_batches()
+            for step in steps:
+                step()
         except base.Unavailable:
             pass  # said when the fault began
         except sqlite3.Error:
@@ -740,12 +744,7 @@ class Storage(base.Role):
         if results or failures:
             self._commit_results(results, failures)
         if time.monotonic() - self.last_put >= BUSY_WINDOW_S:
-            try:
-                self._dispatch_batches()
-            except base.Unavailable:
-                pass  # said when the fault began
-            except sqlite3.Error:
-                self.log.exception("handing out batches failed; will retry")
+            self._batch_work(self._dispatch_batches)
 
     def _read_worker_message(self, message: dict, results: list[writes.BatchResult],
                              failures: list[tuple[str, str]]) -> None:

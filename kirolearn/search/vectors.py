@@ -189,7 +189,8 @@ class Backfill(threading.Thread):
                 now = time.monotonic()
                 quiet_at = min(self.searched_at + BACKFILL_YIELD_S, due_at)
                 if now < quiet_at:  # prompts are being answered: their embeddings first
-                    self.stopping.wait(quiet_at - now)
+                    self.wake.wait(quiet_at - now)  # (a space asked for is loaded at once)
+                    self.wake.clear()
                     continue
                 due_at = now + BACKFILL_YIELD_MAX_S
                 batch = reads.unembedded(conn, after, BACKFILL_BATCH)
