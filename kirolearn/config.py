@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from kirolearn import paths
+from kirolearn import paths, transport
 from kirolearn.project import SCOPES
 from kirolearn.search import MODES
 
@@ -89,6 +89,11 @@ def load(base: Path | None = None, environ: dict[str, str] | None = None) -> dic
             env_name = f"KIROLEARN_{section}_{key}".upper()
             if env_name in environ:
                 values[key] = _coerce(env_name, values[key], environ[env_name])
+    if settings["network"]["listen"]:
+        try:
+            transport.tcp_endpoints(settings["network"]["listen"])
+        except ValueError as exc:
+            raise ConfigError(f"network.listen: {exc}") from exc
     for (section, key), allowed in CHOICES.items():
         if settings[section][key] not in allowed:
             raise ConfigError(f"{section}.{key}: must be one of {', '.join(allowed)},"

@@ -2,9 +2,11 @@
 
 The CLI, the MCP server, the viewer, the shims and the tests all reach the daemon
 through this module, so there is one spawn recipe, one way to make a request and one
-named timeout per kind of call. It is as light as the shims need it to be: the
-standard library, pyzmq and msgpack at import (subprocess and the database are
-imported by the functions that need them).
+named timeout per kind of call. On a machine that ``kirolearn connect`` made the client
+of a daemon elsewhere (``remote``), requests to ingest and retrieval go there, over TCP
+and CURVE, through that daemon's gateway; nothing is started here. It is as light as
+the shims need it to be: the standard library, pyzmq and msgpack at import
+(subprocess, the keys and the database are imported by the functions that need them).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from kirolearn import paths, protocol, transport
 
@@ -31,14 +34,67 @@ MAINTENANCE_MS = 600_000  # forgetting a whole project, pruning and compacting t
 READY_TIMEOUT_S = 30.0  # `kirolearn start` waits this long for every role to be RUNNING
 STOP_TIMEOUT_S = 60.0  # then the supervisor is killed
 AUTOSTART_EVERY_S = 10.0  # a background start at most this often (hooks come in bursts)
+SPOOL_CHUNK = 200  # spooled events per request when draining to a daemon elsewhere
 
 Timeout = transport.Timeout
 RemoteError = protocol.RemoteError
 Unanswered = (transport.Timeout, protocol.RemoteError)  # what a failed call raises
 
 
+# The roles a client elsewhere may call, through the gateway; storage and the control
+# sockets are the daemon host's alone (every write goes through ingest's checks and scrub).
+REMOTE_TARGETS = ("ingest", "retrieval")
+
+
 class StartFailed(RuntimeError):
     """The daemon did not come up; the message says where to look."""
+
+
+class BadRemote(ValueError):
+    """``kirolearn connect``'s setup is broken; the message says what to do."""
+
+
+class Remote(NamedTuple):
+    """The daemon elsewhere this machine is a client of."""
+
+    endpoint: str  # tcp://HOST:PORT, where its gateway listens
+    curve: transport.Curve  # this machine's pair and the daemon's public key
+
+
+_remotes: dict[Path, tuple[float, Remote | None]] = {}
+
+
+def remote(base: Path | None = None) -> Remote | None:
+    """What ``kirolearn connect`` set up (``remote.json`` and this machine's client key
+    pair), or None: the daemon is this machine's own. A broken setup is BadRemote,
+    saying what to do."""
+    from kirolearn import keys
+
+    base = base or paths.home()
+    path = paths.remote_file(base)
+    try:
+        stamp = path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+    cached = _remotes.get(base)
+    if cached and cached[0] == stamp:
+        return cached[1]
+    try:
+        found = json.loads(path.read_text("utf-8"))
+        server_key = keys.check_public_key(found["server_key"])
+        endpoint = transport.tcp_endpoints(found["endpoint"])["requests"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BadRemote(f"{path} is broken ({exc}); run `kirolearn connect` again") from exc
+    try:
+        pair = keys.client_pair(base)
+    except keys.KeysError as exc:
+        raise BadRemote(f"{exc}; run `kirolearn connect` again") from exc
+    if pair is None:
+        raise BadRemote(f"{path} names a daemon, but this machine has no client key pair;"
+                         " run `kirolearn connect` again")
+    result = Remote(endpoint, transport.Curve(pair.public, pair.secret, server_key))
+    _remotes[base] = (stamp, result)
+    return result
 
 
 def running(base: Path | None = None) -> bool:
@@ -46,8 +102,16 @@ def running(base: Path | None = None) -> bool:
     return paths.daemon_running(base)
 
 
+def served(base: Path | None = None) -> bool:
+    """Whether a daemon serves this machine: its own, running, or one elsewhere."""
+    return remote(base) is not None or running(base)
+
+
 def listening(target: str, base: Path | None = None) -> bool:
-    """Whether the socket file of ``target`` exists (a cheap check before a call)."""
+    """Whether the socket file of ``target`` exists (a cheap check before a call); a
+    daemon elsewhere is always worth a try (the call's timeout bounds it)."""
+    if target in REMOTE_TARGETS and remote(base) is not None:
+        return True
     return os.path.exists(paths.endpoint(target, base)[len("ipc://"):])
 
 
@@ -55,7 +119,12 @@ def call(target: str, op: str, body: dict | None = None, *, timeout_ms: int = CO
          base: Path | None = None, ctx=None) -> dict:
     """One request to ``target`` (``ingest``, ``retrieval``, ``storage``, ``supervisor.ctl``
     or ``<process>.ctl``): the reply's body, or Timeout / RemoteError."""
-    with transport.Client(paths.endpoint(target, base), ctx, timeout_ms) as client:
+    away = remote(base) if target in REMOTE_TARGETS else None
+    if away is not None:
+        client = transport.Client(away.endpoint, ctx, timeout_ms, curve=away.curve, to=target)
+    else:
+        client = transport.Client(paths.endpoint(target, base), ctx, timeout_ms)
+    with client:
         return client.call(op, body)
 
 
@@ -70,7 +139,7 @@ def spawn(base: Path | None = None, workers: int | None = None):
 
     base = paths.ensure_layout(base)
     argv = [sys.executable, "-m", "kirolearn.supervisor"]
-    if workers:
+    if workers is not None:
         argv += ["--extraction-workers", str(workers)]
     fd = os.open(paths.log_dir(base) / "supervisor.out", os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                  0o600)
@@ -85,6 +154,8 @@ def start_in_background(base: Path | None = None) -> bool:
     """Start the daemon unless it runs or was started in the last AUTOSTART_EVERY_S (a
     burst of hooks starts it once); whether a start was made."""
     base = base or paths.home()
+    if remote(base) is not None:
+        return start_draining(base)
     if running(base):
         return False
     marker = paths.spool_dir(base) / ".autostart"
@@ -97,6 +168,71 @@ def start_in_background(base: Path | None = None) -> bool:
     marker.touch()
     spawn(base)
     return True
+
+
+def start_draining(base: Path) -> bool:
+    """On a client of a daemon elsewhere: start ``drain_spool`` in the background, at most
+    every AUTOSTART_EVERY_S and only while events wait; whether it was started."""
+    import subprocess
+
+    from kirolearn import spool
+
+    marker = paths.spool_dir(base) / ".drain"
+    try:
+        if time.time() - marker.stat().st_mtime < AUTOSTART_EVERY_S:
+            return False
+    except FileNotFoundError:
+        pass
+    if not spool.waiting(base, 1):
+        return False
+    marker.touch()
+    subprocess.Popen([sys.executable, "-m", "kirolearn.spool"], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True, cwd=base, env={**os.environ,
+                                                             "KIROLEARN_HOME": str(base)})
+    return True
+
+
+def drain_spool(base: Path | None = None) -> dict:
+    """Hand the spooled events to the daemon elsewhere, 200 at a time, until none is left
+    or it does not answer: ``{stored, rejected, left}``. A rejected event goes to the
+    quarantine with the reason, as the daemon's own ingest does with its spool. One
+    drain at a time (a lock); a second returns at once."""
+    import fcntl
+
+    from kirolearn import spool
+
+    base = base or paths.home()
+    counts = {"stored": 0, "rejected": 0, "left": 0}
+    lock = os.open(paths.ensure_private_dir(paths.spool_dir(base)) / ".drain.lock",
+                   os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            counts["left"] = len(spool.waiting(base))
+            return counts
+        while files := spool.waiting(base, SPOOL_CHUNK):
+            lines = []
+            for path in files:
+                event = spool.read(path)
+                lines.append(json.dumps(event) if isinstance(event, dict) else "")
+            try:
+                results = call("ingest", "put_events", {"lines": lines},
+                               timeout_ms=IMPORT_MS, base=base)["results"]
+            except Unanswered:
+                break
+            for path, result in zip(files, results, strict=True):
+                if result["status"] == "rejected":
+                    spool.reject(path, result.get("reason") or "rejected", base)
+                    counts["rejected"] += 1
+                else:
+                    counts["stored"] += result["status"] == "stored"
+                    path.unlink(missing_ok=True)
+        counts["left"] = len(spool.waiting(base))
+        return counts
+    finally:
+        os.close(lock)
 
 
 def wait_ready(daemon=None, timeout_s: float = READY_TIMEOUT_S,

@@ -83,7 +83,7 @@ def ask(target: str, op: str, body: dict, timeout_ms: int, base: Path,
         autostart: bool) -> dict:
     """The reply body of ``op`` on ``target`` (the daemon is started first when it is down
     and ``autostart``); ToolError with what to do otherwise."""
-    if not control.running(base):
+    if not control.served(base):
         if not autostart:
             raise ToolError("kirolearn is not running; start it with `kirolearn start`")
         control.start_in_background(base)

@@ -58,6 +58,11 @@ def sessions_dir(base: Path | None = None) -> Path:
     return (base or home()) / "sessions"
 
 
+def remote_file(base: Path | None = None) -> Path:
+    """Where ``kirolearn connect`` says this machine is a client of a daemon elsewhere."""
+    return (base or home()) / "remote.json"
+
+
 def runtime_dir(base: Path | None = None) -> Path:
     base = base or home()
     run = base / "run"

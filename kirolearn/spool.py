@@ -2,10 +2,13 @@
 
 A shim writes here when the daemon is down or does not acknowledge in time, so
 a hook never waits and no event is lost; ingest drains the directory when it
-starts and every few seconds after. Each file is ``<event_id>.json``, written to
-a temporary name, flushed to disk and renamed, so a reader never sees half an
-event. A late acknowledgement can mean the event is both stored and spooled:
-storage deduplicates by event id, so draining it again changes nothing.
+starts and every few seconds after. On a client of a daemon elsewhere there is no
+ingest here: a hook starts ``python -m kirolearn.spool`` in the background instead
+(``control.start_draining``), which sends the events there. Each file is
+``<event_id>.json``, written to a temporary name, flushed to disk and renamed, so a
+reader never sees half an event. A late acknowledgement can mean the event is both
+stored and spooled: storage deduplicates by event id, so draining it again changes
+nothing.
 Standard library only (shims import this on their slow path).
 """
 
@@ -63,3 +66,9 @@ def reject(path: Path, reason: str, base: Path | None = None) -> None:
     directory = paths.ensure_private_dir(paths.quarantine_dir(base))
     os.replace(path, directory / path.name)
     paths.write_private(directory / f"{path.name}.reason", (reason + "\n").encode("utf-8"))
+
+
+if __name__ == "__main__":  # started by control.start_draining
+    from kirolearn import control
+
+    control.drain_spool()

@@ -2,6 +2,8 @@
 
 Rules this module enforces so no caller has to remember them:
 - every socket gets LINGER, high-water marks and a maximum message size;
+- a TCP endpoint is CURVE or nothing (``Curve``), with ZMTP heartbeats, so a peer
+  whose machine vanished is noticed;
 - every blocking receive is a poll with a timeout;
 - a REQ client that times out closes its socket (LINGER 0) and opens a new one
   before the next request (the Guide's "Lazy Pirate"), so a late reply can
@@ -12,9 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 import zmq
+from zmq.utils import z85
 
 from kirolearn import protocol
 
@@ -23,19 +27,64 @@ if TYPE_CHECKING:  # logging costs a hook 8 ms to import; the shims never log
 
 DEFAULT_HWM = 10_000
 HARD_MAX_MSG = 16 * 1024 * 1024  # libzmq drops larger messages before we see them
+ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # where libzmq asks who may connect (RFC 27)
+ZAP_DOMAIN = b"kirolearn"
+HEARTBEAT_MS = 5000  # a TCP peer that says nothing for 3 heartbeats is disconnected
 
 
 class Timeout(TimeoutError):
     """No reply within the deadline; the request may or may not have been processed."""
 
 
+def tcp_endpoints(url: str) -> dict[str, str]:
+    """A daemon's TCP endpoints, from the one address it is given (``tcp://HOST:PORT``):
+    ``requests`` (the gateway: shims, MCP servers, the CLI) on PORT, ``batches`` to
+    extraction workers on PORT+1 and their ``records`` back on PORT+2. ValueError for
+    anything else."""
+    scheme, _, rest = url.partition("://")
+    host, _, port_text = rest.rpartition(":")
+    if scheme != "tcp" or not host or "/" in rest or not port_text.isdigit():
+        raise ValueError(f"{url!r} is not an address like tcp://HOST:PORT")
+    port = int(port_text)
+    if not 1 <= port <= 65533:
+        raise ValueError(f"{url!r}: the port must be 1-65533 (PORT+1 and PORT+2 are used too)")
+    return {name: f"tcp://{host}:{port + offset}"
+            for offset, name in enumerate(("requests", "batches", "records"))}
+
+
+class Curve(NamedTuple):
+    """A socket's CURVE keys (Z85): a server's own pair, or a client's pair and the
+    ``server_key`` of the server it talks to."""
+
+    public: bytes
+    secret: bytes
+    server_key: bytes | None = None
+
+
 def make_socket(ctx: zmq.Context, kind: int, *, linger_ms: int = 0, hwm: int = DEFAULT_HWM,
-                bind: str | None = None, connect: str | None = None) -> zmq.Socket:
+                bind: str | None = None, connect: str | None = None,
+                curve: Curve | None = None) -> zmq.Socket:
+    """A socket with the project's options. A TCP endpoint needs ``curve``: a server
+    (``bind``) then asks the process's ZAP handler (``answer_zap``) who may connect."""
+    endpoint = bind or connect or ""
+    if endpoint.startswith("tcp://") and curve is None:
+        raise ValueError(f"{endpoint}: a TCP endpoint must use CURVE")
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, linger_ms)
     sock.setsockopt(zmq.SNDHWM, hwm)
     sock.setsockopt(zmq.RCVHWM, hwm)
     sock.setsockopt(zmq.MAXMSGSIZE, HARD_MAX_MSG)
+    if curve is not None:
+        if curve.server_key is None:
+            sock.setsockopt(zmq.CURVE_SERVER, 1)
+            sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
+        else:
+            sock.setsockopt(zmq.CURVE_SERVERKEY, curve.server_key)
+            sock.setsockopt(zmq.CURVE_PUBLICKEY, curve.public)
+        sock.setsockopt(zmq.CURVE_SECRETKEY, curve.secret)
+    if endpoint.startswith("tcp://"):
+        sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_MS)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * HEARTBEAT_MS)
     if kind == zmq.ROUTER:
         sock.setsockopt(zmq.ROUTER_MANDATORY, 0)  # drop replies to vanished peers
     if bind:
@@ -46,18 +95,22 @@ def make_socket(ctx: zmq.Context, kind: int, *, linger_ms: int = 0, hwm: int = D
 
 
 class Client:
-    """Request/reply client over REQ, safe against timeouts and late replies."""
+    """Request/reply client over REQ, safe against timeouts and late replies. ``to``:
+    the role a daemon's gateway hands the requests to (a TCP endpoint, with ``curve``)."""
 
-    def __init__(self, endpoint: str, ctx: zmq.Context | None = None, timeout_ms: int = 2000):
+    def __init__(self, endpoint: str, ctx: zmq.Context | None = None, timeout_ms: int = 2000,
+                 *, curve: Curve | None = None, to: str | None = None):
         self.endpoint = endpoint
         self.timeout_ms = timeout_ms
+        self.curve = curve
+        self.to = to
         self._own_ctx = ctx is None
         self.ctx = ctx or zmq.Context()
         self._sock: zmq.Socket | None = None
 
     def _socket(self) -> zmq.Socket:
         if self._sock is None:
-            self._sock = make_socket(self.ctx, zmq.REQ, connect=self.endpoint)
+            self._sock = make_socket(self.ctx, zmq.REQ, connect=self.endpoint, curve=self.curve)
         return self._sock
 
     def _reset(self) -> None:
@@ -68,6 +121,8 @@ class Client:
     def call(self, op: str, body: dict | None = None, timeout_ms: int | None = None) -> dict:
         """Send one request and return the reply body; raise Timeout or RemoteError."""
         message = protocol.request(op, body)
+        if self.to:
+            message["to"] = self.to
         sock = self._socket()
         deadline = time.monotonic() + (timeout_ms or self.timeout_ms) / 1000
         try:
@@ -116,3 +171,37 @@ def recv_request(sock: zmq.Socket, log: logging.Logger) -> tuple[list[bytes], di
         log.warning("bad request: %s", exc)
         send_reply(sock, envelope, protocol.reply_error(None, exc.code, exc.reason))
         return None
+
+
+def peer_key(frame: zmq.Frame) -> bytes | None:
+    """The Z85 public key a CURVE peer authenticated with (its ZAP User-Id), or None for a
+    frame from a socket without CURVE."""
+    try:
+        return frame.get("User-Id").encode("ascii") or None
+    except zmq.ZMQError:
+        return None
+
+
+def answer_zap(sock: zmq.Socket, allowed: Callable[[bytes], object],
+               log: logging.Logger) -> None:
+    """Answer one ZAP request (RFC 27) on the process's ``ZAP_ENDPOINT`` REP socket: a
+    CURVE client whose public key ``allowed`` knows gets in, with that key (Z85) as its
+    User-Id; any other is refused and said in the log."""
+    frames = sock.recv_multipart()
+    if len(frames) < 6:  # not a ZAP request: answer something, REP must
+        sock.send_multipart([b"1.0", b"", b"500", b"malformed ZAP request", b"", b""])
+        return
+    version, request_id, domain, address, _identity, mechanism = frames[:6]
+    credentials = frames[6:]
+    reply = [version, request_id]
+    if domain == ZAP_DOMAIN and mechanism == b"CURVE" and len(credentials) == 1:
+        key = z85.encode(credentials[0])
+        if allowed(key):
+            sock.send_multipart([*reply, b"200", b"OK", key, b""])
+            return
+        log.warning("refused a connection from %s: its CURVE key %s is not allowed",
+                    address.decode("ascii", "replace"), key.decode("ascii"))
+    else:
+        log.warning("refused a connection from %s: %s is not CURVE",
+                    address.decode("ascii", "replace"), mechanism.decode("ascii", "replace"))
+    sock.send_multipart([*reply, b"400", b"not allowed", b"", b""])

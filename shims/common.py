@@ -11,7 +11,9 @@ never break the agent:
 - when the daemon is down or does not acknowledge in time, the event goes to the
   spool (one file, written atomically) and the daemon is started in the
   background; ingest drains the spool, and a late acknowledgement only makes a
-  duplicate that storage drops by event id.
+  duplicate that storage drops by event id. A daemon elsewhere (``kirolearn
+  connect``) gets the same budget; its spool is sent there in the background once
+  it answers again.
 
 It imports the standard library, pyzmq, msgpack and kirolearn's dependency-light
 modules only: start-up is most of what a hook costs (``benchmarks/shim.py``).
@@ -170,6 +172,7 @@ class Shim:
         self.actor = project.actor_id()
         self.namespace = self.project.namespace(self.actor)
         self.off = capture.why_off(self.project.root, self.cwd, self.base)
+        self.remote = False  # a daemon elsewhere serves it (``kirolearn connect``)
 
     def event(self, kind: str, body: dict, session_id: str,
               parent_event_id: str | None = None) -> dict:
@@ -200,12 +203,19 @@ class Shim:
         if reply is None:
             self._spool(event)
             return ""
+        if self.remote:  # it answers: send what waited in the spool while it did not
+            control.start_in_background(self.base)
         retrieval = reply.get("retrieval") or {}
         context = retrieval.get("context")
         return context if isinstance(context, str) else ""
 
     def _request(self, event: dict, retrieve: bool | str, timeout_ms: int) -> dict | None:
         """The daemon's reply, or None when it is not there or not in time."""
+        try:
+            self.remote = control.remote(self.base) is not None
+        except control.BadRemote as exc:
+            debug(str(exc))
+            return None
         if not control.listening("ingest", self.base):
             debug("the daemon is not running")
             return None
@@ -229,7 +239,7 @@ class Shim:
         debug(f"spooled {path.name}")
         if os.environ.get("KIROLEARN_AUTOSTART", "1") != "0" and control.start_in_background(
                 self.base):
-            debug("started the daemon in the background")
+            debug("started the daemon (or, connected, the spool's drain) in the background")
 
 
 class Session:

@@ -31,7 +31,7 @@ def run_daemon(workers: int | None, foreground: bool) -> int:
     logging.basicConfig(
         level=settings["logging"]["level"].upper(), handlers=handlers, force=True,
         format="%(asctime)s [%(process)d] [kirolearn.supervisor] [%(levelname)s] %(message)s")
-    workers = workers or settings["extraction"]["workers"]
+    workers = settings["extraction"]["workers"] if workers is None else workers
     privacy.scrubber()  # built once, before the threads that scrub the roles' logs
     try:
         return Arbiter(base, settings, workers).run()

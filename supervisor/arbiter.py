@@ -119,7 +119,8 @@ class Arbiter:
         self.ctx.linger = 0
         self.processes: dict[str, Process] = {}
         for role in START_ORDER[:-1]:
-            self.processes[role] = Process(role, role)
+            if role != "gateway" or settings["network"]["listen"]:
+                self.processes[role] = Process(role, role)
         self.workers = 0
         self._set_workers(extraction_workers)
         self.signals: list[int] = []
@@ -347,12 +348,13 @@ class Arbiter:
 
     @base.op("scale", "control")
     def scale(self, request: base.Request) -> dict:
-        """``scale {role: "extraction", count: 1–64}`` → ``{extraction_workers}``."""
+        """``scale {role: "extraction", count: 0–64}`` → ``{extraction_workers}`` (0: only
+        workers elsewhere extract)."""
         if request.body.get("role") != "extraction":
             raise base.BadRequest("only 'extraction' can be scaled")
         count = request.body.get("count")
-        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 64:
-            raise base.BadRequest("count must be an integer from 1 to 64")
+        if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= 64:
+            raise base.BadRequest("count must be an integer from 0 to 64")
         if self.shutting_down:
             request.fail(protocol.ErrorCode.SHUTTING_DOWN, "stopping")
             return base.LATER

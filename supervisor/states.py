@@ -16,8 +16,9 @@ STOPPING = "STOPPING"
 EXITED = "EXITED"
 FATAL = "FATAL"
 
-# The roles in start order; stopping walks it backwards (storage last, after draining).
-START_ORDER = ("storage", "retrieval", "ingest", "viewer", "extraction")
+# The roles in start order (the gateway only with network.listen); stopping walks it
+# backwards (storage last, after draining).
+START_ORDER = ("storage", "retrieval", "ingest", "gateway", "viewer", "extraction")
 
 # Exit codes of the role processes and the supervisor.
 RET_OK = 0

@@ -6,7 +6,8 @@ corrects it (forget, edit), ``capture`` says where it is captured (pause, resume
 ``embeddings`` the
 vectors, ``extraction`` the batches that become records (failed, retry), ``agents``
 connects the agents (install, uninstall, mcp), ``backup`` copies the database and puts
-a copy back (backup, restore), and ``doctor`` says what is wrong.
+a copy back (backup, restore), ``network`` shares a daemon over TCP (keys, connect),
+and ``doctor`` says what is wrong.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from kirolearn.cli import (
     doctor,
     embeddings,
     extraction,
+    network,
     records,
 )
 
@@ -37,6 +39,6 @@ def cli() -> None:
 
 
 for module in (daemon, data, records, capture, backup, embeddings, extraction, agents,
-               doctor):
+               network, doctor):
     for command in module.COMMANDS:
         cli.add_command(command)

@@ -46,6 +46,17 @@ def require_running() -> None:
         raise click.ClickException("kirolearn is not running; start it with 'kirolearn start'")
 
 
+def require_served() -> None:
+    """For commands that only call ingest and retrieval: this machine's daemon runs, or
+    one elsewhere serves it (``kirolearn connect``)."""
+    try:
+        if control.served():
+            return
+    except control.BadRemote as exc:
+        raise click.ClickException(str(exc)) from exc
+    require_running()
+
+
 @contextlib.contextmanager
 def reader() -> Iterator[sqlite3.Connection]:
     """A read-only connection to this home's database, closed after the block."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from kirolearn import __version__, config, control, paths
+from kirolearn import __version__, config, control, keys, paths, project, transport
 from kirolearn.cli.common import require_running, settings
 from kirolearn.supervisor.states import EXIT_NOT_RUNNING, RUNNING, START_ORDER
 
@@ -27,19 +27,40 @@ def print_status(status: dict) -> None:
 
 @click.command()
 @click.option("--foreground", is_flag=True, help="Run in this terminal instead of detaching.")
-@click.option("--extraction-workers", type=click.IntRange(1, 64), default=None,
-              help="Extraction worker processes (default: extraction.workers).")
-def start(foreground: bool, extraction_workers: int | None) -> None:
+@click.option("--extraction-workers", type=click.IntRange(0, 64), default=None,
+              help="Extraction worker processes (default: extraction.workers; 0: only"
+                   " workers elsewhere extract).")
+@click.option("--listen", default=None, metavar="tcp://HOST:PORT",
+              help="Also serve other machines there, with CURVE (default: network.listen;"
+                   " needs `kirolearn keys init`).")
+def start(foreground: bool, extraction_workers: int | None, listen: str | None) -> None:
     """Start the daemon and wait until every role is RUNNING. Exit 1 if one is not, or
     if the database cannot be written (it keeps running, to say why and take the events
     once that is fixed).
 
     \b
-    Example:
+    Examples:
         kirolearn start --extraction-workers 2
+        kirolearn start --listen tcp://0.0.0.0:5555
     """
-    workers = extraction_workers or settings()["extraction"]["workers"]
+    if listen is not None:
+        os.environ["KIROLEARN_NETWORK_LISTEN"] = listen  # for the processes it starts
+    loaded = settings()
+    workers = (loaded["extraction"]["workers"] if extraction_workers is None
+               else extraction_workers)
     paths.ensure_layout()
+    if loaded["network"]["listen"]:
+        try:
+            keys.server_pair()
+        except keys.KeysError as exc:
+            raise click.ClickException(str(exc)) from exc
+    try:
+        elsewhere = control.remote()
+    except control.BadRemote:
+        elsewhere = None  # starting a daemon here is what is asked
+    if elsewhere is not None:
+        raise click.ClickException(f"this machine is a client of {elsewhere.endpoint};"
+                                   " `kirolearn connect --off` first to run a daemon here")
     if control.running():
         raise click.ClickException(
             f"kirolearn is already running (pid {control.read_pid(paths.pidfile())})")
@@ -77,9 +98,10 @@ def stop() -> None:
 
 
 @click.command()
-@click.option("--extraction-workers", type=click.IntRange(1, 64), default=None)
+@click.option("--extraction-workers", type=click.IntRange(0, 64), default=None)
+@click.option("--listen", default=None, metavar="tcp://HOST:PORT")
 @click.pass_context
-def restart(ctx: click.Context, extraction_workers: int | None) -> None:
+def restart(ctx: click.Context, extraction_workers: int | None, listen: str | None) -> None:
     """Stop the daemon if it runs, then start it.
 
     \b
@@ -87,7 +109,7 @@ def restart(ctx: click.Context, extraction_workers: int | None) -> None:
         kirolearn restart --extraction-workers 2
     """
     control.stop()
-    ctx.invoke(start, foreground=False, extraction_workers=extraction_workers)
+    ctx.invoke(start, foreground=False, extraction_workers=extraction_workers, listen=listen)
 
 
 @click.command()
@@ -160,7 +182,7 @@ def status(as_json: bool) -> None:
 
 @click.command()
 @click.argument("role", type=click.Choice(["extraction"]))
-@click.argument("count", type=click.IntRange(1, 64))
+@click.argument("count", type=click.IntRange(0, 64))
 def scale(role: str, count: int) -> None:
     """Change the number of extraction workers while running.
 
@@ -215,40 +237,83 @@ def logs(role: str | None, follow: bool, lines: int) -> None:
 
 @click.group()
 def worker() -> None:
-    """Run a worker in this terminal, attached to a running daemon.
+    """Run a worker in this terminal, attached to a running daemon: this machine's, or
+    one elsewhere over TCP.
 
     \b
-    Example:
-        kirolearn worker extraction --connect ~/.kirolearn
+    Examples:
+        kirolearn worker extraction
+        kirolearn worker extraction --connect tcp://memory.internal:5555
     """
 
 
 @worker.command(name="extraction")
-@click.option("--connect", "daemon_home", type=click.Path(exists=True, file_okay=False),
-              default=None, help="The daemon's KIROLEARN_HOME (default: this one).")
-def worker_extraction(daemon_home: str | None) -> None:
-    """Take extraction batches from a running daemon beside its own workers.
+@click.option("--connect", "daemon", default=None, metavar="HOME | tcp://HOST:PORT",
+              help="The daemon: its KIROLEARN_HOME on this machine (default: this one), or"
+                   " its address elsewhere.")
+@click.option("--server-key", default=None,
+              help="The daemon's public key, for tcp:// (default: the one `kirolearn"
+                   " connect` saved).")
+def worker_extraction(daemon: str | None, server_key: str | None) -> None:
+    """Take extraction batches from a running daemon beside its own workers, with this
+    machine's extraction settings (e.g. its model).
 
     Batches are leased, so stopping this worker (Ctrl-C) loses nothing: a batch it
-    had not returned is handed out again.
+    had not returned is handed out again. Over TCP this machine's client key (made
+    here at the first use; the daemon's host allows it with `kirolearn keys add`)
+    authenticates it, and its batches come and go encrypted.
 
     \b
-    Example:
+    Examples:
         kirolearn worker extraction --connect /srv/kirolearn
+        kirolearn worker extraction --connect tcp://10.0.0.5:5555 --server-key "$KEY"
     """
     from kirolearn.roles import base
     from kirolearn.roles.extraction import ExtractionWorker
 
-    home = Path(daemon_home).resolve() if daemon_home else paths.home()
-    if not control.running(home):
-        raise click.ClickException(f"no kirolearn daemon is running in {home}")
+    elsewhere = None
+    if daemon and daemon.startswith("tcp://"):
+        home = paths.ensure_layout()
+        elsewhere = _daemon_elsewhere(daemon, server_key)
+    else:
+        home = Path(daemon).resolve() if daemon else paths.home()
+        if not control.running(home):
+            raise click.ClickException(f"no kirolearn daemon is running in {home}")
     try:
         loaded = config.load(home)
     except config.ConfigError as exc:
         raise click.ClickException(f"configuration error: {exc}") from exc
     name = f"worker-{os.getpid()}"
     base.setup_logging(name, loaded["logging"]["level"])
-    sys.exit(ExtractionWorker(name, home, loaded).run(standalone=True))
+    sys.exit(ExtractionWorker(name, home, loaded, elsewhere).run(standalone=True))
+
+
+def _daemon_elsewhere(address: str, server_key: str | None) -> control.Remote:
+    """The daemon at ``address``, with this machine's client pair (made if need be),
+    once it answers; a ClickException saying what to do when it does not."""
+    try:
+        transport.tcp_endpoints(address)
+        if server_key is None:
+            saved = control.remote()
+            if saved is None:
+                raise click.UsageError("give the daemon's public key: --server-key KEY")
+            key = saved.curve.server_key
+        else:
+            key = keys.check_public_key(server_key)
+    except (ValueError, control.BadRemote) as exc:
+        raise click.UsageError(str(exc)) from exc
+    pair = keys.client_pair(create=True)
+    found = control.Remote(address, transport.Curve(pair.public, pair.secret, key))
+    with transport.Client(address, timeout_ms=control.LOOKUP_MS, curve=found.curve,
+                          to="ingest") as client:
+        try:
+            client.call("ping")
+        except control.Unanswered as exc:
+            raise click.ClickException(
+                f"{address} does not answer ({exc}). Is the daemon listening there, and is"
+                f" this machine allowed? On its host: kirolearn keys add"
+                f" {project.actor_id()}-worker '{pair.public.decode()}'") from exc
+    return found
 
 
 @click.command(name="open")

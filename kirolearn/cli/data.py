@@ -18,6 +18,7 @@ from kirolearn.cli.common import (
     namespace_of,
     reader,
     require_running,
+    require_served,
     scope_options,
     settings,
 )
@@ -40,7 +41,7 @@ def import_(file) -> None:
     Example:
         kirolearn export > backup.jsonl && kirolearn import backup.jsonl
     """
-    require_running()
+    require_served()
     try:
         report = importer.import_lines(file)
     except (importer.Stalled, importer.NotAnExport) as exc:
@@ -142,7 +143,7 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
     if namespace is None and project is None:
         project = os.getcwd()
     namespace = namespace_of(namespace, project)
-    require_running()
+    require_served()
     body = {"query": query, "namespace": namespace,
             "limit": limit or loaded["retrieval"]["limit"], "records": as_json}
     if mode:

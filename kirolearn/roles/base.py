@@ -263,6 +263,13 @@ class Role:
         finally:
             os.umask(old_umask)
 
+    def answer_zap(self, allowed: Callable[[bytes], object]) -> None:
+        """Answer this process's ZAP requests in the loop: which CURVE clients may connect
+        to its TCP sockets (``allowed``: a client's Z85 public key → truthy). Called
+        before any of them is bound: with no ZAP handler, libzmq lets every key in."""
+        sock = transport.make_socket(self.ctx, zmq.REP, bind=transport.ZAP_ENDPOINT)
+        self.add_socket(sock, lambda ready: transport.answer_zap(ready, allowed, self.log))
+
     def serve_on(self, endpoint: str, socket: str = "service") -> zmq.Socket:
         """Bind a ROUTER on ``endpoint`` and answer it from the op table of ``socket``."""
         table = op_table(self, socket)

@@ -3,7 +3,8 @@
 Workers hold no state: storage leases each batch and commits the returned
 records, and the files the batch's tool uses changed (for ranking: ``changed_files``),
 together with the batch's completion. A worker says which batch it took
-(with its pid), so if it dies the batch is handed out again at once; an attempt
+(with its pid, on the daemon's machine), so if it dies the batch is handed out again
+at once (elsewhere, when its lease runs out); an attempt
 that fails is reported with its reason, and the batch goes out again. A take holds
 one batch, or several when they go fast (storage sizes it by the worker's pace).
 
@@ -17,10 +18,11 @@ import json
 import os
 import time
 from collections import Counter
+from pathlib import Path
 
 import zmq
 
-from kirolearn import extract, paths, protocol, tooluse, transport
+from kirolearn import control, extract, paths, protocol, tooluse, transport
 from kirolearn.roles import base
 
 NICENESS = 10
@@ -42,13 +44,25 @@ def changed_files(events: list[dict]) -> list[list[str]]:
 class ExtractionWorker(base.Role):
     role = "extraction"
 
+    def __init__(self, name: str, base_dir: Path, settings: dict,
+                 daemon: control.Remote | None = None):
+        """``daemon``: a daemon elsewhere, reached over TCP and CURVE (``kirolearn worker
+        extraction --connect tcp://HOST:PORT``); None: this home's own."""
+        super().__init__(name, base_dir, settings)
+        self.daemon = daemon
+
     def setup(self) -> None:
         os.nice(NICENESS)  # background work: hooks' acks and searches come first
-        pull = transport.make_socket(self.ctx, zmq.PULL, hwm=1,
-                                     connect=paths.endpoint("batches", self.base))
+        if self.daemon is None:
+            endpoints = {name: paths.endpoint(name, self.base) for name in ("batches", "records")}
+            curve = None
+        else:
+            endpoints, curve = transport.tcp_endpoints(self.daemon.endpoint), self.daemon.curve
+        pull = transport.make_socket(self.ctx, zmq.PULL, hwm=1, connect=endpoints["batches"],
+                                     curve=curve)
         self.add_socket(pull, self._on_take)
         self.records = transport.make_socket(self.ctx, zmq.PUSH, linger_ms=2000,
-                                             connect=paths.endpoint("records", self.base))
+                                             connect=endpoints["records"], curve=curve)
         self.extractor = extract.from_settings(self.settings, self.log)
         self.batches_done = 0
 
@@ -65,8 +79,10 @@ class ExtractionWorker(base.Role):
             self.log.warning("dropped a malformed take: %s", exc)
             return
         started = time.monotonic()
-        self.records.send(protocol.pack({"batch_ids": [b[0] for b in batches],
-                                         "worker_pid": os.getpid()}))
+        claim: dict = {"batch_ids": [b[0] for b in batches]}
+        if self.daemon is None:  # a pid means something on the daemon's machine only
+            claim["worker_pid"] = os.getpid()
+        self.records.send(protocol.pack(claim))
         results, strategies = [], Counter()
         for batch_id, namespace, events in batches:
             result, strategy = self._extract(batch_id, namespace, events)

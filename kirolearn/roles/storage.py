@@ -15,6 +15,10 @@ Sockets (all bound here):
   done is ignored, so a batch whose lease expired and was handed out twice is still
   committed once. A batch that keeps failing is split in two; one event that keeps
   failing is marked failed with the reason (``retry_batches`` re-queues it).
+- with ``network.listen``, ``batches`` and ``records`` again on TCP (PORT+1, PORT+2),
+  with CURVE, for extraction workers on other machines (``kirolearn worker extraction
+  --connect tcp://HOST:PORT``): the same leases and exactly-once commits. Such a
+  worker sends no pid; a batch it dies with goes out again when its lease runs out.
 - ``feed`` PUB: after each commit, what changed (``events``, ``records`` or
   ``retrievals``, one frame, no payload), so the viewer reads new rows at once
   instead of polling. Nothing waits on it: a slow or absent subscriber loses
@@ -44,7 +48,7 @@ from pathlib import Path
 
 import zmq
 
-from kirolearn import contract, db, paths, protocol
+from kirolearn import config, contract, db, keys, paths, protocol, transport
 from kirolearn.db import backup as backups
 from kirolearn.db import reads, writes
 from kirolearn.roles import base
@@ -128,9 +132,13 @@ class Storage(base.Role):
         self.turn_ended: set[str] = set()
         self.group: list[base.Request] = []  # put_events waiting for the next commit
         self.service = self.serve_on(paths.endpoint("storage", self.base))
-        self.batches = self.bind(zmq.PUSH, paths.endpoint("batches", self.base), hwm=1)
+        # Where takes go: this machine's workers first, then those elsewhere.
+        self.batches = [self.bind(zmq.PUSH, paths.endpoint("batches", self.base), hwm=1)]
         self.add_socket(self.bind(zmq.PULL, paths.endpoint("records", self.base)),
                         self._on_records)
+        self.keyring: keys.Keyring | None = None
+        if self.settings["network"]["listen"]:
+            self._listen_for_workers(self.settings["network"]["listen"])
         self.feed = self.bind(zmq.PUB, paths.endpoint("feed", self.base), hwm=100)
         self.purge_due: float | None = None  # when to purge forgotten words from the index
         self.events_stored = 0
@@ -138,6 +146,22 @@ class Storage(base.Role):
         self.last_put = self.last_batch_work = 0.0
         self.wal_check_at = 0.0
         self.dispatch_due: float | None = 0.0  # batches may be waiting from the last run
+
+    def _listen_for_workers(self, listen: str) -> None:
+        """The batches and records sockets on TCP, with CURVE, for workers elsewhere."""
+        try:
+            endpoints = transport.tcp_endpoints(listen)
+            pair = keys.server_pair(self.base)
+        except ValueError as exc:  # keys.KeysError too: FATAL, with what to do
+            raise config.ConfigError(str(exc)) from exc
+        self.keyring = keys.Keyring(self.base)
+        self.answer_zap(self.keyring.name_of)
+        curve = transport.Curve(pair.public, pair.secret)
+        self.batches.append(self.bind(zmq.PUSH, endpoints["batches"], hwm=1, curve=curve))
+        self.add_socket(self.bind(zmq.PULL, endpoints["records"], curve=curve),
+                        self._on_records)
+        self.log.info("extraction workers elsewhere: %s and %s (CURVE)",
+                      endpoints["batches"], endpoints["records"])
 
     def counters(self) -> dict:
         counters = {"events_stored": self.events_stored, "commits": self.commits}
@@ -686,7 +710,7 @@ class Storage(base.Role):
     def _worker_free(self) -> bool:
         """Whether a worker can take a message now; if not, batches are offered again soon
         (and none is read for nothing)."""
-        if self.batches.poll(0, zmq.POLLOUT):
+        if any(sock.poll(0, zmq.POLLOUT) for sock in self.batches):
             return True
         self.dispatch_due = time.monotonic() + NO_WORKER_RETRY_S
         return False
@@ -694,11 +718,15 @@ class Storage(base.Role):
     def _hand_out(self, take: list[tuple[dict, int]], now: int) -> bool:
         """Send one take to a free worker and lease its batches; False if no worker took it
         (they stay due)."""
-        try:
-            self.batches.send(protocol.pack({"batches": [batch for batch, _ in take]}),
-                              flags=zmq.NOBLOCK)
-        except zmq.Again:
-            return False  # the worker went away since the poll
+        message = protocol.pack({"batches": [batch for batch, _ in take]})
+        for sock in self.batches:
+            try:
+                sock.send(message, flags=zmq.NOBLOCK)
+                break
+            except zmq.Again:
+                continue
+        else:
+            return False  # no worker free (one went away since the poll)
         with self.writing():
             writes.lease_batches(self.conn, [batch["batch_id"] for batch, _ in take],
                                  now + self.lease_ms)
@@ -734,11 +762,16 @@ class Storage(base.Role):
         failures: list[tuple[str, str]] = []
         for _ in range(RESULT_MESSAGES_PER_COMMIT):
             try:
-                message = protocol.unpack(sock.recv(zmq.NOBLOCK))
+                frame = sock.recv(zmq.NOBLOCK, copy=False)
+                message = protocol.unpack(frame.bytes)
             except zmq.Again:
                 break
             except protocol.DecodeError as exc:
                 self.log.warning("dropped a malformed records message: %s", exc)
+                continue
+            key = transport.peer_key(frame)
+            if key is not None and (self.keyring is None or self.keyring.name_of(key) is None):
+                self.log.warning("dropped a records message from a worker no longer allowed")
                 continue
             self._read_worker_message(message, results, failures)
         if results or failures:
@@ -751,8 +784,9 @@ class Storage(base.Role):
         """A claim (``batch_ids``, ``worker_pid``) is noted at once; a take's ``results``
         are checked and added to what the next commit holds."""
         ids, pid = message.get("batch_ids"), message.get("worker_pid")
-        if isinstance(ids, list) and isinstance(pid, int):
-            self.claims.update(dict.fromkeys((i for i in ids if isinstance(i, str)), pid))
+        if isinstance(ids, list):  # a worker elsewhere sends no pid: its lease says
+            if isinstance(pid, int):
+                self.claims.update(dict.fromkeys((i for i in ids if isinstance(i, str)), pid))
             return
         items = message.get("results")
         if not isinstance(items, list):

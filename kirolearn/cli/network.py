@@ -1,0 +1,132 @@
+"""Commands for a daemon shared over TCP: keys (init, add, list, revoke) on the daemon's
+host, connect on each machine that uses it."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from kirolearn import control, keys, paths, project, transport
+
+
+def _keys_call(action, *args):
+    try:
+        return action(*args)
+    except keys.KeysError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@click.group(name="keys")
+def keys_group() -> None:
+    """The CURVE keys of a daemon that listens on TCP: its own pair and the clients it
+    lets in. Changes take effect at once, without a restart.
+
+    \b
+    Examples:
+        kirolearn keys init
+        kirolearn keys add alice 'rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7'
+        kirolearn keys list
+        kirolearn keys revoke alice
+    """
+
+
+@keys_group.command(name="init")
+def keys_init() -> None:
+    """Make the daemon's key pair (once); print the public key that clients are given."""
+    pair = _keys_call(keys.init_server)
+    click.echo(f"server public key: {pair.public.decode()}")
+    click.echo(f"secret key in {keys.keys_dir() / 'server.key_secret'} (0600); keep it there")
+    click.echo("next: kirolearn start --listen tcp://0.0.0.0:5555")
+
+
+@keys_group.command(name="add")
+@click.argument("name")
+@click.argument("public_key")
+def keys_add(name: str, public_key: str) -> None:
+    """Let the client with PUBLIC_KEY in, as NAME (the actor its events are stored under;
+    `kirolearn connect` on that machine prints the exact command)."""
+    _keys_call(keys.allow, name, public_key)
+    click.echo(f"allowed {name}")
+
+
+@keys_group.command(name="list")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def keys_list(as_json: bool) -> None:
+    """The daemon's public key and every client allowed in."""
+    try:
+        server = keys.server_pair().public.decode()
+    except keys.KeysError:
+        server = None
+    clients = {name: key.decode() for name, key in keys.allowed().items()}
+    if as_json:
+        click.echo(json.dumps({"server": server, "clients": clients}))
+        return
+    click.echo(f"server public key: {server or '(none yet: kirolearn keys init)'}")
+    for name, key in clients.items():
+        click.echo(f"{name:<24}{key}")
+    if not clients:
+        click.echo("no client is allowed yet (kirolearn keys add NAME PUBLIC_KEY)")
+
+
+@keys_group.command(name="revoke")
+@click.argument("name")
+def keys_revoke(name: str) -> None:
+    """Shut the client NAME out: refused at its next connection or request."""
+    _keys_call(keys.revoke, name)
+    click.echo(f"revoked {name}")
+
+
+@click.command()
+@click.argument("address", required=False)
+@click.option("--server-key", help="The daemon's public key (`kirolearn keys list` there).")
+@click.option("--off", is_flag=True, help="Use this machine's own daemon again.")
+def connect(address: str | None, server_key: str | None, off: bool) -> None:
+    """Make this machine a client of the daemon at ADDRESS (tcp://HOST:PORT): its hooks,
+    MCP servers and searches go there, over CURVE, and events wait in the local spool
+    while it cannot be reached. Without ADDRESS, say where this machine's memory is.
+
+    \b
+    Examples:
+        kirolearn connect tcp://10.0.0.5:5555 --server-key "$SERVER_KEY"
+        kirolearn connect
+        kirolearn connect --off
+    """
+    target = paths.remote_file()
+    if off:
+        target.unlink(missing_ok=True)
+        click.echo("this machine uses its own daemon again (kirolearn start)")
+        return
+    if address is None:
+        try:
+            found = control.remote()
+        except control.BadRemote as exc:
+            raise click.ClickException(str(exc)) from exc
+        click.echo(f"connected to {found.endpoint}" if found else
+                   "not connected: this machine's own daemon serves it")
+        return
+    if not server_key:
+        raise click.UsageError("give the daemon's public key: --server-key KEY")
+    try:
+        transport.tcp_endpoints(address)
+        key = keys.check_public_key(server_key)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if control.running():
+        raise click.ClickException("this machine's own daemon is running; stop it first"
+                                   " (kirolearn stop)")
+    pair = keys.client_pair(create=True)
+    paths.ensure_layout()
+    paths.write_private(target, json.dumps({"endpoint": address,
+                                            "server_key": key.decode()}).encode())
+    try:
+        control.call("ingest", "ping", timeout_ms=control.LOOKUP_MS)
+    except control.Unanswered:
+        click.echo(f"saved; {address} does not answer yet. On the daemon's host, allow this"
+                   " machine with:")
+        click.echo(f"    kirolearn keys add {project.actor_id()} '{pair.public.decode()}'")
+        return
+    click.echo(f"connected to {address}: hooks, MCP servers and searches go there")
+
+
+COMMANDS = [keys_group, connect]

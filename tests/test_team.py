@@ -1,0 +1,323 @@
+"""A daemon shared over TCP: CURVE keys, clients elsewhere (shims, the CLI), their spool,
+and extraction workers elsewhere. Every machine is a KIROLEARN_HOME of its own here; the
+traffic stays on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import stat
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import zmq
+from helpers import KL, NAMESPACE, Workspace, kl, make_event, processes_using, wait_for
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kirolearn import control, keys, paths, protocol, spool, transport
+
+
+def free_ports() -> int:
+    """A port P with P, P+1 and P+2 free on 127.0.0.1 (the daemon listens on all three)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port > 65533:
+            continue
+        try:
+            for offset in (1, 2):
+                with socket.socket() as other:
+                    other.bind(("127.0.0.1", port + offset))
+            return port
+        except OSError:
+            continue
+    raise AssertionError("no three free ports in a row")
+
+
+@pytest.fixture
+def machines() -> Iterator[list[Path]]:
+    """Homes for other machines; none may keep a process after the test."""
+    made: list[Path] = []
+    yield made
+    for base in made:
+        leftovers = processes_using(base)
+        for pid in leftovers:
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(base, ignore_errors=True)
+        assert not leftovers, f"test leaked processes of {base}: {leftovers}"
+
+
+def new_machine(machines: list[Path]) -> Path:
+    base = Path(tempfile.mkdtemp(prefix="kl-m-", dir="/tmp"))
+    machines.append(base)
+    return base
+
+
+def on(base: Path, **extra: str) -> dict:
+    """The environment of a command run on the machine whose home is ``base``."""
+    return {**os.environ, "KIROLEARN_HOME": str(base), **extra}
+
+
+@pytest.fixture
+def server(home, monkeypatch):
+    """This home's daemon listening on TCP with CURVE: (its address, its public key)."""
+    made = kl("keys", "init", check=True).stdout
+    public = made.split("server public key: ", 1)[1].split()[0]
+    address = f"tcp://127.0.0.1:{free_ports()}"
+    kl("start", "--listen", address, check=True)
+    yield address, public
+    kl("stop", check=True)
+
+
+def connect(base: Path, address: str, server_key: str) -> str:
+    """``kirolearn connect`` on that machine; the command it prints for the daemon's host."""
+    out = kl("connect", address, "--server-key", server_key, env=on(base), check=True).stdout
+    assert "does not answer yet" in out
+    return out.splitlines()[-1].strip()
+
+
+def allow(command: str, name: str) -> None:
+    """Run, on the daemon's host, the ``kirolearn keys add`` a client printed (as ``name``)."""
+    assert command.startswith("kirolearn keys add ")
+    key = command.rsplit(" ", 1)[1].strip("'")
+    kl("keys", "add", name, key, check=True)
+
+
+def stored_ids() -> set[str]:
+    with sqlite3.connect(paths.db_path()) as conn:
+        return {row[0] for row in conn.execute("SELECT event_id FROM events")}
+
+
+# -- keys -------------------------------------------------------------------------------------
+
+def test_keys_are_private_checked_and_never_silently_replaced(home):
+    pair = keys.init_server(home)
+    with pytest.raises(keys.KeysError, match="exists"):
+        keys.init_server(home)
+    assert keys.server_pair(home) == pair
+    for path in (keys.keys_dir(home), keys.clients_dir(home)):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o700
+    assert stat.S_IMODE((keys.keys_dir(home) / "server.key_secret").stat().st_mode) == 0o600
+    client = keys.new_pair()
+    keyring = keys.Keyring(home)
+    assert keyring.name_of(client.public) is None
+    keys.allow("alice", client.public.decode(), home)
+    assert keyring.name_of(client.public) == "alice"
+    assert keyring.name_of(zmq.utils.z85.decode(client.public)) == "alice"  # raw, as ZAP
+    refusals = {
+        "bad-key": ("bob", "not a key"),
+        "already allowed": ("alice", keys.new_pair().public.decode()),
+        "already allowed as alice": ("bob", client.public.decode()),
+        "daemon's own": ("bob", pair.public.decode()),
+        "not a client name": ("../x", keys.new_pair().public.decode()),
+    }
+    for why, (name, key) in refusals.items():
+        with pytest.raises(keys.KeysError, match="is not a CURVE" if why == "bad-key" else why):
+            keys.allow(name, key, home)
+    assert list(keys.allowed(home)) == ["alice"]
+    keys.revoke("alice", home)
+    assert keyring.name_of(client.public) is None
+    with pytest.raises(keys.KeysError, match="no client is allowed as alice"):
+        keys.revoke("alice", home)
+    listed = json.loads(kl("keys", "list", "--json", check=True).stdout)
+    assert listed == {"server": pair.public.decode(), "clients": {}}
+    refused = kl("keys", "add", "carol", "short")
+    assert refused.returncode == 1 and "is not a CURVE public key" in refused.stderr
+
+
+@given(st.text(max_size=40))
+def test_an_address_is_tcp_host_port_or_refused(text):
+    for url in (text, f"tcp://{text}", f"tcp://host:{text}"):
+        try:
+            found = transport.tcp_endpoints(url)
+        except ValueError:
+            continue
+        ports = [int(found[name].rsplit(":", 1)[1]) for name in ("requests", "batches",
+                                                                  "records")]
+        assert ports == [ports[0], ports[0] + 1, ports[0] + 2] and ports[2] <= 65535
+        assert found["requests"] == url
+
+
+def test_listening_needs_the_daemon_key_pair_and_a_good_address(home):
+    refused = kl("start", "--listen", "tcp://127.0.0.1:5555")
+    assert refused.returncode == 1 and "kirolearn keys init" in refused.stderr
+    kl("keys", "init", check=True)
+    refused = kl("start", "--listen", "udp://127.0.0.1")
+    assert refused.returncode == 1 and "tcp://HOST:PORT" in refused.stderr
+    assert not control.running()
+
+
+# -- clients elsewhere ------------------------------------------------------------------------
+
+def test_a_client_elsewhere_is_served_only_while_its_key_is_allowed(server, machines, tmp_path):
+    address, server_key = server
+    laptop = new_machine(machines)
+    ws = Workspace(tmp_path)
+    command = connect(laptop, address, server_key)
+    prompt = {"hook_event_name": "UserPromptSubmit", "session_id": "s-1",
+              "prompt": "why did we pick postgres for the team store"}
+
+    # Not allowed yet: the hook spools the event on the laptop, within its budget.
+    result, _ = ws.hook("kirolearn-claude-code", {**prompt, "cwd": str(ws.project)},
+                        KIROLEARN_HOME=str(laptop), KIROLEARN_AUTOSTART="0")
+    assert result.returncode == 0 and result.stdout == ""
+    waiting = spool.waiting(laptop)
+    assert len(waiting) == 1 and not stored_ids()
+
+    # Allowed: the next hook is answered there, and the spool follows it in the background.
+    allow(command, "tester")
+    result, _ = ws.hook("kirolearn-claude-code", {**prompt, "cwd": str(ws.project),
+                                                   "prompt": "and the backups?"},
+                        KIROLEARN_HOME=str(laptop))
+    assert result.returncode == 0
+    wait_for(lambda: not spool.waiting(laptop) and len(stored_ids()) == 2,
+             message="the laptop's spool drained to the daemon")
+    assert waiting[0].stem in stored_ids()
+    events = [json.loads(line) for line in kl("export", check=True).stdout.splitlines()
+              if '"kind"' in line]
+    assert {e["actor_id"] for e in events} == {"tester"}
+    assert {e["namespace"] for e in events} == {ws.namespace}
+
+    # The CLI there searches here; what a client elsewhere may not ask is refused.
+    found = kl("search", "postgres", env=on(laptop, HOME=str(ws.home)))
+    assert found.returncode == 0, found.stderr
+    with (transport.Client(address, timeout_ms=5000, curve=control.remote(laptop).curve,
+                           to="storage") as storage,
+          pytest.raises(control.RemoteError, match="not served over TCP")):
+        storage.call("ping")
+
+    # Revoked: refused at once, though connected; the daemon runs on.
+    kl("keys", "revoke", "tester", check=True)
+    result, _ = ws.hook("kirolearn-claude-code", {**prompt, "cwd": str(ws.project),
+                                                   "prompt": "one more"},
+                        KIROLEARN_HOME=str(laptop), KIROLEARN_AUTOSTART="0")
+    assert result.returncode == 0 and len(spool.waiting(laptop)) == 1
+    assert len(stored_ids()) == 2
+    assert control.call("ingest", "ping")["role"] == "ingest"
+
+
+def test_strangers_and_garbage_on_the_port_change_nothing(server, ctx):
+    address, server_key = server
+    host, port = address[len("tcp://"):].rsplit(":", 1)
+    event = make_event("prompt", "a stranger's event", namespace=NAMESPACE)
+    request = protocol.pack({**protocol.request("put_event", {"event": event}), "to": "ingest"})
+    stranger = keys.new_pair()
+    attempts = [
+        transport.Curve(stranger.public, stranger.secret, server_key.encode()),  # unknown key
+        transport.Curve(stranger.public, stranger.secret, keys.new_pair().public),  # wrong server
+    ]
+    for curve in attempts:
+        with (transport.Client(address, ctx, timeout_ms=1000, curve=curve, to="ingest") as c,
+              pytest.raises(transport.Timeout)):
+            c.call("put_event", {"event": event})
+    for port_offset in (0, 1, 2):  # raw bytes, a plain ZeroMQ peer, at every port
+        with socket.create_connection((host, int(port) + port_offset)) as raw:
+            raw.sendall(os.urandom(4096) + request)
+        plain = ctx.socket(zmq.DEALER)
+        plain.setsockopt(zmq.LINGER, 0)
+        plain.connect(f"tcp://{host}:{int(port) + port_offset}")
+        plain.send_multipart([b"", request])
+        assert not plain.poll(500)
+        plain.close()
+    # The unknown key was said in the log (the others fail their handshake before they
+    # are asked about), and nothing came in; the daemon still serves.
+    wait_for(lambda: stranger.public.decode() in (paths.log_dir() / "gateway.log").read_text(),
+             message="the stranger's key refused in the gateway's log")
+    assert not stored_ids()
+    assert {r["state"] for r in json.loads(kl("status", "--json").stdout)["roles"]} == {
+        "RUNNING"}
+    assert control.call("ingest", "put_event", {"event": event})["status"] == "stored"
+
+
+def test_a_hook_keeps_its_budget_when_the_daemon_elsewhere_is_gone(home, machines, tmp_path):
+    kl("keys", "init", check=True)
+    laptop = new_machine(machines)
+    ws = Workspace(tmp_path)
+    address = f"tcp://127.0.0.1:{free_ports()}"  # nothing listens there
+    connect(laptop, address, keys.server_pair(home).public.decode())
+    result, _ = ws.hook("kirolearn-claude-code", {
+        "hook_event_name": "UserPromptSubmit", "session_id": "s", "cwd": str(ws.project),
+        "prompt": "is anyone there"}, KIROLEARN_HOME=str(laptop), KIROLEARN_AUTOSTART="0")
+    assert result.returncode == 0 and result.stdout == ""
+    assert len(spool.waiting(laptop)) == 1
+    assert not control.running(laptop)  # nothing was started on the laptop
+    refused = kl("start", env=on(laptop))
+    assert refused.returncode == 1 and "kirolearn connect --off" in refused.stderr
+    assert "connected to" in kl("connect", env=on(laptop), check=True).stdout
+    kl("connect", "--off", env=on(laptop), check=True)
+    assert "not connected" in kl("connect", env=on(laptop), check=True).stdout
+
+
+# -- extraction workers elsewhere -------------------------------------------------------------
+
+STALL = """#!/bin/sh
+# A model that takes its time: it says it has the batch, then thinks for a minute.
+touch "$1"
+sleep 60
+"""
+
+
+def test_a_worker_elsewhere_killed_mid_batch_leaves_the_batch_committed_once(
+        home, monkeypatch, machines, tmp_path):
+    monkeypatch.setenv("KIROLEARN_STORAGE_LEASE_S", "3")
+    kl("keys", "init", check=True)
+    address = f"tcp://127.0.0.1:{free_ports()}"
+    kl("start", "--listen", address, "--extraction-workers", "0", check=True)
+    server_key = keys.server_pair(home).public.decode()
+    try:
+        stall = tmp_path / "stall"
+        stall.write_text(STALL)
+        stall.chmod(0o700)
+        taken = tmp_path / "taken"
+        slow, quick = new_machine(machines), new_machine(machines)
+        (slow / "config.toml").write_text(
+            f'[extraction]\nstrategy = "command"\nllm_command = "{stall} {taken}"\n'
+            'llm_timeout_s = 120.0\n')
+        for n, machine in enumerate((slow, quick)):
+            keys.allow(f"worker-{n}", keys.client_pair(machine, create=True).public.decode(),
+                       home)
+
+        def worker(machine: Path) -> subprocess.Popen:
+            return subprocess.Popen(
+                [*KL, "worker", "extraction", "--connect", address, "--server-key", server_key],
+                env=on(machine), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                cwd="/tmp", start_new_session=True)
+
+        first = worker(slow)
+        for kind, text in (("prompt", "decided: the team store is postgres"),
+                           ("session_summary", "we chose postgres because ops runs it")):
+            event = make_event(kind, text, namespace=NAMESPACE)
+            assert control.call("ingest", "put_event", {"event": event},
+                                timeout_ms=5000)["status"] == "stored"
+        wait_for(taken.exists, message="the worker elsewhere in the middle of its batch")
+        os.killpg(first.pid, signal.SIGKILL)  # the worker and its model, mid-batch
+        first.communicate()
+
+        second = worker(quick)
+        try:
+            def done() -> tuple | None:
+                with sqlite3.connect(paths.db_path()) as conn:
+                    return conn.execute("SELECT batch_id, attempts, record_count FROM"
+                                        " extraction_batches WHERE state = 'done'").fetchone()
+            _, attempts, count = wait_for(done, message="the batch committed")
+        finally:
+            second.send_signal(signal.SIGINT)
+            _, log = second.communicate(timeout=20)
+        assert second.returncode == 0, log
+        with sqlite3.connect(paths.db_path()) as conn:
+            batches = conn.execute("SELECT state FROM extraction_batches").fetchall()
+            records = conn.execute("SELECT strategy FROM memory_records").fetchall()
+        assert batches == [("done",)] and attempts >= 1
+        assert count >= 1 and records == [("heuristic",)] * count
+        assert '"batches": 1' in log  # the second worker did it, once
+    finally:
+        kl("stop", check=True)
