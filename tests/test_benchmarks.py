@@ -178,3 +178,19 @@ def test_a_hybrid_run_without_the_embedding_model_stops_at_once_saying_why(home,
         "locomo: --mode hybrid needs the embedding model, and embeddings are off"
         " (embeddings.enabled = false): search is lexical (`kirolearn embeddings download`,"
         " or --mode lexical)"]
+
+
+def test_team_benchmark_quick_run_compares_tcp_with_ipc(home):
+    env = {k: v for k, v in os.environ.items() if k != "KIROLEARN_HOME"}
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "team.py"), "--quick"],
+                            capture_output=True, text=True, timeout=300, env=env, cwd="/tmp")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(row["case"], row["path"]) for row in rows] == [
+        ("requests", "tcp"), ("requests", "ipc"), ("hooks", "tcp"), ("hooks", "ipc")]
+    for row in rows[:2]:  # a prompt may miss its budget on a loaded machine: counted
+        assert row["clients"] == 4 and row["events"] + row["missed"] == 4 * 3 * 5
+        assert row["prompts"] == 4 * 3 and row["share_prompts_within_budget_with_context"] > 0
+        assert row["prompt_p99_ms"] is not None and row["events_per_s"] > 0
+    for row in rows[2:]:
+        assert row["hooks"] == 4 * 5 and 1 <= row["prompts_with_context"] <= 4
