@@ -11,15 +11,26 @@ through one are invisible to another. So the rule lives here, once:
 
 A git worktree (its ``.git`` is a file pointing into another repository's
 ``.git/worktrees/``) maps to the main checkout, so all worktrees share memory.
-Standard library (and the contract module) only: shims import this on every hook.
+
+A machine connected to a team's daemon (``kirolearn connect``) names a git project by
+its ``origin`` remote instead (``git_origin``): every teammate's clone, wherever it
+is, is then the same project, and its memories are shared by all of them
+(``shared_namespaces``); the global project is named by its user, so it is theirs
+alone, on each of their machines. One connected with ``--private`` keeps its own to itself:
+its actor is ``<user>+private``, whose namespaces no one else's search takes in.
+Standard library (and the contract and paths modules) only: shims import this on
+every hook.
 """
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
+from kirolearn import paths
 from kirolearn.contract import sha256
 
 # Which memories an MCP server serves: the project's, the global ones, or both.
@@ -45,9 +56,28 @@ def sha256_hex(text: str) -> str:
     return sha256(text.encode("utf-8")).hexdigest()
 
 
+PRIVATE = "+private"  # the end of a private actor's name: its memories are its own
+
+
+def _connection() -> dict | None:
+    """What ``kirolearn connect`` saved, or None: not connected (or unreadable)."""
+    try:
+        found = json.loads(paths.remote_file().read_bytes())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def actor_id() -> str:
     """The OS user name, safe to embed in a namespace (getpass.getuser's rule, without
-    the cost of importing getpass on every hook)."""
+    the cost of importing getpass on every hook); with ``PRIVATE`` after it on a machine
+    connected to a team with ``--private``."""
+    name = _user()
+    connection = _connection()
+    return name + PRIVATE if connection and connection.get("private") is True else name
+
+
+def _user() -> str:
     name = next((os.environ[k] for k in ("LOGNAME", "USER", "LNAME", "USERNAME")
                  if os.environ.get(k)), None)
     if name is None:
@@ -62,6 +92,62 @@ def actor_id() -> str:
 
 def namespace_for(actor: str, project_id: str) -> str:
     return f"/actor/{actor}/project/{project_id}/"
+
+
+def parts(namespace: str) -> tuple[str, str]:
+    """(actor, project id) of a namespace."""
+    actor, _, project_id = namespace[len("/actor/"):].rstrip("/").partition("/project/")
+    return actor, project_id
+
+
+def shared_namespaces(namespace: str, known: Iterable[str]) -> list[str]:
+    """The namespaces a search from ``namespace`` takes in: its own first, then every
+    other actor's of the same project among ``known``, but a private actor's."""
+    project_id = parts(namespace)[1]
+    found = [namespace]
+    for other in known:
+        other_actor, other_project = parts(other)
+        if (other_project == project_id and other != namespace
+                and not other_actor.endswith(PRIVATE)):
+            found.append(other)
+    return found
+
+
+def normal_origin(url: str) -> str | None:
+    """A remote's URL as every clone names it alike: host and path, the host in lower
+    case, without user, port, scheme or ``.git`` (``git@github.com:org/app.git`` and
+    ``https://github.com/org/app`` are both ``github.com/org/app``); None for a local
+    path or anything else."""
+    url = url.strip()
+    if "://" in url:  # scheme://[user[:password]@]host[:port]/path
+        scheme, _, rest = url.partition("://")
+        if scheme.lower() == "file":
+            return None
+        where, _, path = rest.partition("/")
+        host = where.rpartition("@")[2].partition(":")[0]
+    elif ":" in url and not url.startswith(("/", ".")):  # [user@]host:path, as scp says it
+        where, _, path = url.partition(":")
+        host = where.rpartition("@")[2]
+    else:
+        return None
+    path = path.strip("/").removesuffix(".git").strip("/")
+    return f"{host.lower()}/{path}" if host and "/" not in host and path else None
+
+
+def git_origin(root: str | os.PathLike) -> str | None:
+    """The normal URL of the ``origin`` remote of the repository at root, or None."""
+    try:
+        text = (Path(root) / ".git" / "config").read_text("utf-8", errors="replace")
+    except OSError:
+        return None
+    section = None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = line
+        elif section == '[remote "origin"]' and line.partition("=")[0].strip() == "url":
+            return normal_origin(line.partition("=")[2])
+    return None
 
 
 def global_namespace(actor: str) -> str:
@@ -126,4 +212,10 @@ def resolve_project(cwd: str | os.PathLike | None = None, *, home: str | None = 
         root, _ = find_root(cwd, home)
         return Project(str(root), sha256_hex("name:" + override), False)
     root, is_global = find_root(cwd, home)
-    return Project(str(root), sha256_hex(str(root)), is_global)
+    if _connection() is None:
+        return Project(str(root), sha256_hex(str(root)), is_global)
+    # Connected to a team: named alike on every machine (the global project by its user,
+    # so it is nobody else's).
+    origin = None if is_global else git_origin(root)
+    named = f"global:{_user()}" if is_global else f"git:{origin}" if origin else str(root)
+    return Project(str(root), sha256_hex(named), is_global)

@@ -12,17 +12,27 @@ import socket
 import sqlite3
 import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import zmq
-from helpers import KL, NAMESPACE, Workspace, kl, make_event, processes_using, wait_for
+from helpers import (
+    KL,
+    NAMESPACE,
+    Workspace,
+    kl,
+    make_event,
+    processes_using,
+    wait_for,
+    wait_records,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kirolearn import control, keys, paths, protocol, spool, transport
+from kirolearn import control, keys, paths, project, protocol, spool, transport
 
 
 def free_ports() -> int:
@@ -321,3 +331,111 @@ def test_a_worker_elsewhere_killed_mid_batch_leaves_the_batch_committed_once(
         assert '"batches": 1' in log  # the second worker did it, once
     finally:
         kl("stop", check=True)
+
+
+# -- a team's memories ------------------------------------------------------------------------
+
+@given(st.sampled_from(["GitHub.com", "git.example.org", "10.0.0.5"]),
+       st.lists(st.from_regex(r"[A-Za-z0-9_-]{1,12}", fullmatch=True), min_size=1, max_size=3))
+def test_every_form_of_a_remote_url_names_one_project(host, segments):
+    path = "/".join(segments)
+    forms = [f"git@{host}:{path}.git", f"https://{host}/{path}", f"https://{host}/{path}.git/",
+             f"ssh://git@{host}:22/{path}.git", f"https://user:token@{host}/{path}"]
+    assert {project.normal_origin(url) for url in forms} == {f"{host.lower()}/{path}"}
+    assert project.normal_origin(f"/srv/git/{path}") is None
+
+
+def test_a_search_takes_in_the_teams_namespaces_but_not_a_private_actors():
+    alice, bob, carol = ("/actor/alice/project/p/", "/actor/bob/project/p/",
+                         "/actor/carol+private/project/p/")
+    known = [alice, bob, carol, "/actor/alice/project/q/"]
+    assert project.shared_namespaces(alice, known) == [alice, bob]
+    assert project.shared_namespaces(carol, known) == [carol, alice, bob]
+
+
+def clone(root: Path, origin: str) -> Path:
+    """A clone of the team's repository at root, its origin remote as git writes it."""
+    (root / ".git").mkdir(parents=True)
+    (root / ".git" / "config").write_text(
+        f'[core]\n\tbare = false\n[remote "origin"]\n\turl = {origin}\n'
+        '\tfetch = +refs/heads/*:refs/remotes/origin/*\n')
+    return root
+
+
+def test_a_connected_machine_names_a_project_alike_wherever_it_is_cloned(home, tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.setenv("USER", "alice")
+    first = clone(tmp_path / "home" / "a" / "app", "git@git.example.org:t/app.git")
+    second = clone(tmp_path / "home" / "b" / "app", "https://git.example.org/t/app/")
+    plain = tmp_path / "home" / "notes"
+    (plain / ".git").mkdir(parents=True)
+    where = {"home": str(tmp_path / "home"), "override": ""}
+    alone = [project.resolve_project(d, **where).project_id for d in (first, second, plain)]
+    assert alone == [project.sha256_hex(str(d)) for d in (first, second, plain)]  # as ever
+    paths.write_private(paths.remote_file(), json.dumps({"endpoint": "tcp://h:5555",
+                                                         "server_key": "k"}).encode())
+    team = [project.resolve_project(d, **where).project_id for d in (first, second, plain)]
+    assert team == [project.sha256_hex("git:git.example.org/t/app")] * 2 + [alone[2]]
+    assert project.resolve_project(tmp_path / "home", **where).project_id == (
+        project.sha256_hex("global:alice"))
+    assert project.actor_id() == "alice"
+    paths.write_private(paths.remote_file(), json.dumps({"endpoint": "tcp://h:5555",
+                                                         "server_key": "k",
+                                                         "private": True}).encode())
+    assert project.actor_id() == "alice+private"
+
+
+def test_a_projects_memories_are_shared_by_the_team_unless_private(server, machines, tmp_path):
+    address, server_key = server
+    laptops = {name: new_machine(machines) for name in ("alice", "bob")}
+    clones = {"alice": clone(tmp_path / "alice" / "src" / "app", "git@git.example.org:t/app.git"),
+              "bob": clone(tmp_path / "bob" / "work" / "app", "https://git.example.org/t/app")}
+    for name, laptop in laptops.items():
+        allow(connect(laptop, address, server_key), name)
+    team_project = project.sha256_hex("git:git.example.org/t/app")
+
+    def hook(name: str, payload: dict) -> str:
+        env = {**os.environ, "KIROLEARN_HOME": str(laptops[name]), "USER": name,
+               "LOGNAME": name, "HOME": str(tmp_path / name)}
+        done = subprocess.run([str(Path(sys.executable).parent / "kirolearn-claude-code")],
+                              input=json.dumps({"session_id": f"{name}-1",
+                                                "cwd": str(clones[name]), **payload}),
+                              capture_output=True, text=True, env=env, cwd=clones[name],
+                              timeout=30)
+        assert done.returncode == 0
+        return done.stdout
+
+    def teach(name: str, actor: str, prompt: str, answer: str) -> None:
+        """A turn of ``name``'s agent; its memory stored under ``actor``."""
+        namespace = project.namespace_for(actor, team_project)
+        hook(name, {"hook_event_name": "UserPromptSubmit", "prompt": prompt})
+        event = make_event("session_summary", answer, namespace=namespace, actor_id=actor)
+        control.call("ingest", "put_event", {"event": event}, base=laptops[name],
+                     timeout_ms=5000)
+        wait_records(namespace)
+
+    def found(name: str, actor: str, query: str) -> set[str]:
+        reply = control.call("retrieval", "search", {
+            "query": query, "namespace": project.namespace_for(actor, team_project),
+            "records": True}, base=laptops[name], timeout_ms=5000)
+        return {project.parts(r["namespace"])[0] for r in reply["records"]}
+
+    teach("alice", "alice", "how do we rotate the signing keys", "rotate signing keys with"
+          " the vault rotate-keys job every quarter")
+    # Bob's clone is elsewhere, by another URL: the same project, and Alice's memory is his.
+    context = hook("bob", {"hook_event_name": "UserPromptSubmit",
+                           "prompt": "how do we rotate the signing keys"})
+    assert "rotate-keys" in context
+    assert found("bob", "bob", "signing keys rotate") == {"alice"}
+
+    # Bob keeps his own to himself: Alice does not find it; he still finds hers.
+    kl("connect", address, "--server-key", server_key, "--private", env=on(laptops["bob"]),
+       check=True)
+    teach("bob", "bob+private", "where are the signing keys kept", "the signing keys are"
+          " kept in vault under secret/signing, rotated by the vault rotate-keys job")
+    assert found("alice", "alice", "vault signing keys") == {"alice"}
+    assert found("bob", "bob+private", "vault signing keys") == {"alice", "bob+private"}
+
+    stats = json.loads(kl("stats", "--json", check=True).stdout)
+    assert {a["actor"] for a in stats["actors"]} == {"alice", "bob", "bob+private"}
+    assert "by actor:" in kl("stats", check=True).stdout

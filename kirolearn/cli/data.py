@@ -89,7 +89,8 @@ def export(namespace: str | None, project: str | None, vectors: bool) -> None:
 @scope_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def stats(namespace: str | None, project: str | None, as_json: bool) -> None:
-    """Counts per namespace: events by kind, records, pending extraction work.
+    """Counts per namespace: events by kind, records, pending extraction work; and who
+    contributed what (events and records per actor), when more than one did.
 
     \b
     Examples:
@@ -109,6 +110,11 @@ def stats(namespace: str | None, project: str | None, as_json: bool) -> None:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(ns["events"].items())) or "no events"
         click.echo(f"{ns['namespace']}\n  {kinds}; records {ns['records']};"
                    f" pending events {ns['pending_events']}, batches {ns['pending_batches']}")
+    if len(result["actors"]) > 1:
+        click.echo("by actor:")
+        for actor in result["actors"]:
+            click.echo(f"  {actor['actor']}: events {actor['events']}, records"
+                       f" {actor['records']}")
 
 
 @click.command(name="search")

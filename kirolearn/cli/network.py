@@ -80,15 +80,23 @@ def keys_revoke(name: str) -> None:
 @click.command()
 @click.argument("address", required=False)
 @click.option("--server-key", help="The daemon's public key (`kirolearn keys list` there).")
+@click.option("--private", is_flag=True,
+              help="Keep this machine's memories to its user (teammates' are still found).")
 @click.option("--off", is_flag=True, help="Use this machine's own daemon again.")
-def connect(address: str | None, server_key: str | None, off: bool) -> None:
+def connect(address: str | None, server_key: str | None, private: bool, off: bool) -> None:
     """Make this machine a client of the daemon at ADDRESS (tcp://HOST:PORT): its hooks,
     MCP servers and searches go there, over CURVE, and events wait in the local spool
     while it cannot be reached. Without ADDRESS, say where this machine's memory is.
 
+    A git project is then named by its origin remote, so every teammate's clone is the
+    same project, and its memories are shared with the team. With --private, this
+    user's are not: they are stored as the actor USER+private, which only this user's
+    searches take in.
+
     \b
     Examples:
         kirolearn connect tcp://10.0.0.5:5555 --server-key "$SERVER_KEY"
+        kirolearn connect tcp://10.0.0.5:5555 --server-key "$SERVER_KEY" --private
         kirolearn connect
         kirolearn connect --off
     """
@@ -102,7 +110,7 @@ def connect(address: str | None, server_key: str | None, off: bool) -> None:
             found = control.remote()
         except control.BadRemote as exc:
             raise click.ClickException(str(exc)) from exc
-        click.echo(f"connected to {found.endpoint}" if found else
+        click.echo(f"connected to {found.endpoint} as {project.actor_id()}" if found else
                    "not connected: this machine's own daemon serves it")
         return
     if not server_key:
@@ -117,16 +125,18 @@ def connect(address: str | None, server_key: str | None, off: bool) -> None:
                                    " (kirolearn stop)")
     pair = keys.client_pair(create=True)
     paths.ensure_layout()
-    paths.write_private(target, json.dumps({"endpoint": address,
-                                            "server_key": key.decode()}).encode())
+    paths.write_private(target, json.dumps({"endpoint": address, "server_key": key.decode(),
+                                            "private": private}).encode())
     try:
         control.call("ingest", "ping", timeout_ms=control.LOOKUP_MS)
     except control.Unanswered:
         click.echo(f"saved; {address} does not answer yet. On the daemon's host, allow this"
                    " machine with:")
-        click.echo(f"    kirolearn keys add {project.actor_id()} '{pair.public.decode()}'")
+        click.echo(f"    kirolearn keys add {project.actor_id().removesuffix(project.PRIVATE)}"
+                   f" '{pair.public.decode()}'")
         return
-    click.echo(f"connected to {address}: hooks, MCP servers and searches go there")
+    click.echo(f"connected to {address} as {project.actor_id()}: hooks, MCP servers and"
+               " searches go there")
 
 
 COMMANDS = [keys_group, connect]

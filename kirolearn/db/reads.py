@@ -11,7 +11,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 
-from kirolearn import privacy
+from kirolearn import privacy, project
 from kirolearn.db import in_list
 
 EVENT_COLUMNS = ("event_id, kind, body_json, namespace, actor_id, session_id, valid_time,"
@@ -64,6 +64,16 @@ def record_from_row(row: tuple) -> dict:
     if row[11] is not None:
         record["invalid_reason"] = row[11]
     return record
+
+
+def namespaces_in(conn: sqlite3.Connection, table: str = "memory_records") -> list[str]:
+    """Every namespace with a row in ``table`` (``events`` or ``memory_records``), one
+    index seek each (a skip-scan: the cost is the number of namespaces, not of rows)."""
+    assert table in ("events", "memory_records")
+    return [row[0] for row in conn.execute(
+        f"WITH RECURSIVE ns(n) AS (SELECT min(namespace) FROM {table} UNION ALL"
+        f" SELECT (SELECT min(namespace) FROM {table} WHERE namespace > n) FROM ns"
+        " WHERE n IS NOT NULL) SELECT n FROM ns WHERE n IS NOT NULL")]
 
 
 def record_by_id(conn: sqlite3.Connection, record_id: str) -> dict | None:
@@ -343,4 +353,11 @@ def stats(conn: sqlite3.Connection, only: str | None = None) -> dict:
         "pending_events": sum(n["pending_events"] for n in rows),
         "pending_batches": sum(n["pending_batches"] for n in rows),
     }
-    return {"namespaces": rows, "totals": totals}
+    actors: dict[str, dict] = {}  # who contributed what: the actor of each namespace
+    for n in rows:
+        actor = project.parts(n["namespace"])[0]
+        found = actors.setdefault(actor, {"actor": actor, "events": 0, "records": 0})
+        found["events"] += n["events_total"]
+        found["records"] += n["records"]
+    return {"namespaces": rows, "totals": totals,
+            "actors": sorted(actors.values(), key=lambda a: (-a["records"], a["actor"]))}

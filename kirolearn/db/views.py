@@ -28,11 +28,7 @@ def namespaces(conn: sqlite3.Connection) -> dict[str, str | None]:
     Each costs an index seek, not a scan of the tables."""
     found: dict[str, str | None] = {}
     for table in ("events", "memory_records"):
-        for (namespace,) in conn.execute(
-                f"WITH RECURSIVE ns(n) AS (SELECT min(namespace) FROM {table} UNION ALL"
-                f" SELECT (SELECT min(namespace) FROM {table} WHERE namespace > n)"
-                " FROM ns WHERE n IS NOT NULL) SELECT n FROM ns WHERE n IS NOT NULL"):
-            found[namespace] = None
+        found.update(dict.fromkeys(reads.namespaces_in(conn, table)))
     for namespace in found:
         row = conn.execute("SELECT project_path FROM events WHERE namespace = ?"
                            " AND project_path IS NOT NULL ORDER BY seq DESC LIMIT 1",

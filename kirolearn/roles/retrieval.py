@@ -144,17 +144,18 @@ class Retrieval(base.Role):
                                         weights=ranking.Weights.from_settings(
                                             self.settings["ranking"]))
         self.backfill: vectors.Backfill | None = None
+        # Storage says when records or their vectors change: the namespaces present are
+        # read again (a teammate's first memory is found at once), and the back-fill
+        # looks then, not on a timer.
+        changes = transport.make_socket(self.ctx, zmq.SUB,
+                                        connect=paths.endpoint("feed", self.base))
+        changes.setsockopt(zmq.SUBSCRIBE, b"records")
+        self.add_socket(changes, self._on_records_changed)
         if embedder is not None:
             self.storage = transport.make_socket(self.ctx, zmq.DEALER,
                                                  connect=paths.endpoint("storage", self.base))
             self.add_socket(self.storage, self._on_storage_reply)
-            # Storage says when records or their vectors change: the back-fill looks
-            # then, not on a timer.
-            changes = transport.make_socket(self.ctx, zmq.SUB,
-                                            connect=paths.endpoint("feed", self.base))
-            changes.setsockopt(zmq.SUBSCRIBE, b"records")
             changes.setsockopt(zmq.SUBSCRIBE, b"vectors")
-            self.add_socket(changes, self._on_records_changed)
             self.backfill = vectors.Backfill(paths.db_path(self.base), embedder,
                                              self.searcher.vectors, self.log, self.wake)
             self.searcher.request_load = self.backfill.request_load
@@ -194,7 +195,9 @@ class Retrieval(base.Role):
     def _on_records_changed(self, sock: zmq.Socket) -> None:
         while sock.poll(0, zmq.POLLIN):
             sock.recv()
-        self.backfill.wake.set()
+        self.searcher.namespaces_changed()
+        if self.backfill is not None:
+            self.backfill.wake.set()
 
     def wake_at(self) -> float | None:
         """Now, when the back-fill has vectors or a loaded space to hand over."""

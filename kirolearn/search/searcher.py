@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kirolearn import privacy
+from kirolearn import privacy, project
 from kirolearn.db import fts, reads
 from kirolearn.search import checkpoint, embeddings, ranking, vectors
 from kirolearn.search.context import (
@@ -61,6 +61,7 @@ TOTAL_TTL_S = 5.0  # how often the record count is re-read
 FREQ_TTL_S = 600.0  # document frequencies are kept this long, or until the count moves 1%
 CACHE_MAX = 50_000
 SCOPE_SLACK = 10  # extra candidates ranked when several namespaces are searched as one
+NAMESPACES_TTL_S = 30.0  # the longest the namespaces present are taken as known (``shared``)
 PREVIOUS_PROMPTS = 2  # joined to a prompt that refers back to them
 RARE_SHARE = 3  # rare matches take at most a third of a hybrid answer's places, one a term
 CANDIDATES = 4  # each side of a hybrid search brings limit × this many candidates
@@ -106,10 +107,12 @@ class Result:
 
 
 def clearing(records: list[dict], home: str, floor: float) -> list[dict]:
-    """The records of namespace home, and those of others that are at least floor close
-    in meaning to the query (with the neighbours shown with them)."""
+    """The records of namespace home's project (any actor's), and those of others that
+    are at least floor close in meaning to the query (with the neighbours shown with
+    them)."""
+    here = project.parts(home)[1]
     kept = {r["record_id"] for r in records if "neighbour_of" not in r and (
-        r["namespace"] == home or (r.get("relevance") or 0.0) >= floor)}
+        project.parts(r["namespace"])[1] == here or (r.get("relevance") or 0.0) >= floor)}
     return [r for r in records if r.get("neighbour_of", r["record_id"]) in kept]
 
 
@@ -152,6 +155,25 @@ class Searcher:
         self._total_at = -math.inf
         self._freq_total = 0  # the record count when the frequencies were cached
         self._freq_at = -math.inf
+        self._namespaces: list[str] = []  # every namespace with a record (``shared``)
+        self._namespaces_at = -math.inf
+
+    def shared(self, namespaces: Sequence[str]) -> tuple[str, ...]:
+        """The namespaces asked for, each followed by the other actors' of its project
+        (``project.shared_namespaces``: a team's memories are shared, a private actor's
+        are not). The namespaces present are read again after ``namespaces_changed``,
+        and at least every NAMESPACES_TTL_S."""
+        if time.monotonic() - self._namespaces_at >= NAMESPACES_TTL_S:
+            self._namespaces = reads.namespaces_in(self._connection())
+            self._namespaces_at = time.monotonic()
+        found: dict[str, None] = {}
+        for namespace in namespaces:
+            found.update(dict.fromkeys(project.shared_namespaces(namespace, self._namespaces)))
+        return tuple(found)
+
+    def namespaces_changed(self) -> None:
+        """Records were stored: a namespace may be new."""
+        self._namespaces_at = -math.inf
 
     def close(self) -> None:
         if self.conn is not None:
@@ -181,7 +203,7 @@ class Searcher:
         try:
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed
-            namespaces = (namespace,) if isinstance(namespace, str) else tuple(namespace)
+            namespaces = self.shared((namespace,) if isinstance(namespace, str) else namespace)
             if mode == "lexical" or self.embedder is None:
                 result = self._search(namespaces, query, limit)
             else:
@@ -444,13 +466,15 @@ class Searcher:
         """Records by id, in these namespaces, with their earlier ``versions`` (raises
         sqlite3.Error)."""
         conn = self._connection()
-        return reads.with_versions(conn, reads.records_by_id(conn, record_ids, namespaces))
+        return reads.with_versions(conn, reads.records_by_id(conn, record_ids,
+                                                             self.shared(namespaces)))
 
     def timeline(self, record_id: str, namespaces: Sequence[str], before: int,
                  after: int) -> list[dict]:
         """The records around one, oldest first; empty if it is not in these namespaces
         (raises sqlite3.Error)."""
         conn = self._connection()
+        namespaces = self.shared(namespaces)
         found = reads.records_by_id(conn, [record_id], namespaces)
         return reads.records_around(conn, found[0], namespaces, before, after) if found else []
 

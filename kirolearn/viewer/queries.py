@@ -13,7 +13,7 @@ from pathlib import Path
 
 from starlette.exceptions import HTTPException
 
-from kirolearn import contract, db, paths, tooluse
+from kirolearn import contract, db, paths, project, tooluse
 from kirolearn.db import reads, views
 from kirolearn.viewer.chart import latency_series
 
@@ -75,11 +75,14 @@ class Reader:
             yield conn
 
     def projects(self) -> list[dict]:
-        """Every namespace, labelled with its project folder when known."""
+        """Every namespace, labelled with its project folder when known, and with its
+        actor when there are several (a team's daemon)."""
         with self.conn() as conn:
             found = views.namespaces(conn)
-        return sorted(({"namespace": ns, "label": folder or ns} for ns, folder in found.items()),
-                      key=lambda p: p["label"])
+        several = len({project.parts(ns)[0] for ns in found}) > 1
+        return sorted(({"namespace": ns, "label": (folder or ns) + (
+            f" · {project.parts(ns)[0]}" if several and folder else "")}
+            for ns, folder in found.items()), key=lambda p: p["label"])
 
     def strategies(self) -> list[str]:
         with self.conn() as conn:
@@ -97,7 +100,8 @@ class Reader:
         for entry in stats["namespaces"]:
             for kind, count in entry["events"].items():
                 events[kind] = events.get(kind, 0) + count
-        return {"totals": stats["totals"], "events_by_kind": events, "records_by_type": types,
+        return {"totals": stats["totals"], "actors": stats["actors"],
+                "events_by_kind": events, "records_by_type": types,
                 "strategies": strategies, "retrievals": latency_series(rows, days),
                 "failed_batches": failed}
 
