@@ -770,9 +770,12 @@ class Storage(base.Role):
                 self.log.warning("dropped a malformed records message: %s", exc)
                 continue
             key = transport.peer_key(frame)
-            if key is not None and (self.keyring is None or self.keyring.name_of(key) is None):
-                self.log.warning("dropped a records message from a worker no longer allowed")
-                continue
+            if key is not None:  # a worker elsewhere: still allowed, and no pid of ours
+                if self.keyring is None or self.keyring.name_of(key) is None:
+                    self.log.warning("dropped a records message from a worker no longer"
+                                     " allowed")
+                    continue
+                message.pop("worker_pid", None)
             self._read_worker_message(message, results, failures)
         if results or failures:
             self._commit_results(results, failures)
