@@ -23,14 +23,17 @@ from helpers import (
     KL,
     NAMESPACE,
     Workspace,
+    call,
     kl,
     make_event,
     processes_using,
+    serve,
     wait_for,
     wait_records,
 )
 from hypothesis import given
 from hypothesis import strategies as st
+from mcp import Client
 
 from kirolearn import control, keys, paths, project, protocol, spool, transport
 
@@ -197,6 +200,10 @@ def test_a_client_elsewhere_is_served_only_while_its_key_is_allowed(server, mach
     assert {e["actor_id"] for e in events} == {"tester"}
     assert {e["namespace"] for e in events} == {ws.namespace}
 
+    doctor = kl("doctor", env=on(laptop, HOME=str(ws.home)))
+    assert f"ok    connection: {address} answers" in doctor.stdout, doctor.stdout
+    assert "database" not in doctor.stdout  # the daemon host's, not this machine's
+
     # The CLI there searches here; what a client elsewhere may not ask is refused.
     found = kl("search", "postgres", env=on(laptop, HOME=str(ws.home)))
     assert found.returncode == 0, found.stderr
@@ -213,6 +220,30 @@ def test_a_client_elsewhere_is_served_only_while_its_key_is_allowed(server, mach
     assert result.returncode == 0 and len(spool.waiting(laptop)) == 1
     assert len(stored_ids()) == 2
     assert control.call("ingest", "ping")["role"] == "ingest"
+
+
+def test_an_mcp_server_elsewhere_saves_and_recalls_through_the_daemon(server, machines,
+                                                                      tmp_path):
+    address, server_key = server
+    laptop = new_machine(machines)
+    ws = Workspace(tmp_path)
+    allow(connect(laptop, address, server_key), "tester")
+
+    async def scenario(client: Client) -> list:
+        saved = await call(client, "save_observation", title="Deploys go through the canary",
+                           summary="Every deploy runs on the canary pool for an hour first.",
+                           observation_type="decision", concepts=["deploy", "canary"],
+                           files_touched=["deploy/pipeline.yaml"], facts=[])
+        found = await call(client, "search_memory", query="canary deploy")
+        return [saved, found]
+
+    saved, found = serve(ws, scenario, KIROLEARN_HOME=str(laptop))
+    assert not saved[0] and not found[0], (saved, found)
+    assert "Deploys go through the canary" in found[1]
+    records = [json.loads(line) for line in kl("export", check=True).stdout.splitlines()
+               if '"record_id"' in line]
+    assert [r["namespace"] for r in records] == [ws.namespace]  # stored here, as hers
+    assert not control.running(laptop)
 
 
 def test_strangers_and_garbage_on_the_port_change_nothing(server, ctx):
@@ -260,6 +291,9 @@ def test_a_hook_keeps_its_budget_when_the_daemon_elsewhere_is_gone(home, machine
     assert result.returncode == 0 and result.stdout == ""
     assert len(spool.waiting(laptop)) == 1
     assert not control.running(laptop)  # nothing was started on the laptop
+    doctor = kl("doctor", env=on(laptop, HOME=str(ws.home)))
+    assert doctor.returncode == 1 and f"FAIL  connection: {address} does not answer" in (
+        doctor.stdout) and "kirolearn keys add" in doctor.stdout
     refused = kl("start", env=on(laptop))
     assert refused.returncode == 1 and "kirolearn connect --off" in refused.stderr
     assert "connected to" in kl("connect", env=on(laptop), check=True).stdout

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from kirolearn import control, db, paths, project, spool
+from kirolearn import control, db, keys, paths, project, spool
 from kirolearn.db import schema
 from kirolearn.shims import install
 from kirolearn.supervisor.states import RUNNING
@@ -34,10 +34,18 @@ def doctor(project_dir: str | None) -> None:
         problems += ok is False
         click.echo(f"{mark}  {what}: {detail}")
 
+    try:
+        elsewhere = control.remote()
+    except control.BadRemote as exc:
+        elsewhere = None
+        report(False, "connection", str(exc))
+    if elsewhere is not None:
+        report(*_check_connection(elsewhere))
     running = control.running()
-    report(True if running else None, "daemon",
-           f"running (pid {control.read_pid(paths.pidfile())})" if running
-           else "not running; the first hook starts it (or: kirolearn start)")
+    if elsewhere is None:
+        report(True if running else None, "daemon",
+               f"running (pid {control.read_pid(paths.pidfile())})" if running
+               else "not running; the first hook starts it (or: kirolearn start)")
     if running:
         try:
             roles = control.call("supervisor.ctl", "status")["roles"]
@@ -60,12 +68,14 @@ def doctor(project_dir: str | None) -> None:
         except control.Unanswered as exc:
             report(False, "writes", f"storage does not answer ({exc}); see: kirolearn logs"
                    " storage")
-    report(*_check_database())
+    if elsewhere is None:
+        report(*_check_database())
     waiting = len(spool.waiting())
     if waiting:
         report(None, "spool",
-               f"{waiting} event(s) waiting in {paths.spool_dir()}; the daemon stores them"
-               " within seconds of starting")
+               f"{waiting} event(s) waiting in {paths.spool_dir()}; " + (
+                   "the next hook that reaches the daemon sends them there" if elsewhere
+                   else "the daemon stores them within seconds of starting"))
     else:
         report(True, "spool", "empty")
     report(*_check_quarantine())
@@ -92,6 +102,21 @@ def doctor(project_dir: str | None) -> None:
         report(None, "agents", "no agent has kirolearn's hooks here; run: kirolearn install"
                " --agent " + "|".join(install.AGENTS))
     sys.exit(1 if problems else 0)
+
+
+def _check_connection(elsewhere: control.Remote) -> tuple[bool, str, str]:
+    """Whether the daemon this machine is connected to answers it."""
+    try:
+        control.call("ingest", "ping", timeout_ms=control.LOOKUP_MS)
+    except control.Unanswered as exc:
+        pair = keys.client_pair()
+        return False, "connection", (
+            f"{elsewhere.endpoint} does not answer ({exc}): is the daemon listening there,"
+            " and is this machine allowed? On its host: kirolearn keys add"
+            f" {project.actor_id().removesuffix(project.PRIVATE)}"
+            f" '{pair.public.decode() if pair else ''}'")
+    return True, "connection", (f"{elsewhere.endpoint} answers; this machine's memory is"
+                                f" there, as {project.actor_id()}")
 
 
 def _check_quarantine() -> tuple[bool | None, str, str]:
