@@ -36,6 +36,7 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from kirolearn import control, keys, paths, project, protocol, spool, transport
+from kirolearn.roles import gateway
 
 
 def free_ports() -> int:
@@ -211,6 +212,19 @@ def test_a_client_elsewhere_is_served_only_while_its_key_is_allowed(server, mach
                            to="storage") as storage,
           pytest.raises(control.RemoteError, match="not served over TCP")):
         storage.call("ping")
+    context = zmq.Context()
+    try:  # an allowed client's malformed requests are answered with why, one by one
+        for payload, code in ((b"\xc1 not msgpack", protocol.ErrorCode.BAD_FRAME),
+                              (protocol.pack({**protocol.request("ping"), "to": [1]}),
+                               protocol.ErrorCode.UNKNOWN_OP)):
+            sock = transport.make_socket(context, zmq.REQ, connect=address,
+                                         curve=control.remote(laptop).curve)
+            sock.send(payload)
+            assert sock.poll(5000)
+            assert protocol.parse_reply(sock.recv())["error"]["code"] == code
+            sock.close()
+    finally:
+        context.term()
 
     # Revoked: refused at once, though connected; the daemon runs on.
     kl("keys", "revoke", "tester", check=True)
@@ -248,6 +262,7 @@ def test_an_mcp_server_elsewhere_saves_and_recalls_through_the_daemon(server, ma
 
 def test_strangers_and_garbage_on_the_port_change_nothing(server, ctx):
     address, server_key = server
+    assert set(gateway.REMOTE_OPS) == set(control.REMOTE_TARGETS)
     host, port = address[len("tcp://"):].rsplit(":", 1)
     event = make_event("prompt", "a stranger's event", namespace=NAMESPACE)
     request = protocol.pack({**protocol.request("put_event", {"event": event}), "to": "ingest"})

@@ -19,19 +19,18 @@ import contextlib
 
 import zmq
 
-from kirolearn import config, control, keys, paths, protocol, transport
+from kirolearn import config, keys, paths, protocol, transport
 from kirolearn.roles import base
 
 Code = protocol.ErrorCode
 
-# What a client elsewhere may ask, per role.
+# What a client elsewhere may ask, per role (the roles of control.REMOTE_TARGETS).
 REMOTE_OPS = {
     "ingest": frozenset({"ping", "put_event", "put_events", "put_record", "forget",
                          "update_record"}),
     "retrieval": frozenset({"ping", "search", "get_records", "timeline", "resume_session",
                             "session_context"}),
 }
-assert set(REMOTE_OPS) == set(control.REMOTE_TARGETS)
 
 
 class Gateway(base.Role):
@@ -82,7 +81,7 @@ class Gateway(base.Role):
                                  protocol.reply_error(None, exc.code, exc.reason))
             return
         target, op = message.get("to"), message["op"]
-        if op not in REMOTE_OPS.get(target, ()):
+        if not isinstance(target, str) or op not in REMOTE_OPS.get(target, ()):
             self.refused += 1
             reason = f"{target}.{op} is not served over TCP (see docs/team.md)"
             transport.send_reply(self.front, envelope,
