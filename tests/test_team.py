@@ -37,6 +37,7 @@ from mcp import Client
 
 from kirolearn import control, keys, paths, project, protocol, spool, transport
 from kirolearn.roles import gateway
+from kirolearn.roles import storage as storage_role
 
 
 def free_ports() -> int:
@@ -319,16 +320,16 @@ def test_a_hook_keeps_its_budget_when_the_daemon_elsewhere_is_gone(home, machine
 # -- extraction workers elsewhere -------------------------------------------------------------
 
 STALL = """#!/bin/sh
-# A model that takes its time: it says it has the batch, then thinks for a minute.
+# A model that takes its time: it says it has the batch, then thinks ($2 seconds) and
+# answers nothing a worker can use (so it falls back to its heuristic).
 touch "$1"
-sleep 60
+sleep "$2"
 """
 
 
 def test_a_worker_elsewhere_killed_mid_batch_leaves_the_batch_committed_once(
-        home, monkeypatch, machines, tmp_path):
-    monkeypatch.setenv("KIROLEARN_STORAGE_LEASE_S", "3")
-    kl("keys", "init", check=True)
+        home, machines, tmp_path):
+    kl("keys", "init", check=True)  # the lease is the default's 300 s: silence says it
     address = f"tcp://127.0.0.1:{free_ports()}"
     kl("start", "--listen", address, "--extraction-workers", "0", check=True)
     server_key = keys.server_pair(home).public.decode()
@@ -339,7 +340,7 @@ def test_a_worker_elsewhere_killed_mid_batch_leaves_the_batch_committed_once(
         taken = tmp_path / "taken"
         slow, quick = new_machine(machines), new_machine(machines)
         (slow / "config.toml").write_text(
-            f'[extraction]\nstrategy = "command"\nllm_command = "{stall} {taken}"\n'
+            f'[extraction]\nstrategy = "command"\nllm_command = "{stall} {taken} 60"\n'
             'llm_timeout_s = 120.0\n')
         for n, machine in enumerate((slow, quick)):
             keys.allow(f"worker-{n}", keys.client_pair(machine, create=True).public.decode(),
@@ -367,7 +368,7 @@ def test_a_worker_elsewhere_killed_mid_batch_leaves_the_batch_committed_once(
                 with sqlite3.connect(paths.db_path()) as conn:
                     return conn.execute("SELECT batch_id, attempts, record_count FROM"
                                         " extraction_batches WHERE state = 'done'").fetchone()
-            _, attempts, count = wait_for(done, message="the batch committed")
+            _, attempts, count = wait_for(done, timeout=90, message="the batch committed")
         finally:
             second.send_signal(signal.SIGINT)
             _, log = second.communicate(timeout=20)
@@ -378,6 +379,8 @@ def test_a_worker_elsewhere_killed_mid_batch_leaves_the_batch_committed_once(
         assert batches == [("done",)] and attempts >= 1
         assert count >= 1 and records == [("heuristic",)] * count
         assert '"batches": 1' in log  # the second worker did it, once
+        assert "its worker elsewhere has said nothing" in (paths.log_dir() / "storage.log"
+                                                          ).read_text()
     finally:
         kl("stop", check=True)
 
@@ -488,3 +491,41 @@ def test_a_projects_memories_are_shared_by_the_team_unless_private(server, machi
     stats = json.loads(kl("stats", "--json", check=True).stdout)
     assert {a["actor"] for a in stats["actors"]} == {"alice", "bob", "bob+private"}
     assert "by actor:" in kl("stats", check=True).stdout
+
+
+def test_a_slow_worker_elsewhere_keeps_its_batch_while_it_says_it_is_working(
+        home, machines, tmp_path):
+    kl("keys", "init", check=True)
+    address = f"tcp://127.0.0.1:{free_ports()}"
+    kl("start", "--listen", address, "--extraction-workers", "0", check=True)
+    try:
+        stall, taken = tmp_path / "stall", tmp_path / "taken"
+        stall.write_text(STALL)
+        stall.chmod(0o700)
+        slow = new_machine(machines)
+        seconds = storage_role.REMOTE_SILENCE_S + 3  # longer than silence is allowed
+        (slow / "config.toml").write_text(
+            f'[extraction]\nstrategy = "command"\nllm_command = "{stall} {taken} {seconds}"\n'
+            'llm_timeout_s = 120.0\n')
+        keys.allow("slow", keys.client_pair(slow, create=True).public.decode(), home)
+        worker = subprocess.Popen(
+            [*KL, "worker", "extraction", "--connect", address, "--server-key",
+             keys.server_pair(home).public.decode()], env=on(slow),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd="/tmp")
+        try:
+            for kind, text in (("prompt", "why is the build slow"),
+                               ("session_summary", "the build is slow: no cache for wheels")):
+                event = make_event(kind, text, namespace=NAMESPACE)
+                control.call("ingest", "put_event", {"event": event}, timeout_ms=5000)
+
+            def done() -> tuple | None:
+                with sqlite3.connect(paths.db_path()) as conn:
+                    return conn.execute("SELECT attempts FROM extraction_batches"
+                                        " WHERE state = 'done'").fetchone()
+            assert wait_for(done, timeout=90, message="the slow batch committed") == (1,)
+        finally:
+            worker.send_signal(signal.SIGINT)
+            worker.communicate(timeout=20)
+        assert "said nothing" not in (paths.log_dir() / "storage.log").read_text()
+    finally:
+        kl("stop", check=True)

@@ -4,7 +4,8 @@ Workers hold no state: storage leases each batch and commits the returned
 records, and the files the batch's tool uses changed (for ranking: ``changed_files``),
 together with the batch's completion. A worker says which batch it took
 (with its pid, on the daemon's machine), so if it dies the batch is handed out again
-at once (elsewhere, when its lease runs out); an attempt
+at once; a worker elsewhere says it is still at it every WORKING_EVERY_S instead, and
+its batches go out again soon after it falls silent; an attempt
 that fails is reported with its reason, and the batch goes out again. A take holds
 one batch, or several when they go fast (storage sizes it by the worker's pace).
 
@@ -14,8 +15,10 @@ the heuristic one, or a model that falls back to it whenever it cannot be used.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,6 +29,7 @@ from kirolearn import control, extract, paths, protocol, tooluse, transport
 from kirolearn.roles import base
 
 NICENESS = 10
+WORKING_EVERY_S = 5.0  # how often a worker elsewhere says it is still extracting its take
 
 
 def changed_files(events: list[dict]) -> list[list[str]]:
@@ -65,6 +69,32 @@ class ExtractionWorker(base.Role):
                                              connect=endpoints["records"], curve=curve)
         self.extractor = extract.from_settings(self.settings, self.log)
         self.batches_done = 0
+        self.working: list[str] = []  # the batches of the take under way
+        self.stop_saying = threading.Event()
+        self.saying: threading.Thread | None = None
+        if self.daemon is not None:
+            self.saying = threading.Thread(target=self._say_working, name="working",
+                                           args=(endpoints["records"], curve), daemon=True)
+            self.saying.start()
+
+    def teardown(self) -> None:
+        if getattr(self, "saying", None) is not None:
+            self.stop_saying.set()
+            self.saying.join()
+
+    def _say_working(self, endpoint: str, curve: transport.Curve) -> None:
+        """(Its own thread, and socket.) While a take is under way, tell storage every
+        WORKING_EVERY_S: a worker elsewhere that dies mid-take (or whose machine does) is
+        noticed in seconds, not when its lease runs out."""
+        sock = transport.make_socket(self.ctx, zmq.PUSH, connect=endpoint, curve=curve)
+        try:
+            while not self.stop_saying.wait(WORKING_EVERY_S):
+                working = self.working
+                if working:
+                    with contextlib.suppress(zmq.Again):
+                        sock.send(protocol.pack({"working": working}), flags=zmq.NOBLOCK)
+        finally:
+            sock.close(linger=0)
 
     def counters(self) -> dict:
         return {"batches_done": self.batches_done, **self.extractor.status()}
@@ -83,6 +113,7 @@ class ExtractionWorker(base.Role):
         if self.daemon is None:  # a pid means something on the daemon's machine only
             claim["worker_pid"] = os.getpid()
         self.records.send(protocol.pack(claim))
+        self.working = claim["batch_ids"]
         results, strategies = [], Counter()
         for batch_id, namespace, events in batches:
             result, strategy = self._extract(batch_id, namespace, events)
@@ -90,6 +121,7 @@ class ExtractionWorker(base.Role):
             strategies[strategy] += 1
         seconds = time.monotonic() - started
         self.records.send(protocol.pack({"results": results, "seconds": seconds}))
+        self.working = []
         self.batches_done += len(batches) - strategies["failed"]
         self.log.info("take %s", json.dumps({
             "batches": len(batches), "events": sum(len(b[2]) for b in batches),

@@ -18,7 +18,8 @@ Sockets (all bound here):
 - with ``network.listen``, ``batches`` and ``records`` again on TCP (PORT+1, PORT+2),
   with CURVE, for extraction workers on other machines (``kirolearn worker extraction
   --connect tcp://HOST:PORT``): the same leases and exactly-once commits. Such a
-  worker sends no pid; a batch it dies with goes out again when its lease runs out.
+  worker sends no pid; while it extracts it says so (``working``) every few seconds, and
+  a batch it goes silent with goes out again after REMOTE_SILENCE_S.
 - ``feed`` PUB: after each commit, what changed (``events``, ``records`` or
   ``retrievals``, one frame, no payload), so the viewer reads new rows at once
   instead of polling. Nothing waits on it: a slow or absent subscriber loses
@@ -67,6 +68,7 @@ TAKE_TARGET_S = 0.1  # a take keeps a worker about this long, at its recent pace
 TAKE_MAX_BATCHES = 32  # ... and holds at most this many batches
 TAKE_MAX_BYTES = 1 << 20  # ... and this many bytes (a larger batch goes alone)
 RESULT_MESSAGES_PER_COMMIT = 64  # workers' messages read before one commit, at most
+REMOTE_SILENCE_S = 15.0  # a worker elsewhere unheard of this long has died with its batches
 PURGE_AFTER_S = 2.0  # forgets in a row: the full-text index is purged once, after the last
 
 
@@ -115,6 +117,7 @@ class Storage(base.Role):
         self.reopen_at = 0.0
         self.wal: int | None = None  # the inode of the WAL file the writer writes to
         self.claims: dict[str, int] = {}  # leased batch → the pid of the worker that took it
+        self.heard: dict[str, float] = {}  # batch of a worker elsewhere → when it last spoke
         self.batch_s: float | None = None  # the workers' recent seconds per batch
         self.backup_every_s = self.settings["backup"]["interval_h"] * 3600  # 0: never
         self.backup_due = (backups.next_due(paths.backup_dir(self.base), self.backup_every_s)
@@ -547,6 +550,8 @@ class Storage(base.Role):
         due = [] if self.dispatch_due is None else [self.dispatch_due]
         if self.claims:
             due.append(self.last_batch_work + CLAIM_CHECK_S)
+        if self.heard:
+            due.append(min(self.heard.values()) + REMOTE_SILENCE_S)
         now_ms = db.now_ms()
         for size, newest in self.pending.values():
             due.append(now if size >= self.max_bytes
@@ -641,8 +646,18 @@ class Storage(base.Role):
                     self.pending[namespace] = [left, now]
 
     def _reclaim_from_dead_workers(self) -> None:
-        """A batch whose worker process is gone goes out again now, not at lease end.
-        (Kept in memory: after a restart of storage, the lease does it.)"""
+        """A batch whose worker process is gone, or whose worker elsewhere has gone silent,
+        goes out again now, not at lease end. (Kept in memory: after a restart of storage,
+        the lease does it.)"""
+        silent = time.monotonic() - REMOTE_SILENCE_S
+        for batch_id, heard in list(self.heard.items()):
+            if heard < silent:
+                self.log.warning("batch %s: its worker elsewhere has said nothing for %.0f s;"
+                                 " handing it out again", batch_id, REMOTE_SILENCE_S)
+                del self.heard[batch_id]
+                with self.writing():
+                    writes.batch_attempt_failed(self.conn, batch_id,
+                                                "the worker elsewhere went silent")
         for batch_id, pid in list(self.claims.items()):
             try:
                 os.kill(pid, 0)
@@ -770,24 +785,32 @@ class Storage(base.Role):
                 self.log.warning("dropped a malformed records message: %s", exc)
                 continue
             key = transport.peer_key(frame)
-            if key is not None:  # a worker elsewhere: still allowed, and no pid of ours
-                if self.keyring is None or self.keyring.name_of(key) is None:
-                    self.log.warning("dropped a records message from a worker no longer"
-                                     " allowed")
-                    continue
-                message.pop("worker_pid", None)
-            self._read_worker_message(message, results, failures)
+            if key is not None and (self.keyring is None or self.keyring.name_of(key) is None):
+                self.log.warning("dropped a records message from a worker no longer allowed")
+                continue
+            self._read_worker_message(message, results, failures, elsewhere=key is not None)
         if results or failures:
             self._commit_results(results, failures)
         if time.monotonic() - self.last_put >= BUSY_WINDOW_S:
             self._batch_work(self._dispatch_batches)
 
     def _read_worker_message(self, message: dict, results: list[writes.BatchResult],
-                             failures: list[tuple[str, str]]) -> None:
-        """A claim (``batch_ids``, ``worker_pid``) is noted at once; a take's ``results``
-        are checked and added to what the next commit holds."""
-        ids, pid = message.get("batch_ids"), message.get("worker_pid")
-        if isinstance(ids, list):  # a worker elsewhere sends no pid: its lease says
+                             failures: list[tuple[str, str]], elsewhere: bool = False) -> None:
+        """A claim (``batch_ids``, and ``worker_pid`` here) and a worker elsewhere's
+        ``working`` are noted at once; a take's ``results`` are checked and added to what
+        the next commit holds."""
+        ids, working = message.get("batch_ids"), message.get("working")
+        if elsewhere and isinstance(ids, list):  # heard from now on (its pid means nothing)
+            self.heard.update(dict.fromkeys((i for i in ids if isinstance(i, str)),
+                                            time.monotonic()))
+            return
+        if elsewhere and isinstance(working, list):  # still at it
+            for batch_id in working:
+                if isinstance(batch_id, str) and batch_id in self.heard:
+                    self.heard[batch_id] = time.monotonic()
+            return
+        if isinstance(ids, list):
+            pid = message.get("worker_pid")
             if isinstance(pid, int):
                 self.claims.update(dict.fromkeys((i for i in ids if isinstance(i, str)), pid))
             return
@@ -805,6 +828,7 @@ class Storage(base.Role):
                 self.log.warning("dropped a result without a batch_id")
                 continue
             self.claims.pop(batch_id, None)
+            self.heard.pop(batch_id, None)
             if isinstance(item.get("error"), str):
                 self.log.warning("batch %s: an attempt failed: %s", batch_id, item["error"])
                 failures.append((batch_id, item["error"][:1000]))
