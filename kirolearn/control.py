@@ -152,7 +152,8 @@ def spawn(base: Path | None = None, workers: int | None = None):
 
 def start_in_background(base: Path | None = None) -> bool:
     """Start the daemon unless it runs or was started in the last AUTOSTART_EVERY_S (a
-    burst of hooks starts it once); whether a start was made."""
+    burst of hooks starts it once); whether a start was made. On a client of a daemon
+    elsewhere nothing is started here but the spool's drain (``start_draining``)."""
     base = base or paths.home()
     if remote(base) is not None:
         return start_draining(base)

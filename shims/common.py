@@ -172,7 +172,6 @@ class Shim:
         self.actor = project.actor_id()
         self.namespace = self.project.namespace(self.actor)
         self.off = capture.why_off(self.project.root, self.cwd, self.base)
-        self.remote = False  # a daemon elsewhere serves it (``kirolearn connect``)
 
     def event(self, kind: str, body: dict, session_id: str,
               parent_event_id: str | None = None) -> dict:
@@ -203,7 +202,7 @@ class Shim:
         if reply is None:
             self._spool(event)
             return ""
-        if self.remote:  # it answers: send what waited in the spool while it did not
+        if control.remote(self.base) is not None:  # it answers: send what the spool holds
             control.start_in_background(self.base)
         retrieval = reply.get("retrieval") or {}
         context = retrieval.get("context")
@@ -212,11 +211,11 @@ class Shim:
     def _request(self, event: dict, retrieve: bool | str, timeout_ms: int) -> dict | None:
         """The daemon's reply, or None when it is not there or not in time."""
         try:
-            self.remote = control.remote(self.base) is not None
+            listening = control.listening("ingest", self.base)
         except control.BadRemote as exc:
             debug(str(exc))
             return None
-        if not control.listening("ingest", self.base):
+        if not listening:
             debug("the daemon is not running")
             return None
         try:

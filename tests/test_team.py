@@ -187,6 +187,7 @@ def test_a_client_elsewhere_is_served_only_while_its_key_is_allowed(server, mach
     assert result.returncode == 0 and result.stdout == ""
     waiting = spool.waiting(laptop)
     assert len(waiting) == 1 and not stored_ids()
+    broken = spool.write({"event_id": "01" + "Z" * 24, "kind": "not an event"}, laptop)
 
     # Allowed: the next hook is answered there, and the spool follows it in the background.
     allow(command, "tester")
@@ -197,6 +198,8 @@ def test_a_client_elsewhere_is_served_only_while_its_key_is_allowed(server, mach
     wait_for(lambda: not spool.waiting(laptop) and len(stored_ids()) == 2,
              message="the laptop's spool drained to the daemon")
     assert waiting[0].stem in stored_ids()
+    kept = paths.quarantine_dir(laptop) / broken.name  # what the daemon refused, kept here
+    assert kept.exists() and kept.with_name(kept.name + ".reason").read_text().strip()
     events = [json.loads(line) for line in kl("export", check=True).stdout.splitlines()
               if '"kind"' in line]
     assert {e["actor_id"] for e in events} == {"tester"}
