@@ -94,8 +94,41 @@ def load(base: Path | None = None, environ: dict[str, str] | None = None) -> dic
             transport.tcp_endpoints(settings["network"]["listen"])
         except ValueError as exc:
             raise ConfigError(f"network.listen: {exc}") from exc
+    url = settings["storage"]["url"]
+    if url and not url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(f"storage.url: a PostgreSQL URL (postgresql://USER@HOST:PORT/DB)"
+                          f" or empty for the SQLite file, got {url.split('@')[-1]!r}")
     for (section, key), allowed in CHOICES.items():
         if settings[section][key] not in allowed:
             raise ConfigError(f"{section}.{key}: must be one of {', '.join(allowed)},"
                               f" got {settings[section][key]!r}")
     return settings
+
+
+def remember(section: str, key: str, value: Any, base: Path | None = None) -> None:
+    """Set one setting in the home's ``config.toml`` (made if missing, private: it may
+    hold a database URL), keeping the rest of the file as it was."""
+    import tomlkit
+
+    user_file = (base or paths.home()) / "config.toml"
+    document = (tomlkit.parse(user_file.read_text("utf-8")) if user_file.exists()
+                else tomlkit.document())
+    before = user_file.read_text("utf-8") if user_file.exists() else None
+    document.setdefault(section, tomlkit.table())[key] = value
+    paths.ensure_private_dir(user_file.parent)
+    _write_private(user_file, tomlkit.dumps(document))
+    try:
+        load(base, environ={})  # a setting this kirolearn would refuse is not kept
+    except ConfigError:
+        if before is None:
+            user_file.unlink()
+        else:
+            _write_private(user_file, before)
+        raise
+
+
+def _write_private(path: Path, text: str) -> None:
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+        out.write(text)
+

@@ -397,8 +397,8 @@ def pending(base: Path | None = None) -> dict | None:
     from kirolearn import db
     from kirolearn.db import reads
 
-    path = paths.db_path(base)
-    if not path.exists():
+    path = db.location(base)
+    if not db.exists(path):
         return None
     try:
         with db.reading(path) as conn:

@@ -1,4 +1,5 @@
-"""Fixtures: a private KIROLEARN_HOME per test, a real daemon, and leak checks.
+"""Fixtures: a private KIROLEARN_HOME per test, a real daemon (on either store), and
+leak checks.
 
 A test fails loudly if it leaves a daemon process or a socket file behind, or
 a ZeroMQ context that cannot terminate (an unclosed socket). Helpers are in
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 import zmq
 from helpers import kl, processes_using
+from postgres_server import PostgresServer
 
 from kirolearn import paths, transport
 
@@ -51,9 +53,30 @@ def home(monkeypatch):
         yield base
 
 
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL server for this test process (stopped at its end)."""
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, home, monkeypatch):
+    """The test runs on each store: the home's SQLite file, then a new database on a
+    real PostgreSQL server (``storage.url``)."""
+    if request.param == "postgresql":
+        monkeypatch.setenv("KIROLEARN_STORAGE_URL",
+                           request.getfixturevalue("postgres_server").database())
+    return request.param
+
+
 @pytest.fixture
-def daemon(home):
-    """A running daemon in the test's home; stopped (and checked) afterwards."""
+def daemon(home, request):
+    """A running daemon in the test's home (on the test's ``store`` when it asks for
+    one); stopped (and checked) afterwards."""
+    if "store" in request.fixturenames:
+        request.getfixturevalue("store")
     kl("start", check=True)
     yield home
     kl("stop", check=True)

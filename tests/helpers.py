@@ -24,7 +24,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from kirolearn import contract, control, db, paths, project
+from kirolearn import contract, control, db, project
 
 KL = [sys.executable, "-m", "kirolearn"]
 BIN = Path(sys.executable).parent
@@ -125,7 +125,7 @@ class Workspace:
 
 def stored_events() -> list[dict]:
     """Every stored event, oldest first (export also writes the records: left out)."""
-    if not paths.db_path().exists():
+    if not db.exists(db.location()):
         return []
     out = kl("export", check=True).stdout
     lines = [json.loads(line) for line in out.splitlines() if line.strip()]
@@ -160,7 +160,7 @@ def settled_context(namespace: str, query: str, timeout: float = 30) -> str:
 def logged_retrieval(prompt_event_id: str) -> dict:
     """The retrieval log's entry for a prompt (written just after the answer)."""
     def row() -> tuple | None:
-        with db.reading(paths.db_path()) as conn:
+        with db.reading(db.location()) as conn:
             return conn.execute("SELECT context, outcome, error FROM retrievals"
                                 " WHERE prompt_event_id = ?", (prompt_event_id,)).fetchone()
 

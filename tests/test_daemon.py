@@ -13,7 +13,7 @@ import pytest
 import zmq
 from helpers import KL, kl, make_event, processes_using, status, stored_events, wait_for
 
-from kirolearn import contract, paths, protocol, transport
+from kirolearn import contract, db, paths, protocol, transport
 from kirolearn.db import schema, writes
 
 
@@ -54,15 +54,16 @@ def test_stale_pidfile_and_sockets_from_a_crash_are_cleaned(home):
         zmq.Context.instance().term()
 
 
-def test_put_event_scrubs_stores_and_dedups(ingest, daemon):
+def test_put_event_scrubs_stores_and_dedups(store, ingest, daemon):
     secret = "AKIAIOSFODNN7EXAMPLE"
     event = make_event(content=f"deploy with <private>my pin 1234</private> key {secret}")
     reply = ingest.call("put_event", {"event": event})
     assert reply == {"event_id": event["event_id"], "status": "stored"}
     assert ingest.call("put_event", {"event": event})["status"] == "duplicate"
-    conn = sqlite3.connect(paths.db_path(daemon))
-    body, digest = conn.execute("SELECT body_json, content_hash FROM events").fetchone()
-    conn.close()
+    retried = {**event, "event_id": contract.new_ulid()}  # the same hook, sent again
+    assert ingest.call("put_event", {"event": retried})["status"] == "duplicate"
+    with db.reading(db.location()) as conn:
+        [(body, digest)] = conn.execute("SELECT body_json, content_hash FROM events").fetchall()
     assert "1234" not in body and secret not in body
     assert "[REDACTED:private]" in body and "[REDACTED:aws-access-key]" in body
     assert digest == contract.content_hash(json.loads(body))
@@ -174,7 +175,7 @@ def test_a_hook_event_goes_ahead_of_an_import(ingest, daemon, ctx):
     assert len(stored_events()) == 901
 
 
-def test_import_export_stats(daemon, tmp_path):
+def test_import_export_stats(store, daemon, tmp_path):
     events = [make_event("prompt", f"question {i}") for i in range(5)]
     lines = [json.dumps(e) for e in events]
     lines.insert(2, "{not json")
@@ -205,7 +206,7 @@ def test_import_without_a_daemon_says_so(home):
     assert result.returncode != 0 and "not running" in result.stderr
 
 
-def test_turn_end_batches_become_records(ingest, daemon):
+def test_turn_end_batches_become_records(store, ingest, daemon):
     prompt = make_event("prompt", "Switch storage to WAL mode")
     ingest.call("put_event", {"event": prompt})
     ingest.call("put_event", {"event": make_event("tool_use", "src/db.py")})
@@ -281,7 +282,7 @@ def test_logs_show_each_role(daemon):
     assert "[kirolearn.storage] [INFO] started" in kl("logs", "storage").stdout
 
 
-def test_concurrent_events_are_committed_in_groups(ingest, daemon, ctx):
+def test_concurrent_events_are_committed_in_groups(store, ingest, daemon, ctx):
     sock = transport.make_socket(ctx, zmq.DEALER, connect=paths.endpoint("ingest"))
     ids = []
     for i in range(300):
@@ -317,7 +318,7 @@ def test_retrievals_are_logged_for_prompts(ingest, daemon):
     assert outcome in ("empty", "ok") and latency >= 0
 
 
-def test_an_expired_lease_is_handed_out_again_and_committed_once(home, monkeypatch):
+def test_an_expired_lease_is_handed_out_again_and_committed_once(store, home, monkeypatch):
     monkeypatch.setenv("KIROLEARN_STORAGE_LEASE_S", "1")
     kl("start", check=True)
     try:

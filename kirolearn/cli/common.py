@@ -60,8 +60,8 @@ def require_served() -> None:
 @contextlib.contextmanager
 def reader() -> Iterator[sqlite3.Connection]:
     """A read-only connection to this home's database, closed after the block."""
-    path = paths.db_path()
-    if not path.exists():
+    path = db.location(settings=settings())
+    if not db.exists(path):
         raise click.ClickException(f"no database at {path} yet; start kirolearn first")
     with db.reading(path) as conn:
         yield conn

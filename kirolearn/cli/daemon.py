@@ -33,7 +33,11 @@ def print_status(status: dict) -> None:
 @click.option("--listen", default=None, metavar="tcp://HOST:PORT",
               help="Also serve other machines there, with CURVE (default: network.listen;"
                    " needs `kirolearn keys init`).")
-def start(foreground: bool, extraction_workers: int | None, listen: str | None) -> None:
+@click.option("--storage", default=None, metavar="postgresql://USER@HOST:PORT/DB",
+              help="Store memory in this PostgreSQL database from now on (sets storage.url;"
+                   " empty: the SQLite file in the home again).")
+def start(foreground: bool, extraction_workers: int | None, listen: str | None,
+          storage: str | None) -> None:
     """Start the daemon and wait until every role is RUNNING. Exit 1 if one is not, or
     if the database cannot be written (it keeps running, to say why and take the events
     once that is fixed).
@@ -42,9 +46,15 @@ def start(foreground: bool, extraction_workers: int | None, listen: str | None) 
     Examples:
         kirolearn start --extraction-workers 2
         kirolearn start --listen tcp://0.0.0.0:5555
+        kirolearn start --storage postgresql://kirolearn@db.internal:5432/kirolearn
     """
     if listen is not None:
         os.environ["KIROLEARN_NETWORK_LISTEN"] = listen  # for the processes it starts
+    if storage is not None:  # kept in config.toml: the CLI's reads and later starts use it
+        try:
+            config.remember("storage", "url", storage)
+        except config.ConfigError as exc:
+            raise click.ClickException(str(exc)) from exc
     loaded = settings()
     workers = (loaded["extraction"]["workers"] if extraction_workers is None
                else extraction_workers)
@@ -100,8 +110,10 @@ def stop() -> None:
 @click.command()
 @click.option("--extraction-workers", type=click.IntRange(0, 64), default=None)
 @click.option("--listen", default=None, metavar="tcp://HOST:PORT")
+@click.option("--storage", default=None, metavar="postgresql://USER@HOST:PORT/DB")
 @click.pass_context
-def restart(ctx: click.Context, extraction_workers: int | None, listen: str | None) -> None:
+def restart(ctx: click.Context, extraction_workers: int | None, listen: str | None,
+            storage: str | None) -> None:
     """Stop the daemon if it runs, then start it.
 
     \b
@@ -109,7 +121,8 @@ def restart(ctx: click.Context, extraction_workers: int | None, listen: str | No
         kirolearn restart --extraction-workers 2
     """
     control.stop()
-    ctx.invoke(start, foreground=False, extraction_workers=extraction_workers, listen=listen)
+    ctx.invoke(start, foreground=False, extraction_workers=extraction_workers, listen=listen,
+               storage=storage)
 
 
 @click.command()

@@ -141,26 +141,29 @@ def _check_quarantine() -> tuple[bool | None, str, str]:
 
 
 def _check_database() -> tuple[bool | None, str, str]:
-    path = paths.db_path()
-    if not path.exists():
-        return None, "database", f"{path} does not exist yet (created when the daemon starts)"
-    mode = path.stat().st_mode & 0o777
-    if mode & 0o077:
-        return False, "database", (f"{path} is readable by others (mode {mode:o});"
-                                   f" run: chmod 600 {path}")
+    where = db.location()
+    name = db.describe(where)
+    if not db.exists(where):
+        return None, "database", f"{where} does not exist yet (created when the daemon starts)"
+    if not db.is_postgres(where):
+        mode = Path(where).stat().st_mode & 0o777
+        if mode & 0o077:
+            return False, "database", (f"{where} is readable by others (mode {mode:o});"
+                                       f" run: chmod 600 {where}")
     try:
-        with db.reading(path) as conn:
+        with db.reading(where) as conn:
             check, applied = schema.check(conn)
     except sqlite3.Error as exc:
-        return False, "database", f"{path} cannot be read ({exc})"
+        return False, "database", f"{name} cannot be read ({exc})"
     if check != "ok":
-        return False, "database", f"{path} is damaged ({check}); restore a backup or export/import"
-    latest = schema.latest()
+        return False, "database", f"{name} is damaged ({check}); restore a backup or export/import"
+    latest = schema.latest(db.is_postgres(where))
     if applied != latest:
         return None, "database", (
-            f"{path} is at schema {applied}, this kirolearn expects {latest};"
+            f"{name} is at schema {applied}, this kirolearn expects {latest};"
             " it migrates when the daemon starts")
-    return True, "database", f"{path} (schema {applied}, private)"
+    return True, "database", (f"{name} (PostgreSQL, schema {applied})" if db.is_postgres(where)
+                              else f"{name} (schema {applied}, private)")
 
 
 COMMANDS = [doctor]

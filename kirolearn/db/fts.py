@@ -2,24 +2,41 @@
 
 ``open_searcher`` gives retrieval its own read-only connection, with a temporary FTS5
 table that tokenizes query words exactly as the records were tokenized.
+
+On PostgreSQL the same functions use its own machinery (``postgres``): words become
+lexemes by ``to_tsvector``, a term's frequency is read from ``record_terms``, an
+expression's phrases become a ``tsquery`` (each quoted phrase a ``phraseto_tsquery``,
+OR-ed) ranked by ``ts_rank_cd`` (negated: lower is better, as BM25 here), and the
+fallback is a case-insensitive ``ILIKE``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from kirolearn import contract
-from kirolearn.db import connect_reader, in_list, path_key, reads
+from kirolearn.db import Location, connect_reader, in_list, path_key, postgres, reads
 from kirolearn.db.schema import FTS_TOKENIZE
 
+_PHRASE = re.compile(r'"((?:[^"]|"")*)"')
 
-def open_searcher(path: Path, interrupted: Callable[[], bool]) -> sqlite3.Connection:
+
+def phrases(expression: str) -> list[str]:
+    """The quoted phrases of an expression ``query.fts_expression`` made."""
+    return [phrase.replace('""', '"') for phrase in _PHRASE.findall(expression)]
+
+
+
+def open_searcher(path: Location, interrupted: Callable[[], bool]) -> sqlite3.Connection:
     """A read-only connection for searches; ``interrupted()`` is asked every 1,000 steps
-    of a statement and stops it when true (the search's deadline reaches into SQLite)."""
+    of a statement and stops it when true (the search's deadline reaches into SQLite;
+    on PostgreSQL, a reader's statement timeout bounds each statement instead)."""
     conn = connect_reader(path)
+    if isinstance(conn, postgres.Connection):
+        return conn
     conn.execute("PRAGMA cache_size=-65536")  # the index pages searches touch stay hot
     conn.execute(f"CREATE VIRTUAL TABLE temp.query_tokens USING fts5"
                  f" (token, tokenize = '{FTS_TOKENIZE}')")
@@ -32,6 +49,8 @@ def open_searcher(path: Path, interrupted: Callable[[], bool]) -> sqlite3.Connec
 def index_terms(conn: sqlite3.Connection, words: list[str]) -> list[tuple[str, ...]]:
     """Each word's index terms in order, as the FTS5 tokenizer makes them
     (`Migrations` → `migrat`, `src/app.py` → `src app py`)."""
+    if isinstance(conn, postgres.Connection):
+        return postgres.index_terms(conn, words)
     conn.execute("DELETE FROM temp.query_tokens")  # in case a search was cut short
     conn.executemany("INSERT INTO temp.query_tokens (rowid, token) VALUES (?, ?)",
                      enumerate(words))
@@ -52,12 +71,19 @@ def newest_id(conn: sqlite3.Connection) -> int:
 def term_doc_counts(conn: sqlite3.Connection, terms: Sequence[str]) -> dict[str, int]:
     """How many records hold each index term (terms not indexed are left out)."""
     marks, args = in_list(terms)
+    if isinstance(conn, postgres.Connection):
+        return dict(conn.execute(f"SELECT term, docs FROM record_terms WHERE term IN {marks}"
+                                 " AND docs > 0", args))
     return dict(conn.execute(
         f"SELECT term, doc FROM memory_records_fts_vocab WHERE term IN {marks}", args))
 
 
 def match_count(conn: sqlite3.Connection, expression: str) -> int:
     """How many records match an FTS5 expression."""
+    if isinstance(conn, postgres.Connection):
+        query, args = postgres.tsquery(phrases(expression))
+        return conn.execute(f"SELECT count(*) FROM memory_records WHERE search @@ ({query})",
+                            args).fetchone()[0]
     return conn.execute("SELECT count(*) FROM memory_records_fts WHERE memory_records_fts"
                         " MATCH ?", (expression,)).fetchone()[0]
 
@@ -76,6 +102,13 @@ def rank(conn: sqlite3.Connection, namespaces: Sequence[str], expression: str, l
     (of these types, when given)."""
     marks, args = in_list(namespaces)
     typed, type_args = _of_types(types, "mr")
+    if isinstance(conn, postgres.Connection):
+        query, query_args = postgres.tsquery(phrases(expression))
+        return conn.execute(
+            f"SELECT mr.id, -ts_rank_cd(mr.search, {query}) AS score FROM memory_records mr"
+            f" WHERE mr.search @@ ({query}) AND mr.id > ? AND mr.namespace IN {marks}{typed}"
+            " ORDER BY score, mr.id DESC LIMIT ?",
+            (*query_args, *query_args, since_id, *args, *type_args, limit)).fetchall()
     if typed:  # the type is read from the row, not the covering index
         join = "JOIN memory_records mr ON mr.id = memory_records_fts.rowid"
     else:
@@ -108,10 +141,11 @@ def like(conn: sqlite3.Connection, namespaces: Sequence[str], text: str,
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     marks, args = in_list(namespaces)
     typed, type_args = _of_types(types, "memory_records")
+    like = "ILIKE" if isinstance(conn, postgres.Connection) else "LIKE"  # SQLite's ignores case
     return conn.execute(
-        "SELECT id, NULL FROM memory_records WHERE"
-        " (title LIKE ?1 ESCAPE '\\' OR summary LIKE ?1 ESCAPE '\\'"
-        " OR facts_text LIKE ?1 ESCAPE '\\')"
+        f"SELECT id, NULL FROM memory_records WHERE"
+        f" (title {like} ?1 ESCAPE '\\' OR summary {like} ?1 ESCAPE '\\'"
+        f" OR facts_text {like} ?1 ESCAPE '\\')"
         f" AND namespace IN {marks} AND invalid_reason IS NULL{typed}"
         " ORDER BY created_at DESC, id DESC LIMIT ?",
         (f"%{escaped}%", *args, *type_args, limit)).fetchall()

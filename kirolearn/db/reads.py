@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 
 from kirolearn import privacy, project
-from kirolearn.db import in_list
+from kirolearn.db import in_list, postgres
 
 EVENT_COLUMNS = ("event_id, kind, body_json, namespace, actor_id, session_id, valid_time,"
                  " source_json, schema_version, content_hash, parent_event_id")
@@ -192,7 +192,7 @@ def _with_embeddings(records: list[dict], embedded: dict[str, dict]) -> Iterator
 def iter_tombstones(conn: sqlite3.Connection, namespace: str | None = None) -> Iterator[dict]:
     """What remains of each forgotten record (of a namespace), by id."""
     for row in conn.execute("SELECT record_id, namespace, forgotten_at FROM tombstones"
-                            " WHERE ?1 IS NULL OR namespace = ?1 ORDER BY record_id",
+                            " WHERE CAST(?1 AS TEXT) IS NULL OR namespace = ?1 ORDER BY record_id",
                             (namespace,)):
         yield {"record_id": row[0], "namespace": row[1], "forgotten_at": row[2]}
 
@@ -203,7 +203,7 @@ def undistilled(conn: sqlite3.Connection, namespace: str | None = None) -> dict[
     found: dict[str, list[str]] = {}
     for ns, event_id in conn.execute(
             "SELECT e.namespace, e.event_id FROM events e LEFT JOIN extraction_cursor c"
-            " ON c.namespace = e.namespace WHERE (?1 IS NULL OR e.namespace = ?1) AND"
+            " ON c.namespace = e.namespace WHERE (CAST(?1 AS TEXT) IS NULL OR e.namespace = ?1) AND"
             " (e.seq > COALESCE(c.last_seq, 0) OR EXISTS (SELECT 1 FROM extraction_batches b"
             " WHERE b.namespace = e.namespace AND b.state != 'done'"
             " AND e.seq BETWEEN b.first_seq AND b.last_seq))"
@@ -239,7 +239,12 @@ def export_lines(conn: sqlite3.Connection, namespace: str | None = None, vectors
 
 
 def _schema_version(conn: sqlite3.Connection) -> int:
-    return conn.execute("SELECT max(version) FROM _migrations").fetchone()[0]
+    """The schema an export is from, in SQLite's numbering whichever the store (an
+    export moves between the two)."""
+    version = conn.execute("SELECT max(version) FROM _migrations").fetchone()[0]
+    if isinstance(conn, postgres.Connection):
+        return postgres.SQLITE_SCHEMA[version]
+    return version
 
 
 
@@ -298,7 +303,7 @@ def failed_batches(conn: sqlite3.Connection, namespace: str | None = None,
         "SELECT b.batch_id, b.namespace, b.error, b.attempts, (SELECT count(*) FROM events e"
         " INDEXED BY events_namespace WHERE e.namespace = b.namespace"
         " AND e.seq BETWEEN b.first_seq AND b.last_seq) FROM extraction_batches b"
-        " WHERE b.state = 'failed' AND (?1 IS NULL OR b.namespace = ?1)"
+        " WHERE b.state = 'failed' AND (CAST(?1 AS TEXT) IS NULL OR b.namespace = ?1)"
         " ORDER BY b.created_ms DESC, b.batch_id DESC LIMIT ?2", (namespace, limit))
     return [{"batch_id": r[0], "namespace": r[1], "error": r[2] or "", "attempts": r[3],
              "events": r[4]} for r in rows]
@@ -321,6 +326,11 @@ def batch_events(conn: sqlite3.Connection, batch_id: str) -> list[dict]:
 
 
 # --- stats -------------------------------------------------------------------------------------
+
+def database_bytes(conn: sqlite3.Connection) -> int:
+    """The size of a PostgreSQL store's database."""
+    return conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+
 
 def stats(conn: sqlite3.Connection, only: str | None = None) -> dict:
     """Counts per namespace (or for one): events by kind, records, buffered events,

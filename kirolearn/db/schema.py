@@ -11,7 +11,7 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
-from kirolearn.db import transaction, utc_now
+from kirolearn.db import postgres, transaction, utc_now
 
 
 class MigrationError(RuntimeError):
@@ -258,30 +258,36 @@ def _checksum(sql: str) -> str:
     return hashlib.sha256(sql.encode()).hexdigest()
 
 
-def latest() -> int:
-    return MIGRATIONS[-1][0]
+def latest(on_postgres: bool = False) -> int:
+    return (postgres.MIGRATIONS if on_postgres else MIGRATIONS)[-1][0]
 
 
 def migrate(conn: sqlite3.Connection) -> list[int]:
-    """Apply pending migrations in order, each in its own transaction."""
-    conn.execute("""CREATE TABLE IF NOT EXISTS _migrations (
-        version INTEGER PRIMARY KEY, name TEXT NOT NULL, checksum TEXT NOT NULL,
-        applied_at TEXT NOT NULL) STRICT""")
+    """Apply pending migrations in order, each in its own transaction (PostgreSQL's
+    schema has migrations of its own, ``postgres.MIGRATIONS``, numbered from 1)."""
+    on_postgres = isinstance(conn, postgres.Connection)
+    migrations = postgres.MIGRATIONS if on_postgres else MIGRATIONS
+    conn.execute("CREATE TABLE IF NOT EXISTS _migrations (version INTEGER PRIMARY KEY,"
+                 " name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at TEXT NOT NULL)"
+                 + ("" if on_postgres else " STRICT"))
     applied = {v: c for v, c in conn.execute("SELECT version, checksum FROM _migrations")}
-    known = {v for v, _, _ in MIGRATIONS}
+    known = {v for v, _, _ in migrations}
     newer = sorted(set(applied) - known)
     if newer:
         raise MigrationError(f"database has migration(s) {newer} this kirolearn does not know; "
                              "it was written by a newer version")
     done = []
-    for version, name, sql in MIGRATIONS:
+    for version, name, sql in migrations:
         if version in applied:
             if applied[version] != _checksum(sql):
                 raise MigrationError(f"migration {version:04d}_{name} differs from the one applied")
             continue
         with transaction(conn):
-            for statement in _statements(sql):
-                conn.execute(statement)
+            if on_postgres:
+                conn.executescript(sql)
+            else:
+                for statement in _statements(sql):
+                    conn.execute(statement)
             conn.execute("INSERT INTO _migrations VALUES (?, ?, ?, ?)",
                          (version, name, _checksum(sql), utc_now()))
         done.append(version)
@@ -301,8 +307,10 @@ def _statements(script: str) -> Iterator[str]:
 
 
 def check(conn: sqlite3.Connection) -> tuple[str, int | None]:
-    """SQLite's quick check ("ok" when sound) and the newest migration applied."""
-    verdict = conn.execute("PRAGMA quick_check").fetchone()[0]
+    """SQLite's quick check ("ok" when sound; PostgreSQL checks its own pages) and the
+    newest migration applied."""
+    verdict = ("ok" if isinstance(conn, postgres.Connection)
+               else conn.execute("PRAGMA quick_check").fetchone()[0])
     applied = conn.execute("SELECT max(version) FROM _migrations").fetchone()[0]
     return verdict, applied
 

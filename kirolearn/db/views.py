@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from kirolearn.db import reads
+from kirolearn.db import postgres, reads
 
 RETRIEVAL_COLUMNS = ("r.id, r.prompt_event_id, r.namespace, r.record_ids_json, r.latency_ms,"
                      " r.outcome, r.created_at, r.error, e.body_json")
@@ -117,9 +117,11 @@ def record_uses(conn: sqlite3.Connection, namespace: str, record_id: str, lookba
                 limit: int = 20) -> list[tuple[int, str, str]]:
     """(id, created_at, outcome) of the retrievals that gave this record to a prompt,
     among the namespace's latest ``lookback`` (a bounded look)."""
+    each = ("json_array_elements_text(r.record_ids_json::json) AS j(value)"
+            if isinstance(conn, postgres.Connection) else "json_each(r.record_ids_json) j")
     return conn.execute(
         "SELECT r.id, r.created_at, r.outcome FROM (SELECT * FROM retrievals"
-        " WHERE namespace = ? ORDER BY id DESC LIMIT ?) r, json_each(r.record_ids_json) j"
+        f" WHERE namespace = ? ORDER BY id DESC LIMIT ?) r, {each}"
         " WHERE j.value = ? ORDER BY r.id DESC LIMIT ?",
         (namespace, lookback, record_id, limit)).fetchall()
 
@@ -146,7 +148,8 @@ def sessions_page(conn: sqlite3.Connection, namespace: str | None, limit: int) -
     where, args = conditions(("namespace = ?", namespace))
     rows = conn.execute(
         "SELECT session_id, namespace, min(valid_time), max(valid_time), count(*),"
-        " sum(kind = 'prompt'), sum(kind = 'tool_use') FROM events"
+        " count(*) FILTER (WHERE kind = 'prompt'), count(*) FILTER (WHERE kind = 'tool_use')"
+        " FROM events"
         f" {where} GROUP BY session_id, namespace ORDER BY max(valid_ms) DESC LIMIT ?",
         [*args, limit]).fetchall()
     return [{"session_id": r[0], "namespace": r[1], "first": r[2], "last": r[3],

@@ -14,11 +14,32 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from kirolearn import contract, privacy
-from kirolearn.db import files_key, in_list, now_ms, path_key, reads, schema, utc_now
+from kirolearn.db import (
+    Location,
+    files_key,
+    in_list,
+    is_postgres,
+    now_ms,
+    path_key,
+    postgres,
+    reads,
+    schema,
+    utc_now,
+)
 
 
-def connect_writer(path: Path) -> sqlite3.Connection:
-    """The single writer connection: WAL, full sync, migrations applied."""
+def connect_writer(path: Location) -> sqlite3.Connection:
+    """The single writer connection: WAL, full sync, migrations applied (on PostgreSQL:
+    the writer's advisory lock taken, migrations applied)."""
+    if is_postgres(path):
+        conn = postgres.connect(path)
+        try:
+            postgres.take_writer_lock(conn)
+            schema.migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
     schema.create_private(path)
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
@@ -39,8 +60,10 @@ def connect_writer(path: Path) -> sqlite3.Connection:
 
 
 def checkpoint(conn: sqlite3.Connection) -> None:
-    """Fold the WAL into the database file (at a clean stop)."""
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    """Fold the WAL into the database file (at a clean stop; PostgreSQL checkpoints
+    itself)."""
+    if not isinstance(conn, postgres.Connection):
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 def compact(conn: sqlite3.Connection) -> None:
@@ -74,8 +97,9 @@ def stored_form(event: dict, body_json: str, valid_ms: int, content_hash: str) -
     }
 
 
-INSERT_EVENT_SQL = (f"INSERT OR IGNORE INTO events ({', '.join(STORED_FIELDS)}, transaction_time)"
-                    f" VALUES ({', '.join('?' * (len(STORED_FIELDS) + 1))})")
+INSERT_EVENT_SQL = (f"INSERT INTO events ({', '.join(STORED_FIELDS)}, transaction_time)"
+                    f" VALUES ({', '.join('?' * (len(STORED_FIELDS) + 1))})"
+                    " ON CONFLICT DO NOTHING")
 
 
 def insert_event(conn: sqlite3.Connection, event: dict, dedup_window_ms: int,
@@ -114,7 +138,7 @@ def insert_record(conn: sqlite3.Connection, record: dict, batch_id: str | None =
         " source_event_ids_json, created_at, batch_id, invalid_reason, embedding_hash,"
         " files_key, session_id, turn_seq)"
         " SELECT ?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?, e.session_id, e.seq"
-        " FROM (SELECT 1) LEFT JOIN events e ON e.event_id = ?",
+        " FROM (SELECT 1) AS one LEFT JOIN events e ON e.event_id = ?",
         (record["record_id"], record["namespace"], record["title"], record["summary"],
          json.dumps(facts), " ".join(facts), json.dumps(record.get("concepts", [])),
          json.dumps(record.get("files_touched", [])), record["observation_type"],
@@ -290,7 +314,7 @@ def delete_record(conn: sqlite3.Connection, record_id: str, namespaces: Iterable
     row = _record_row(conn, record_id, namespaces)
     if row is None:
         return False
-    conn.execute("INSERT OR IGNORE INTO tombstones VALUES (?, ?, ?)",
+    conn.execute("INSERT INTO tombstones VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                  (record_id, row[1], utc_now()))
     conn.execute("DELETE FROM memory_records WHERE id = ?", (row[0],))
     return True
@@ -298,19 +322,24 @@ def delete_record(conn: sqlite3.Connection, record_id: str, namespaces: Iterable
 
 def purge_index(conn: sqlite3.Connection) -> None:
     """Rewrite the full-text index as one segment: a deleted record's words stay in the
-    older segments until they are merged (about a second at 100,000 records)."""
-    conn.execute("INSERT INTO memory_records_fts (memory_records_fts) VALUES ('optimize')")
+    older segments until they are merged (about a second at 100,000 records). On
+    PostgreSQL, ``VACUUM`` takes a forgotten record's dead rows and index entries away
+    (outside a transaction)."""
+    if isinstance(conn, postgres.Connection):
+        conn.execute("VACUUM memory_records, record_versions")
+    else:
+        conn.execute("INSERT INTO memory_records_fts (memory_records_fts) VALUES ('optimize')")
 
 
-# What ``scrub_stored`` rewrites: table → (text columns, JSON columns).
+# What ``scrub_stored`` rewrites: table → (its key, text columns, JSON columns).
 SCRUBBED = {
-    "events": (("project_path",), ("body_json",)),
-    "memory_records": (("title", "summary", "invalid_reason"),
+    "events": ("seq", ("project_path",), ("body_json",)),
+    "memory_records": ("id", ("title", "summary", "invalid_reason"),
                        ("facts_json", "concepts_json", "files_touched_json")),
-    "record_versions": (("title", "summary", "reason"),
+    "record_versions": ("id", ("title", "summary", "reason"),
                         ("facts_json", "concepts_json", "files_touched_json")),
-    "retrievals": (("context", "error"), ()),
-    "extraction_batches": (("error",), ()),
+    "retrievals": ("id", ("context", "error"), ()),
+    "extraction_batches": ("batch_id", ("error",), ()),
 }
 
 
@@ -320,9 +349,8 @@ def scrub_stored(conn: sqlite3.Connection, dry_run: bool = False) -> dict[str, d
     dropped to be made again from the new text), versions, the retrieval log and batch
     errors. ``{table: {kind: redactions}}``; with dry_run nothing is written."""
     report: dict[str, dict[str, int]] = {}
-    for table, (texts, jsons) in SCRUBBED.items():
+    for table, (key, texts, jsons) in SCRUBBED.items():
         counts: Counter = Counter()
-        key = "rowid"
         columns = texts + jsons
         rows = conn.execute(f"SELECT {key}, {', '.join(columns)} FROM {table}").fetchall()
         for row in rows:
@@ -340,13 +368,14 @@ def scrub_stored(conn: sqlite3.Connection, dry_run: bool = False) -> dict[str, d
                     if clean != value:
                         changed[name] = clean
             if changed and not dry_run:
-                _rewrite(conn, table, row[0], changed)
+                _rewrite(conn, table, key, row[0], changed)
         if counts:
             report[table] = dict(counts)
     return report
 
 
-def _rewrite(conn: sqlite3.Connection, table: str, rowid: int, changed: dict[str, str]) -> None:
+def _rewrite(conn: sqlite3.Connection, table: str, key: str, row_key: int | str,
+             changed: dict[str, str]) -> None:
     if table == "events" and "body_json" in changed:
         changed["content_hash"] = contract.hash_json(changed["body_json"])
     assignments = [f"{name} = ?" for name in changed]
@@ -355,15 +384,16 @@ def _rewrite(conn: sqlite3.Connection, table: str, rowid: int, changed: dict[str
             changed["facts_text"] = " ".join(json.loads(changed["facts_json"]))
             assignments.append("facts_text = ?")
         assignments += ["embedding = NULL", EMBED_AGAIN]  # no vector of the old text stays
-    conn.execute(f"UPDATE {table} SET {', '.join(assignments)} WHERE rowid = ?",
-                 [*changed.values(), rowid])
+    conn.execute(f"UPDATE {table} SET {', '.join(assignments)} WHERE {key} = ?",
+                 [*changed.values(), row_key])
 
 
 def forget_namespace(conn: sqlite3.Connection, namespace: str) -> dict[str, int]:
     """Forget everything of one project: its events, records (tombstones kept), batches
     and retrieval log. How many events and records were removed."""
-    conn.execute("INSERT OR IGNORE INTO tombstones SELECT record_id, namespace, ?"
-                 " FROM memory_records WHERE namespace = ?", (utc_now(), namespace))
+    conn.execute("INSERT INTO tombstones SELECT record_id, namespace, ?"
+                 " FROM memory_records WHERE namespace = ? ON CONFLICT DO NOTHING",
+                 (utc_now(), namespace))
     records = conn.execute("DELETE FROM memory_records WHERE namespace = ?",
                            (namespace,)).rowcount
     events = conn.execute("DELETE FROM events WHERE namespace = ?", (namespace,)).rowcount
@@ -431,7 +461,7 @@ def import_record(conn: sqlite3.Connection, record: dict, versions: list[dict],
 
 def import_tombstone(conn: sqlite3.Connection, tombstone: dict) -> dict:
     """A tombstone from an export: the record it names is forgotten here too."""
-    if not conn.execute("INSERT OR IGNORE INTO tombstones VALUES (?, ?, ?)",
+    if not conn.execute("INSERT INTO tombstones VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                         (tombstone["record_id"], tombstone["namespace"],
                          tombstone["forgotten_at"])).rowcount:
         return {"status": "duplicate"}
@@ -443,7 +473,7 @@ def prune_events(conn: sqlite3.Connection, before_ms: int, namespace: str | None
     """Delete the events (of a namespace) older than ``before_ms`` that are already
     distilled into records (the records stay); how many."""
     return conn.execute(
-        "DELETE FROM events WHERE valid_ms < ?1 AND (?2 IS NULL OR namespace = ?2)"
+        "DELETE FROM events WHERE valid_ms < ?1 AND (CAST(?2 AS TEXT) IS NULL OR namespace = ?2)"
         " AND seq <= COALESCE((SELECT last_seq FROM extraction_cursor c"
         " WHERE c.namespace = events.namespace), 0)"
         " AND NOT EXISTS (SELECT 1 FROM extraction_batches b WHERE b.namespace ="
@@ -668,8 +698,8 @@ def note_changes(conn: sqlite3.Connection, namespace: str,
             (holder.get(event_id), event_id)).fetchone()
         if turn_seq is not None:
             conn.execute("INSERT INTO file_changes VALUES (?, ?, ?) ON CONFLICT"
-                         " (namespace, path_key) DO UPDATE SET"
-                         " turn_seq = max(turn_seq, excluded.turn_seq)",
+                         " (namespace, path_key) DO UPDATE SET turn_seq = excluded.turn_seq"
+                         " WHERE excluded.turn_seq > file_changes.turn_seq",
                          (namespace, path_key(path), turn_seq))
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from kirolearn import contract, paths, privacy, protocol, transport
+from kirolearn import contract, db, paths, privacy, protocol, transport
 from kirolearn.roles import base
 from kirolearn.search import MODES, embeddings, ranking, searcher, vectors
 
@@ -137,7 +137,7 @@ class Retrieval(base.Role):
         self.global_floor = cfg["global_min_similarity"]
         self.embeddings_state, embedder = self._load_embedder()
         self.default_mode = cfg["mode"] if embedder is not None else "lexical"
-        self.searcher = searcher.Searcher(paths.db_path(self.base), embedder=embedder,
+        self.searcher = searcher.Searcher(db.location(self.base, self.settings), embedder=embedder,
                                         min_similarity=cfg["min_similarity"],
                                         rrf_k=max(1, cfg["rrf_k"]),
                                         neighbour_weight=max(0.0, cfg["neighbour_weight"]),
@@ -156,7 +156,7 @@ class Retrieval(base.Role):
                                                  connect=paths.endpoint("storage", self.base))
             self.add_socket(self.storage, self._on_storage_reply)
             changes.setsockopt(zmq.SUBSCRIBE, b"vectors")
-            self.backfill = vectors.Backfill(paths.db_path(self.base), embedder,
+            self.backfill = vectors.Backfill(db.location(self.base, self.settings), embedder,
                                              self.searcher.vectors, self.log, self.wake)
             self.searcher.request_load = self.backfill.request_load
             self.backfill.start()

@@ -45,7 +45,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import zmq
 
@@ -72,10 +71,16 @@ REMOTE_SILENCE_S = 15.0  # a worker elsewhere unheard of this long has died with
 PURGE_AFTER_S = 2.0  # forgets in a row: the full-text index is purged once, after the last
 
 
-def describe_fault(exc: sqlite3.Error, path: Path) -> str | None:
+def describe_fault(exc: sqlite3.Error, path: db.Location) -> str | None:
     """What a database error says about the machine, and what to do; None for an error
     that is not a fault of the disk or the file (a bug, a constraint)."""
     text = str(exc).lower()
+    if db.is_postgres(path):
+        if isinstance(exc, sqlite3.OperationalError) or "read-only" in text:
+            return (f"the database at {db.describe(path)} cannot be written ({exc}); check"
+                    " that its server runs and lets kirolearn in (the agents keep their"
+                    " events in the spool meanwhile)")
+        return None
     if "full" in text:
         return (f"the disk holding {path} is full; free some space there (the agents keep"
                 " their events in the spool meanwhile, and they are stored once there is room)")
@@ -110,7 +115,7 @@ class Storage(base.Role):
         self.max_bytes = cfg["batch_max_bytes"]
         self.lease_ms = int(cfg["lease_s"] * 1000)
         self.group_max = max(1, cfg["group_commit_max"])
-        self.path = paths.db_path(self.base)
+        self.path = db.location(self.base, self.settings)
         self._conn: sqlite3.Connection | None = None
         self.fault: str | None = None  # why the database cannot be written, said to all
         self.fault_since: str | None = None
@@ -120,6 +125,10 @@ class Storage(base.Role):
         self.heard: dict[str, float] = {}  # batch of a worker elsewhere → when it last spoke
         self.batch_s: float | None = None  # the workers' recent seconds per batch
         self.backup_every_s = self.settings["backup"]["interval_h"] * 3600  # 0: never
+        if self.backup_every_s and db.is_postgres(self.path):
+            self.log.warning("backup.interval_h is ignored: a PostgreSQL store is backed up"
+                             " by PostgreSQL's own tools (pg_dump, base backups)")
+            self.backup_every_s = 0
         self.backup_due = (backups.next_due(paths.backup_dir(self.base), self.backup_every_s)
                            if self.backup_every_s else math.inf)
         self.backup_thread: threading.Thread | None = None
@@ -183,7 +192,8 @@ class Storage(base.Role):
                 raise base.Unavailable(f"storage cannot write: {self.fault}")
             try:
                 conn = writes.connect_writer(self.path)
-                if not os.access(self.path, os.W_OK):  # SQLite would open it read-only
+                if not db.is_postgres(self.path) and not os.access(self.path, os.W_OK):
+                    # SQLite would open it read-only
                     conn.close()
                     raise sqlite3.OperationalError("the database file is read-only")
             except sqlite3.Error as exc:
@@ -205,7 +215,7 @@ class Storage(base.Role):
                 raise
             self._fail_writer(exc)
             raise base.Unavailable(f"storage cannot write: {self.fault}") from exc
-        if self.wal is None:
+        if self.wal is None and not db.is_postgres(self.path):
             with contextlib.suppress(OSError):
                 self.wal = os.stat(f"{self.path}-wal").st_ino
         if self.fault:
@@ -214,7 +224,7 @@ class Storage(base.Role):
             self.fault = self.fault_since = None
 
     def _fail_writer(self, exc: sqlite3.Error) -> None:
-        fault = describe_fault(exc, self.path) or f"{self.path}: {exc}"
+        fault = describe_fault(exc, self.path) or f"{db.describe(self.path)}: {exc}"
         if fault != self.fault:
             self.log.error("storage cannot write: %s", fault)
             self.fault, self.fault_since = fault, db.utc_now()
@@ -478,6 +488,9 @@ class Storage(base.Role):
         return {"redacted": redacted}
 
     def _file_bytes(self) -> int:
+        """The store's size on disk (on PostgreSQL, its database's)."""
+        if db.is_postgres(self.path):
+            return reads.database_bytes(self.conn)
         return sum(os.stat(f"{self.path}{suffix}").st_size for suffix in ("", "-wal")
                    if os.path.exists(f"{self.path}{suffix}"))
 
@@ -592,8 +605,7 @@ class Storage(base.Role):
         once no forget has come for a moment and events are not pouring in."""
         self.purge_due = None
         try:
-            with self.writing():
-                writes.purge_index(self.conn)
+            writes.purge_index(self.conn)  # one statement: a transaction of its own
         except (base.Unavailable, sqlite3.Error) as exc:
             self.log.warning("the full-text index could not be purged: %s", exc)
             return

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from starlette.exceptions import HTTPException
 
-from kirolearn import contract, db, paths, project, tooluse
+from kirolearn import contract, db, project, tooluse
 from kirolearn.db import reads, views
 from kirolearn.viewer.chart import latency_series
 
@@ -65,11 +65,11 @@ class Reader:
     """The viewer's reads of one kirolearn home."""
 
     def __init__(self, base: Path):
-        self.path = paths.db_path(base)
+        self.path = db.location(base)
 
     @contextlib.contextmanager
     def conn(self) -> Iterator[sqlite3.Connection]:
-        if not self.path.exists():
+        if not db.exists(self.path):
             raise HTTPException(503, "no database yet: kirolearn has not stored anything")
         with db.reading(self.path) as conn:
             yield conn
