@@ -394,10 +394,13 @@ def pending(base: Path | None = None) -> dict | None:
     still report the processes)."""
     import sqlite3
 
-    from kirolearn import db
+    from kirolearn import config, db
     from kirolearn.db import reads
 
-    path = db.location(base)
+    try:
+        path = db.location(base)
+    except config.ConfigError:  # which store is unknown; status says what it can
+        return None
     if not db.exists(path):
         return None
     try:

@@ -22,6 +22,7 @@ from helpers import kl, processes_using
 from postgres_server import PostgresServer
 
 from kirolearn import paths, transport
+from kirolearn.db import postgres
 
 
 @contextlib.contextmanager
@@ -68,7 +69,8 @@ def store(request, home, monkeypatch):
     if request.param == "postgresql":
         monkeypatch.setenv("KIROLEARN_STORAGE_URL",
                            request.getfixturevalue("postgres_server").database())
-    return request.param
+    yield request.param
+    postgres.close_pools()  # the test's reads of its database
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import KL, Workspace, kl, make_event, status, stored_events, wait_for
 
-from kirolearn import paths, protocol, spool, transport
+from kirolearn import db, paths, protocol, spool, transport
 
 EVENTS = 12_000
 
@@ -26,14 +25,11 @@ def _pid(role: str) -> int:
 
 
 def _stored_count(home) -> int:
-    conn = sqlite3.connect(f"file:{paths.db_path(home)}?mode=ro", uri=True)
-    try:
+    with db.reading(db.location(home)) as conn:
         return conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
-    finally:
-        conn.close()
 
 
-def test_sigkill_storage_and_ingest_mid_import_loses_nothing(daemon, tmp_path):
+def test_sigkill_storage_and_ingest_mid_import_loses_nothing(store, daemon, tmp_path):
     events = [make_event("tool_use", f"src/module_{i}.py", session_id=f"s{i % 7}")
               for i in range(EVENTS)]
     source = tmp_path / "events.jsonl"
@@ -55,10 +51,9 @@ def test_sigkill_storage_and_ingest_mid_import_loses_nothing(daemon, tmp_path):
     # Chunks were retried across the restarts: what their first attempt stored is counted
     # as stored, not as a duplicate.
     assert out.strip() == f"stored {EVENTS}, duplicate 0, rejected 0", err
-    conn = sqlite3.connect(paths.db_path(daemon))
-    ids = {row[0] for row in conn.execute("SELECT event_id FROM events")}
-    conn.close()
-    assert ids == {e["event_id"] for e in events}  # each exactly once (event_id is the key)
+    with db.reading(db.location()) as conn:
+        ids = [row[0] for row in conn.execute("SELECT event_id FROM events")]
+    assert sorted(ids) == sorted(e["event_id"] for e in events)  # each exactly once
     restarts = {r["role"]: r["restarts"] for r in status()["roles"]}
     assert restarts["storage"] == 1 and restarts["ingest"] == 1, (restarts, killed)
 

@@ -1,4 +1,5 @@
-"""Search on a real SQLite file: the query builder, the seed's rules, isolation, budgets."""
+"""Search on a real SQLite file (and, where a fixture says so, a real PostgreSQL database):
+the query builder, the seed's rules, isolation, budgets."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kirolearn import contract
-from kirolearn.db import schema, writes
+from kirolearn.db import postgres, schema, writes
 from kirolearn.search import checkpoint
 from kirolearn.search import context as context_format
 from kirolearn.search import query as fts_query
@@ -54,8 +55,18 @@ def make_db(path, records: list[dict]):
     return path
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_at(request, tmp_path):
+    """Where a test's corpus is made: a SQLite file, or a new PostgreSQL database."""
+    if request.param == "postgresql":
+        yield request.getfixturevalue("postgres_server").database()
+        postgres.close_pools()
+    else:
+        yield tmp_path / "kirolearn.db"
+
+
 @pytest.fixture
-def corpus_db(tmp_path):
+def corpus_db(store_at):
     records = [
         record(1, title="Switch user ids to UUID",
                summary="Migrated the users table from integer ids to UUIDs in two steps.",
@@ -69,7 +80,7 @@ def corpus_db(tmp_path):
         record(4, namespace=NS_B, title="Switch user ids to UUID in project B",
                summary="Same words, other project: must never leak into project A."),
     ]
-    return make_db(tmp_path / "kirolearn.db", records)
+    return make_db(store_at, records)
 
 
 @pytest.fixture
@@ -363,8 +374,8 @@ def test_a_slow_query_is_interrupted_at_the_deadline(tmp_path):
     assert cut.latency_ms < full.latency_ms / 2
 
 
-def test_the_schema_tokenizes_like_the_query_tokenizer(corpus_db):
-    conn = sqlite3.connect(corpus_db)
+def test_the_schema_tokenizes_like_the_query_tokenizer(tmp_path):
+    conn = sqlite3.connect(make_db(tmp_path / "kirolearn.db", [record(1)]))
     sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'memory_records_fts'").fetchone()
     conn.close()
     assert f"tokenize = '{schema.FTS_TOKENIZE}'" in sql[0]

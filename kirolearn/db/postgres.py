@@ -44,10 +44,16 @@ CONNECT_TIMEOUT_S = 5
 # No statement of a reader runs longer: a search is abandoned well before this.
 READER_STATEMENT_TIMEOUT_MS = 5000
 WRITER_LOCK = 0x6B69726F  # the advisory lock the one writer holds ("kiro")
-TEXT_SEARCH = "english"  # the text search configuration of the index and of queries
+TEXT_SEARCH = "kirolearn"  # the text search configuration of the index and of queries
 
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "init", """
+-- Words as SQLite's index makes them: stemmed (Snowball's English), and no stop words
+-- (a common word is weighed by its frequency, as there).
+CREATE TEXT SEARCH DICTIONARY kirolearn_stem (TEMPLATE = snowball, LANGUAGE = english);
+CREATE TEXT SEARCH CONFIGURATION kirolearn (COPY = english);
+ALTER TEXT SEARCH CONFIGURATION kirolearn ALTER MAPPING REPLACE english_stem WITH kirolearn_stem;
+
 CREATE FUNCTION julianday(moment text) RETURNS double precision LANGUAGE sql STABLE
     RETURN (extract(epoch FROM moment::timestamptz) / 86400 + 2440587.5)::double precision;
 
@@ -101,7 +107,7 @@ CREATE TABLE memory_records (
     files_key TEXT,
     -- A valid record's words; NULL (never matched) once it is marked invalid.
     search tsvector GENERATED ALWAYS AS (CASE WHEN invalid_reason IS NULL THEN
-        to_tsvector('english'::regconfig, title || ' ' || summary || ' ' || facts_text)
+        to_tsvector('kirolearn'::regconfig, title || ' ' || summary || ' ' || facts_text)
         END) STORED
 );
 CREATE INDEX memory_records_search ON memory_records USING gin (search);
@@ -250,7 +256,11 @@ def translate(sql: str) -> str:
 
 
 def _named(params: Sequence[Any] | None) -> dict[str, Any]:
-    return {f"p{number}": value for number, value in enumerate(params or (), 1)}
+    """Parameters by name; a NUL in a text, which PostgreSQL's text cannot hold, is
+    stored as U+FFFD (SQLite keeps it)."""
+    return {f"p{number}": value.replace("\x00", "\ufffd")
+            if isinstance(value, str) and "\x00" in value else value
+            for number, value in enumerate(params or (), 1)}
 
 
 def _psycopg() -> Any:
