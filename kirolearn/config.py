@@ -94,15 +94,36 @@ def load(base: Path | None = None, environ: dict[str, str] | None = None) -> dic
             transport.tcp_endpoints(settings["network"]["listen"])
         except ValueError as exc:
             raise ConfigError(f"network.listen: {exc}") from exc
-    url = settings["storage"]["url"]
-    if url and not url.startswith(("postgresql://", "postgres://")):
-        raise ConfigError(f"storage.url: a PostgreSQL URL (postgresql://USER@HOST:PORT/DB)"
-                          f" or empty for the SQLite file, got {url.split('@')[-1]!r}")
+    _check_storage_url(settings["storage"]["url"])
     for (section, key), allowed in CHOICES.items():
         if settings[section][key] not in allowed:
             raise ConfigError(f"{section}.{key}: must be one of {', '.join(allowed)},"
                               f" got {settings[section][key]!r}")
     return settings
+
+
+def _check_storage_url(url: str) -> str:
+    if url and not url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(f"storage.url: a PostgreSQL URL (postgresql://USER@HOST:PORT/DB)"
+                          f" or empty for the SQLite file, got {url.split('@')[-1]!r}")
+    return url
+
+
+def storage_url(base: Path | None = None, environ: dict[str, str] | None = None) -> str:
+    """``storage.url`` alone: where the store is stays known (to ``stats``, ``export``,
+    ``status``) while another setting is broken."""
+    environ = os.environ if environ is None else environ
+    if "KIROLEARN_STORAGE_URL" in environ:
+        return _check_storage_url(environ["KIROLEARN_STORAGE_URL"])
+    user_file = (base or paths.home()) / "config.toml"
+    try:
+        user = tomllib.loads(user_file.read_text("utf-8")) if user_file.exists() else {}
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{user_file}: {exc}") from exc
+    url = user.get("storage", {}).get("url", "") if isinstance(user.get("storage"), dict) else ""
+    if not isinstance(url, str):
+        raise ConfigError(f"storage.url: expected a string, got {url!r}")
+    return _check_storage_url(url)
 
 
 def remember(section: str, key: str, value: Any, base: Path | None = None) -> None:

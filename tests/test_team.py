@@ -35,7 +35,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mcp import Client
 
-from kirolearn import control, keys, paths, project, protocol, spool, transport
+from kirolearn import control, db, keys, paths, project, protocol, spool, transport
 from kirolearn.roles import gateway
 from kirolearn.roles import storage as storage_role
 
@@ -331,7 +331,7 @@ sleep "$2"
 
 
 def test_a_worker_elsewhere_killed_mid_batch_leaves_the_batch_committed_once(
-        home, machines, tmp_path):
+        store, home, machines, tmp_path):
     kl("keys", "init", check=True)  # the lease is the default's 300 s: silence says it
     address = f"tcp://127.0.0.1:{free_ports()}"
     kl("start", "--listen", address, "--extraction-workers", "0", check=True)
@@ -368,7 +368,7 @@ def test_a_worker_elsewhere_killed_mid_batch_leaves_the_batch_committed_once(
         second = worker(quick)
         try:
             def done() -> tuple | None:
-                with sqlite3.connect(paths.db_path()) as conn:
+                with db.reading(db.location()) as conn:
                     return conn.execute("SELECT batch_id, attempts, record_count FROM"
                                         " extraction_batches WHERE state = 'done'").fetchone()
             _, attempts, count = wait_for(done, timeout=90, message="the batch committed")
@@ -376,9 +376,9 @@ def test_a_worker_elsewhere_killed_mid_batch_leaves_the_batch_committed_once(
             second.send_signal(signal.SIGINT)
             _, log = second.communicate(timeout=20)
         assert second.returncode == 0, log
-        with sqlite3.connect(paths.db_path()) as conn:
-            batches = conn.execute("SELECT state FROM extraction_batches").fetchall()
-            records = conn.execute("SELECT strategy FROM memory_records").fetchall()
+        with db.reading(db.location()) as conn:
+            batches = [tuple(row) for row in conn.execute("SELECT state FROM extraction_batches")]
+            records = [tuple(row) for row in conn.execute("SELECT strategy FROM memory_records")]
         assert batches == [("done",)] and attempts >= 1
         assert count >= 1 and records == [("heuristic",)] * count
         assert '"batches": 1' in log  # the second worker did it, once

@@ -60,7 +60,10 @@ def require_served() -> None:
 @contextlib.contextmanager
 def reader() -> Iterator[sqlite3.Connection]:
     """A read-only connection to this home's database, closed after the block."""
-    path = db.location(settings=settings())
+    try:
+        path = db.location()
+    except config.ConfigError as exc:
+        raise click.ClickException(f"configuration error: {exc}") from exc
     if not db.exists(path):
         raise click.ClickException(f"no database at {path} yet; start kirolearn first")
     with db.reading(path) as conn:

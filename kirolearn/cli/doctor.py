@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from kirolearn import control, db, keys, paths, project, spool
+from kirolearn import config, control, db, keys, paths, project, spool
 from kirolearn.db import schema
 from kirolearn.shims import install
 from kirolearn.supervisor.states import RUNNING
@@ -141,7 +141,10 @@ def _check_quarantine() -> tuple[bool | None, str, str]:
 
 
 def _check_database() -> tuple[bool | None, str, str]:
-    where = db.location()
+    try:
+        where = db.location()
+    except config.ConfigError as exc:
+        return False, "database", f"where it is cannot be read: {exc}"
     name = db.describe(where)
     if not db.exists(where):
         return None, "database", f"{where} does not exist yet (created when the daemon starts)"

@@ -37,8 +37,10 @@ def location(base: Path | None = None, settings: dict | None = None) -> Location
     """Where the home's store is: ``storage.url`` when set, else its SQLite file."""
     if settings is None:
         from kirolearn import config
-        settings = config.load(base)
-    return settings["storage"]["url"] or paths.db_path(base)
+        url = config.storage_url(base)
+    else:
+        url = settings["storage"]["url"]
+    return url or paths.db_path(base)
 
 
 def is_postgres(where: Location) -> bool:
