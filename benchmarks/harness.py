@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from kirolearn import control, paths
+from kirolearn import control, db, paths
 from kirolearn.db import writes
 
 
@@ -27,10 +27,11 @@ def figures(prefix: str, values: list[float]) -> dict:
             f"{prefix}_p99_ms": round(percentile(values, 99), 3)}
 
 
-def write_records(base: Path, records: Iterable[dict]) -> None:
-    """Put records straight into the database of the home at base (daemon stopped)."""
+def write_records(base: Path, records: Iterable[dict], where: db.Location | None = None) -> None:
+    """Put records straight into the database of the home at base, or the store at where
+    (daemon stopped)."""
     paths.ensure_layout(base)
-    conn = writes.connect_writer(paths.db_path(base))
+    conn = writes.connect_writer(where or paths.db_path(base))
     conn.execute("BEGIN")
     for record in records:
         writes.insert_record(conn, record)

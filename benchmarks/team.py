@@ -12,10 +12,16 @@ one a turn at a time: a prompt with retrieval, then four tool uses.
 - ``hooks``: the clients run the real Claude Code shim, one process per hook: the hook's
   wall time (Python's start included) p50/p99 per kind, over TCP and over ipc.
 
-Embeddings are off (lexical retrieval), so no back-fill competes for the CPU. Prints one
-JSON line per case and path (DESIGN.md §10); progress goes to stderr.
+- ``search``: the store alone, on SQLite and on PostgreSQL at each size (100,000 and
+  1,000,000 records): search p50/p99 over 200 prompts, and how long writing took.
 
-    python benchmarks/team.py            # 10,000 records, 20 clients x 20 turns
+The daemon stores in PostgreSQL (``--storage``): a server of its own, started in a
+temporary folder by the tests' helper (Debian's binaries, tests/install-postgresql).
+Embeddings are off (lexical retrieval), so no back-fill competes for the CPU. Prints one
+JSON line per case, path and store (DESIGN.md §10); progress goes to stderr.
+
+    python benchmarks/team.py            # 10,000 records, 20 clients x 20 turns; search sizes
+    python benchmarks/team.py --cases search --search-sizes 100000
     python benchmarks/team.py --quick    # a smoke run in seconds
 """
 
@@ -36,7 +42,11 @@ from pathlib import Path
 import corpus
 from harness import percentile, say, write_records
 
-from kirolearn import contract, control, keys, paths, project, transport
+from kirolearn import contract, control, db, keys, paths, project, transport
+from kirolearn.search import searcher
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from postgres_server import PostgresServer
 
 KL = [sys.executable, "-m", "kirolearn"]
 SHIM = str(Path(sys.executable).parent / "kirolearn-claude-code")
@@ -171,16 +181,69 @@ def hooks_case(path: str, base: Path, proj: Path, env: dict, clients: int, turns
             "prompts_with_context": sum(found["context"]), "spooled": spooled}
 
 
+def search_case(storage: str, where: db.Location, count: int) -> dict:
+    """``search``: ``count`` records written to the store, then 200 prompts searched
+    (lexical, as the daemon's retrieval role searches, on a connection of its own)
+    after 50 to warm it: latency p50/p99."""
+    base = Path(tempfile.mkdtemp(prefix="kl-bench-", dir="/tmp"))
+    try:
+        namespaces = [f"/actor/{ACTOR}/project/{n}/" for n in ("main", "docs", "infra")]
+        records = corpus.records(count, namespaces)
+        started = time.monotonic()
+        write_records(base, records, where)
+        written_s = time.monotonic() - started
+        prompts = [f"{r['title']} again: what did we conclude?"
+                   for r in records[-1:-2500:-10]][:250]
+        found = searcher.Searcher(where)
+        try:
+            for prompt in prompts[:50]:
+                found.search(namespaces[0], prompt, 10, 600_000)
+            timed = [found.search(namespaces[0], prompt, 10, 600_000) for prompt in prompts[50:]]
+        finally:
+            found.close()
+        return {"bench": "team", "case": "search", "storage": storage, "records": count,
+                "write_s": round(written_s, 1),
+                "answered": sum(r.outcome in ("ok", "empty") for r in timed),
+                **latency_figures("search", [r.latency_ms for r in timed])}
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=10_000)
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--turns", type=int, default=20, help="turns per client (requests)")
     parser.add_argument("--hook-turns", type=int, default=3, help="turns per client (hooks)")
+    parser.add_argument("--search-sizes", default="100000,1000000",
+                        help="record counts of the search case, on each store")
+    parser.add_argument("--storage", choices=("postgresql", "sqlite"), default="postgresql",
+                        help="the daemon's store in the requests and hooks cases")
+    parser.add_argument("--cases", default="requests,hooks,search")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
         args.records, args.clients, args.turns, args.hook_turns = 500, 4, 3, 1
+        args.search_sizes = "2000"
+    cases = set(args.cases.split(","))
+    server = PostgresServer().start()
+    try:
+        if cases & {"requests", "hooks"}:
+            team_cases(args, cases, server.database() if args.storage == "postgresql" else None)
+        for count in (int(n) for n in args.search_sizes.split(",") if "search" in cases):
+            for storage in ("sqlite", "postgresql"):
+                where = (server.database() if storage == "postgresql"
+                         else Path(tempfile.mkdtemp(prefix="kl-bench-", dir="/tmp")) / "k.db")
+                say(f"search on {storage} at {count} records")
+                print(json.dumps(search_case(storage, where, count)), flush=True)
+                if storage == "sqlite":
+                    subprocess.run(["rm", "-rf", str(where.parent)], check=True)
+    finally:
+        server.stop()
+
+
+def team_cases(args: argparse.Namespace, cases: set[str], url: str | None) -> None:
+    """The requests and hooks cases, the daemon's store at url (None: its SQLite file)."""
     daemon_home = Path(tempfile.mkdtemp(prefix="kl-bench-", dir="/tmp"))
     laptop = Path(tempfile.mkdtemp(prefix="kl-bench-", dir="/tmp"))
     work = Path(tempfile.mkdtemp(prefix="kl-bench-", dir="/tmp"))
@@ -191,9 +254,12 @@ def main() -> None:
     namespace = project.resolve_project(proj, home=str(work), override="").namespace(ACTOR)
     records = corpus.records(args.records, [namespace])
     prompts = [f"{r['title']} again: what did we conclude?" for r in records[:200]]
-    say(f"seeding {args.records} records; the daemon listens on TCP with CURVE")
-    write_records(daemon_home, records)
+    say(f"seeding {args.records} records; the daemon listens on TCP with CURVE and stores"
+        f" in {'PostgreSQL' if url else 'SQLite'}")
+    write_records(daemon_home, records, url)
     server_env = {**env, "KIROLEARN_HOME": str(daemon_home)}
+    if url:
+        server_env["KIROLEARN_STORAGE_URL"] = url
     subprocess.run([*KL, "keys", "init"], env=server_env, check=True, capture_output=True)
     address = f"tcp://127.0.0.1:{free_port()}"
     subprocess.run([*KL, "start", "--listen", address], env=server_env, check=True,
@@ -204,14 +270,18 @@ def main() -> None:
                        env={**env, "KIROLEARN_HOME": str(laptop)}, check=True,
                        capture_output=True)
         keys.allow(ACTOR, keys.client_pair(laptop).public.decode(), daemon_home)
+        storage = {"storage": "postgresql" if url else "sqlite"}
         for path, base in (("tcp", laptop), ("ipc", daemon_home)):
-            say(f"requests over {path}: {args.clients} clients x {args.turns} turns")
-            print(json.dumps(requests_case(path, base, namespace, args.clients, args.turns,
-                                           prompts)), flush=True)
+            if "requests" in cases:
+                say(f"requests over {path}: {args.clients} clients x {args.turns} turns")
+                print(json.dumps({**requests_case(path, base, namespace, args.clients,
+                                                  args.turns, prompts), **storage}), flush=True)
         for path, base in (("tcp", laptop), ("ipc", daemon_home)):
-            say(f"hooks over {path}: {args.clients} clients x {args.hook_turns} turns")
-            print(json.dumps(hooks_case(path, base, proj, env, args.clients, args.hook_turns,
-                                        prompts)), flush=True)
+            if "hooks" in cases:
+                say(f"hooks over {path}: {args.clients} clients x {args.hook_turns} turns")
+                print(json.dumps({**hooks_case(path, base, proj, env, args.clients,
+                                               args.hook_turns, prompts), **storage}),
+                      flush=True)
     finally:
         subprocess.run([*KL, "stop"], env=server_env, capture_output=True, cwd="/tmp")
         for directory in (daemon_home, laptop, work):
