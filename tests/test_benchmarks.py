@@ -180,12 +180,18 @@ def test_a_hybrid_run_without_the_embedding_model_stops_at_once_saying_why(home,
         " or --mode lexical)"]
 
 
-def test_team_benchmark_quick_run_compares_tcp_with_ipc(home):
+def test_team_benchmark_quick_run_compares_tcp_with_ipc_and_the_stores(home):
     env = {k: v for k, v in os.environ.items() if k != "KIROLEARN_HOME"}
     result = subprocess.run([sys.executable, str(BENCHMARKS / "team.py"), "--quick"],
                             capture_output=True, text=True, timeout=300, env=env, cwd="/tmp")
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
+    searches = [row for row in rows if row["case"] == "search"]
+    assert [(row["storage"], row["records"], row["answered"]) for row in searches] == [
+        ("sqlite", 2000, 150), ("postgresql", 2000, 150)]
+    assert all(row["search_p99_ms"] > 0 for row in searches)
+    rows = [row for row in rows if row["case"] != "search"]
+    assert {row["storage"] for row in rows} == {"postgresql"}
     assert [(row["case"], row["path"]) for row in rows] == [
         ("requests", "tcp"), ("requests", "ipc"), ("hooks", "tcp"), ("hooks", "ipc")]
     for row in rows[:2]:  # a prompt may miss its budget on a loaded machine: counted
