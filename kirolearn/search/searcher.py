@@ -28,9 +28,8 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from kirolearn import privacy, project
+from kirolearn import db, privacy, project
 from kirolearn.db import fts, reads
 from kirolearn.search import checkpoint, embeddings, ranking, vectors
 from kirolearn.search.context import (
@@ -124,7 +123,7 @@ class Searcher:
     """Searches one database on its own read-only connection (opened on first use and
     reopened after a failure), so it reads while the storage role writes."""
 
-    def __init__(self, path: Path, term_budget: int | None = None,
+    def __init__(self, path: db.Location, term_budget: int | None = None,
                  embedder: embeddings.Embedder | None = None,
                  min_similarity: float = MIN_SIMILARITY, rrf_k: int = ranking.RRF_K,
                  neighbour_weight: float = NEIGHBOUR_WEIGHT,

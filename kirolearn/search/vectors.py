@@ -17,7 +17,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from kirolearn import contract, db
@@ -145,7 +144,7 @@ class Backfill(threading.Thread):
     loads the vector spaces that searches ask for (``request_load``) so that no search
     waits for one. Both reach the role's own thread through a queue (``drain``)."""
 
-    def __init__(self, path: Path, embedder: embeddings.Embedder, index: VectorIndex,
+    def __init__(self, path: db.Location, embedder: embeddings.Embedder, index: VectorIndex,
                  log: logging.Logger, results_ready: Callable[[], None] = lambda: None):
         super().__init__(name="embedding-backfill", daemon=True)
         self.path = path
