@@ -33,8 +33,7 @@ def write_records(base: Path, records: Iterable[dict], where: db.Location | None
     paths.ensure_layout(base)
     conn = writes.connect_writer(where or paths.db_path(base))
     conn.execute("BEGIN")
-    for record in records:
-        writes.insert_record(conn, record)
+    writes.insert_records(conn, records)
     conn.execute("COMMIT")
     conn.close()
 

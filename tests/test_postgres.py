@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from kirolearn import config, control, protocol
 from kirolearn.db import postgres, schema, writes
+from kirolearn.search import searcher
 
 LITERALS = st.from_regex(r"'([^']|'')*'", fullmatch=True)
 PIECES = st.one_of(st.sampled_from(["SELECT", " ", "x", "?", "?1", "?2", "%", "+n", " +n",
@@ -51,7 +52,8 @@ def test_the_schema_is_migrated_once_and_an_edited_migration_is_refused(postgres
         assert schema.migrate(conn) == []  # done when the writer opened it
         assert schema.check(conn) == ("ok", schema.latest(on_postgres=True))
         version, name, sql = postgres.MIGRATIONS[0]
-        monkeypatch.setattr(postgres, "MIGRATIONS", [(version, name, sql + "\n-- edited")])
+        monkeypatch.setattr(postgres, "MIGRATIONS", [(version, name, sql + "\n-- edited"),
+                                                     *postgres.MIGRATIONS[1:]])
         with pytest.raises(schema.MigrationError, match="differs from the one applied"):
             schema.migrate(conn)
     finally:
@@ -85,7 +87,7 @@ def test_start_storage_remembers_the_database_for_every_command(home, postgres_s
         assert not (home / "kirolearn.db").exists()
         stats = json.loads(kl("stats", "--json", check=True).stdout)
         assert stats["totals"]["events"] == 1
-        assert "(PostgreSQL, schema 1)" in kl("doctor").stdout
+        assert f"(PostgreSQL, schema {schema.latest(on_postgres=True)})" in kl("doctor").stdout
         other = kl("restart", check=True)  # a later start, without the option, stays there
         assert other.returncode == 0
         assert json.loads(kl("stats", "--json", check=True).stdout)["totals"]["events"] == 1
@@ -108,3 +110,103 @@ def test_a_database_that_cannot_be_reached_is_said_and_writes_are_unavailable(ho
             control.call("ingest", "put_event", {"event": event}, timeout_ms=8000)
     finally:
         kl("stop", check=True)
+
+
+def term_counts(url: str) -> dict[str, int]:
+    conn = writes.connect_writer(url)
+    try:
+        return dict(conn.execute("SELECT term, docs FROM record_terms WHERE docs > 0"))
+    finally:
+        conn.close()
+
+
+def test_records_written_in_bulk_are_counted_as_one_by_one(postgres_server):
+    """The search's term counts after a bulk load (counted once) are those its trigger
+    keeps record by record, and the trigger counts again afterwards."""
+    records = [{"record_id": f"R{n:025d}", "namespace": "/team/project/p/",
+                "title": f"Retry the webhook {n % 3}", "summary": "backoff and retries",
+                "facts": [f"file{n % 2}.py edited"], "concepts": [], "files_touched": [],
+                "observation_type": "discovery", "strategy": "heuristic",
+                "source_event_ids": [f"E{n:025d}"],
+                "created_at": "2026-01-01T00:00:00+00:00"} for n in range(7)]
+    one_by_one, bulk = postgres_server.database(), postgres_server.database()
+    for url, write in ((one_by_one, lambda conn, rs: [writes.insert_record(conn, r) for r in rs]),
+                       (bulk, writes.insert_records)):
+        conn = writes.connect_writer(url)
+        conn.execute("BEGIN")
+        write(conn, records[:6])
+        conn.execute("COMMIT")
+        writes.insert_record(conn, records[6])
+        conn.close()
+    counted = term_counts(one_by_one)
+    assert counted["retri"] == 7 and counted["file0.py"] == 4
+    assert term_counts(bulk) == counted
+
+
+def test_an_identifier_is_found_as_one_word_in_records_written_before_it_was(postgres_server,
+                                                                             monkeypatch):
+    """Migration 2 indexes an identifier joined by underscores as one lexeme, in the
+    records already there too; a query for it looks that lexeme up."""
+    url = postgres_server.database()
+    records = [{"record_id": f"R{n:025d}", "namespace": "/team/project/p/", "title": title,
+                "summary": summary, "facts": [], "concepts": [], "files_touched": [],
+                "observation_type": "discovery", "strategy": "heuristic",
+                "source_event_ids": [f"E{n:025d}"], "created_at": "2026-01-01T00:00:00+00:00"}
+               for n, (title, summary) in enumerate([
+                   ("Speed up `Refresh_User_Repository`", "cached the lookups"),
+                   ("Refresh the user repository nightly", "a cron job"),
+                   ("Billing export", "CSV columns")])]
+    with monkeypatch.context() as before:
+        before.setattr(postgres, "MIGRATIONS", postgres.MIGRATIONS[:1])
+        conn = writes.connect_writer(url)
+        conn.execute("BEGIN")
+        for record in records:
+            writes.insert_record(conn, record)
+        conn.execute("COMMIT")
+        conn.close()
+    writes.connect_writer(url).close()  # migrated to the latest
+    assert term_counts(url)["refresh_user_repository"] == 1
+    found = searcher.Searcher(url)
+    try:
+        result = found.search("/team/project/p/", "why is `refresh_user_repository` slow", 10,
+                              600_000)
+    finally:
+        found.close()
+    assert result.outcome == "ok"
+    assert [r["title"] for r in result.records][:2] == [
+        "Speed up `Refresh_User_Repository`", "Refresh the user repository nightly"]
+
+
+@pytest.fixture(scope="module")
+def migrated(postgres_server):
+    """A database with kirolearn's schema, for statements that change nothing."""
+    url = postgres_server.database()
+    writes.connect_writer(url).close()
+    return url
+
+
+@given(words=st.text(alphabet="aB_`.( )-9é", max_size=20))
+def test_a_query_names_an_identifier_by_the_lexeme_the_index_keeps(migrated, words):
+    conn = postgres.connect(migrated)
+    try:
+        kept = conn.execute("SELECT tsvector_to_array(kirolearn_identifiers(?))",
+                            (words,)).fetchone()[0]
+    finally:
+        conn.close()
+    whole = postgres.identifier(words)
+    if whole is not None:
+        assert kept == [whole]
+    elif "_" not in words:
+        assert kept == []
+
+
+def test_a_hyphenated_word_is_counted_and_found_by_its_whole_lexeme(migrated):
+    conn = postgres.connect(migrated)
+    try:
+        assert postgres.index_terms(conn, ["cursor-based", "`Cursor-Based`", "N+1", "a_b-c"]) \
+            == [("cursor-bas",), ("cursor-bas",), ("n", "+1"), ("a", "b-c", "b", "c")]
+        query, args = postgres.tsquery(["`Cursor-Based`", "N+1"])
+        assert conn.execute(f"SELECT CAST({query} AS text)", args).fetchone()[0] == (
+            "'cursor-bas' & 'cursor' & 'base' | 'n' <-> '+1'")
+    finally:
+        conn.close()

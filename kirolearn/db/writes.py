@@ -127,26 +127,43 @@ def insert_event(conn: sqlite3.Connection, event: dict, dedup_window_ms: int,
 
 # --- memory records ----------------------------------------------------------------------------
 
+INSERT_RECORD_SQL = (
+    "INSERT INTO memory_records (record_id, namespace, title, summary, facts_json,"
+    " facts_text, concepts_json, files_touched_json, observation_type, strategy,"
+    " source_event_ids_json, created_at, batch_id, invalid_reason, embedding_hash,"
+    " files_key, session_id, turn_seq)"
+    " SELECT ?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?, e.session_id, e.seq"
+    " FROM (SELECT 1) AS one LEFT JOIN events e ON e.event_id = ?")
+
+
+def _new_record_params(record: dict, batch_id: str | None, invalid_reason: str | None) -> tuple:
+    facts = record.get("facts", [])
+    return (record["record_id"], record["namespace"], record["title"], record["summary"],
+            json.dumps(facts), " ".join(facts), json.dumps(record.get("concepts", [])),
+            json.dumps(record.get("files_touched", [])), record["observation_type"],
+            record["strategy"], json.dumps(record["source_event_ids"]), record["created_at"],
+            batch_id, invalid_reason, None if invalid_reason is None else NOT_EMBEDDED,
+            files_key(record.get("files_touched", [])),
+            next(iter(record["source_event_ids"]), None))
+
+
 def insert_record(conn: sqlite3.Connection, record: dict, batch_id: str | None = None,
                   invalid_reason: str | None = None) -> None:
     """A new record; one marked invalid (an import) is kept out of the full-text index
     and is never embedded."""
-    facts = record.get("facts", [])
-    conn.execute(
-        "INSERT INTO memory_records (record_id, namespace, title, summary, facts_json,"
-        " facts_text, concepts_json, files_touched_json, observation_type, strategy,"
-        " source_event_ids_json, created_at, batch_id, invalid_reason, embedding_hash,"
-        " files_key, session_id, turn_seq)"
-        " SELECT ?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?, e.session_id, e.seq"
-        " FROM (SELECT 1) AS one LEFT JOIN events e ON e.event_id = ?",
-        (record["record_id"], record["namespace"], record["title"], record["summary"],
-         json.dumps(facts), " ".join(facts), json.dumps(record.get("concepts", [])),
-         json.dumps(record.get("files_touched", [])), record["observation_type"],
-         record["strategy"], json.dumps(record["source_event_ids"]), record["created_at"],
-         batch_id, invalid_reason, None if invalid_reason is None else NOT_EMBEDDED,
-         files_key(record.get("files_touched", [])),
-         next(iter(record["source_event_ids"]), None)),
-    )
+    conn.execute(INSERT_RECORD_SQL, _new_record_params(record, batch_id, invalid_reason))
+
+
+def insert_records(conn: sqlite3.Connection, records: Iterable[dict]) -> None:
+    """Many new records at once (a seeded corpus), in the caller's transaction: on
+    PostgreSQL they are sent without waiting for each answer, and the search's term
+    counts are made once, after them."""
+    rows = [_new_record_params(r, None, None) for r in records]
+    if isinstance(conn, postgres.Connection):
+        with postgres.terms_counted_after(conn):
+            conn.executemany(INSERT_RECORD_SQL, rows)
+    else:
+        conn.executemany(INSERT_RECORD_SQL, rows)
 
 
 NOT_EMBEDDED = "invalid"  # the embedding_hash of a record marked invalid: never embedded
