@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kirolearn import config, control, protocol
-from kirolearn.db import postgres, schema, writes
+from kirolearn.db import fts, postgres, schema, writes
 from kirolearn.search import searcher
 
 LITERALS = st.from_regex(r"'([^']|'')*'", fullmatch=True)
@@ -210,3 +210,27 @@ def test_a_hyphenated_word_is_counted_and_found_by_its_whole_lexeme(migrated):
             "'cursor-bas' & 'cursor' & 'base' | 'n' <-> '+1'")
     finally:
         conn.close()
+
+
+def test_a_window_ranked_by_intersected_bitmaps_ranks_as_the_planner_would(postgres_server,
+                                                                           monkeypatch):
+    url = postgres_server.database()
+    records = [{"record_id": f"R{n:025d}", "namespace": "/team/project/p/",
+                "title": f"retry the webhook {'twice ' * (n % 4)}", "summary": f"note {n}",
+                "facts": [], "concepts": [], "files_touched": [], "observation_type":
+                "discovery", "strategy": "heuristic", "source_event_ids": [f"E{n:025d}"],
+                "created_at": "2026-01-01T00:00:00+00:00"} for n in range(60)]
+    conn = writes.connect_writer(url)
+    conn.execute("BEGIN")
+    writes.insert_records(conn, records)
+    conn.execute("COMMIT")
+    conn.close()
+    reader = postgres.connect(url, readonly=True)
+    try:
+        ranked = fts.rank(reader, ["/team/project/p/"], '"twice"', 5, since_id=20)
+        monkeypatch.setattr(postgres, "SCANNED_IDS_MAX", 0)
+        assert fts.rank(reader, ["/team/project/p/"], '"twice"', 5, since_id=20) == ranked
+        assert len(ranked) == 5 and all(i > 20 for i, _ in ranked)
+        assert reader.execute("SHOW enable_indexscan").fetchone()[0] == "on"  # for it alone
+    finally:
+        reader.close()
