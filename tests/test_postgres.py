@@ -112,6 +112,13 @@ def test_a_database_that_cannot_be_reached_is_said_and_writes_are_unavailable(ho
         kl("stop", check=True)
 
 
+def record(n: int, title: str, summary: str = "", facts: tuple[str, ...] = ()) -> dict:
+    return {"record_id": f"R{n:025d}", "namespace": "/team/project/p/", "title": title,
+            "summary": summary, "facts": list(facts), "concepts": [], "files_touched": [],
+            "observation_type": "discovery", "strategy": "heuristic",
+            "source_event_ids": [f"E{n:025d}"], "created_at": "2026-01-01T00:00:00+00:00"}
+
+
 def term_counts(url: str) -> dict[str, int]:
     conn = writes.connect_writer(url)
     try:
@@ -123,12 +130,8 @@ def term_counts(url: str) -> dict[str, int]:
 def test_records_written_in_bulk_are_counted_as_one_by_one(postgres_server):
     """The search's term counts after a bulk load (counted once) are those its trigger
     keeps record by record, and the trigger counts again afterwards."""
-    records = [{"record_id": f"R{n:025d}", "namespace": "/team/project/p/",
-                "title": f"Retry the webhook {n % 3}", "summary": "backoff and retries",
-                "facts": [f"file{n % 2}.py edited"], "concepts": [], "files_touched": [],
-                "observation_type": "discovery", "strategy": "heuristic",
-                "source_event_ids": [f"E{n:025d}"],
-                "created_at": "2026-01-01T00:00:00+00:00"} for n in range(7)]
+    records = [record(n, f"Retry the webhook {n % 3}", "backoff and retries",
+                      (f"file{n % 2}.py edited",)) for n in range(7)]
     one_by_one, bulk = postgres_server.database(), postgres_server.database()
     for url, write in ((one_by_one, lambda conn, rs: [writes.insert_record(conn, r) for r in rs]),
                        (bulk, writes.insert_records)):
@@ -148,11 +151,7 @@ def test_an_identifier_is_found_as_one_word_in_records_written_before_it_was(pos
     """Migration 2 indexes an identifier joined by underscores as one lexeme, in the
     records already there too; a query for it looks that lexeme up."""
     url = postgres_server.database()
-    records = [{"record_id": f"R{n:025d}", "namespace": "/team/project/p/", "title": title,
-                "summary": summary, "facts": [], "concepts": [], "files_touched": [],
-                "observation_type": "discovery", "strategy": "heuristic",
-                "source_event_ids": [f"E{n:025d}"], "created_at": "2026-01-01T00:00:00+00:00"}
-               for n, (title, summary) in enumerate([
+    records = [record(n, title, summary) for n, (title, summary) in enumerate([
                    ("Speed up `Refresh_User_Repository`", "cached the lookups"),
                    ("Refresh the user repository nightly", "a cron job"),
                    ("Billing export", "CSV columns")])]
@@ -160,8 +159,8 @@ def test_an_identifier_is_found_as_one_word_in_records_written_before_it_was(pos
         before.setattr(postgres, "MIGRATIONS", postgres.MIGRATIONS[:1])
         conn = writes.connect_writer(url)
         conn.execute("BEGIN")
-        for record in records:
-            writes.insert_record(conn, record)
+        for one in records:
+            writes.insert_record(conn, one)
         conn.execute("COMMIT")
         conn.close()
     writes.connect_writer(url).close()  # migrated to the latest
@@ -215,11 +214,8 @@ def test_a_hyphenated_word_is_counted_and_found_by_its_whole_lexeme(migrated):
 def test_a_window_ranked_by_intersected_bitmaps_ranks_as_the_planner_would(postgres_server,
                                                                            monkeypatch):
     url = postgres_server.database()
-    records = [{"record_id": f"R{n:025d}", "namespace": "/team/project/p/",
-                "title": f"retry the webhook {'twice ' * (n % 4)}", "summary": f"note {n}",
-                "facts": [], "concepts": [], "files_touched": [], "observation_type":
-                "discovery", "strategy": "heuristic", "source_event_ids": [f"E{n:025d}"],
-                "created_at": "2026-01-01T00:00:00+00:00"} for n in range(60)]
+    records = [record(n, f"retry the webhook {'twice ' * (n % 4)}", f"note {n}")
+               for n in range(60)]
     conn = writes.connect_writer(url)
     conn.execute("BEGIN")
     writes.insert_records(conn, records)

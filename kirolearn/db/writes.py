@@ -5,6 +5,7 @@ Each function runs inside the caller's ``transaction`` unless it says otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import operator
 import sqlite3
@@ -159,10 +160,8 @@ def insert_records(conn: sqlite3.Connection, records: Iterable[dict]) -> None:
     PostgreSQL they are sent without waiting for each answer, and the search's term
     counts are made once, after them."""
     rows = [_new_record_params(r, None, None) for r in records]
-    if isinstance(conn, postgres.Connection):
-        with postgres.terms_counted_after(conn):
-            conn.executemany(INSERT_RECORD_SQL, rows)
-    else:
+    on_postgres = isinstance(conn, postgres.Connection)
+    with postgres.terms_counted_after(conn) if on_postgres else contextlib.nullcontext():
         conn.executemany(INSERT_RECORD_SQL, rows)
 
 
