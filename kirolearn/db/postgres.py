@@ -355,12 +355,15 @@ def _as_reader(raw: psycopg.Connection) -> None:
     """Read only, and each statement planned for its own arguments: a search's terms
     match ten records or a hundred thousand, and the one plan psycopg's prepared
     statements settle on after five runs took seconds on the common ones. No JIT: it
-    compiles for longer than these statements run."""
+    compiles for longer than these statements run. Random reads priced as the cached
+    reads they are: at the default the planner read every row's text vector rather than
+    the GIN index's few thousand (24 ms against 7 at 10,000 records)."""
     raw.execute("SET default_transaction_read_only = on")
     raw.execute(f"SET statement_timeout = {READER_STATEMENT_TIMEOUT_MS}")
     raw.execute("SET plan_cache_mode = force_custom_plan")
     raw.execute("SET jit = off")
     raw.execute(f"SET work_mem = '{READER_WORK_MEM}'")
+    raw.execute("SET random_page_cost = 1.1")
 
 
 def take_writer_lock(conn: Connection) -> None:
