@@ -5,11 +5,14 @@ listed and retried."""
 from __future__ import annotations
 
 import json
+import time
 
-from helpers import kl, make_event, status, wait_for
+import zmq
+from helpers import NAMESPACE, kl, make_event, status, wait_for
 
-from kirolearn import db, paths, transport
+from kirolearn import config, contract, db, paths, transport
 from kirolearn.db import writes
+from kirolearn.roles import storage as storage_role
 from kirolearn.roles.ingest import prepare
 
 TURNS = 1200
@@ -49,6 +52,48 @@ def test_a_large_history_imported_at_full_speed_becomes_a_record_per_turn(daemon
               if '"record_id"' in line}
     missing = [r for r in requests if r not in titles]
     assert not missing, f"{len(missing)} turns have no record, e.g. {missing[:3]}"
+
+
+def test_a_take_is_committed_a_slice_at_a_time_and_no_take_goes_out_meanwhile(home,
+                                                                              monkeypatch):
+    """A worker's take of many batches is committed a slice at a time, each slice a
+    transaction, so the loop answers the events queued meanwhile between them; until the
+    last slice is in, storage is due at once and hands no worker another take."""
+    monkeypatch.setattr(storage_role, "RESULTS_SLICE_S", 0.0)  # one batch a slice
+    paths.ensure_layout(home)
+    role = storage_role.Storage("storage", home, config.load(home))
+    role.setup()
+    worker = transport.make_socket(role.ctx, zmq.PULL, connect=paths.endpoint("batches", home))
+    try:
+        wait_for(role._worker_free, message="the worker connected")
+        batch_ids = []
+        for turn in range(3):
+            event = prepare(make_event("prompt", f"Rename module {turn}"))[0]
+            with db.transaction(role.conn):
+                writes.insert_event(role.conn, event, 0)
+                batch_ids += writes.form_batches(role.conn, NAMESPACE, "turn_end", 1 << 20)
+            role.unsaved.append((batch_ids[-1], [{
+                "record_id": contract.new_record_id(), "namespace": NAMESPACE,
+                "title": f"Renamed module {turn}", "summary": "Renamed it.", "facts": [],
+                "concepts": [], "files_touched": [], "observation_type": "decision",
+                "strategy": "heuristic", "source_event_ids": [event["event_id"]],
+                "created_at": contract.now_iso()}], []))
+
+        def done() -> list[str]:
+            return [row[0] for row in role.conn.execute(
+                "SELECT batch_id FROM extraction_batches WHERE state = 'done' ORDER BY rowid")]
+
+        for slices in range(1, 4):
+            assert role.wake_at() <= time.monotonic() and not role._worker_free()
+            role.tick()
+            assert done() == batch_ids[:slices]
+        assert not role.unsaved and role.wake_at() > time.monotonic() and role._worker_free()
+    finally:
+        worker.close()
+        role.teardown()
+        role.ctx.destroy(linger=0)
+        for endpoint in paths.runtime_dir(home).glob("*"):
+            endpoint.unlink()
 
 
 def test_a_poison_batch_is_failed_with_its_reason_listed_and_retried(home):

@@ -66,7 +66,8 @@ REOPEN_S = 2.0  # while the database cannot be written, how often to try again
 TAKE_TARGET_S = 0.1  # a take keeps a worker about this long, at its recent pace
 TAKE_MAX_BATCHES = 32  # ... and holds at most this many batches
 TAKE_MAX_BYTES = 1 << 20  # ... and this many bytes (a larger batch goes alone)
-RESULT_MESSAGES_PER_COMMIT = 64  # workers' messages read before one commit, at most
+RESULT_MESSAGES_PER_READ = 64  # workers' messages read in one look, at most
+RESULTS_SLICE_S = 0.05  # workers' results committed in transactions about this long
 REMOTE_SILENCE_S = 15.0  # a worker elsewhere unheard of this long has died with its batches
 PURGE_AFTER_S = 2.0  # forgets in a row: the full-text index is purged once, after the last
 
@@ -123,6 +124,9 @@ class Storage(base.Role):
         self.wal: int | None = None  # the inode of the WAL file the writer writes to
         self.claims: dict[str, int] = {}  # leased batch → the pid of the worker that took it
         self.heard: dict[str, float] = {}  # batch of a worker elsewhere → when it last spoke
+        # Workers' results read but not yet committed (``_save_results``).
+        self.unsaved: list[writes.BatchResult] = []
+        self.unsaved_failures: list[tuple[str, str]] = []  # (batch, why an attempt failed)
         self.batch_s: float | None = None  # the workers' recent seconds per batch
         self.backup_every_s = self.settings["backup"]["interval_h"] * 3600  # 0: never
         if self.backup_every_s and db.is_postgres(self.path):
@@ -537,11 +541,13 @@ class Storage(base.Role):
     # -- extraction batches ---------------------------------------------------------------------
 
     def wake_at(self) -> float | None:
-        """The next of: the WAL check, a scheduled backup, the index purge, and batch
-        work (a batch to form or hand out, a worker to look for), which waits while
-        events pour in (``tick``)."""
+        """The next of: the WAL check, a scheduled backup, the index purge, workers'
+        results still to commit (now), and batch work (a batch to form or hand out, a
+        worker to look for), which waits while events pour in (``tick``)."""
         now = time.monotonic()
         due = [now + self.backup_due - time.time()]
+        if self.unsaved or self.unsaved_failures:
+            due.append(now)
         if self.wal is not None:
             due.append(self.wal_check_at)
         busy_until = self.last_put + BUSY_WINDOW_S
@@ -572,13 +578,17 @@ class Storage(base.Role):
         return min(due, default=None)
 
     def tick(self) -> None:
-        """Batch bookkeeping, deferred while events are pouring in (acks come first),
-        but never for longer than BATCH_WORK_MAX_DEFER_S."""
+        """Workers' results committed, a slice at a time; batch bookkeeping once they
+        are, deferred while events are pouring in (acks come first), but never for
+        longer than BATCH_WORK_MAX_DEFER_S."""
         now = time.monotonic()
         if now >= self.wal_check_at:
             self.wal_check_at = now + WAL_CHECK_S
             self._check_wal()
         self._start_backup_when_due()
+        self._save_results()
+        if self.unsaved:
+            return
         busy = now - self.last_put < BUSY_WINDOW_S
         if not busy and self.purge_due is not None and now >= self.purge_due:
             self._purge_index()
@@ -736,8 +746,9 @@ class Storage(base.Role):
 
     def _worker_free(self) -> bool:
         """Whether a worker can take a message now; if not, batches are offered again soon
-        (and none is read for nothing)."""
-        if any(sock.poll(0, zmq.POLLOUT) for sock in self.batches):
+        (and none is read for nothing). None can while results wait to be committed: a
+        fast worker would outrun the writer."""
+        if not self.unsaved and any(sock.poll(0, zmq.POLLOUT) for sock in self.batches):
             return True
         self.dispatch_due = time.monotonic() + NO_WORKER_RETRY_S
         return False
@@ -782,12 +793,10 @@ class Storage(base.Role):
 
     def _on_records(self, sock: zmq.Socket) -> None:
         """What the workers have sent since the last look: the batches they took noted,
-        and every result committed in one transaction; then the next take handed out at
+        and the results committed (``_save_results``); then the next take handed out at
         once (unless events are pouring in: acks come first)."""
         self.dispatch_due = 0.0  # a worker is free again, or a batch is back
-        results: list[writes.BatchResult] = []
-        failures: list[tuple[str, str]] = []
-        for _ in range(RESULT_MESSAGES_PER_COMMIT):
+        for _ in range(RESULT_MESSAGES_PER_READ):
             try:
                 frame = sock.recv(zmq.NOBLOCK, copy=False)
                 message = protocol.unpack(frame.bytes)
@@ -800,17 +809,15 @@ class Storage(base.Role):
             if key is not None and (self.keyring is None or self.keyring.name_of(key) is None):
                 self.log.warning("dropped a records message from a worker no longer allowed")
                 continue
-            self._read_worker_message(message, results, failures, elsewhere=key is not None)
-        if results or failures:
-            self._commit_results(results, failures)
+            self._read_worker_message(message, elsewhere=key is not None)
+        self._save_results()
         if time.monotonic() - self.last_put >= BUSY_WINDOW_S:
             self._batch_work(self._dispatch_batches)
 
-    def _read_worker_message(self, message: dict, results: list[writes.BatchResult],
-                             failures: list[tuple[str, str]], elsewhere: bool = False) -> None:
+    def _read_worker_message(self, message: dict, elsewhere: bool = False) -> None:
         """A claim (``batch_ids``, and ``worker_pid`` here) and a worker elsewhere's
         ``working`` are noted at once; a take's ``results`` are checked and added to what
-        the next commit holds."""
+        is to be committed."""
         ids, working = message.get("batch_ids"), message.get("working")
         if elsewhere and isinstance(ids, list):  # heard from now on (its pid means nothing)
             self.heard.update(dict.fromkeys((i for i in ids if isinstance(i, str)),
@@ -843,7 +850,7 @@ class Storage(base.Role):
             self.heard.pop(batch_id, None)
             if isinstance(item.get("error"), str):
                 self.log.warning("batch %s: an attempt failed: %s", batch_id, item["error"])
-                failures.append((batch_id, item["error"][:1000]))
+                self.unsaved_failures.append((batch_id, item["error"][:1000]))
             elif isinstance(item.get("records"), list):
                 valid = []
                 for record in item["records"]:
@@ -851,21 +858,34 @@ class Storage(base.Role):
                         valid.append(contract.validate_record(record))
                     except contract.ContractError as exc:
                         self.log.warning("batch %s: dropped an invalid record: %s", batch_id, exc)
-                results.append((batch_id, valid, well_formed_changes(item.get("changed"))))
+                self.unsaved.append((batch_id, valid, well_formed_changes(item.get("changed"))))
             else:
                 self.log.warning("batch %s: dropped a result without records or error", batch_id)
 
-    def _commit_results(self, results: list[writes.BatchResult],
-                        failures: list[tuple[str, str]]) -> None:
-        """Failed attempts and completed batches, in one transaction. On a fault nothing is
-        committed: the batches go out again when their leases run out."""
+    def _save_results(self) -> None:
+        """Failed attempts and completed batches, in one transaction that stops taking
+        batches once it has run RESULTS_SLICE_S; the rest wait for the next pass of the loop,
+        after the events queued meanwhile (a take's thousand records committed at once held
+        the events' acks for a second on PostgreSQL). On a fault nothing is committed: the
+        batches go out again when their leases run out."""
+        if not (self.unsaved or self.unsaved_failures):
+            return
+        started = time.monotonic()
+        outcome: dict[str, int | str | None] = {}
         try:
             with self.writing():
+                failures, self.unsaved_failures = self.unsaved_failures, []
                 for batch_id, error in failures:
                     writes.batch_attempt_failed(self.conn, batch_id, error)
-                outcome = writes.complete_batches(self.conn, results, self.merge_window_s)
+                while self.unsaved and (not outcome
+                                        or time.monotonic() - started < RESULTS_SLICE_S):
+                    outcome.update(writes.complete_batches(self.conn, [self.unsaved.pop(0)],
+                                                           self.merge_window_s))
         except base.Unavailable:
+            self.unsaved, self.unsaved_failures = [], []
             return  # said when the fault began
+        if not self.unsaved:
+            self.dispatch_due = 0.0  # the workers may have the next take
         committed = {b: n for b, n in outcome.items() if isinstance(n, int)}
         for batch_id, what in outcome.items():
             if what is None:
@@ -886,6 +906,8 @@ class Storage(base.Role):
         while self.service.poll(0, zmq.POLLIN):
             base.serve(self.service, table, self.role, self.log)
             self._commit_group()
+        while self.unsaved or self.unsaved_failures:
+            self._save_results()
 
     def teardown(self) -> None:
         if getattr(self, "purge_due", None) is not None:
