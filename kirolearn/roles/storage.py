@@ -695,8 +695,8 @@ class Storage(base.Role):
 
     def _take_size(self) -> int:
         """How many due batches go to a worker in one message: as many as it does in about
-        TAKE_TARGET_S at its recent pace, so that a backlog costs one message and two
-        commits per take, while a slow (model-backed) worker still takes one at a time
+        TAKE_TARGET_S at its recent pace, so that a backlog costs one message per take
+        (and its results few commits), while a slow (model-backed) worker still takes one at a time
         and leaves the rest to the others."""
         if self.batch_s is None:
             return 1
