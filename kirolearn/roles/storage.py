@@ -696,8 +696,8 @@ class Storage(base.Role):
     def _take_size(self) -> int:
         """How many due batches go to a worker in one message: as many as it does in about
         TAKE_TARGET_S at its recent pace, so that a backlog costs one message per take
-        (and its results few commits), while a slow (model-backed) worker still takes one at a time
-        and leaves the rest to the others."""
+        (and its results few commits), while a slow (model-backed) worker still takes one
+        at a time and leaves the rest to the others."""
         if self.batch_s is None:
             return 1
         return max(1, min(TAKE_MAX_BATCHES, int(TAKE_TARGET_S / max(self.batch_s, 1e-4))))
