@@ -25,6 +25,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from kirolearn import contract, control, db, project
+from kirolearn.db import writes
 
 KL = [sys.executable, "-m", "kirolearn"]
 BIN = Path(sys.executable).parent
@@ -342,3 +343,15 @@ class FakeAnthropic(ApiHandler):
         ]
         self._send("text/event-stream", "".join(
             f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events).encode())
+
+
+def make_db(where: db.Location, records: list[dict]) -> db.Location:
+    """A store (SQLite file or PostgreSQL database) holding these records, written one by
+    one as storage writes them."""
+    conn = writes.connect_writer(where)
+    conn.execute("BEGIN")
+    for r in records:
+        writes.insert_record(conn, r)
+    conn.execute("COMMIT")
+    conn.close()
+    return where

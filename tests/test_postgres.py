@@ -9,7 +9,7 @@ import re
 import sqlite3
 
 import pytest
-from helpers import kl, make_event
+from helpers import kl, make_db, make_event
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -157,12 +157,7 @@ def test_an_identifier_is_found_as_one_word_in_records_written_before_it_was(pos
                    ("Billing export", "CSV columns")])]
     with monkeypatch.context() as before:
         before.setattr(postgres, "MIGRATIONS", postgres.MIGRATIONS[:1])
-        conn = writes.connect_writer(url)
-        conn.execute("BEGIN")
-        for one in records:
-            writes.insert_record(conn, one)
-        conn.execute("COMMIT")
-        conn.close()
+        make_db(url, records)
     writes.connect_writer(url).close()  # migrated to the latest
     assert term_counts(url)["refresh_user_repository"] == 1
     found = searcher.Searcher(url)

@@ -9,6 +9,7 @@ import sqlite3
 import time
 
 import pytest
+from helpers import make_db
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -43,16 +44,6 @@ def record(n: int, namespace: str = NS_A, title: str = "", summary: str = "",
             "files_touched": [], "observation_type": "discovery", "strategy": "heuristic",
             "source_event_ids": [f"E{n:025d}"],
             "created_at": created_at or f"2026-01-01T00:{n // 60 % 60:02d}:{n % 60:02d}+00:00"}
-
-
-def make_db(path, records: list[dict]):
-    conn = writes.connect_writer(path)
-    conn.execute("BEGIN")
-    for r in records:
-        writes.insert_record(conn, r)
-    conn.execute("COMMIT")
-    conn.close()
-    return path
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
