@@ -213,7 +213,8 @@ def drain_spool(base: Path | None = None) -> dict:
         except BlockingIOError:
             counts["left"] = len(spool.waiting(base))
             return counts
-        while files := spool.waiting(base, SPOOL_CHUNK):
+        chunk = SPOOL_CHUNK
+        while files := spool.waiting(base, chunk):
             lines = []
             for path in files:
                 event = spool.read(path)
@@ -221,6 +222,13 @@ def drain_spool(base: Path | None = None) -> dict:
             try:
                 results = call("ingest", "put_events", {"lines": lines},
                                timeout_ms=IMPORT_MS, base=base)["results"]
+            except RemoteError as exc:
+                if exc.code != protocol.ErrorCode.FORBIDDEN:
+                    break
+                if len(files) > 1:  # one event is not this key's: find which, one by one
+                    chunk = 1
+                    continue
+                results = [{"status": "rejected", "reason": exc.reason}]
             except Unanswered:
                 break
             for path, result in zip(files, results, strict=True):

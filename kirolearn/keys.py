@@ -5,9 +5,15 @@ connection with ZeroMQ's CURVE. Under ``$KIROLEARN_HOME/keys/`` (0700):
 
 - ``server.key`` and ``server.key_secret``: the daemon's pair (``kirolearn keys init``);
 - ``clients/<NAME>.key``: each client allowed in, by name (``kirolearn keys add``); the
-  name is who the client is: the actor its events are stored under;
+  name is who the client is: the actor whose namespaces it may write (``access``);
+- ``clients/<NAME>.grants``: the projects a client was granted (``kirolearn keys grant``),
+  one project id a line;
+- ``workers/<NAME>.key``: each extraction worker allowed on storage's worker ports
+  (``kirolearn keys add --worker``); a client key is not let in there, nor a worker key
+  to a client's requests;
 - ``client.key`` and ``client.key_secret``: this machine's pair when it is a client of
-  a daemon elsewhere (made by ``kirolearn connect``).
+  a daemon elsewhere (made by ``kirolearn connect``); ``worker.key`` and
+  ``worker.key_secret``: its pair as an extraction worker of one.
 
 Files use ZeroMQ's certificate format (``zmq.auth`` and ``zcert`` read them). Keys are
 Z85 text, 40 characters for 32 bytes. Standard library and pyzmq's core only: the
@@ -48,6 +54,17 @@ def keys_dir(base: Path | None = None) -> Path:
 
 def clients_dir(base: Path | None = None) -> Path:
     return keys_dir(base) / "clients"
+
+
+def workers_dir(base: Path | None = None) -> Path:
+    return keys_dir(base) / "workers"
+
+
+CLIENT, WORKER = "client", "worker"  # the kinds of key a daemon lets in
+
+
+def kind_dir(kind: str, base: Path | None = None) -> Path:
+    return workers_dir(base) if kind == WORKER else clients_dir(base)
 
 
 def check_public_key(text: str) -> bytes:
@@ -134,11 +151,11 @@ def server_pair(base: Path | None = None) -> KeyPair:
     return pair
 
 
-def allowed(base: Path | None = None) -> dict[str, bytes]:
-    """The clients let in: name → public key."""
+def allowed(base: Path | None = None, kind: str = CLIENT) -> dict[str, bytes]:
+    """The clients (or workers) let in: name → public key."""
     found = {}
     try:
-        entries = sorted(os.scandir(clients_dir(base)), key=lambda e: e.name)
+        entries = sorted(os.scandir(kind_dir(kind, base)), key=lambda e: e.name)
     except FileNotFoundError:
         return {}
     for entry in entries:
@@ -150,64 +167,119 @@ def allowed(base: Path | None = None) -> dict[str, bytes]:
     return found
 
 
-def allow(name: str, public_key: str, base: Path | None = None) -> None:
-    """Let a client in; refused when the name or the key is already in (revoke first)."""
+def allow(name: str, public_key: str, base: Path | None = None, kind: str = CLIENT) -> None:
+    """Let a client (or a worker) in; refused when the name or the key is already in, as
+    either kind (revoke first)."""
     check_name(name)
     key = check_public_key(public_key)
     if key == server_pair(base).public:
         raise KeysError("that is the daemon's own public key; give the client's (its"
                         " `kirolearn connect` prints it)")
-    for other, other_key in allowed(base).items():
-        if other == name:
-            raise KeysError(f"{name} is already allowed; `kirolearn keys revoke {name}` first"
-                            " to give it another key")
-        if other_key == key:
-            raise KeysError(f"that key is already allowed as {other}")
-    paths.write_private(paths.ensure_private_dir(clients_dir(base)) / f"{name}.key",
+    for other_kind in (CLIENT, WORKER):
+        for other, other_key in allowed(base, other_kind).items():
+            if other == name:
+                raise KeysError(f"{name} is already allowed (as a {other_kind});"
+                                f" `kirolearn keys revoke {name}` first to give it another key")
+            if other_key == key:
+                raise KeysError(f"that key is already allowed as {other} (a {other_kind})")
+    paths.write_private(paths.ensure_private_dir(kind_dir(kind, base)) / f"{name}.key",
                         _certificate(key, None), durable=True)
 
 
-def revoke(name: str, base: Path | None = None) -> None:
+def revoke(name: str, base: Path | None = None) -> str:
+    """Shut a client or a worker out (its grants go with it); which kind it was."""
     check_name(name)
-    path = clients_dir(base) / f"{name}.key"
-    if not path.exists():
+    for kind in (CLIENT, WORKER):
+        path = kind_dir(kind, base) / f"{name}.key"
+        if path.exists():
+            (clients_dir(base) / f"{name}.grants").unlink(missing_ok=True)
+            path.unlink()
+            return kind
+    raise KeysError(f"no client or worker is allowed as {name} (see `kirolearn keys list`)")
+
+
+# -- grants: projects a client may read beside those it contributed to (``access``) ----------
+
+PROJECT_ID = re.compile(r"^[0-9a-f]{64}$")
+
+
+def grants(name: str, base: Path | None = None) -> set[str]:
+    """The project ids granted to the client ``name``."""
+    try:
+        text = (clients_dir(base) / f"{name}.grants").read_text("ascii")
+    except (OSError, UnicodeDecodeError):
+        return set()
+    return {line.strip() for line in text.splitlines() if PROJECT_ID.match(line.strip())}
+
+
+def grant(name: str, project_id: str, base: Path | None = None, revoke: bool = False) -> None:
+    """Grant (or, with ``revoke``, take back) the client ``name`` the project's memories."""
+    check_name(name)
+    if name not in allowed(base):
         raise KeysError(f"no client is allowed as {name} (see `kirolearn keys list`)")
-    path.unlink()
+    if not PROJECT_ID.match(project_id):
+        raise KeysError(f"{project_id!r} is not a project id (64 hex digits)")
+    held = grants(name, base)
+    if revoke and project_id not in held:
+        raise KeysError(f"{name} was not granted {project_id}")
+    held = held - {project_id} if revoke else held | {project_id}
+    paths.write_private(clients_dir(base) / f"{name}.grants",
+                        "".join(f"{p}\n" for p in sorted(held)).encode("ascii"), durable=True)
 
 
 class Keyring:
-    """The allowed clients as a daemon process sees them: read again whenever the
-    ``clients/`` folder changes, so ``keys add`` and ``keys revoke`` take effect at once,
-    without a restart."""
+    """The allowed keys of one kind as a daemon process sees them: read again whenever
+    their folder changes, so ``keys add``, ``keys grant`` and ``keys revoke`` take effect
+    at once, without a restart."""
 
-    def __init__(self, base: Path):
+    def __init__(self, base: Path, kind: str = CLIENT):
         self.base = base
+        self.kind = kind
         self._stamp: tuple[int, int] | None = None
         self._names: dict[bytes, str] = {}
+        self._grants: dict[str, set[str]] = {}
+
+    def changed(self) -> bool:
+        """Read the keys again if their folder changed since the last look (and say so)."""
+        try:
+            info = os.stat(kind_dir(self.kind, self.base))
+            stamp = (info.st_mtime_ns, info.st_ino)
+        except FileNotFoundError:
+            stamp = None
+        if stamp == self._stamp:
+            return False
+        self._names = {key: name for name, key in allowed(self.base, self.kind).items()}
+        self._grants = ({name: grants(name, self.base) for name in self._names.values()}
+                        if self.kind == CLIENT else {})
+        self._stamp = stamp
+        return True
 
     def name_of(self, public_key: bytes | None) -> str | None:
-        """The allowed client's name for a raw (32-byte) or Z85 public key, or None."""
+        """The allowed name for a raw (32-byte) or Z85 public key, or None."""
         if not public_key:
             return None
         if len(public_key) == 32:
             public_key = z85.encode(public_key)
-        try:
-            info = os.stat(clients_dir(self.base))
-            stamp = (info.st_mtime_ns, info.st_ino)
-        except FileNotFoundError:
-            stamp = None
-        if stamp != self._stamp:
-            self._names = {key: name for name, key in allowed(self.base).items()}
-            self._stamp = stamp
+        self.changed()
         return self._names.get(public_key)
+
+    def names(self) -> set[str]:
+        self.changed()
+        return set(self._names.values())
+
+    def grants_of(self, name: str) -> set[str]:
+        self.changed()
+        return self._grants.get(name, set())
 
 
 # -- a client's side ------------------------------------------------------------------------
 
-def client_pair(base: Path | None = None, create: bool = False) -> KeyPair | None:
-    """This machine's pair as a client of a daemon elsewhere (made when ``create``)."""
-    pair = read_pair(keys_dir(base), "client")
+def client_pair(base: Path | None = None, create: bool = False,
+                kind: str = CLIENT) -> KeyPair | None:
+    """This machine's pair as a client (or an extraction worker, ``kind``) of a daemon
+    elsewhere (made when ``create``)."""
+    pair = read_pair(keys_dir(base), kind)
     if pair is None and create:
         pair = new_pair()
-        write_pair(keys_dir(base), "client", pair)
+        write_pair(keys_dir(base), kind, pair)
     return pair

@@ -33,6 +33,7 @@ class ErrorCode(IntEnum):
     UNAVAILABLE = 7  # a downstream role did not answer in time
     INTERNAL = 8  # unexpected failure inside the role (logged)
     SHUTTING_DOWN = 9  # the role is stopping and takes no new work
+    FORBIDDEN = 10  # the request reaches what is not its client's (see kirolearn.access)
 
 
 class DecodeError(ValueError):

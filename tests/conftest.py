@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import zmq
-from helpers import kl, processes_using
+from helpers import free_ports, kl, processes_using
 from postgres_server import PostgresServer
 
 from kirolearn import paths, transport
@@ -116,3 +117,28 @@ def ingest(daemon, ctx):
     client = transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000)
     yield client
     client.close()
+
+
+@pytest.fixture
+def machines() -> Iterator[list[Path]]:
+    """Homes for other machines (``helpers.new_machine``); none may keep a process after
+    the test."""
+    made: list[Path] = []
+    yield made
+    for base in made:
+        leftovers = processes_using(base)
+        for pid in leftovers:
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(base, ignore_errors=True)
+        assert not leftovers, f"test leaked processes of {base}: {leftovers}"
+
+
+@pytest.fixture
+def server(home):
+    """This home's daemon listening on TCP with CURVE: (its address, its public key)."""
+    made = kl("keys", "init", check=True).stdout
+    public = made.split("server public key: ", 1)[1].split()[0]
+    address = f"tcp://127.0.0.1:{free_ports()}"
+    kl("start", "--listen", address, check=True)
+    yield address, public
+    kl("stop", check=True)

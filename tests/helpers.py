@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import platform
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -355,3 +357,57 @@ def make_db(where: db.Location, records: list[dict]) -> db.Location:
     conn.execute("COMMIT")
     conn.close()
     return where
+
+
+# -- machines of a team: each a KIROLEARN_HOME of its own, the traffic on 127.0.0.1 ----------
+
+def free_ports() -> int:
+    """A port P with P, P+1 and P+2 free on 127.0.0.1 (the daemon listens on all three)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port > 65533:
+            continue
+        try:
+            for offset in (1, 2):
+                with socket.socket() as other:
+                    other.bind(("127.0.0.1", port + offset))
+            return port
+        except OSError:
+            continue
+    raise AssertionError("no three free ports in a row")
+
+
+def new_machine(machines: list[Path]) -> Path:
+    base = Path(tempfile.mkdtemp(prefix="kl-m-", dir="/tmp"))
+    machines.append(base)
+    return base
+
+
+def on(base: Path, **extra: str) -> dict:
+    """The environment of a command run on the machine whose home is ``base``."""
+    return {**os.environ, "KIROLEARN_HOME": str(base), **extra}
+
+
+def connect(base: Path, address: str, server_key: str) -> str:
+    """``kirolearn connect`` on that machine; the command it prints for the daemon's host."""
+    out = kl("connect", address, "--server-key", server_key, env=on(base), check=True).stdout
+    assert "does not answer yet" in out
+    return out.splitlines()[-1].strip()
+
+
+def allow(command: str, name: str) -> None:
+    """Run, on the daemon's host, the ``kirolearn keys add`` a client printed (as ``name``)."""
+    assert command.startswith("kirolearn keys add ")
+    key = command.rsplit(" ", 1)[1].strip("'")
+    kl("keys", "add", name, key, check=True)
+
+
+def clone(root: Path, origin: str) -> Path:
+    """A clone of the team's repository at root, its origin remote as git writes it."""
+    (root / ".git").mkdir(parents=True)
+    (root / ".git" / "config").write_text(
+        f'[core]\n\tbare = false\n[remote "origin"]\n\turl = {origin}\n'
+        '\tfetch = +refs/heads/*:refs/remotes/origin/*\n')
+    return root

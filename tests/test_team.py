@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import sqlite3
 import stat
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,10 +20,15 @@ from helpers import (
     KL,
     NAMESPACE,
     Workspace,
+    allow,
     call,
+    clone,
+    connect,
+    free_ports,
     kl,
     make_event,
-    processes_using,
+    new_machine,
+    on,
     serve,
     wait_for,
     wait_records,
@@ -38,73 +40,6 @@ from mcp import Client
 from kirolearn import control, db, keys, paths, project, protocol, spool, transport
 from kirolearn.roles import gateway
 from kirolearn.roles import storage as storage_role
-
-
-def free_ports() -> int:
-    """A port P with P, P+1 and P+2 free on 127.0.0.1 (the daemon listens on all three)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if port > 65533:
-            continue
-        try:
-            for offset in (1, 2):
-                with socket.socket() as other:
-                    other.bind(("127.0.0.1", port + offset))
-            return port
-        except OSError:
-            continue
-    raise AssertionError("no three free ports in a row")
-
-
-@pytest.fixture
-def machines() -> Iterator[list[Path]]:
-    """Homes for other machines; none may keep a process after the test."""
-    made: list[Path] = []
-    yield made
-    for base in made:
-        leftovers = processes_using(base)
-        for pid in leftovers:
-            os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(base, ignore_errors=True)
-        assert not leftovers, f"test leaked processes of {base}: {leftovers}"
-
-
-def new_machine(machines: list[Path]) -> Path:
-    base = Path(tempfile.mkdtemp(prefix="kl-m-", dir="/tmp"))
-    machines.append(base)
-    return base
-
-
-def on(base: Path, **extra: str) -> dict:
-    """The environment of a command run on the machine whose home is ``base``."""
-    return {**os.environ, "KIROLEARN_HOME": str(base), **extra}
-
-
-@pytest.fixture
-def server(home, monkeypatch):
-    """This home's daemon listening on TCP with CURVE: (its address, its public key)."""
-    made = kl("keys", "init", check=True).stdout
-    public = made.split("server public key: ", 1)[1].split()[0]
-    address = f"tcp://127.0.0.1:{free_ports()}"
-    kl("start", "--listen", address, check=True)
-    yield address, public
-    kl("stop", check=True)
-
-
-def connect(base: Path, address: str, server_key: str) -> str:
-    """``kirolearn connect`` on that machine; the command it prints for the daemon's host."""
-    out = kl("connect", address, "--server-key", server_key, env=on(base), check=True).stdout
-    assert "does not answer yet" in out
-    return out.splitlines()[-1].strip()
-
-
-def allow(command: str, name: str) -> None:
-    """Run, on the daemon's host, the ``kirolearn keys add`` a client printed (as ``name``)."""
-    assert command.startswith("kirolearn keys add ")
-    key = command.rsplit(" ", 1)[1].strip("'")
-    kl("keys", "add", name, key, check=True)
 
 
 def stored_ids() -> set[str]:
@@ -141,10 +76,10 @@ def test_keys_are_private_checked_and_never_silently_replaced(home):
     assert list(keys.allowed(home)) == ["alice"]
     keys.revoke("alice", home)
     assert keyring.name_of(client.public) is None
-    with pytest.raises(keys.KeysError, match="no client is allowed as alice"):
+    with pytest.raises(keys.KeysError, match="no client or worker is allowed as alice"):
         keys.revoke("alice", home)
     listed = json.loads(kl("keys", "list", "--json", check=True).stdout)
-    assert listed == {"server": pair.public.decode(), "clients": {}}
+    assert listed == {"server": pair.public.decode(), "clients": {}, "workers": {}, "grants": {}}
     refused = kl("keys", "add", "carol", "short")
     assert refused.returncode == 1 and "is not a CURVE public key" in refused.stderr
 
@@ -210,7 +145,7 @@ def test_a_client_elsewhere_is_served_only_while_its_key_is_allowed(server, mach
     assert "database" not in doctor.stdout  # the daemon host's, not this machine's
 
     # The CLI there searches here; what a client elsewhere may not ask is refused.
-    found = kl("search", "postgres", env=on(laptop, HOME=str(ws.home)))
+    found = kl("search", "postgres", env=on(laptop, HOME=str(ws.home), USER="tester"))
     assert found.returncode == 0, found.stderr
     with (transport.Client(address, timeout_ms=5000, curve=control.remote(laptop).curve,
                            to="storage") as storage,
@@ -346,8 +281,8 @@ def test_a_worker_elsewhere_killed_mid_batch_leaves_the_batch_committed_once(
             f'[extraction]\nstrategy = "command"\nllm_command = "{stall} {taken} 60"\n'
             'llm_timeout_s = 120.0\n')
         for n, machine in enumerate((slow, quick)):
-            keys.allow(f"worker-{n}", keys.client_pair(machine, create=True).public.decode(),
-                       home)
+            keys.allow(f"worker-{n}", keys.client_pair(machine, True, keys.WORKER).public.decode(),
+                       home, keys.WORKER)
 
         def worker(machine: Path) -> subprocess.Popen:
             return subprocess.Popen(
@@ -406,15 +341,6 @@ def test_a_search_takes_in_the_teams_namespaces_but_not_a_private_actors():
     known = [alice, bob, carol, "/actor/alice/project/q/"]
     assert project.shared_namespaces(alice, known) == [alice, bob]
     assert project.shared_namespaces(carol, known) == [carol, alice, bob]
-
-
-def clone(root: Path, origin: str) -> Path:
-    """A clone of the team's repository at root, its origin remote as git writes it."""
-    (root / ".git").mkdir(parents=True)
-    (root / ".git" / "config").write_text(
-        f'[core]\n\tbare = false\n[remote "origin"]\n\turl = {origin}\n'
-        '\tfetch = +refs/heads/*:refs/remotes/origin/*\n')
-    return root
 
 
 def test_a_connected_machine_names_a_project_alike_wherever_it_is_cloned(home, tmp_path,
@@ -510,7 +436,8 @@ def test_a_slow_worker_elsewhere_keeps_its_batch_while_it_says_it_is_working(
         (slow / "config.toml").write_text(
             f'[extraction]\nstrategy = "command"\nllm_command = "{stall} {taken} {seconds}"\n'
             'llm_timeout_s = 120.0\n')
-        keys.allow("slow", keys.client_pair(slow, create=True).public.decode(), home)
+        keys.allow("slow", keys.client_pair(slow, True, keys.WORKER).public.decode(), home,
+                   keys.WORKER)
         worker = subprocess.Popen(
             [*KL, "worker", "extraction", "--connect", address, "--server-key",
              keys.server_pair(home).public.decode()], env=on(slow),

@@ -272,9 +272,9 @@ def worker_extraction(daemon: str | None, server_key: str | None) -> None:
     machine's extraction settings (e.g. its model).
 
     Batches are leased, so stopping this worker (Ctrl-C) loses nothing: a batch it
-    had not returned is handed out again. Over TCP this machine's client key (made
-    here at the first use; the daemon's host allows it with `kirolearn keys add`)
-    authenticates it, and its batches come and go encrypted.
+    had not returned is handed out again. Over TCP this machine's worker key (made
+    here at the first use; the daemon's host allows it with `kirolearn keys add
+    --worker`) authenticates it, and its batches come and go encrypted.
 
     \b
     Examples:
@@ -315,7 +315,7 @@ def _daemon_elsewhere(address: str, server_key: str | None) -> control.Remote:
             key = keys.check_public_key(server_key)
     except (ValueError, control.BadRemote) as exc:
         raise click.UsageError(str(exc)) from exc
-    pair = keys.client_pair(create=True)
+    pair = keys.client_pair(create=True, kind=keys.WORKER)
     found = control.Remote(address, transport.Curve(pair.public, pair.secret, key))
     with transport.Client(address, timeout_ms=control.LOOKUP_MS, curve=found.curve,
                           to="ingest") as client:
@@ -324,8 +324,9 @@ def _daemon_elsewhere(address: str, server_key: str | None) -> control.Remote:
         except control.Unanswered as exc:
             raise click.ClickException(
                 f"{address} does not answer ({exc}). Is the daemon listening there, and is"
-                f" this machine allowed? On its host: kirolearn keys add"
-                f" {project.actor_id()}-worker '{pair.public.decode()}'") from exc
+                f" this machine allowed? On its host: kirolearn keys add --worker"
+                f" {project.actor_id().removesuffix(project.PRIVATE)}-worker"
+                f" '{pair.public.decode()}'") from exc
     return found
 
 

@@ -4,6 +4,7 @@ host, connect on each machine that uses it."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -19,13 +20,17 @@ def _keys_call(action, *args):
 
 @click.group(name="keys")
 def keys_group() -> None:
-    """The CURVE keys of a daemon that listens on TCP: its own pair and the clients it
-    lets in. Changes take effect at once, without a restart.
+    """The CURVE keys of a daemon that listens on TCP: its own pair, the clients it lets
+    in (each key is its actor: it reads and writes that actor's memories, and the
+    team's in the projects it works on or is granted), and the extraction workers.
+    Changes take effect at once, without a restart (docs/team.md).
 
     \b
     Examples:
         kirolearn keys init
         kirolearn keys add alice 'rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7'
+        kirolearn keys add --worker gpu-box 'Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID'
+        kirolearn keys grant alice git@git.example.org:team/app.git
         kirolearn keys list
         kirolearn keys revoke alice
     """
@@ -43,11 +48,42 @@ def keys_init() -> None:
 @keys_group.command(name="add")
 @click.argument("name")
 @click.argument("public_key")
-def keys_add(name: str, public_key: str) -> None:
-    """Let the client with PUBLIC_KEY in, as NAME (the actor its events are stored under;
-    `kirolearn connect` on that machine prints the exact command)."""
-    _keys_call(keys.allow, name, public_key)
-    click.echo(f"allowed {name}")
+@click.option("--worker", is_flag=True,
+              help="An extraction worker's key (`kirolearn worker extraction` prints it):"
+                   " let in on the workers' ports only.")
+def keys_add(name: str, public_key: str, worker: bool) -> None:
+    """Let the client with PUBLIC_KEY in, as NAME: the actor whose memories it reads and
+    writes (`kirolearn connect` on that machine prints the exact command). With
+    --worker, an extraction worker instead, which takes batches and nothing else."""
+    _keys_call(keys.allow, name, public_key, None, keys.WORKER if worker else keys.CLIENT)
+    click.echo(f"allowed {name}" + (" (extraction worker)" if worker else ""))
+
+
+def _project_id(given: str) -> str:
+    """A project as a person names it: its id (64 hex digits), a git remote's URL, or a
+    clone's folder (its origin remote, as a connected machine names it)."""
+    given = given.strip()
+    if keys.PROJECT_ID.match(given):
+        return given
+    origin = (project.git_origin(given) if Path(given).is_dir()
+              else project.normal_origin(given))
+    if origin is None:
+        raise click.UsageError(f"{given!r} is not a project id, a git remote's URL, nor the"
+                               " folder of a clone with an origin remote")
+    return project.sha256_hex(f"git:{origin}")
+
+
+@keys_group.command(name="grant")
+@click.argument("name")
+@click.argument("project_ref", metavar="PROJECT")
+@click.option("--revoke", is_flag=True, help="Take the grant back.")
+def keys_grant(name: str, project_ref: str, revoke: bool) -> None:
+    """Let the client NAME read the team's memories of PROJECT (its id, a git remote's
+    URL, or a clone's folder) before it has contributed to it itself; --revoke takes that
+    back (what it contributed to stays visible to it)."""
+    project_id = _project_id(project_ref)
+    _keys_call(keys.grant, name, project_id, None, revoke)
+    click.echo(f"{'took back from' if revoke else 'granted'} {name}: project {project_id}")
 
 
 @keys_group.command(name="list")
@@ -59,12 +95,19 @@ def keys_list(as_json: bool) -> None:
     except keys.KeysError:
         server = None
     clients = {name: key.decode() for name, key in keys.allowed().items()}
+    workers = {name: key.decode() for name, key in keys.allowed(kind=keys.WORKER).items()}
+    grants = {name: sorted(keys.grants(name)) for name in clients}
     if as_json:
-        click.echo(json.dumps({"server": server, "clients": clients}))
+        click.echo(json.dumps({"server": server, "clients": clients, "workers": workers,
+                               "grants": grants}))
         return
     click.echo(f"server public key: {server or '(none yet: kirolearn keys init)'}")
     for name, key in clients.items():
         click.echo(f"{name:<24}{key}")
+        for project_id in grants[name]:
+            click.echo(f"{'':<24}granted project {project_id}")
+    for name, key in workers.items():
+        click.echo(f"{name:<24}{key}  (extraction worker)")
     if not clients:
         click.echo("no client is allowed yet (kirolearn keys add NAME PUBLIC_KEY)")
 
@@ -72,9 +115,10 @@ def keys_list(as_json: bool) -> None:
 @keys_group.command(name="revoke")
 @click.argument("name")
 def keys_revoke(name: str) -> None:
-    """Shut the client NAME out: refused at its next connection or request."""
-    _keys_call(keys.revoke, name)
-    click.echo(f"revoked {name}")
+    """Shut the client or worker NAME out, within a second: its requests are refused and
+    its replies dropped; a worker's connection is closed and its batches go out again."""
+    kind = _keys_call(keys.revoke, name)
+    click.echo(f"revoked {name}" + (" (extraction worker)" if kind == keys.WORKER else ""))
 
 
 @click.command()

@@ -76,6 +76,13 @@ def namespaces_in(conn: sqlite3.Connection, table: str = "memory_records") -> li
         " WHERE n IS NOT NULL) SELECT n FROM ns WHERE n IS NOT NULL")]
 
 
+def wrote_in(conn: sqlite3.Connection, namespaces: list[str]) -> bool:
+    """Whether any of these namespaces holds an event or a record (a seek each)."""
+    marks, args = in_list(namespaces)
+    return any(conn.execute(f"SELECT 1 FROM {table} WHERE namespace IN {marks} LIMIT 1",
+                            args).fetchone() for table in ("events", "memory_records"))
+
+
 def record_by_id(conn: sqlite3.Connection, record_id: str) -> dict | None:
     row = conn.execute(f"SELECT {RECORD_COLUMNS} FROM memory_records WHERE record_id = ?",
                        (record_id,)).fetchone()
@@ -307,6 +314,19 @@ def failed_batches(conn: sqlite3.Connection, namespace: str | None = None,
         " ORDER BY b.created_ms DESC, b.batch_id DESC LIMIT ?2", (namespace, limit))
     return [{"batch_id": r[0], "namespace": r[1], "error": r[2] or "", "attempts": r[3],
              "events": r[4]} for r in rows]
+
+
+def batch_scope(conn: sqlite3.Connection, batch_id: str) -> tuple[str, set[str]] | None:
+    """A batch's namespace and the ids of its events (None: no such batch): what the
+    records made from it may name."""
+    row = conn.execute("SELECT namespace FROM extraction_batches WHERE batch_id = ?",
+                       (batch_id,)).fetchone()
+    if row is None:
+        return None
+    return row[0], {event_id for (event_id,) in conn.execute(
+        "SELECT e.event_id FROM extraction_batches b JOIN events e INDEXED BY events_namespace"
+        " ON e.namespace = b.namespace AND e.seq BETWEEN b.first_seq AND b.last_seq"
+        " WHERE b.batch_id = ?", (batch_id,))}
 
 
 def batch_events(conn: sqlite3.Connection, batch_id: str) -> list[dict]:

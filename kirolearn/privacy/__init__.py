@@ -229,3 +229,24 @@ def scrub(value: Any, counts: Counter | None = None) -> Any:
     if isinstance(value, list | tuple):
         return [scrub(v, counts) for v in value]
     return value
+
+
+# What a redaction may lengthen (``password=[REDACTED]``), cut back to the contract.
+RECORD_TEXT_LIMITS = {"title": 200, "summary": 4000}
+RECORD_LIST_LIMITS = {"facts": 500, "concepts": 100, "files_touched": 500}
+
+
+def scrub_record(record: Any) -> Any:
+    """A record's (or a version's, or an edit's) text, scrubbed like an event's body:
+    one saved through MCP, imported, or made by any extraction worker."""
+    if not isinstance(record, dict):
+        return record
+    record = dict(record)
+    for field_name, limit in RECORD_TEXT_LIMITS.items():
+        if isinstance(record.get(field_name), str):
+            record[field_name] = scrub_text(record[field_name])[:limit]
+    for field_name, limit in RECORD_LIST_LIMITS.items():
+        if isinstance(record.get(field_name), list):
+            record[field_name] = [scrub_text(item)[:limit] if isinstance(item, str)
+                                  else item for item in record[field_name]]
+    return record

@@ -82,6 +82,8 @@ class Request:
     id: str
     op: str
     body: dict
+    client: str | None = None  # the key's name, on a request from another machine
+    storing: str | None = None  # ingest's search: the namespace of the prompt it stores
 
     def reply(self, body: dict | None = None) -> None:
         transport.send_reply(self.sock, self.envelope, protocol.reply_ok(self.id, body))
@@ -155,7 +157,10 @@ def serve(sock: zmq.Socket, table: dict[str, Handler], who: str, log: logging.Lo
         count += 1
         if received is not None:
             envelope, message = received
-            dispatch(Request(sock, envelope, message["id"], message["op"], message["body"]),
+            client, storing = message.get("client"), message.get("storing")
+            dispatch(Request(sock, envelope, message["id"], message["op"], message["body"],
+                             client if isinstance(client, str) else None,
+                             storing if isinstance(storing, str) else None),
                      table, who, log)
         if not sock.poll(0, zmq.POLLIN):
             break

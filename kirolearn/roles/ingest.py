@@ -364,6 +364,9 @@ class Ingest(base.Role):
             if global_namespace and global_namespace != event["namespace"]:
                 body["global_namespace"] = global_namespace
             message = protocol.request("search", body)
+        if pending.request is not None and pending.request.client is not None:
+            # A client elsewhere's: retrieval limits what it reads to what it may see.
+            message.update(client=pending.request.client, storing=event["namespace"])
         pending.event = event
         pending.retrieval_started = now
         pending.retrieval_deadline = now + self.budget_s
@@ -619,33 +622,13 @@ def prepare(event: object) -> tuple[dict, dict]:
     return writes.stored_form(event, body_json, valid_ms, digest), body
 
 
-# What a redaction may lengthen (``password=[REDACTED]``), cut back to the contract.
-RECORD_TEXT_LIMITS = {"title": 200, "summary": 4000}
-RECORD_LIST_LIMITS = {"facts": 500, "concepts": 100, "files_touched": 500}
-
-
-def scrubbed(record: object) -> object:
-    """A record's (or a version's, or an edit's) text, scrubbed like an event's body."""
-    if not isinstance(record, dict):
-        return record
-    record = dict(record)
-    for field_name, limit in RECORD_TEXT_LIMITS.items():
-        if isinstance(record.get(field_name), str):
-            record[field_name] = privacy.scrub_text(record[field_name])[:limit]
-    for field_name, limit in RECORD_LIST_LIMITS.items():
-        if isinstance(record.get(field_name), list):
-            record[field_name] = [privacy.scrub_text(item)[:limit] if isinstance(item, str)
-                                  else item for item in record[field_name]]
-    return record
-
-
 def check_put_record(body: dict) -> dict:
     """A record to save, scrubbed and checked against the contract (raises
     ContractError)."""
     record = body.get("record")
     if not isinstance(record, dict):
         raise contract.ContractError([contract.FieldError("record", "must be an object")])
-    return {"record": contract.validate_record(scrubbed(record))}
+    return {"record": contract.validate_record(privacy.scrub_record(record))}
 
 
 def check_exported(item: object) -> dict:
@@ -663,8 +646,8 @@ def check_exported(item: object) -> dict:
         except (binascii.Error, ValueError) as exc:
             raise contract.ContractError([contract.FieldError(
                 "embedding.vector", f"is not base64 ({exc})")]) from exc
-    return {"record": contract.validate_record(scrubbed(record)),
-            "versions": [contract.validate_version(scrubbed(v)) for v in versions],
+    return {"record": contract.validate_record(privacy.scrub_record(record)),
+            "versions": [contract.validate_version(privacy.scrub_record(v)) for v in versions],
             "invalid_reason": (None if invalid_reason is None
                                else privacy.scrub_text(invalid_reason)),
             "embedding": embedding}
@@ -692,7 +675,7 @@ def check_update(body: dict) -> dict:
                 "changes.invalid_reason", "must be text of 1 to 1000 characters")])
         clean = {"invalid_reason": privacy.scrub_text(why)}
     else:
-        clean = scrubbed(changes)
+        clean = privacy.scrub_record(changes)
         contract.check_record_changes(clean)
     return {**target, "changes": clean,
             "reason": None if reason is None else privacy.scrub_text(reason)}

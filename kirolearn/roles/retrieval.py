@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import zmq
 
-from kirolearn import contract, db, paths, privacy, protocol, transport
+from kirolearn import access, contract, db, keys, paths, privacy, project, protocol, transport
+from kirolearn.db import reads
 from kirolearn.roles import base
 from kirolearn.search import MODES, embeddings, ranking, searcher, vectors
 
@@ -161,6 +162,7 @@ class Retrieval(base.Role):
             self.searcher.request_load = self.backfill.request_load
             self.backfill.start()
         self.outcomes: Counter[str] = Counter()
+        self.keyring = keys.Keyring(self.base)  # clients elsewhere: their names and grants
         self.serve_on(paths.endpoint("retrieval", self.base))
 
     def _load_embedder(self) -> tuple[str, embeddings.Embedder | None]:
@@ -231,6 +233,23 @@ class Retrieval(base.Role):
             if not reply["ok"]:
                 self.log.warning("storage refused vectors: %s", reply.get("error"))
 
+    def sharing(self, request: base.Request) -> searcher.Sharing | None:
+        """What a client elsewhere may read beside its own namespaces (``access``); None
+        for a request of this machine. A prompt that ingest is storing while it asks for
+        its context (``storing``, which only ingest sets: the gateway passes no such key
+        on) counts as a contribution to its project, though not yet committed."""
+        client, storing = request.client, request.storing
+        if client is None:
+            return None
+
+        def share(conn, namespace: str) -> bool:
+            project_id = project.parts(namespace)[1]
+            return access.may_see(
+                client, project_id, self.keyring.names(), self.keyring.grants_of(client),
+                lambda: namespace == storing or reads.wrote_in(
+                    conn, access.own_namespaces(client, project_id)))
+        return share
+
     @base.op("search")
     def search(self, request: base.Request) -> dict:
         """``search {query | event, namespace? | namespaces?, limit?, budget_ms?,
@@ -248,7 +267,8 @@ class Retrieval(base.Role):
         result = self.searcher.search(asked.namespaces, query, asked.limit,
                                       asked.budget_ms, asked.deadline, asked.mode,
                                       asked.max_tokens, asked.types,
-                                      self.global_floor if asked.with_global else None)
+                                      self.global_floor if asked.with_global else None,
+                                      self.sharing(request))
         self.outcomes[result.outcome] += 1
         if result.error and result.outcome in ("error", "timeout"):
             self.log.warning("search failed (%s): %s", result.outcome, result.error)
@@ -273,7 +293,8 @@ class Retrieval(base.Role):
         if (not isinstance(ids, list) or not 1 <= len(ids) <= MAX_IDS
                 or not all(isinstance(i, str) for i in ids)):
             raise base.BadRequest(f"'ids' must be a list of 1 to {MAX_IDS} record ids")
-        return self._read(lambda: self.searcher.get_records(ids, namespaces))
+        share = self.sharing(request)
+        return self._read(lambda: self.searcher.get_records(ids, namespaces, share))
 
     @base.op("timeline")
     def timeline(self, request: base.Request) -> dict:
@@ -283,7 +304,9 @@ class Retrieval(base.Role):
         record_id = request.require("record_id", str, "a string")
         before = parse_count(request.body, "before", 5, MAX_AROUND)
         after = parse_count(request.body, "after", 5, MAX_AROUND)
-        return self._read(lambda: self.searcher.timeline(record_id, namespaces, before, after))
+        share = self.sharing(request)
+        return self._read(lambda: self.searcher.timeline(record_id, namespaces, before, after,
+                                                         share))
 
     def _read(self, lookup) -> dict:
         try:

@@ -19,7 +19,15 @@ Sockets (all bound here):
   with CURVE, for extraction workers on other machines (``kirolearn worker extraction
   --connect tcp://HOST:PORT``): the same leases and exactly-once commits. Such a
   worker sends no pid; while it extracts it says so (``working``) every few seconds, and
-  a batch it goes silent with goes out again after REMOTE_SILENCE_S.
+  a batch it goes silent with goes out again after REMOTE_SILENCE_S. Only worker keys
+  (``kirolearn keys add --worker``) get in; a revoked one is cut off within
+  KEYS_CHECK_S (the TCP batches socket is bound anew, and the others reconnect) and its
+  batches go out again. A private actor's batches go to this machine's workers only,
+  unless ``network.remote_workers_private``.
+
+Every worker's records, this machine's too, are scrubbed as an event is and must be
+the batch's: in its namespace, made from its events (a worker elsewhere's, from a
+batch it took); anything else is dropped and said in the log.
 - ``feed`` PUB: after each commit, what changed (``events``, ``records`` or
   ``retrievals``, one frame, no payload), so the viewer reads new rows at once
   instead of polling. Nothing waits on it: a slow or absent subscriber loses
@@ -48,7 +56,7 @@ from collections.abc import Callable, Iterator
 
 import zmq
 
-from kirolearn import config, contract, db, keys, paths, protocol, transport
+from kirolearn import config, contract, db, keys, paths, privacy, project, protocol, transport
 from kirolearn.db import backup as backups
 from kirolearn.db import reads, writes
 from kirolearn.roles import base
@@ -69,6 +77,7 @@ TAKE_MAX_BYTES = 1 << 20  # ... and this many bytes (a larger batch goes alone)
 RESULT_MESSAGES_PER_READ = 64  # workers' messages read in one look, at most
 RESULTS_SLICE_S = 0.05  # workers' results committed in transactions about this long
 REMOTE_SILENCE_S = 15.0  # a worker elsewhere unheard of this long has died with its batches
+KEYS_CHECK_S = 0.5  # how often, while listening, the worker keys are looked at for a revoke
 PURGE_AFTER_S = 2.0  # forgets in a row: the full-text index is purged once, after the last
 
 
@@ -124,6 +133,10 @@ class Storage(base.Role):
         self.wal: int | None = None  # the inode of the WAL file the writer writes to
         self.claims: dict[str, int] = {}  # leased batch → the pid of the worker that took it
         self.heard: dict[str, float] = {}  # batch of a worker elsewhere → when it last spoke
+        self.holders: dict[str, str] = {}  # batch of a worker elsewhere → the worker's name
+        self.unclaimed: set[str] = set()  # batches sent elsewhere, not yet said taken
+        self.remote_private = self.settings["network"]["remote_workers_private"]
+        self.private_warned = False
         # Workers' results read but not yet committed (``_save_results``).
         self.unsaved: list[writes.BatchResult] = []
         self.unsaved_failures: list[tuple[str, str]] = []  # (batch, why an attempt failed)
@@ -153,6 +166,7 @@ class Storage(base.Role):
         self.add_socket(self.bind(zmq.PULL, paths.endpoint("records", self.base)),
                         self._on_records)
         self.keyring: keys.Keyring | None = None
+        self.keys_check_at = math.inf
         if self.settings["network"]["listen"]:
             self._listen_for_workers(self.settings["network"]["listen"])
         self.feed = self.bind(zmq.PUB, paths.endpoint("feed", self.base), hwm=100)
@@ -170,9 +184,12 @@ class Storage(base.Role):
             pair = keys.server_pair(self.base)
         except ValueError as exc:  # keys.KeysError too: FATAL, with what to do
             raise config.ConfigError(str(exc)) from exc
-        self.keyring = keys.Keyring(self.base)
+        self.keyring = keys.Keyring(self.base, keys.WORKER)
+        self.keyring.changed()
+        self.keys_check_at = time.monotonic() + KEYS_CHECK_S
         self.answer_zap(self.keyring.name_of)
         curve = transport.Curve(pair.public, pair.secret)
+        self.remote_batches = endpoints["batches"]
         self.batches.append(self.bind(zmq.PUSH, endpoints["batches"], hwm=1, curve=curve))
         self.add_socket(self.bind(zmq.PULL, endpoints["records"], curve=curve),
                         self._on_records)
@@ -545,7 +562,7 @@ class Storage(base.Role):
         results still to commit (now), and batch work (a batch to form or hand out, a
         worker to look for), which waits while events pour in (``tick``)."""
         now = time.monotonic()
-        due = [now + self.backup_due - time.time()]
+        due = [now + self.backup_due - time.time(), self.keys_check_at]
         if self.unsaved or self.unsaved_failures:
             due.append(now)
         if self.wal is not None:
@@ -586,6 +603,9 @@ class Storage(base.Role):
             self.wal_check_at = now + WAL_CHECK_S
             self._check_wal()
         self._start_backup_when_due()
+        if now >= self.keys_check_at:
+            self.keys_check_at = now + KEYS_CHECK_S
+            self._cut_off_revoked_workers()
         self._save_results()
         if self.unsaved:
             return
@@ -667,6 +687,30 @@ class Storage(base.Role):
                 if left:
                     self.pending[namespace] = [left, now]
 
+    def _cut_off_revoked_workers(self) -> None:
+        """A worker key revoked: its connection is closed (the TCP batches socket is
+        bound anew: the other workers reconnect, the revoked one is refused), and its
+        batches, with those sent there and not yet said taken, go out again now."""
+        if self.keyring is None or not self.keyring.changed():
+            return
+        allowed = self.keyring.names()
+        gone = {b for b, name in self.holders.items() if name not in allowed}
+        if not gone and not self.unclaimed:
+            return
+        remote = self.batches[-1]
+        remote.unbind(self.remote_batches)
+        remote.bind(self.remote_batches)
+        for batch_id in gone | self.unclaimed:
+            name = self.holders.pop(batch_id, None)
+            self.heard.pop(batch_id, None)
+            self.log.warning("batch %s: %s; handing it out again", batch_id,
+                             f"worker {name}'s key was revoked" if name else
+                             "sent to the workers elsewhere as a key was revoked")
+            with self.writing():
+                writes.batch_attempt_failed(self.conn, batch_id, "the worker's key was revoked")
+        self.unclaimed.clear()
+        self.dispatch_due = 0.0
+
     def _reclaim_from_dead_workers(self) -> None:
         """A batch whose worker process is gone, or whose worker elsewhere has gone silent,
         goes out again now, not at lease end. (Kept in memory: after a restart of storage,
@@ -677,6 +721,7 @@ class Storage(base.Role):
                 self.log.warning("batch %s: its worker elsewhere has said nothing for %.0f s;"
                                  " handing it out again", batch_id, REMOTE_SILENCE_S)
                 del self.heard[batch_id]
+                self.holders.pop(batch_id, None)
                 with self.writing():
                     writes.batch_attempt_failed(self.conn, batch_id,
                                                 "the worker elsewhere went silent")
@@ -718,11 +763,20 @@ class Storage(base.Role):
                 self.dispatch_due = time.monotonic() + max(0, expires - now) / 1000
         take: list[tuple[dict, int]] = []  # (the batch as sent, its attempts so far)
         take_bytes = 0
+        take_local = False  # the take holds a private actor's batches: here only
         for batch_id, namespace, attempts in due:
             if attempts >= MAX_BATCH_ATTEMPTS:
                 self._give_up(batch_id, f"{attempts} attempts failed")
                 continue
-            if not take and not self._worker_free():
+            local = self._here_only(namespace)
+            if take and local != take_local:
+                if not self._hand_out(take, now, take_local):
+                    return
+                take, take_bytes = [], 0
+            take_local = local
+            if not take and not self._worker_free(local):
+                if local:
+                    continue  # a private batch waits for this machine's workers
                 return
             batch = {"batch_id": batch_id, "namespace": namespace,
                      "events": reads.batch_events(self.conn, batch_id)}
@@ -732,32 +786,48 @@ class Storage(base.Role):
                                         f" {protocol.MAX_FRAME_BYTES}")
                 continue
             if take and take_bytes + size > TAKE_MAX_BYTES:
-                if not self._hand_out(take, now) or not self._worker_free():
+                if not self._hand_out(take, now, local) or not self._worker_free(local):
                     return
                 take, take_bytes = [], 0
             take.append((batch, attempts))
             take_bytes += size
             if len(take) == per_take:
-                if not self._hand_out(take, now):
+                if not self._hand_out(take, now, local):
                     return
                 take, take_bytes = [], 0
         if take:
-            self._hand_out(take, now)
+            self._hand_out(take, now, take_local)
 
-    def _worker_free(self) -> bool:
-        """Whether a worker can take a message now; if not, batches are offered again soon
-        (and none is read for nothing). None can while results wait to be committed: a
-        fast worker would outrun the writer."""
-        if not self.unsaved and any(sock.poll(0, zmq.POLLOUT) for sock in self.batches):
+    def _here_only(self, namespace: str) -> bool:
+        """Whether a batch of this namespace goes to this machine's workers alone: a
+        private actor's, unless ``network.remote_workers_private``."""
+        if self.remote_private or len(self.batches) == 1:
+            return False
+        if not project.parts(namespace)[0].endswith(project.PRIVATE):
+            return False
+        if not self.settings["extraction"]["workers"] and not self.private_warned:
+            self.private_warned = True
+            self.log.warning("a private actor's batches wait: they go to this machine's"
+                             " workers only (extraction.workers is 0), unless"
+                             " network.remote_workers_private = true")
+        return True
+
+    def _worker_free(self, here_only: bool = False) -> bool:
+        """Whether a worker (``here_only``: of this machine) can take a message now; if
+        not, batches are offered again soon (and none is read for nothing). None can
+        while results wait to be committed: a fast worker would outrun the writer."""
+        sockets = self.batches[:1] if here_only else self.batches
+        if not self.unsaved and any(sock.poll(0, zmq.POLLOUT) for sock in sockets):
             return True
         self.dispatch_due = time.monotonic() + NO_WORKER_RETRY_S
         return False
 
-    def _hand_out(self, take: list[tuple[dict, int]], now: int) -> bool:
-        """Send one take to a free worker and lease its batches; False if no worker took it
-        (they stay due)."""
+    def _hand_out(self, take: list[tuple[dict, int]], now: int, here_only: bool = False
+                  ) -> bool:
+        """Send one take to a free worker (``here_only``: of this machine) and lease its
+        batches; False if no worker took it (they stay due)."""
         message = protocol.pack({"batches": [batch for batch, _ in take]})
-        for sock in self.batches:
+        for sock in self.batches[:1] if here_only else self.batches:
             try:
                 sock.send(message, flags=zmq.NOBLOCK)
                 break
@@ -765,6 +835,8 @@ class Storage(base.Role):
                 continue
         else:
             return False  # no worker free (one went away since the poll)
+        if sock is not self.batches[0]:
+            self.unclaimed.update(batch["batch_id"] for batch, _ in take)
         with self.writing():
             writes.lease_batches(self.conn, [batch["batch_id"] for batch, _ in take],
                                  now + self.lease_ms)
@@ -806,26 +878,30 @@ class Storage(base.Role):
                 self.log.warning("dropped a malformed records message: %s", exc)
                 continue
             key = transport.peer_key(frame)
-            if key is not None and (self.keyring is None or self.keyring.name_of(key) is None):
+            worker = None if key is None or self.keyring is None else self.keyring.name_of(key)
+            if key is not None and worker is None:
                 self.log.warning("dropped a records message from a worker no longer allowed")
                 continue
-            self._read_worker_message(message, elsewhere=key is not None)
+            self._read_worker_message(message, worker)
         self._save_results()
         if time.monotonic() - self.last_put >= BUSY_WINDOW_S:
             self._batch_work(self._dispatch_batches)
 
-    def _read_worker_message(self, message: dict, elsewhere: bool = False) -> None:
+    def _read_worker_message(self, message: dict, worker: str | None = None) -> None:
         """A claim (``batch_ids``, and ``worker_pid`` here) and a worker elsewhere's
-        ``working`` are noted at once; a take's ``results`` are checked and added to what
-        is to be committed."""
+        (``worker``: its key's name) ``working`` are noted at once; a take's ``results``
+        are checked and added to what is to be committed."""
         ids, working = message.get("batch_ids"), message.get("working")
-        if elsewhere and isinstance(ids, list):  # heard from now on (its pid means nothing)
-            self.heard.update(dict.fromkeys((i for i in ids if isinstance(i, str)),
-                                            time.monotonic()))
+        if worker is not None and isinstance(ids, list):  # heard from now on (not its pid)
+            for batch_id in ids:
+                if isinstance(batch_id, str) and batch_id in self.unclaimed:
+                    self.unclaimed.discard(batch_id)
+                    self.heard[batch_id] = time.monotonic()
+                    self.holders[batch_id] = worker
             return
-        if elsewhere and isinstance(working, list):  # still at it
+        if worker is not None and isinstance(working, list):  # still at it
             for batch_id in working:
-                if isinstance(batch_id, str) and batch_id in self.heard:
+                if isinstance(batch_id, str) and self.holders.get(batch_id) == worker:
                     self.heard[batch_id] = time.monotonic()
             return
         if isinstance(ids, list):
@@ -846,21 +922,54 @@ class Storage(base.Role):
             if not isinstance(batch_id, str):
                 self.log.warning("dropped a result without a batch_id")
                 continue
+            if worker is not None and self.holders.get(batch_id) != worker:
+                self.log.warning("dropped worker %s's result for batch %s, which it was not"
+                                 " given", worker, batch_id)
+                continue
             self.claims.pop(batch_id, None)
             self.heard.pop(batch_id, None)
+            self.holders.pop(batch_id, None)
+            self.unclaimed.discard(batch_id)
             if isinstance(item.get("error"), str):
                 self.log.warning("batch %s: an attempt failed: %s", batch_id, item["error"])
                 self.unsaved_failures.append((batch_id, item["error"][:1000]))
             elif isinstance(item.get("records"), list):
-                valid = []
-                for record in item["records"]:
-                    try:
-                        valid.append(contract.validate_record(record))
-                    except contract.ContractError as exc:
-                        self.log.warning("batch %s: dropped an invalid record: %s", batch_id, exc)
-                self.unsaved.append((batch_id, valid, well_formed_changes(item.get("changed"))))
+                valid = self._the_batchs_records(batch_id, item["records"], worker)
+                if valid is not None:
+                    self.unsaved.append((batch_id, valid,
+                                         well_formed_changes(item.get("changed"))))
             else:
                 self.log.warning("batch %s: dropped a result without records or error", batch_id)
+
+    def _the_batchs_records(self, batch_id: str, records: list, worker: str | None
+                            ) -> list[dict] | None:
+        """A result's records, scrubbed and checked: each valid, in the batch's namespace
+        and made from its events; None when the batch is not there (or cannot be read
+        now: its lease hands it out again)."""
+        try:
+            scope = reads.batch_scope(self.conn, batch_id)
+        except (base.Unavailable, sqlite3.Error) as exc:
+            self.log.warning("batch %s: its result cannot be checked now: %s", batch_id, exc)
+            return None
+        if scope is None:
+            self.log.warning("dropped a result for batch %s, which does not exist", batch_id)
+            return None
+        namespace, event_ids = scope
+        valid = []
+        for record in records:
+            try:
+                record = contract.validate_record(privacy.scrub_record(record))
+            except contract.ContractError as exc:
+                self.log.warning("batch %s: dropped an invalid record: %s", batch_id, exc)
+                continue
+            if record["namespace"] != namespace or not set(
+                    record["source_event_ids"]) <= event_ids:
+                self.log.warning("batch %s: dropped a record of %s that is not the batch's"
+                                 " (its namespace or events are another's)", batch_id,
+                                 f"worker {worker}" if worker else "a worker")
+                continue
+            valid.append(record)
+        return valid
 
     def _save_results(self) -> None:
         """Failed attempts and completed batches, in one transaction that stops taking

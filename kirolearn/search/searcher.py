@@ -119,6 +119,11 @@ class DeadlinePassed(Exception):
     pass
 
 
+# Whether a search from a namespace takes in the other actors' of its project (given the
+# searcher's connection, to look up what the asking client contributed).
+Sharing = Callable[[sqlite3.Connection, str], bool]
+
+
 class Searcher:
     """Searches one database on its own read-only connection (opened on first use and
     reopened after a failure), so it reads while the storage role writes."""
@@ -157,17 +162,23 @@ class Searcher:
         self._namespaces: list[str] = []  # every namespace with a record (``shared``)
         self._namespaces_at = -math.inf
 
-    def shared(self, namespaces: Sequence[str]) -> tuple[str, ...]:
+    def shared(self, namespaces: Sequence[str], share: Sharing | None = None
+               ) -> tuple[str, ...]:
         """The namespaces asked for, each followed by the other actors' of its project
         (``project.shared_namespaces``: a team's memories are shared, a private actor's
-        are not). The namespaces present are read again after ``namespaces_changed``,
-        and at least every NAMESPACES_TTL_S."""
+        are not) where ``share`` allows it (a client elsewhere's, ``access.may_see``).
+        The namespaces present are read again after ``namespaces_changed``, and at
+        least every NAMESPACES_TTL_S."""
         if time.monotonic() - self._namespaces_at >= NAMESPACES_TTL_S:
             self._namespaces = reads.namespaces_in(self._connection())
             self._namespaces_at = time.monotonic()
         found: dict[str, None] = {}
         for namespace in namespaces:
-            found.update(dict.fromkeys(project.shared_namespaces(namespace, self._namespaces)))
+            if share is None or share(self._connection(), namespace):
+                found.update(dict.fromkeys(project.shared_namespaces(namespace,
+                                                                     self._namespaces)))
+            else:
+                found[namespace] = None
         return tuple(found)
 
     def namespaces_changed(self) -> None:
@@ -184,7 +195,7 @@ class Searcher:
     def search(self, namespace: str | Sequence[str], query: str, limit: int, budget_ms: float,
                deadline: float | None = None, mode: str = "lexical",
                max_tokens: int | None = None, types: Sequence[str] = (),
-               others_floor: float | None = None) -> Result:
+               others_floor: float | None = None, share: Sharing | None = None) -> Result:
         """Never raises. ``namespace`` may be several, searched as one (a record whose title
         and summary repeat a better-ranked one's is left out). ``deadline``
         (time.monotonic()) may cut the budget shorter. ``mode`` is one of MODES; without
@@ -192,7 +203,7 @@ class Searcher:
         ``max_tokens`` of context (``within_tokens``). ``types``: only records of these
         observation types (none: all). ``others_floor``: a record of a namespace after
         the first is kept only when its ``relevance`` is at least this (one with none, a
-        lexical answer's, is not)."""
+        lexical answer's, is not). ``share``: see ``shared``."""
         started = time.monotonic()
         self.deadline = started + budget_ms / 1000
         self.types = tuple(types)
@@ -202,7 +213,8 @@ class Searcher:
         try:
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed
-            namespaces = self.shared((namespace,) if isinstance(namespace, str) else namespace)
+            namespaces = self.shared((namespace,) if isinstance(namespace, str) else namespace,
+                                     share)
             if mode == "lexical" or self.embedder is None:
                 result = self._search(namespaces, query, limit)
             else:
@@ -461,19 +473,20 @@ class Searcher:
             self.vectors.upsert(item["namespace"], item["record_id"], item["vector"],
                                 item["created"])
 
-    def get_records(self, record_ids: list[str], namespaces: Sequence[str]) -> list[dict]:
+    def get_records(self, record_ids: list[str], namespaces: Sequence[str],
+                    share: Sharing | None = None) -> list[dict]:
         """Records by id, in these namespaces, with their earlier ``versions`` (raises
         sqlite3.Error)."""
         conn = self._connection()
         return reads.with_versions(conn, reads.records_by_id(conn, record_ids,
-                                                             self.shared(namespaces)))
+                                                             self.shared(namespaces, share)))
 
     def timeline(self, record_id: str, namespaces: Sequence[str], before: int,
-                 after: int) -> list[dict]:
+                 after: int, share: Sharing | None = None) -> list[dict]:
         """The records around one, oldest first; empty if it is not in these namespaces
         (raises sqlite3.Error)."""
         conn = self._connection()
-        namespaces = self.shared(namespaces)
+        namespaces = self.shared(namespaces, share)
         found = reads.records_by_id(conn, [record_id], namespaces)
         return reads.records_around(conn, found[0], namespaces, before, after) if found else []
 
