@@ -9,10 +9,11 @@ import json
 import os
 
 import httpx
-from helpers import Workspace, kl, wait_for
+from helpers import Workspace, kl, make_event, stored_events, wait_for, wait_records
 from test_mcp import call, saved_id, serve
 
 from kirolearn import contract, db, paths, project, spool
+from kirolearn.db import writes
 
 
 def record(namespace: str, title: str, summary: str) -> dict:
@@ -183,3 +184,60 @@ def test_edit_in_the_editor_keeps_the_old_text_as_a_version(daemon, ingest, tmp_
     both = kl("edit", kept["record_id"], "--title", "x", "--invalid", "wrong")
     assert both.returncode == 2
     assert kl("export", check=True).stdout.count('"reason": "measured"') == 1  # one edit only
+
+
+def test_a_forgotten_memory_leaves_the_retrieval_log_its_events_and_the_file(
+        store, daemon, ingest, tmp_path):
+    ws = Workspace(tmp_path)
+    claude(ws, prompt="why does the quokkaflux cache expire every hour")
+    summary = make_event("session_summary", "the quokkaflux cache expires hourly because"
+                         " the upstream rotates its keys", namespace=ws.namespace,
+                         session_id="s-1")
+    assert ingest.call("put_event", {"event": summary})["status"] == "stored"
+    wait_records(ws.namespace)
+    # A later prompt, without the word, is given the memory: the log keeps its text.
+    later, _ = ws.hook("kirolearn-claude-code", {
+        "session_id": "s-2", "cwd": str(ws.project), "hook_event_name": "UserPromptSubmit",
+        "prompt": "why does the cache expire every hour"})
+    assert "quokkaflux" in later.stdout
+
+    def logged() -> int:
+        with db.reading(db.location()) as conn:
+            return conn.execute("SELECT count(*) FROM retrievals WHERE context LIKE"
+                                " '%quokkaflux%'").fetchone()[0]
+    wait_for(logged, message="the retrieval log holding the memory's text")
+
+    done = kl("forget", "--query", "quokkaflux", "--yes", cwd=str(ws.project), env=ws.env(),
+              check=True)
+    assert "forgot mr_" in done.stdout
+    with db.reading(db.location()) as conn:
+        for table, column in (("retrievals", "context"), ("events", "body_json"),
+                              ("memory_records", "summary")):
+            assert conn.execute(f"SELECT count(*) FROM {table} WHERE {column} LIKE"
+                                " '%quokkaflux%'").fetchone()[0] == 0, table
+        assert conn.execute("SELECT count(*) FROM retrievals WHERE context = ?",
+                            (writes.FORGOTTEN_CONTEXT,)).fetchone()[0] >= 1
+    assert [e["body"].get("content") for e in stored_events() if e["kind"] == "prompt"] == [
+        "why does the cache expire every hour"]  # the forgotten turn's events went with it
+    if store == "sqlite":
+        kl("stop", check=True)  # the WAL folded in: what is on disk is all there is
+        assert b"quokkaflux" not in paths.db_path().read_bytes()
+
+
+def test_forget_by_query_says_where_it_stopped_and_can_take_every_match(daemon, ingest,
+                                                                        tmp_path):
+    namespace = project.resolve_project(tmp_path).namespace(project.actor_id())
+    for n in range(13):
+        saved = record(namespace, f"Flaky test number {n}", f"the zorbleflake test {n} flakes")
+        assert ingest.call("put_record", {"record": saved})["status"] == "stored"
+    first = kl("forget", "--query", "zorbleflake", "--yes", cwd=str(tmp_path), check=True)
+    assert first.stdout.count("forgot mr_") == 10
+    assert "stopped at its limit of 10: more may match" in first.stdout
+    assert len(exported_ids()) == 3
+    rest = kl("forget", "--query", "zorbleflake", "--all-matches", "--limit", "5",
+              cwd=str(tmp_path))
+    assert rest.returncode == 2 and "not both" in rest.stderr
+    rest = kl("forget", "--query", "zorbleflake", "--all-matches", "--yes", cwd=str(tmp_path),
+              check=True)
+    assert rest.stdout.count("forgot mr_") == 3 and "no more memories match" in rest.stdout
+    assert exported_ids() == set()

@@ -18,26 +18,36 @@ from kirolearn.cli.common import (
 )
 from kirolearn.db import reads
 
+MAX_MATCHES = 100  # the most one search returns (the retrieval role's limit)
+
 
 @click.command()
 @click.argument("record_ids", nargs=-1)
 @click.option("--query", default=None, help="Forget the records this search finds.")
+@click.option("--limit", type=click.IntRange(1, MAX_MATCHES), default=None,
+              help="With --query: how many of its best matches (default: retrieval.limit).")
+@click.option("--all-matches", is_flag=True,
+              help="With --query: every record it finds, searching again until none is left.")
 @scope_options
 @click.option("--all", "everything", is_flag=True,
               help="With --project or --namespace: every event and record of that project.")
 @click.option("--yes", is_flag=True, help="Do not ask first.")
-def forget(record_ids: tuple[str, ...], query: str | None, namespace: str | None,
-           project: str | None, everything: bool, yes: bool) -> None:
+def forget(record_ids: tuple[str, ...], query: str | None, limit: int | None,
+           all_matches: bool, namespace: str | None, project: str | None, everything: bool,
+           yes: bool) -> None:
     """Delete memory records for good: by id, those a search finds (in this directory's
     project, or the one named), or, with --all, everything captured in one project.
     Shows what it would forget and asks first. The text leaves the database, search,
-    the context given to prompts, the viewer and later exports, with earlier versions
-    and vectors; only each record's id is kept, so that no import brings it back.
+    the context given to prompts, the retrieval log, the viewer and later exports, with
+    earlier versions, vectors and the events it was made from (those no other record
+    was made from); only each record's id is kept, so that no import brings it back.
+    A search stops at its limit and says so: --limit N or --all-matches for more.
 
     \b
     Examples:
         kirolearn forget mr_01JD3V8Q1X2Y3Z4A5B6C7D8E9F
         kirolearn forget --query "the old deploy script" --yes
+        kirolearn forget --query "staging password" --all-matches
         kirolearn forget --project ~/code/client-app --all
     """
     if everything:
@@ -51,22 +61,41 @@ def forget(record_ids: tuple[str, ...], query: str | None, namespace: str | None
     if record_ids and (namespace or project):
         raise click.UsageError("--namespace and --project go with --query or --all; an id"
                                " is enough")
+    if (limit or all_matches) and not query:
+        raise click.UsageError("--limit and --all-matches go with --query")
+    if limit and all_matches:
+        raise click.UsageError("give --limit or --all-matches, not both")
     require_running()
-    if query:
-        if not contract.is_text(query):
-            raise click.UsageError("--query is not valid text in this terminal's encoding")
-        if namespace is None and project is None:
-            project = os.getcwd()
-        loaded = settings()
-        records = daemon_search({"query": query,
-                                 "namespace": namespace_of(namespace, project),
-                                 "limit": loaded["retrieval"]["limit"], "records": True},
-                                loaded)["records"]
-        if not records:
-            click.echo("no memories matched; nothing was forgotten")
-            return
-    else:
+    if not query:
         records = _by_id(record_ids, "nothing was forgotten")
+        _show_and_forget(records, yes)
+        return
+    if not contract.is_text(query):
+        raise click.UsageError("--query is not valid text in this terminal's encoding")
+    if namespace is None and project is None:
+        project = os.getcwd()
+    loaded = settings()
+    asked = {"query": query, "namespace": namespace_of(namespace, project), "records": True,
+             "limit": MAX_MATCHES if all_matches else limit or loaded["retrieval"]["limit"]}
+    records = daemon_search(asked, loaded)["records"]
+    if not records:
+        click.echo("no memories matched; nothing was forgotten")
+        return
+    forgotten: set[str] = set()
+    while records:
+        if len(records) == asked["limit"] and not all_matches:
+            click.echo(f"(the search stopped at its limit of {asked['limit']}: more may match;"
+                       f" --limit up to {MAX_MATCHES}, or --all-matches, forgets more)")
+        forgotten |= _show_and_forget(records, yes)
+        if not all_matches:
+            return
+        records = [r for r in daemon_search(asked, loaded)["records"]
+                   if r["record_id"] not in forgotten]
+    click.echo(f"no more memories match; {len(forgotten)} forgotten")
+
+
+def _show_and_forget(records: list[dict], yes: bool) -> set[str]:
+    """List the records, ask (unless ``yes``), forget them; the ids asked to forget."""
     for record in records:
         click.echo(f"{record['record_id']}  {record['title']}")
     if not yes:
@@ -77,6 +106,7 @@ def forget(record_ids: tuple[str, ...], query: str | None, namespace: str | None
                     f"forgetting {record['record_id']}")
         click.echo(f"forgot {record['record_id']}" if reply["deleted"]
                    else f"{record['record_id']} was already gone")
+    return {record["record_id"] for record in records}
 
 
 def _forget_project(namespace: str, yes: bool) -> None:

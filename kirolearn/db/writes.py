@@ -325,15 +325,42 @@ def _record_row(conn: sqlite3.Connection, record_id: str,
 
 def delete_record(conn: sqlite3.Connection, record_id: str, namespaces: Iterable[str]) -> bool:
     """Forget a record: its text, full-text entry and versions go (by trigger) and a
-    tombstone keeps its id, so no import brings it back. Whether it was there, in one of
-    these namespaces."""
+    tombstone keeps its id, so no import brings it back; so do the events it was made
+    from that no other record was made from, and its part of the retrieval log
+    (``forget_in_log``). Whether it was there, in one of these namespaces."""
     row = _record_row(conn, record_id, namespaces)
     if row is None:
         return False
+    (sources,) = conn.execute("SELECT source_event_ids_json FROM memory_records WHERE id = ?",
+                              (row[0],)).fetchone()
     conn.execute("INSERT INTO tombstones VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                  (record_id, row[1], utc_now()))
     conn.execute("DELETE FROM memory_records WHERE id = ?", (row[0],))
+    for event_id in json.loads(sources):
+        if not conn.execute("SELECT 1 FROM memory_records WHERE namespace = ? AND"
+                            " source_event_ids_json LIKE ? LIMIT 1",
+                            (row[1], f'%"{event_id}"%')).fetchone():
+            conn.execute("DELETE FROM events WHERE event_id = ?", (event_id,))
+    forget_in_log(conn, [record_id])
     return True
+
+
+FORGOTTEN_CONTEXT = "[this context held a memory that was forgotten since]"
+
+
+def forget_in_log(conn: sqlite3.Connection, record_ids: list[str]) -> None:
+    """The retrieval log's contexts that held any of these records are withheld, and the
+    records' ids taken out of them: a forgotten record's text leaves the log too."""
+    gone = set(record_ids)
+    for start in range(0, len(record_ids), 50):
+        chunk = record_ids[start:start + 50]
+        likes = " OR ".join(["record_ids_json LIKE ?"] * len(chunk))
+        rows = conn.execute(f"SELECT id, record_ids_json FROM retrievals WHERE {likes}",
+                            [f'%"{record_id}"%' for record_id in chunk]).fetchall()
+        conn.executemany("UPDATE retrievals SET context = ?, record_ids_json = ? WHERE id = ?",
+                         [(FORGOTTEN_CONTEXT,
+                           json.dumps([i for i in json.loads(ids) if i not in gone]), row_id)
+                          for row_id, ids in rows])
 
 
 def purge_index(conn: sqlite3.Connection) -> None:
@@ -410,6 +437,8 @@ def forget_namespace(conn: sqlite3.Connection, namespace: str) -> dict[str, int]
     conn.execute("INSERT INTO tombstones SELECT record_id, namespace, ?"
                  " FROM memory_records WHERE namespace = ? ON CONFLICT DO NOTHING",
                  (utc_now(), namespace))
+    forget_in_log(conn, [record_id for (record_id,) in conn.execute(
+        "SELECT record_id FROM memory_records WHERE namespace = ?", (namespace,))])
     records = conn.execute("DELETE FROM memory_records WHERE namespace = ?",
                            (namespace,)).rowcount
     events = conn.execute("DELETE FROM events WHERE namespace = ?", (namespace,)).rowcount
