@@ -1,7 +1,8 @@
 """Scrub benchmark: what the secret rules catch, what they wrongly take, what they cost.
 
 - recall: of the test corpus (tests/secret_corpus.py: realistic secrets of many kinds
-  and ``<private>`` as people type it), the share redacted;
+  and ``<private>`` as people type it), the share redacted, and the kinds caught whole
+  (every sample of the kind) and missed;
 - false positives: the share of ordinary lines that the secret rules change, per kind
   of text: source code (kirolearn's, the standard library's security-minded modules,
   and the installed packages kirolearn depends on), prose (the docs), lockfile lines
@@ -101,11 +102,19 @@ def false_positives(kind: str, lines: list[str], show: bool) -> dict:
 def recall() -> dict:
     import secret_corpus
 
-    caught = sum(secret not in privacy.scrub_text(text)
-                 for _, text, secret in secret_corpus.SECRETS)
+    missed: dict[str, int] = {}
+    caught = 0
+    for kind, text, secret in secret_corpus.SECRETS:
+        if secret in privacy.scrub_text(text):
+            missed[kind] = missed.get(kind, 0) + 1
+            say(f"missed {kind}: {text[:100]!r}")
+        else:
+            caught += 1
+    kinds = {kind for kind, _, _ in secret_corpus.SECRETS}
     hidden = sum("HIDDEN" not in privacy.scrub_text(text) for _, text in secret_corpus.PRIVATE)
     return {"bench": "scrub", "text": "corpus", "secrets": len(secret_corpus.SECRETS),
-            "kinds": len(secret_corpus.KINDS), "secrets_redacted": caught,
+            "kinds": len(kinds), "kinds_caught": len(kinds - set(missed)),
+            "kinds_missed": sorted(missed), "secrets_redacted": caught,
             "recall": round(caught / len(secret_corpus.SECRETS), 4),
             "private_variants": len(secret_corpus.PRIVATE), "private_redacted": hidden}
 

@@ -211,6 +211,55 @@ putty = fake("putty", 64, B64)
 SECRETS.append(("putty-key", "PuTTY-User-Key-File-2: ssh-rsa\nEncryption: none\nPrivate-Lines: 1\n"
                 f"{putty}\nPrivate-MAC: {fake('mac', 40, HEX)}", putty))
 
+# What engineers paste from their own machines' files and tools
+add("netrc", "machine api.heroku.com\n  login me@acme.dev\n  password {s}", fake("netrc1", 36,
+                                                                                   LOWER))
+add("netrc", "machine github.com login ci password {s}", fake("netrc2", 20))
+add("docker-config", '{{"auths": {{"https://index.docker.io/v1/": {{"auth": "{s}"}}}}}}',
+    fake("dockauth", 32, B64) + "==")
+add("npmrc-auth", "_auth={s}", fake("npmauth", 40, B64) + "=")
+add("twilio-auth-token", 'client = Client("AC{ac}", "{{s}}")'.format(ac=fake("twac", 32, HEX)),
+    fake("twtok", 32, HEX))
+add("twilio-auth-token", "TWILIO_AUTH_TOKEN={s}", fake("twtok2", 32, HEX))
+add("stripe-webhook-secret", "Ready! Your webhook signing secret is {s} (^C to quit)",
+    "whsec_" + fake("whsec1", 32))
+add("stripe-webhook-secret", "stripe.Webhook.construct_event(payload, sig, '{s}')",
+    "whsec_" + fake("whsec2", 32))
+add("gmail-app-password", 'EMAIL_HOST_PASSWORD = "{s}"', " ".join(
+    fake(f"gm{i}", 4, "abcdefghijklmnopqrstuvwxyz") for i in range(4)))
+add("gmail-app-password", "gmail app password: {s}",
+    fake("gmail2", 16, "abcdefghijklmnopqrstuvwxyz"))
+add("azure-client-secret", "az login --service-principal -u 8f2c-app -p {s} --tenant acme",
+    fake("azcs1", 3) + "8Q~" + fake("azcs1b", 34, URLSAFE + "."))
+add("azure-client-secret", '"clientSecret": "{s}"', fake("azcs2", 3) + "7Q~"
+    + fake("azcs2b", 34, URLSAFE + "."))
+add("java-keystore", "keytool -importkeystore -srckeystore a.p12 -srcstorepass {s}"
+    " -deststorepass changeit", fake("jks1", 14))
+add("java-keystore", "storePassword={s}", fake("jks2", 12))
+add("java-keystore", "java -Djavax.net.ssl.keyStorePassword={s} -jar app.jar", fake("jks3", 12))
+add("json-key-plain-word", '{{"settings": {{"db": {{"password": "{s}"}}}}}}',
+    "correcthorsebattery")
+add("json-key-short", '{{"pwd": "{s}"}}', fake("jshort", 5, LOWER))
+add("gcp-private-key-id", '{{"type": "service_account", "private_key_id": "{s}"}}',
+    fake("gcpkid", 40, HEX))
+add("pgpass", "db.internal:5432:app:deploy:{s}", fake("pgpass", 18))
+add("cookie", "curl -H 'Cookie: sessionid={s}; csrftoken=abc' https://app", fake("cook", 32, LOWER))
+add("mapbox-token", "MAPBOX={s}", "sk.eyJ1Ijoi" + fake("mb1", 40, URLSAFE) + "."
+    + fake("mb2", 22, URLSAFE))
+add("okta-token", "Authorization: SSWS {s}", "00" + fake("okta", 40, URLSAFE))
+add("tailscale-key", "tailscale up --authkey {s}", "tskey-auth-" + fake("ts1", 16) + "-"
+    + fake("ts2", 32))
+add("groq-key", "groq key {s}", "gsk_" + fake("groq", 52))
+add("replicate-token", "replicate token {s}", "r8_" + fake("rep", 37))
+add("notion-token", "notion token {s}", "ntn_" + fake("ntn", 46))
+add("pulumi-token", "pulumi login with {s}", "pul-" + fake("pul", 40, HEX))
+add("planetscale-token", "pscale token {s}", "pscale_tkn_" + fake("ps", 43, URLSAFE))
+add("doppler-token", "doppler token {s}", "dp.st.prd." + fake("dop", 40))
+add("terraform-cloud-token", "tfe token {s}", fake("tfc1", 14) + ".atlasv1." + fake("tfc2", 67))
+add("buildkite-token", "buildkite {s}", "bkua_" + fake("bk", 40, HEX))
+add("heroku-key", "heroku token {s}", "HRKU-" + fake("hrku", 60, URLSAFE))
+add("1password-token", "OP_SERVICE_ACCOUNT {s}", "ops_eyJ" + fake("ops", 60, URLSAFE))
+
 KINDS = sorted({kind.split("-")[0] if kind.startswith(("url-password", "dotenv")) else kind
                 for kind, _, _ in SECRETS})
 

@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from secret_corpus import KINDS, PRIVATE, SECRETS
 
@@ -22,7 +22,7 @@ secret_words = st.text(alphabet="qxzjkvw", min_size=6, max_size=20)  # never in 
 
 
 def test_the_corpus_is_as_large_as_promised():
-    assert len(SECRETS) >= 100 and len(KINDS) >= 30 and len(PRIVATE) >= 20
+    assert len(SECRETS) >= 150 and len(KINDS) >= 45 and len(PRIVATE) >= 20
     assert len({secret for _, _, secret in SECRETS}) == len(SECRETS)
 
 
@@ -86,6 +86,71 @@ def test_every_string_of_a_json_body_is_scrubbed_keys_included(secret, key):
     assert secret not in flat and key not in flat
     assert out["data"]["n"] == 3 and out["data"]["ok"] is True
     assert body["data"]["n"] == 3 and f"<private>{key}</private>" in body["data"]  # not mutated
+
+
+SECRET_KEYS = ["password", "DB_PASSWORD", "clientSecret", "api_key", "apiKey", "private_key",
+               "private_key_id", "token", "access_token", "pwd", "passwd", "secret",
+               "client_secret", "auth", "x-api-key", "AWS_SECRET_ACCESS_KEY", "passphrase",
+               "refreshToken", "Authorization", "storePassword", "credentials"]
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet="abcdef ghij.-_/", max_size=20),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(alphabet="abcdefgh_", min_size=1, max_size=10), inner, max_size=4),
+    max_leaves=12)
+secret_values = st.one_of(
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=4, max_size=24),  # a plain word
+    st.text(alphabet="ABCDEFGHJKLMNPQRSTUVWXYZabcdefghjkmnpqrstuvwxyz23456789!@#$%^&*", min_size=6,
+            max_size=40).filter(lambda v: not v.startswith(("$", "%"))),
+    st.sampled_from([secret for _, _, secret in SECRETS]))
+
+
+def _insert(tree: object, path: list[int], item: dict) -> object:
+    """tree with item put at a place chosen by path (into a dict as a key, into a list as an
+    element; a leaf becomes a list holding it)."""
+    if not path:
+        return [tree, item]
+    step, rest = path[0], path[1:]
+    if isinstance(tree, dict) and tree:
+        key = sorted(tree)[step % len(tree)]
+        return {**tree, key: _insert(tree[key], rest, item)}
+    if isinstance(tree, list) and tree:
+        index = step % len(tree)
+        return [*tree[:index], _insert(tree[index], rest, item), *tree[index + 1:]]
+    return [tree, item]
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(tree=json_values, path=st.lists(st.integers(0, 10), max_size=6),
+       key=st.sampled_from(SECRET_KEYS), secret=secret_values)
+def test_a_secret_under_a_secret_key_at_any_depth_never_reaches_storage(tree, path, key, secret):
+    """A tool's input is JSON: whatever a value under a key such as ``password`` looks
+    like (a plain word too), ingest stores none of it."""
+    from helpers import make_event
+
+    from kirolearn.roles import ingest
+
+    data = _insert(tree, path, {key: secret, "note": "kept"})
+    assume(secret not in canonical_json(_insert(tree, path, {key: "", "note": "kept"}))
+           + "tool_use http tool_name tool_input")
+    event = make_event("tool_use", body={"type": "json", "data": {"tool_name": "http",
+                                                                  "tool_input": data}})
+    stored, _ = ingest.prepare(event)
+    assert secret not in stored["body_json"]
+    assert "kept" in stored["body_json"]
+
+
+@pytest.mark.parametrize("key", sorted(rules.SECRET_KEYS))
+def test_every_secret_key_passes_the_pre_check(key):
+    """A body holding only such a key is scrubbed: its name holds a rule's needle."""
+    assert rules.secret_key_kind(key)
+    assert may_need_scrub(canonical_json({"type": "json", "data": {key: "plain"}}))
+
+
+@pytest.mark.parametrize("key", ["max_tokens", "token_count", "password_hint", "tokens",
+                                 "key", "session_id", "tokenizer", "passed", "author",
+                                 "api_key_id", "secret_name", "keyword", "monkey"])
+def test_keys_about_secrets_are_not_secret_keys(key):
+    assert rules.secret_key_kind(key) is None
 
 
 def test_scrub_counts_what_it_redacts_by_kind():

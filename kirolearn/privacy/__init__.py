@@ -224,11 +224,23 @@ def scrub(value: Any, counts: Counter | None = None) -> Any:
             counts.update(kinds)
         return text
     if isinstance(value, dict):
-        return {scrub(k, counts) if isinstance(k, str) else k: scrub(v, counts)
+        return {scrub(k, counts) if isinstance(k, str) else k: _keyed_value(k, v, counts)
                 for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [scrub(v, counts) for v in value]
     return value
+
+
+def _keyed_value(key: Any, value: Any, counts: Counter | None) -> Any:
+    """A JSON object's value: redacted whole under a key that names a secret
+    (``{"password": "…"}`` at any depth, the commonest form of a tool's input), else
+    scrubbed as any value."""
+    kind = rule_set.secret_key_kind(key) if isinstance(key, str) else None
+    if kind is not None and isinstance(value, str) and rule_set.secret_value(value):
+        if counts is not None:
+            counts[kind] += 1
+        return marker(kind)
+    return scrub(value, counts)
 
 
 # What a redaction may lengthen (``password=[REDACTED]``), cut back to the contract.

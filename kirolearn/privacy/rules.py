@@ -234,9 +234,9 @@ def _keyed(match: re.Match, text: str) -> str | None:
         return None  # tokenizer, passage: another word
     before = _key_before(text, match.start())
     if word.lower().startswith("pass") and before and before[-1].isalpha() and not (
-            before.isupper() and word.isupper()):
-        return None  # compass, bypass (but PGPASSWORD)
-    if _NOT_THE_SECRET.search(rest):
+            (before.isupper() and word.isupper()) or word[0].isupper()):
+        return None  # compass, bypass (but PGPASSWORD, storePassword)
+    if _NOT_THE_SECRET.search(rest) and not (word + rest).lower().endswith("private_key_id"):
         return None
     key = before + word + rest
     # key=value, as on a command line; KEY=value, as in a .env file or before a command
@@ -249,11 +249,52 @@ def _keyed(match: re.Match, text: str) -> str | None:
     value = value.strip("'\"").strip()
     if len(value) < (4 if quoted or env_style else 6) or _PLACEHOLDER.match(value):
         return None
+    if quoted and _APP_PASSWORD.fullmatch(value):
+        return "password"  # Google's app passwords come as four groups of four
+    # "password": "…" in JSON: the key alone says what the value is (a plain word too).
+    json_key = quoted and text[match.start() - 1: match.start()] in ("\"", "'")
     if _NUMBER.fullmatch(value) or _FORMAT.search(value) or (not env_style and (
-            (quoted and (any(c.isspace() for c in value) or _WORD.fullmatch(value)))
+            (quoted and (any(c.isspace() for c in value)
+                         or (_WORD.fullmatch(value) and not json_key)))
             or (not quoted and _looks_like_code(value, tight)))):
         return None
     return _keyword_kind(word)
+
+
+# -- a value under a secret key of a JSON object, at any depth (``secret_key_kind``) ----------
+
+_APP_PASSWORD = re.compile(r"[a-z]{4} [a-z]{4} [a-z]{4} [a-z]{4}")
+SECRET_KEYS = frozenset({
+    "password", "passwd", "pass", "pwd", "passphrase", "secret", "token", "api_key", "apikey",
+    "access_key", "secret_key", "private_key", "private_key_id", "client_secret", "auth",
+    "auth_token", "access_token", "refresh_token", "id_token", "session_token", "credential",
+    "credentials", "key_pass", "store_pass", "store_password", "key_password",
+    "signing_key", "encryption_key", "master_key", "secret_access_key", "account_key",
+    "shared_access_key", "webhook_secret", "signing_secret",
+    "identity_token", "registry_token", "bearer", "authorization", "cookie",
+})
+_SNAKE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def secret_key_kind(key: str) -> str | None:
+    """The kind of secret a JSON object's key names (``DB_PASSWORD``, ``clientSecret``,
+    ``private_key_id``, docker's ``auth``), or None: the value under such a key is
+    redacted whole, whatever it looks like."""
+    if not 3 <= len(key) <= 64:
+        return None
+    name = re.sub(r"[\s.\-]+", "_", _SNAKE.sub("_", key.strip())).lower()
+    if name in SECRET_KEYS or any(name.endswith("_" + word) for word in SECRET_KEYS
+                                  if word not in ("pass", "auth", "cookie", "bearer")):
+        return _keyword_kind(name.rsplit("_", 1)[-1] if name not in SECRET_KEYS else name)
+    return None
+
+
+def secret_value(value: str) -> bool:
+    """Whether a string under a secret key is a secret (not empty, a placeholder, a
+    reference to one, or a redaction already)."""
+    value = value.strip()
+    return (len(value) >= 3 and not _PLACEHOLDER.match(value) and not MARKER.fullmatch(value)
+            and value.lower() not in ("basic", "bearer", "oauth", "oauth2", "token", "none"))
 
 
 def _flag_value(match: re.Match, text: str) -> str | None:
@@ -306,14 +347,31 @@ OURS: list[Rule] = [
           ("hooks.slack.com", "/api/webhooks", "webhook.office.com", "hooks.zapier.com"), _I),
     # Headers and command lines.
     _rule("authorization", r"\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?"
-          r"(?:(?:bearer|basic|token|digest|bot|apikey|sso-key|negotiate|ntlm)[ \t]+)?"
+          r"(?:(?:bearer|basic|token|digest|bot|apikey|sso-key|negotiate|ntlm|ssws)[ \t]+)?"
           r"(?P<s>[^\"'\r\n,]{6,})", ("authorization",), _I, _authorization),
     _rule("token", r"\bbearer[ \t]+(?P<s>[A-Za-z0-9._~+/=-]{16,})", ("bearer",), _I),
     _rule("password", r"(?:^|[\s;|&(])--?(?P<word>password|passwd|pass|pwd|token|api[-_]?key"
-          r"|secret|client[-_]secret|auth[-_]token|access[-_]token)(?:=|[ \t]+)(?!-)"
+          r"|secret|client[-_]secret|auth[-_]?token|access[-_]token|auth[-_]?key"
+          r"|(?:src|dest|new)?(?:store|key)pass)(?:=|[ \t]+)(?!-)"
           r"(?P<s>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\"]+)",
           ("--pass", "--pwd", "--token", "--api", "--secret", "--client", "--auth", "--access",
-           "-pass", "-pwd", "-token", "-secret"), re.MULTILINE, _flag_value),
+           "-pass", "-pwd", "-token", "-secret", "storepass", "keypass", "-auth"),
+          re.MULTILINE, _flag_value),
+    # Files people paste from their machine: ~/.netrc, ~/.pgpass, docker's and npm's auth.
+    _rule("password", r"\b(?:login|machine)[ \t]+\S+\s+password[ \t]+(?P<s>\S+)",
+          ("login", "machine"), _I),
+    _rule("password", r"(?m)^[^:\s#]+:(?:\d{2,5}|\*):[^:\s]+:[^:\s]+:(?P<s>\S+)$",
+          (":5432:", ":5433:", ":*:")),
+    _rule("auth", r"(?:^|[\s{,\"'])_?auth[\"']?[ \t]*[:=][ \t]*[\"']?"
+          r"(?P<s>[A-Za-z0-9+/]{12,}={0,2})(?=[\"'\s,}]|$)", ("auth",)),
+    _rule("cookie", r"\b(?:set-)?cookie[\"']?[ \t]*:[ \t]*(?P<s>[^\s;=\"']+=[^\r\n'\"]{6,})",
+          ("cookie",), _I),
+    _rule("password", r"(?:app[ _-]?password|gmail)[^\n]{0,30}?\b"
+          r"(?P<s>[a-z]{4} ?[a-z]{4} ?[a-z]{4} ?[a-z]{4})\b",
+          ("app password", "app-password", "app_password", "apppassword", "gmail"), _I),
+    # A Twilio auth token beside its account's SID.
+    _rule("twilio-auth-token", r"\bAC[a-f0-9]{32}[\"']?\s*[,:]\s*[\"']?(?P<s>[a-f0-9]{32})\b",
+          ()),
     _rule("password", r"\b(?:mysql\w*|mariadb\w*)\b[^\n|;&]*?[ \t]-p(?P<s>[^\s'\"]+|'[^'\n]*'"
           r"|\"[^\"\n]*\")", ("mysql", "mariadb")),
     _rule("password", r"\b(?:sshpass[^\n|;&]*?[ \t]-p[ \t]*|redis-cli\b[^\n|;&]*?[ \t]-a[ \t]+"
@@ -356,6 +414,37 @@ OURS: list[Rule] = [
     _rule("sentry-dsn", r"https://(?P<s>[0-9a-f]{32})@[\w.-]*sentry\.io", ("sentry.io",)),
     _rule("newrelic-key", r"\b(?P<s>NRAK-[A-Z0-9]{27})", ("nrak-",)),
     _rule("alibaba-key", r"\b(?P<s>LTAI[A-Za-z0-9]{20})", ("ltai",)),
+    _rule("stripe-webhook-secret", r"\b(?P<s>whsec_[A-Za-z0-9+/=]{24,})", ("whsec_",)),
+    Rule("azure-client-secret", r"(?<![A-Za-z0-9_~.-])(?P<s>[A-Za-z0-9_~.-]{3}\dQ~"
+         r"[A-Za-z0-9_~.-]{31,34})", exact=("Q~",)),
+    _rule("mapbox-token", rf"\b(?P<s>[ps]k\.eyJ{_TOKEN}{{20,}}\.{_TOKEN}{{20,}})",
+          ("pk.eyj", "sk.eyj")),
+    _rule("tailscale-key", r"\b(?P<s>tskey-[a-z]+-[A-Za-z0-9]{6,}-[A-Za-z0-9]{16,})",
+          ("tskey-",)),
+    _rule("groq-key", r"\b(?P<s>gsk_[A-Za-z0-9]{48,})", ("gsk_",)),
+    _rule("replicate-token", r"\b(?P<s>r8_[A-Za-z0-9]{37})", ("r8_",)),
+    _rule("notion-token", r"\b(?P<s>ntn_[A-Za-z0-9]{40,}|secret_[A-Za-z0-9]{43})\b",
+          ("ntn_", "secret_")),
+    _rule("pulumi-token", r"\b(?P<s>pul-[a-f0-9]{40})", ("pul-",)),
+    _rule("planetscale-token", r"\b(?P<s>pscale_(?:tkn|pw|oauth)_[A-Za-z0-9_-]{32,})",
+          ("pscale_",)),
+    _rule("doppler-token", r"\b(?P<s>dp\.(?:st|pt|ct|sa|scim|audit)\.[A-Za-z0-9._-]{40,})",
+          ("dp.st.", "dp.pt.", "dp.ct.", "dp.sa.", "dp.scim.", "dp.audit.")),
+    _rule("terraform-token", r"\b(?P<s>[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_-]{60,})",
+          (".atlasv1.",)),
+    _rule("buildkite-token", r"\b(?P<s>bkua_[a-f0-9]{40})", ("bkua_",)),
+    _rule("heroku-key", r"\b(?P<s>HRKU-[A-Za-z0-9_-]{60})", ("hrku-",)),
+    _rule("1password-token", r"\b(?P<s>ops_eyJ[A-Za-z0-9_-]{50,})", ("ops_eyj",)),
+    _rule("xai-key", r"\b(?P<s>xai-[A-Za-z0-9]{60,})", ("xai-",)),
+    _rule("perplexity-key", r"\b(?P<s>pplx-[A-Za-z0-9]{40,})", ("pplx-",)),
+    _rule("sourcegraph-token", r"\b(?P<s>sgp_[A-Za-z0-9_]{40,})", ("sgp_",)),
+    _rule("netlify-token", r"\b(?P<s>nfp_[A-Za-z0-9]{36,})", ("nfp_",)),
+    _rule("circleci-token", r"\b(?P<s>CCIPAT_[A-Za-z0-9_]{30,})", ("ccipat_",)),
+    _rule("fly-token", r"\b(?P<s>fm2_[A-Za-z0-9+/=_,-]{40,})", ("fm2_",)),
+    _rule("airtable-token", r"\b(?P<s>pat[A-Za-z0-9]{14}\.[a-f0-9]{64})", ("pat",)),
+    _rule("firebase-key", r"\b(?P<s>AAAA[A-Za-z0-9_-]{7}:APA91b[A-Za-z0-9_-]{100,})",
+          ("apa91b",)),
+    _rule("dropbox-token", r"\b(?P<s>sl\.[A-Za-z0-9_-]{100,})", ("sl.",)),
 ]
 
 
