@@ -288,7 +288,7 @@ def test_opencode_every_hook(daemon, ws):
     wait_records(ws.namespace)
     settled_context(ws.namespace, "user lookups cache")
     printed = hook("prompt", text="user lookups cache")
-    assert printed.startswith("## ") and "from kirolearn" in printed
+    assert printed.startswith("<kirolearn-recall>") and "\n## Prior observations" in printed
 
 
 def test_codex_patch_is_an_edit_per_file(daemon, ws):

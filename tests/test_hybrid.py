@@ -581,8 +581,7 @@ def test_records_are_embedded_as_they_come_and_searched_by_meaning(ingest, daemo
     # background: until then, search is lexical.
     found = wait_for(lambda: kl("search", query, "--namespace", NAMESPACE, check=True).stdout,
                      timeout=15, message="a hybrid answer")
-    assert found.startswith("## Prior observations from kirolearn\n\n### How to run"
-                            " database migrations")
+    assert "## Prior observations from kirolearn\n\n### How to run database migrations" in found
     again = kl("embeddings", "backfill", check=True)
     assert "every record has its vector" in again.stdout
     assert stored_vectors(daemon) == stored  # nothing embedded twice

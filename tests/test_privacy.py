@@ -101,7 +101,7 @@ secret_values = st.one_of(
     st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=4, max_size=24),  # a plain word
     st.text(alphabet="ABCDEFGHJKLMNPQRSTUVWXYZabcdefghjkmnpqrstuvwxyz23456789!@#$%^&*", min_size=6,
             max_size=40).filter(lambda v: not v.startswith(("$", "%"))),
-    st.sampled_from([secret for _, _, secret in SECRETS]))
+    st.sampled_from([secret for _, _, secret in SECRETS])).filter(rules.secret_value)
 
 
 def _insert(tree: object, path: list[int], item: dict) -> object:

@@ -15,6 +15,7 @@ from helpers import KL, NAMESPACE, kl, make_event, status, wait_for
 from kirolearn import paths, project, protocol, transport
 from kirolearn.db import writes
 from kirolearn.roles import ingest
+from kirolearn.search.context import fenced
 
 UUID_RECORD = {
     "record_id": "R" + "1" * 25, "namespace": NAMESPACE, "title": "Switch user ids to UUID",
@@ -29,7 +30,7 @@ LOGGING_RECORD = {**UUID_RECORD, "record_id": "R" + "2" * 25,
                   "title": "Decide on structured logging",
                   "summary": "We log JSON lines with a request id on every line.", "facts": [],
                   "created_at": "2026-11-02T10:00:00.000+00:00"}
-UUID_CONTEXT = (
+UUID_CONTEXT = fenced(
     "## Prior observations from kirolearn\n\n"
     "### Switch user ids to UUID\n\n"
     "Migrated the users table from integer ids to UUIDs in two steps.\n\n"

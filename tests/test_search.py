@@ -191,7 +191,7 @@ def test_a_prompt_finds_its_records_ranked_and_in_the_fixed_format(searcher):
     scores = [r["score"] for r in result.records]
     assert scores == sorted(scores)
     one = searcher.search(NS_A, "UUID", 1, 5000)
-    assert one.context == (
+    assert one.context == context_format.fenced(
         "## Prior observations from kirolearn\n\n"
         "### Switch user ids to UUID\n\n"
         "Migrated the users table from integer ids to UUIDs in two steps.\n\n"
@@ -403,7 +403,7 @@ def test_the_session_context_gives_recent_work_then_what_is_retrieved_most(corpu
         result = s.session_context(NS_A, 1000)
         assert result.outcome == "ok"
         recent = "\n".join(f"- 2026-02-01 Later change {n}: Change {n}." for n in range(15, 10, -1))
-        assert result.context == (
+        assert result.context == context_format.fenced(
             "## This project so far (from kirolearn)\n\nRecent work:\n" + recent
             + "\n\n### Fix flaky pagination test\n\nThe cursor was reused between pages; each"
             " page now gets a new one.\n\n- edited `tests/test_pages.py` (+5 −2)")

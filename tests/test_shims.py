@@ -84,12 +84,12 @@ def test_kiro_cli_every_hook(daemon, ws):
     # same subject gets it back, exactly as retrieval answers.
     wait_records(ws.namespace)
     expected = retrieval("session_context", {"namespace": ws.namespace})["context"]
-    assert expected.startswith("## Where the last session left off (from kirolearn)")
+    assert "\n## Where the last session left off (from kirolearn)" in expected
     assert kiro_cli(ws, "agentSpawn") == expected
     question = "why do zmq client retries matter"
     hybrid = settled_context(ws.namespace, question)
     context = kiro_cli(ws, "userPromptSubmit", prompt=question)
-    assert context.startswith("## Prior observations from kirolearn")
+    assert "\n## Prior observations from kirolearn" in context
     check_prompt_answer(context, ws.namespace, question, hybrid)
     events = stored_events()
     assert events[-2]["kind"] == "note" and events[-2]["session_id"] != session  # a new one
@@ -246,7 +246,7 @@ def test_the_next_session_starts_where_the_last_one_left_off(daemon, ws):
     assert last["files"] == ["src/export.py"]
     started = json.loads(claude(ws, "SessionStart", "the-next-one", source="startup"))
     context = started["hookSpecificOutput"]["additionalContext"]
-    assert context.startswith(reply["context"])  # and nothing else: all is that session's
+    assert context.split("\n\n", 1)[1].startswith(reply["context"])  # all that session's
     assert reply["context"].startswith("## Where the last session left off")
 
     async def scenario(client) -> tuple[bool, str]:

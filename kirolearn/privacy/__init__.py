@@ -1,4 +1,7 @@
-"""The one scrubber: ``<private>`` spans and secrets become ``[REDACTED:<kind>]``.
+"""The one scrubber: ``<private>`` spans and secrets become ``[REDACTED:<kind>]``, and
+control characters and bidirectional overrides are taken out (``CONTROLS``: text going
+back into a prompt must read as it shows: no hidden NUL, no line that reverses on
+screen).
 
 Ingest runs it on every string of an event's body (text, every message turn, every
 JSON key and value) and on records saved through MCP or imported; a shim runs it on
@@ -29,6 +32,16 @@ MAX_ROUNDS = 8
 _OPEN = r"(?:<|&lt;|&\#0*60;|&\#x0*3c;|\\u003c|%3c)"
 _CLOSE = r"(?:>|&gt;|&\#0*62;|&\#x0*3e;|\\u003e|%3e)"
 _TAG = re.compile(rf"{_OPEN}\s*(/|%2f)?\s*private\b[^<>&%]*?{_CLOSE}", re.IGNORECASE)
+
+
+# C0 controls but tab and newline, DEL, C1 controls, and the bidirectional embeddings,
+# overrides and isolates; in a JSON text, C0 controls come escaped (``\u0000``, ``\b``).
+CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_ENCODED_CONTROLS = re.compile(r"\\u00[01][0-9a-fA-F]|\\u007[fF]|\\[bfr]")
+
+
+def without_controls(text: str) -> str:
+    return CONTROLS.sub("", text) if CONTROLS.search(text) else text
 
 
 def marker(kind: str) -> str:
@@ -64,7 +77,9 @@ class Scrubber:
     def may_match(self, text: str) -> bool:
         """False means no rule can match text (or any JSON text that encodes it)."""
         lowered = text.lower()
-        return (PRIVATE in lowered or bool(self._hits(self._lower, self._lower_needles, lowered))
+        return (PRIVATE in lowered or CONTROLS.search(text) is not None
+                or _ENCODED_CONTROLS.search(text) is not None
+                or bool(self._hits(self._lower, self._lower_needles, lowered))
                 or bool(self._hits(self._exact, self._exact_needles, text))
                 or rule_set.LONG_TOKEN.search(text) is not None)
 
@@ -88,8 +103,10 @@ class Scrubber:
     def redact(self, text: str) -> tuple[str, tuple[str, ...]]:
         """text scrubbed, and the kinds redacted (one per redaction). A redaction can
         change what its neighbours read as (a key's prefix, a boundary), so the rules
-        run again until nothing changes: scrubbing twice is scrubbing once."""
+        run again until nothing changes: scrubbing twice is scrubbing once. Control
+        characters go first (one could hide a secret from its rule)."""
         kinds: list[str] = []
+        text = without_controls(text)
         if PRIVATE in text.lower():
             text = _redact_private(text, kinds)
         for _ in range(MAX_ROUNDS):

@@ -33,11 +33,13 @@ from kirolearn import db, privacy, project
 from kirolearn.db import fts, reads
 from kirolearn.search import checkpoint, embeddings, ranking, vectors
 from kirolearn.search.context import (
+    FENCE_TOKENS,
     SESSION_LOOKBACK,
     SESSION_RECENT,
     SESSION_RECORDS,
     SESSION_TOP,
     context_block,
+    fenced,
     session_block,
     within_tokens,
     without_repeats,
@@ -86,9 +88,9 @@ class Result:
     @property
     def context(self) -> str:
         """The context for the agent, scrubbed as it leaves (stored text was scrubbed
-        with the rules of its day)."""
-        return privacy.scrub_text(context_block(self.records) if self.block is None
-                                  else self.block)
+        with the rules of its day) and fenced as recalled notes."""
+        return fenced(privacy.scrub_text(context_block(self.records) if self.block is None
+                                         else self.block))
 
     @property
     def record_ids(self) -> list[str]:
@@ -280,7 +282,8 @@ class Searcher:
                 top += [r for r in fts.newest_records(conn, namespace, SESSION_TOP,
                                                       ("decision", "pattern"))
                         if r["record_id"] not in shown][:SESSION_TOP - len(top)]
-            context, included = session_block(recent, top, token_budget,
+            context, included = session_block(recent, top,
+                                              max(0, token_budget - FENCE_TOKENS),
                                               last.block() if last else "")
             result = Result(included, "ok" if context else "empty", 0.0, block=context)
         except Exception as exc:  # a session starts with or without its context
