@@ -12,6 +12,7 @@ unique to the home).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import stat
@@ -63,13 +64,44 @@ def remote_file(base: Path | None = None) -> Path:
     return (base or home()) / "remote.json"
 
 
+RUNTIME_NAMES = 8  # names tried in /tmp for a deep home's runtime directory
+
+
+class UnsafeRuntimeDir(PermissionError):
+    """No name in /tmp could be used for a deep home's sockets; the message says why."""
+
+
 def runtime_dir(base: Path | None = None) -> Path:
+    """Where the sockets and the pidfile are: ``run/`` in the home, or, for a home too
+    deep for a socket's path, a folder in /tmp named after it. Another user can make
+    that name first (or a link there): a name is used only while it is free or is a
+    real folder of ours, private (0700), and the next is tried otherwise, so every
+    process of this home, trying them in order, agrees on it."""
     base = base or home()
     run = base / "run"
     if len(str(run)) + len("/extraction-999.ctl") <= IPC_PATH_MAX:
         return run
     digest = sha256(str(base).encode()).hexdigest()[:12]
-    return Path("/tmp") / f"kirolearn-{os.getuid()}-{digest}"
+    first = Path("/tmp") / f"kirolearn-{os.getuid()}-{digest}"
+    free = None
+    refused = []
+    for n in range(RUNTIME_NAMES):
+        candidate = first if n == 0 else first.with_name(f"{first.name}-{n}")
+        try:
+            info = os.lstat(candidate)
+        except FileNotFoundError:
+            free = free or candidate
+            continue
+        if (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+                and stat.S_IMODE(info.st_mode) == 0o700):
+            return candidate
+        refused.append(candidate)
+    if free is None:
+        raise UnsafeRuntimeDir(
+            f"no private runtime directory can be made for {base}: {', '.join(map(str, refused))}"
+            " each belong to another user, are links, or are not private (0700); remove"
+            " them, or set KIROLEARN_HOME to a shorter path")
+    return free
 
 
 def pidfile(base: Path | None = None) -> Path:
@@ -126,8 +158,17 @@ def ensure_private_dir(path: Path) -> Path:
 
 def ensure_layout(base: Path | None = None) -> Path:
     base = base or home()
-    for directory in (base, runtime_dir(base), log_dir(base)):
+    for directory in (base, log_dir(base)):
         ensure_private_dir(directory)
+    run = runtime_dir(base)
+    if run.parent == Path("/tmp"):  # made here, never through a link someone left
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(run, 0o700)
+        info = os.lstat(run)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            raise UnsafeRuntimeDir(f"{run} was taken by someone else while kirolearn made"
+                                   " it; try again")
+    ensure_private_dir(run)
     return base
 
 

@@ -212,7 +212,7 @@ class Shim:
         """The daemon's reply, or None when it is not there or not in time."""
         try:
             listening = control.listening("ingest", self.base)
-        except control.BadRemote as exc:
+        except (control.BadRemote, paths.UnsafeRuntimeDir) as exc:  # doctor says it too
             debug(str(exc))
             return None
         if not listening:

@@ -12,6 +12,8 @@ and ``doctor`` says what is wrong.
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from kirolearn import __version__
@@ -29,7 +31,26 @@ from kirolearn.cli import (
 )
 
 
-@click.group()
+class Commands(click.Group):
+    """The command group, whose commands end in a message, never a traceback: an error a
+    command did not expect is said in one line (``KIROLEARN_DEBUG=1`` shows where)."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException,
+                KeyboardInterrupt, SystemExit, BrokenPipeError):
+            raise
+        except Exception as exc:
+            if os.environ.get("KIROLEARN_DEBUG"):
+                raise
+            where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
+            raise click.ClickException(
+                f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}{where}"
+                f" [{type(exc).__name__}; KIROLEARN_DEBUG=1 shows where]") from exc
+
+
+@click.group(cls=Commands)
 @click.version_option(__version__, prog_name="kirolearn")
 def cli() -> None:
     """Long-term memory for AI coding agents.

@@ -41,6 +41,12 @@ def doctor(project_dir: str | None) -> None:
         report(False, "connection", str(exc))
     if elsewhere is not None:
         report(*_check_connection(elsewhere))
+    try:
+        paths.runtime_dir()
+    except paths.UnsafeRuntimeDir as exc:  # hooks cannot reach a daemon: say why, and stop
+        report(False, "sockets", f"{exc}; until then every hook keeps its event in"
+               f" {paths.spool_dir()}")
+        sys.exit(1)
     running = control.running()
     if elsewhere is None:
         report(True if running else None, "daemon",

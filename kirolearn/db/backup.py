@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sqlite3
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote
@@ -38,27 +40,41 @@ def take(source: Path, dest: Path) -> dict:
     live = {source.resolve(), *(Path(f"{source.resolve()}{s}") for s in ("-wal", "-shm"))}
     if dest.resolve() in live:
         raise BackupError(f"{dest} is the live database itself; choose another path")
-    if dest.exists():
+    if os.path.lexists(dest):
         raise BackupError(f"{dest} already exists; a backup never replaces a file")
-    partial = dest.with_name(f".{dest.name}.partial")
+    # The copy is made in a private folder of its own beside the target (no name there
+    # can be a link someone else left), then linked to its name, which fails rather
+    # than replace or follow anything that took that name meanwhile.
     try:
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.close(fd)
+        workdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     except OSError as exc:
         raise BackupError(f"cannot write {dest}: {exc.strerror}") from exc
+    partial = workdir / "partial.db"
     try:
         try:
             reader = connect_reader(source)
         except sqlite3.Error as exc:
             raise BackupError(f"cannot read {source}: {exc}") from exc
         _copy(reader, partial)
+        os.chmod(partial, 0o600)
         summary = verify(partial)
-        os.replace(partial, dest)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            partial.unlink()
-        raise
+        _link_new(partial, dest)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     return summary
+
+
+def _link_new(made: Path, dest: Path) -> None:
+    """Give ``made`` the name ``dest``, which must not exist (a link there included)."""
+    try:
+        os.link(made, dest, follow_symlinks=False)
+    except FileExistsError as exc:
+        raise BackupError(f"{dest} already exists; a backup never replaces a file") from exc
+    except OSError as exc:  # a filesystem without hard links: rename, checked just before
+        if os.path.lexists(dest):
+            raise BackupError(f"{dest} already exists; a backup never replaces a file"
+                              ) from exc
+        os.rename(made, dest)
 
 
 def verify(path: Path) -> dict:
