@@ -7,6 +7,7 @@ silently does nothing. Environment overrides are ``KIROLEARN_<SECTION>_<KEY>``.
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from importlib import resources
@@ -23,6 +24,22 @@ CHOICES = {
     ("retrieval", "mode"): MODES,
     ("mcp", "scope"): SCOPES,
     ("extraction", "strategy"): ("heuristic", "openai", "anthropic", "command"),
+}
+
+
+MAX_WORKERS = 64  # extraction workers one daemon runs, at most
+# Numbers outside these bounds are refused when the settings load (any other number
+# setting must be 0 or more): a typo never starts a hundred thousand processes.
+RANGES: dict[tuple[str, str], tuple[float, float]] = {
+    ("extraction", "workers"): (0, MAX_WORKERS),
+    ("retrieval", "limit"): (0, 100),
+    ("retrieval", "budget_ms"): (1, 60_000),
+    ("retrieval", "min_similarity"): (-1, 1),
+    ("retrieval", "global_min_similarity"): (-1, 1),
+    ("extraction", "merge_min_similarity"): (0, 1),
+    ("viewer", "port"): (0, 65_535),
+    ("backup", "keep"): (1, 10_000),
+    ("logging", "backups"): (0, 1_000),
 }
 
 
@@ -73,10 +90,7 @@ def load(base: Path | None = None, environ: dict[str, str] | None = None) -> dic
     environ = os.environ if environ is None else environ
     user_file = (base or paths.home()) / "config.toml"
     if user_file.exists():
-        try:
-            user = tomllib.loads(user_file.read_text("utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{user_file}: {exc}") from exc
+        user = _read_toml(user_file)
         for section, values in user.items():
             if section not in settings or not isinstance(values, dict):
                 raise ConfigError(f"{user_file}: unknown section [{section}]")
@@ -95,11 +109,33 @@ def load(base: Path | None = None, environ: dict[str, str] | None = None) -> dic
         except ValueError as exc:
             raise ConfigError(f"network.listen: {exc}") from exc
     _check_storage_url(settings["storage"]["url"])
+    for section, values in settings.items():
+        for key, value in values.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                low, high = RANGES.get((section, key), (0, math.inf))
+                if not low <= value <= high:
+                    bound = f"from {low:g} to {high:g}" if high != math.inf else f"{low:g} or more"
+                    raise ConfigError(f"{section}.{key}: must be {bound}, got {value!r}")
     for (section, key), allowed in CHOICES.items():
         if settings[section][key] not in allowed:
             raise ConfigError(f"{section}.{key}: must be one of {', '.join(allowed)},"
                               f" got {settings[section][key]!r}")
     return settings
+
+
+def _read_toml(path: Path) -> dict:
+    """The user's settings file, or ConfigError saying what is wrong with it."""
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder; the settings file must be a TOML file")
+    try:
+        return tomllib.loads(path.read_text("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {exc.start + 1}); save it as"
+                          " UTF-8 TOML") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path} cannot be read: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
 
 
 def _check_storage_url(url: str) -> str:
@@ -116,10 +152,7 @@ def storage_url(base: Path | None = None, environ: dict[str, str] | None = None)
     if "KIROLEARN_STORAGE_URL" in environ:
         return _check_storage_url(environ["KIROLEARN_STORAGE_URL"])
     user_file = (base or paths.home()) / "config.toml"
-    try:
-        user = tomllib.loads(user_file.read_text("utf-8")) if user_file.exists() else {}
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{user_file}: {exc}") from exc
+    user = _read_toml(user_file) if user_file.exists() else {}
     url = user.get("storage", {}).get("url", "") if isinstance(user.get("storage"), dict) else ""
     if not isinstance(url, str):
         raise ConfigError(f"storage.url: expected a string, got {url!r}")

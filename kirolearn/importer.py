@@ -133,11 +133,12 @@ def send_chunk(client: transport.Client, lines: list[str], kind: str = "events")
     return retrying(client.call, op, {"lines": lines, **extra})["results"]
 
 
-def import_lines(lines: Iterable[str], base=None) -> Report:
+def import_lines(lines: Iterable[str | bytes], base=None) -> Report:
     """Send every non-blank line through ingest: events, and an export's records and
     tombstones. In a kirolearn export (its first line says so), the events it had
-    already distilled are not extracted again. Raises NotAnExport (before sending
-    anything) or Stalled when ingest stops answering."""
+    already distilled are not extracted again. A line of bytes that is not UTF-8 text
+    is rejected with that reason. Raises NotAnExport (before sending anything) or
+    Stalled when ingest stops answering."""
     report = Report()
     began = db.utc_now()
     seen: set[str] = set()  # event ids answered so far: a second one is a true duplicate
@@ -198,6 +199,14 @@ def import_lines(lines: Iterable[str], base=None) -> Report:
             undistilled: set[str] = set()
             first = True
             for line_no, line in enumerate(lines, start=1):
+                if isinstance(line, bytes):
+                    try:
+                        line = line.decode("utf-8")
+                    except UnicodeDecodeError as exc:
+                        reject(line_no, line.decode("utf-8", "replace"),
+                               f"not UTF-8 text (byte {exc.start + 1}): not a JSON line")
+                        first = False
+                        continue
                 if not line.strip():
                     continue
                 size = len(line.encode("utf-8", "surrogatepass"))

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import zmq
 
-from kirolearn import paths, privacy, protocol, transport
+from kirolearn import config, paths, privacy, protocol, transport
 from kirolearn.control import read_pid, remove_socket_files
 from kirolearn.roles import base
 from kirolearn.supervisor.states import (
@@ -353,8 +353,9 @@ class Arbiter:
         if request.body.get("role") != "extraction":
             raise base.BadRequest("only 'extraction' can be scaled")
         count = request.body.get("count")
-        if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= 64:
-            raise base.BadRequest("count must be an integer from 0 to 64")
+        if (not isinstance(count, int) or isinstance(count, bool)
+                or not 0 <= count <= config.MAX_WORKERS):
+            raise base.BadRequest(f"count must be an integer from 0 to {config.MAX_WORKERS}")
         if self.shutting_down:
             request.fail(protocol.ErrorCode.SHUTTING_DOWN, "stopping")
             return base.LATER

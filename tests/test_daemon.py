@@ -32,7 +32,8 @@ def test_start_status_stop_leaves_nothing_behind(home):
     assert second.returncode != 0 and "already running" in second.stderr
     kl("stop", check=True)
     assert kl("status").returncode == 3
-    assert json.loads(kl("status", "--json").stdout) == {"running": False, "roles": []}
+    assert json.loads(kl("status", "--json").stdout) == {"running": False, "roles": [],
+                                                         "settings_error": None}
     assert not [p for p in run.iterdir() if p.is_socket()]
     assert kl("stop").stdout.strip() == "kirolearn is not running"
 

@@ -137,7 +137,7 @@ def test_export_leaves_out_a_damaged_event_and_says_so(home):
     conn.close()
     result = kl("export")
     assert result.returncode == 1
-    assert f"event {bad['event_id']} left out: its stored body or source is not JSON" \
+    assert f"event {bad['event_id']}: its stored body or source is not JSON" \
         in result.stderr
     events = [json.loads(line)["event_id"] for line in result.stdout.splitlines()
               if '"event_id"' in line]

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import sys
 import time
 from pathlib import Path
 
 import click
 
-from kirolearn import __version__, config, control, keys, paths, project, transport
+from kirolearn import __version__, config, control, db, keys, paths, project, transport
 from kirolearn.cli.common import require_running, settings
+from kirolearn.db import reads
 from kirolearn.supervisor.states import EXIT_NOT_RUNNING, RUNNING, START_ORDER
 
 
@@ -27,7 +29,7 @@ def print_status(status: dict) -> None:
 
 @click.command()
 @click.option("--foreground", is_flag=True, help="Run in this terminal instead of detaching.")
-@click.option("--extraction-workers", type=click.IntRange(0, 64), default=None,
+@click.option("--extraction-workers", type=click.IntRange(0, config.MAX_WORKERS), default=None,
               help="Extraction worker processes (default: extraction.workers; 0: only"
                    " workers elsewhere extract).")
 @click.option("--listen", default=None, metavar="tcp://HOST:PORT",
@@ -74,6 +76,7 @@ def start(foreground: bool, extraction_workers: int | None, listen: str | None,
     if control.running():
         raise click.ClickException(
             f"kirolearn is already running (pid {control.read_pid(paths.pidfile())})")
+    _refuse_a_damaged_database(db.location(paths.home(), loaded))
     if foreground:
         from kirolearn.supervisor.__main__ import run_daemon
 
@@ -108,7 +111,7 @@ def stop() -> None:
 
 
 @click.command()
-@click.option("--extraction-workers", type=click.IntRange(0, 64), default=None)
+@click.option("--extraction-workers", type=click.IntRange(0, config.MAX_WORKERS), default=None)
 @click.option("--listen", default=None, metavar="tcp://HOST:PORT")
 @click.option("--storage", default=None, metavar="postgresql://USER@HOST:PORT/DB")
 @click.pass_context
@@ -137,17 +140,21 @@ def status(as_json: bool) -> None:
         kirolearn status
         kirolearn status --json
     """
+    broken = None
     try:
         strategy = settings()["extraction"]["strategy"]
-    except click.ClickException:  # the file changed since start and is broken now
-        strategy = "unknown"
+    except click.ClickException as exc:  # the file changed since start and is broken now
+        strategy, broken = "unknown", exc.message
     result = control.status(strategy=strategy)
     if result is None:
         if as_json:
-            click.echo(json.dumps({"running": False, "roles": []}))
+            click.echo(json.dumps({"running": False, "roles": [], "settings_error": broken}))
         else:
-            click.echo("kirolearn is not running")
+            click.echo("kirolearn is not running" + (f"; it cannot start: {broken}"
+                                                     if broken else ""))
         sys.exit(EXIT_NOT_RUNNING)
+    if broken:
+        click.echo(f"the settings are broken since it started: {broken}")
     if as_json:
         click.echo(json.dumps(result))
         return
@@ -195,7 +202,7 @@ def status(as_json: bool) -> None:
 
 @click.command()
 @click.argument("role", type=click.Choice(["extraction"]))
-@click.argument("count", type=click.IntRange(0, 64))
+@click.argument("count", type=click.IntRange(0, config.MAX_WORKERS))
 def scale(role: str, count: int) -> None:
     """Change the number of extraction workers while running.
 
@@ -299,6 +306,22 @@ def worker_extraction(daemon: str | None, server_key: str | None) -> None:
     name = f"worker-{os.getpid()}"
     base.setup_logging(name, loaded["logging"]["level"])
     sys.exit(ExtractionWorker(name, home, loaded, elsewhere).run(standalone=True))
+
+
+def _refuse_a_damaged_database(where: db.Location) -> None:
+    """A SQLite file with damaged pages is not started on: said, and left as it is."""
+    if db.is_postgres(where) or not db.exists(where):
+        return
+    try:
+        with db.reading(where) as conn:
+            problems = reads.damage(conn)
+    except sqlite3.DatabaseError as exc:
+        problems = [str(exc)]
+    if problems:
+        raise click.ClickException(
+            f"{where} is damaged ({'; '.join(problems)}); kirolearn did not start and left"
+            " it as it is. Restore a backup (kirolearn restore), or save what can be read"
+            " (kirolearn export > saved.jsonl), move the file aside and import that")
 
 
 def _daemon_elsewhere(address: str, server_key: str | None) -> control.Remote:

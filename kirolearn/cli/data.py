@@ -27,7 +27,7 @@ from kirolearn.search import MODES
 
 
 @click.command(name="import")
-@click.argument("file", type=click.File("r", encoding="utf-8"))
+@click.argument("file", type=click.File("rb"))
 def import_(file) -> None:
     """Send v1 events, or a kirolearn export (JSON Lines; '-' for stdin), through ingest.
 
@@ -73,16 +73,16 @@ def export(namespace: str | None, project: str | None, vectors: bool) -> None:
     namespace = namespace_of(namespace, project)
     damaged: list[str] = []
 
-    def report(event_id: str, why: str) -> None:
-        damaged.append(event_id)
-        click.echo(f"event {event_id} left out: {why}", err=True)
+    def report(what: str, why: str) -> None:
+        damaged.append(what)
+        click.echo(f"{what}: {why}", err=True)
 
     with reader() as conn:
         for line in reads.export_lines(conn, namespace, vectors, report):
             click.echo(line, nl=False)
     if damaged:
-        raise click.ClickException(f"{len(damaged)} damaged event(s) were left out of the"
-                                   " export (kirolearn doctor checks the database)")
+        raise click.ClickException(f"the database is damaged ({len(damaged)} problem(s), said"
+                                   " above); everything else that could be read was written")
 
 
 @click.command()

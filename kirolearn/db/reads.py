@@ -44,7 +44,7 @@ def iter_events(conn: sqlite3.Connection, namespace: str | None = None,
         except (ValueError, TypeError) as exc:
             if damaged is None:
                 raise
-            damaged(row[0], f"its stored body or source is not JSON ({exc})")
+            damaged(f"event {row[0]}", f"its stored body or source is not JSON ({exc}); left out")
 
 
 RECORD_COLUMNS = ("record_id, namespace, title, summary, facts_json, concepts_json,"
@@ -74,6 +74,13 @@ def namespaces_in(conn: sqlite3.Connection, table: str = "memory_records") -> li
         f"WITH RECURSIVE ns(n) AS (SELECT min(namespace) FROM {table} UNION ALL"
         f" SELECT (SELECT min(namespace) FROM {table} WHERE namespace > n) FROM ns"
         " WHERE n IS NOT NULL) SELECT n FROM ns WHERE n IS NOT NULL")]
+
+
+def damage(conn: sqlite3.Connection, most: int = 3) -> list[str]:
+    """What SQLite's quick check finds wrong with the file (at most ``most``); none: it
+    reads whole. (A page count of reads, no index rebuilt: a second or so per GB.)"""
+    found = [row[0] for row in conn.execute(f"PRAGMA quick_check({int(most)})")]
+    return [] if found == ["ok"] else found
 
 
 def wrote_in(conn: sqlite3.Connection, namespaces: list[str]) -> bool:
@@ -228,21 +235,115 @@ def export_lines(conn: sqlite3.Connection, namespace: str | None = None, vectors
     distilled (so an import extracts those only), every event, every record with its
     versions (and vectors), and the tombstones of forgotten records. Everything is in a
     fixed order: exporting an import of it gives the same lines. Text is scrubbed on
-    the way out, so what a newer rule catches never leaves in an old record."""
+    the way out, so what a newer rule catches never leaves in an old record.
+
+    With ``damaged(what, why)``, a damaged SQLite file gives what can still be read: a
+    table whose pages (or index) fail is read again row by row by its key, and each
+    row, or list, that cannot be read is left out and reported."""
     def line(item: dict) -> str:
         return json.dumps(item, ensure_ascii=False) + "\n"
 
     yield line({"kirolearn_export": EXPORT_FORMAT, "schema": _schema_version(conn)})
-    for ns, event_ids in undistilled(conn, namespace).items():
-        yield line({"undistilled": {"namespace": ns, "event_ids": event_ids}})
-    for event in iter_events(conn, namespace, damaged):
-        yield line(privacy.scrub_event(event))
-    for record in iter_records(conn, namespace, vectors):
+    try:
+        for ns, event_ids in undistilled(conn, namespace).items():
+            yield line({"undistilled": {"namespace": ns, "event_ids": event_ids}})
+    except sqlite3.DatabaseError as exc:
+        if damaged is None or isinstance(conn, postgres.Connection):
+            raise
+        damaged("the list of events not yet distilled", f"unreadable ({exc}); left out:"
+                " an import of this export will not extract them")
+    report = damaged or (lambda what, why: None)
+
+    def event_row(row: tuple) -> dict | None:
+        try:
+            return event_from_row(row)
+        except (ValueError, TypeError) as exc:
+            report(f"event {row[0]}", f"its stored body or source is not JSON ({exc}); left"
+                   " out")
+            return None
+
+    seen: set[str] = set()
+    for event in _salvaging(
+            lambda: iter_events(conn, namespace, damaged),
+            lambda: (event_row(row[1:]) for row in _rows_by_key(
+                conn, "events", "seq", EVENT_COLUMNS, namespace, report)),
+            conn, damaged, "events"):
+        if event is not None and event["event_id"] not in seen:
+            seen.add(event["event_id"])
+            yield line(privacy.scrub_event(event))
+    seen.clear()
+
+    def salvaged_records() -> Iterator[dict]:
+        for row in _rows_by_key(conn, "memory_records", "id", RECORD_COLUMNS, namespace,
+                                report):
+            record = record_from_row(row[1:])
+            try:
+                yield with_versions(conn, [record])[0]
+            except sqlite3.DatabaseError as exc:
+                report(f"the earlier versions of record {record['record_id']}",
+                       f"unreadable ({exc}); left out")
+                yield {**record, "versions": []}
+
+    for record in _salvaging(lambda: iter_records(conn, namespace, vectors), salvaged_records,
+                             conn, damaged, "memory records"):
+        if record["record_id"] in seen:
+            continue
+        seen.add(record["record_id"])
         embedding = record.pop("embedding", None)
         record = privacy.scrub(record)
         yield line(record if embedding is None else {**record, "embedding": embedding})
-    for tombstone in iter_tombstones(conn, namespace):
+    for tombstone in _salvaging(
+            lambda: iter_tombstones(conn, namespace),
+            lambda: ({"record_id": row[1], "namespace": row[2], "forgotten_at": row[3]}
+                     for row in _rows_by_key(conn, "tombstones", "rowid",
+                                             "record_id, namespace, forgotten_at", namespace,
+                                             report)),
+            conn, damaged, "tombstones"):
         yield line({"tombstone": tombstone})
+
+
+def _salvaging(normal: Callable[[], Iterator], salvage: Callable[[], Iterator],
+               conn: sqlite3.Connection, damaged: Callable[[str, str], None] | None,
+               what: str) -> Iterator:
+    """``normal()``'s items; if the file fails under it (and ``damaged`` asks for what
+    can be read), ``salvage()``'s after them (the caller skips what it had)."""
+    try:
+        yield from normal()
+        return
+    except sqlite3.DatabaseError as exc:
+        if damaged is None or isinstance(conn, postgres.Connection):
+            raise
+        damaged(f"the {what}", f"unreadable in order ({exc}); read one by one instead")
+    yield from salvage()
+
+
+def _rows_by_key(conn: sqlite3.Connection, table: str, key: str, columns: str,
+                 namespace: str | None, damaged: Callable[[str, str], None]) -> Iterator[tuple]:
+    """A damaged table's rows, (key, *columns), read by ranges of its integer key; a range
+    that fails is halved down to one row, and a row that cannot be read is reported."""
+    try:
+        (top,) = conn.execute(f"SELECT max({key}) FROM {table}").fetchone()
+    except sqlite3.DatabaseError as exc:
+        damaged(f"every row of {table}", f"unreadable: its last key cannot be read ({exc});"
+                " left out")
+        return
+    where, args = (" AND namespace = ?", (namespace,)) if namespace else ("", ())
+    ranges = [(1, top or 0)]
+    while ranges:
+        low, high = ranges.pop()
+        if low > high:
+            continue
+        try:
+            rows = conn.execute(f"SELECT {key}, {columns} FROM {table} WHERE {key} BETWEEN ?"
+                                f" AND ?{where} ORDER BY {key}", (low, high, *args)).fetchall()
+        except sqlite3.DatabaseError as exc:
+            if low == high:
+                damaged(f"{table} row {low}", f"unreadable ({exc}); left out")
+            else:
+                middle = (low + high) // 2
+                ranges += [(middle + 1, high), (low, middle)]
+            continue
+        yield from rows
 
 
 def _schema_version(conn: sqlite3.Connection) -> int:
