@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import sys
 import time
 from pathlib import Path
 
 import click
 
-from kirolearn import __version__, config, control, db, keys, paths, project, transport
+from kirolearn import __version__, config, control, keys, paths, project, transport
 from kirolearn.cli.common import require_running, settings
-from kirolearn.db import reads
 from kirolearn.supervisor.states import EXIT_NOT_RUNNING, RUNNING, START_ORDER
 
 
@@ -76,7 +74,6 @@ def start(foreground: bool, extraction_workers: int | None, listen: str | None,
     if control.running():
         raise click.ClickException(
             f"kirolearn is already running (pid {control.read_pid(paths.pidfile())})")
-    _refuse_a_damaged_database(db.location(paths.home(), loaded))
     if foreground:
         from kirolearn.supervisor.__main__ import run_daemon
 
@@ -153,12 +150,12 @@ def status(as_json: bool) -> None:
             click.echo("kirolearn is not running" + (f"; it cannot start: {broken}"
                                                      if broken else ""))
         sys.exit(EXIT_NOT_RUNNING)
-    if broken:
-        click.echo(f"the settings are broken since it started: {broken}")
     if as_json:
         click.echo(json.dumps(result))
         return
     print_status(result)
+    if broken:
+        click.echo(f"the settings were broken since it started: {broken}")
     if result["fault"]:
         click.echo(f"FAULT since {result['fault']['since']}: storage cannot write:"
                    f" {result['fault']['reason']}")
@@ -306,22 +303,6 @@ def worker_extraction(daemon: str | None, server_key: str | None) -> None:
     name = f"worker-{os.getpid()}"
     base.setup_logging(name, loaded["logging"]["level"])
     sys.exit(ExtractionWorker(name, home, loaded, elsewhere).run(standalone=True))
-
-
-def _refuse_a_damaged_database(where: db.Location) -> None:
-    """A SQLite file with damaged pages is not started on: said, and left as it is."""
-    if db.is_postgres(where) or not db.exists(where):
-        return
-    try:
-        with db.reading(where) as conn:
-            problems = reads.damage(conn)
-    except sqlite3.DatabaseError as exc:
-        problems = [str(exc)]
-    if problems:
-        raise click.ClickException(
-            f"{where} is damaged ({'; '.join(problems)}); kirolearn did not start and left"
-            " it as it is. Restore a backup (kirolearn restore), or save what can be read"
-            " (kirolearn export > saved.jsonl), move the file aside and import that")
 
 
 def _daemon_elsewhere(address: str, server_key: str | None) -> control.Remote:

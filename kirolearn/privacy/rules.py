@@ -276,6 +276,7 @@ SECRET_KEYS = frozenset({
 _SNAKE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
+@functools.lru_cache(maxsize=4096)  # a body's keys repeat from one event to the next
 def secret_key_kind(key: str) -> str | None:
     """The kind of secret a JSON object's key names (``DB_PASSWORD``, ``clientSecret``,
     ``private_key_id``, docker's ``auth``), or None: the value under such a key is

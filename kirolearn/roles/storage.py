@@ -131,6 +131,9 @@ class Storage(base.Role):
         self.fault_since: str | None = None
         self.reopen_at = 0.0
         self.wal: int | None = None  # the inode of the WAL file the writer writes to
+        # The file as last found whole, or damaged, by the quick check (``_check_pages``).
+        self.checked: tuple[int, int, int] | None = None
+        self.damaged: tuple[int, int, int] | None = None
         self.claims: dict[str, int] = {}  # leased batch → the pid of the worker that took it
         self.heard: dict[str, float] = {}  # batch of a worker elsewhere → when it last spoke
         self.holders: dict[str, str] = {}  # batch of a worker elsewhere → the worker's name
@@ -185,10 +188,10 @@ class Storage(base.Role):
         except ValueError as exc:  # keys.KeysError too: FATAL, with what to do
             raise config.ConfigError(str(exc)) from exc
         self.keyring = keys.Keyring(self.base, keys.WORKER)
-        self.keyring.changed()
+        self.worker_names = self.keyring.names()  # to see a revoke, whoever reads it first
         self.keys_check_at = time.monotonic() + KEYS_CHECK_S
         self.answer_zap(self.keyring.name_of)
-        curve = transport.Curve(pair.public, pair.secret)
+        curve = self.worker_curve = transport.Curve(pair.public, pair.secret)
         self.remote_batches = endpoints["batches"]
         self.batches.append(self.bind(zmq.PUSH, endpoints["batches"], hwm=1, curve=curve))
         self.add_socket(self.bind(zmq.PULL, endpoints["records"], curve=curve),
@@ -217,6 +220,8 @@ class Storage(base.Role):
                     # SQLite would open it read-only
                     conn.close()
                     raise sqlite3.OperationalError("the database file is read-only")
+                if not db.is_postgres(self.path):
+                    self._check_pages(conn)
             except sqlite3.Error as exc:
                 self._fail_writer(exc)
                 raise base.Unavailable(f"storage cannot write: {self.fault}") from exc
@@ -243,6 +248,22 @@ class Storage(base.Role):
             self.log.warning("the database can be written again (fault since %s: %s)",
                              self.fault_since, self.fault)
             self.fault = self.fault_since = None
+
+    def _check_pages(self, conn: sqlite3.Connection) -> None:
+        """Damaged pages are found before anything is written over them: SQLite's quick
+        check when the writer opens a file not checked yet (known by its inode, size and
+        time, so a fault's retries do not read it again), raised as the damage it is."""
+        info = os.stat(self.path)
+        stamp = (info.st_ino, info.st_size, info.st_mtime_ns)
+        if stamp == self.checked:
+            return
+        problems = [] if stamp == self.damaged else reads.damage(conn)
+        if problems or stamp == self.damaged:
+            conn.close()
+            self.damaged = stamp
+            raise sqlite3.DatabaseError("database disk image is malformed: "
+                                        + "; ".join(problems or ["as found before"]))
+        self.checked = stamp
 
     def _fail_writer(self, exc: sqlite3.Error) -> None:
         fault = describe_fault(exc, self.path) or f"{db.describe(self.path)}: {exc}"
@@ -689,27 +710,35 @@ class Storage(base.Role):
 
     def _cut_off_revoked_workers(self) -> None:
         """A worker key revoked: its connection is closed (the TCP batches socket is
-        bound anew: the other workers reconnect, the revoked one is refused), and its
-        batches, with those sent there and not yet said taken, go out again now."""
-        if self.keyring is None or not self.keyring.changed():
+        closed and bound anew: the other workers reconnect, the revoked one is refused),
+        and its batches, with those sent there and not yet said taken, go out again now.
+        A bind the port does not take yet is tried again at the next look."""
+        if self.keyring is None:
             return
         allowed = self.keyring.names()
+        revoked, self.worker_names = self.worker_names - allowed, allowed
         gone = {b for b, name in self.holders.items() if name not in allowed}
-        if not gone and not self.unclaimed:
-            return
-        remote = self.batches[-1]
-        remote.unbind(self.remote_batches)
-        remote.bind(self.remote_batches)
-        for batch_id in gone | self.unclaimed:
-            name = self.holders.pop(batch_id, None)
-            self.heard.pop(batch_id, None)
-            self.log.warning("batch %s: %s; handing it out again", batch_id,
-                             f"worker {name}'s key was revoked" if name else
-                             "sent to the workers elsewhere as a key was revoked")
-            with self.writing():
-                writes.batch_attempt_failed(self.conn, batch_id, "the worker's key was revoked")
-        self.unclaimed.clear()
-        self.dispatch_due = 0.0
+        if revoked or gone:
+            if len(self.batches) > 1:
+                self.batches.pop().close(linger=0)
+            for batch_id in gone | self.unclaimed:
+                name = self.holders.pop(batch_id, None)
+                self.heard.pop(batch_id, None)
+                self.log.warning("batch %s: %s; handing it out again", batch_id,
+                                 f"worker {name}'s key was revoked" if name else
+                                 "sent to the workers elsewhere as a key was revoked")
+                with self.writing():
+                    writes.batch_attempt_failed(self.conn, batch_id,
+                                                "the worker's key was revoked")
+            self.unclaimed.clear()
+            self.dispatch_due = 0.0
+        if len(self.batches) == 1:
+            try:
+                self.batches.append(self.bind(zmq.PUSH, self.remote_batches, hwm=1,
+                                              curve=self.worker_curve))
+            except zmq.ZMQError as exc:
+                self.log.warning("the workers' batches port is not free yet (%s); trying"
+                                 " again", exc)
 
     def _reclaim_from_dead_workers(self) -> None:
         """A batch whose worker process is gone, or whose worker elsewhere has gone silent,
@@ -946,6 +975,12 @@ class Storage(base.Role):
         """A result's records, scrubbed and checked: each valid, in the batch's namespace
         and made from its events; None when the batch is not there (or cannot be read
         now: its lease hands it out again)."""
+        valid = []
+        for record in records:
+            try:
+                valid.append(contract.validate_record(privacy.scrub_record(record)))
+            except contract.ContractError as exc:
+                self.log.warning("batch %s: dropped an invalid record: %s", batch_id, exc)
         try:
             scope = reads.batch_scope(self.conn, batch_id)
         except (base.Unavailable, sqlite3.Error) as exc:
@@ -955,21 +990,13 @@ class Storage(base.Role):
             self.log.warning("dropped a result for batch %s, which does not exist", batch_id)
             return None
         namespace, event_ids = scope
-        valid = []
-        for record in records:
-            try:
-                record = contract.validate_record(privacy.scrub_record(record))
-            except contract.ContractError as exc:
-                self.log.warning("batch %s: dropped an invalid record: %s", batch_id, exc)
-                continue
-            if record["namespace"] != namespace or not set(
-                    record["source_event_ids"]) <= event_ids:
-                self.log.warning("batch %s: dropped a record of %s that is not the batch's"
-                                 " (its namespace or events are another's)", batch_id,
-                                 f"worker {worker}" if worker else "a worker")
-                continue
-            valid.append(record)
-        return valid
+        kept = [r for r in valid if r["namespace"] == namespace
+                and set(r["source_event_ids"]) <= event_ids]
+        if len(kept) < len(valid):
+            self.log.warning("batch %s: dropped %d record(s) of %s that are not the batch's"
+                             " (their namespace or events are another's)", batch_id,
+                             len(valid) - len(kept), f"worker {worker}" if worker else "a worker")
+        return kept
 
     def _save_results(self) -> None:
         """Failed attempts and completed batches, in one transaction that stops taking
