@@ -17,7 +17,7 @@ import pytest
 from helpers import NAMESPACE, kl, make_event, status, wait_for
 from test_heuristic import KIRO_CLI_SESSION
 
-from kirolearn import config, contract, paths, transport
+from kirolearn import config, contract, db, paths, transport
 from kirolearn.extract import heuristic, llm
 
 GOOD = {"records": [{"title": "Export rows without a customer no longer crash",
@@ -260,7 +260,9 @@ def test_a_worker_killed_while_the_model_thinks_loses_nothing_and_repeats_nothin
         os.kill(worker["pid"], signal.SIGKILL)  # mid-batch: the model has not answered
 
         wait_for(records_exported, timeout=20, message="the re-dispatched batch's records")
-        time.sleep(1.5)  # a second commit of the same batch would show by now
+        with db.reading(db.location()) as conn:  # done: a later result is ignored, not added
+            assert {row[0] for row in conn.execute(
+                "SELECT state FROM extraction_batches")} == {"done"}
         assert [r["strategy"] for r in records_exported()] == ["llm-summary"]
         logged = kl("logs", "storage", "-n", "200").stdout
         assert f"worker {worker['pid']} is gone; handing it out again" in logged
