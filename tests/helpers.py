@@ -401,7 +401,7 @@ def allow(command: str, name: str) -> None:
     """Run, on the daemon's host, the ``kirolearn keys add`` a client printed (as ``name``)."""
     assert command.startswith("kirolearn keys add ")
     key = command.rsplit(" ", 1)[1].strip("'")
-    kl("keys", "add", name, key, check=True)
+    kl("keys", "add", "--", name, key, check=True)
 
 
 def clone(root: Path, origin: str) -> Path:

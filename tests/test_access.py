@@ -180,6 +180,9 @@ def test_a_hook_run_as_another_user_stores_nothing_as_them(team, tmp_path):
     reason = next(paths.quarantine_dir(mallory).glob("*.reason")).read_text()
     assert "mallory" in reason and "bob" in reason
     assert not [line for line in exported() if "kind" in line]
+    doctor = kl("doctor", env=env)  # says why, and what to do
+    assert "key is allowed as mallory while its user is bob" in doctor.stdout, doctor.stdout
+    assert doctor.returncode == 1
 
 
 def test_a_projects_memories_reach_a_granted_key_before_it_contributes(team):

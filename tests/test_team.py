@@ -140,7 +140,7 @@ def test_a_client_elsewhere_is_served_only_while_its_key_is_allowed(server, mach
     assert {e["actor_id"] for e in events} == {"tester"}
     assert {e["namespace"] for e in events} == {ws.namespace}
 
-    doctor = kl("doctor", env=on(laptop, HOME=str(ws.home)))
+    doctor = kl("doctor", env=on(laptop, HOME=str(ws.home), USER="tester"))
     assert f"ok    connection: {address} answers" in doctor.stdout, doctor.stdout
     assert "database" not in doctor.stdout  # the daemon host's, not this machine's
 
@@ -245,7 +245,7 @@ def test_a_hook_keeps_its_budget_when_the_daemon_elsewhere_is_gone(home, machine
     assert result.returncode == 0 and result.stdout == ""
     assert len(spool.waiting(laptop)) == 1
     assert not control.running(laptop)  # nothing was started on the laptop
-    doctor = kl("doctor", env=on(laptop, HOME=str(ws.home)))
+    doctor = kl("doctor", env=on(laptop, HOME=str(ws.home), USER="tester"))
     assert doctor.returncode == 1 and f"FAIL  connection: {address} does not answer" in (
         doctor.stdout) and "kirolearn keys add" in doctor.stdout
     refused = kl("start", env=on(laptop))
@@ -459,3 +459,11 @@ def test_a_slow_worker_elsewhere_keeps_its_batch_while_it_says_it_is_working(
         assert "said nothing" not in (paths.log_dir() / "storage.log").read_text()
     finally:
         kl("stop", check=True)
+
+
+def test_the_printed_keys_add_takes_a_key_that_begins_with_a_dash(home):
+    """Z85 has '-': the command `connect` prints for the host must still read it as a key."""
+    keys.init_server(home)
+    dashed = next(pair for pair in iter(keys.new_pair, None) if pair.public.startswith(b"-"))
+    allow(f"kirolearn keys add -- dash '{dashed.public.decode()}'", "dash")
+    assert keys.allowed(home) == {"dash": dashed.public}

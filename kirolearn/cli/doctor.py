@@ -113,14 +113,22 @@ def doctor(project_dir: str | None) -> None:
 def _check_connection(elsewhere: control.Remote) -> tuple[bool, str, str]:
     """Whether the daemon this machine is connected to answers it."""
     try:
-        control.call("ingest", "ping", timeout_ms=control.LOOKUP_MS)
+        answer = control.call("ingest", "ping", timeout_ms=control.LOOKUP_MS)
     except control.Unanswered as exc:
         pair = keys.client_pair()
         return False, "connection", (
             f"{elsewhere.endpoint} does not answer ({exc}): is the daemon listening there,"
-            " and is this machine allowed? On its host: kirolearn keys add"
+            " and is this machine allowed? On its host: kirolearn keys add --"
             f" {project.actor_id().removesuffix(project.PRIVATE)}"
             f" '{pair.public.decode() if pair else ''}'")
+    user = project.actor_id().removesuffix(project.PRIVATE)
+    if answer.get("client") not in (None, user):  # a key is its actor (docs/team.md)
+        return False, "connection", (
+            f"{elsewhere.endpoint} answers, but this machine's key is allowed as"
+            f" {answer['client']} while its user is {user}: every event is refused"
+            f" (FORBIDDEN) and kept in the quarantine. Work as {answer['client']}, or on the"
+            f" daemon's host: kirolearn keys revoke {answer['client']} && kirolearn keys add"
+            f" {user} KEY")
     return True, "connection", (f"{elsewhere.endpoint} answers; this machine's memory is"
                                 f" there, as {project.actor_id()}")
 

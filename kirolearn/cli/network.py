@@ -176,7 +176,8 @@ def connect(address: str | None, server_key: str | None, private: bool, off: boo
     except control.Unanswered:
         click.echo(f"saved; {address} does not answer yet. On the daemon's host, allow this"
                    " machine with:")
-        click.echo(f"    kirolearn keys add {project.actor_id().removesuffix(project.PRIVATE)}"
+        # "--": a key may begin with "-", which would read as an option
+        click.echo(f"    kirolearn keys add -- {project.actor_id().removesuffix(project.PRIVATE)}"
                    f" '{pair.public.decode()}'")
         return
     click.echo(f"connected to {address} as {project.actor_id()}: hooks, MCP servers and"

@@ -243,9 +243,13 @@ class Role:
     @op("ping")
     @op("ping", "control")
     def ping(self, request: Request) -> dict:
-        """``ping`` → ``{name, role, pid, uptime_s, …counters}``: alive and serving."""
-        return {"name": self.name, "role": self.role, "pid": os.getpid(),
-                "uptime_s": round(time.monotonic() - self.started, 3), **self.counters()}
+        """``ping`` → ``{name, role, pid, uptime_s, …counters, client?}``: alive and
+        serving (``client``: the key a request from another machine came with)."""
+        reply = {"name": self.name, "role": self.role, "pid": os.getpid(),
+                 "uptime_s": round(time.monotonic() - self.started, 3), **self.counters()}
+        if request.client is not None:
+            reply["client"] = request.client
+        return reply
 
     @op("shutdown", "control")
     def shutdown(self, request: Request) -> None:
