@@ -44,17 +44,12 @@ def own_namespaces(client: str, project_id: str) -> list[str]:
     return [project.namespace_for(actor, project_id) for actor in actors_of(client)]
 
 
-def global_project(name: str) -> str:
-    """The project id of a client's global project on its machines (``project``)."""
-    return project.sha256_hex(f"global:{name}")
-
-
 def may_see(client: str, project_id: str, clients: Iterable[str], granted: set[str],
             contributed: Callable[[], bool]) -> bool:
     """Whether ``client`` reads the other actors' shared namespaces of a project: never
     in a client's global project (one's own is one's alone, and nobody else's may be
     joined); one granted to it; one it contributed to."""
-    if any(project_id == global_project(name) for name in (client, *clients)):
+    if any(project_id == project.global_project_id(name) for name in (client, *clients)):
         return False
     return project_id in granted or contributed()
 

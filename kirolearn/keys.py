@@ -239,20 +239,19 @@ class Keyring:
         self._names: dict[bytes, str] = {}
         self._grants: dict[str, set[str]] = {}
 
-    def changed(self) -> bool:
-        """Read the keys again if their folder changed since the last look (and say so)."""
+    def _refresh(self) -> None:
+        """Read the keys again if their folder changed since the last look."""
         try:
             info = os.stat(kind_dir(self.kind, self.base))
             stamp = (info.st_mtime_ns, info.st_ino)
         except FileNotFoundError:
             stamp = None
         if stamp == self._stamp:
-            return False
+            return
         self._names = {key: name for name, key in allowed(self.base, self.kind).items()}
         self._grants = ({name: grants(name, self.base) for name in self._names.values()}
                         if self.kind == CLIENT else {})
         self._stamp = stamp
-        return True
 
     def name_of(self, public_key: bytes | None) -> str | None:
         """The allowed name for a raw (32-byte) or Z85 public key, or None."""
@@ -260,15 +259,15 @@ class Keyring:
             return None
         if len(public_key) == 32:
             public_key = z85.encode(public_key)
-        self.changed()
+        self._refresh()
         return self._names.get(public_key)
 
     def names(self) -> set[str]:
-        self.changed()
+        self._refresh()
         return set(self._names.values())
 
     def grants_of(self, name: str) -> set[str]:
-        self.changed()
+        self._refresh()
         return self._grants.get(name, set())
 
 

@@ -72,12 +72,13 @@ def actor_id() -> str:
     """The OS user name, safe to embed in a namespace (getpass.getuser's rule, without
     the cost of importing getpass on every hook); with ``PRIVATE`` after it on a machine
     connected to a team with ``--private``."""
-    name = _user()
+    name = user()
     connection = _connection()
     return name + PRIVATE if connection and connection.get("private") is True else name
 
 
-def _user() -> str:
+def user() -> str:
+    """The OS user's name, made safe for a namespace (the actor without ``PRIVATE``)."""
     name = next((os.environ[k] for k in ("LOGNAME", "USER", "LNAME", "USERNAME")
                  if os.environ.get(k)), None)
     if name is None:
@@ -216,6 +217,17 @@ def resolve_project(cwd: str | os.PathLike | None = None, *, home: str | None = 
         return Project(str(root), sha256_hex(str(root)), is_global)
     # Connected to a team: named alike on every machine (the global project by its user,
     # so it is nobody else's).
-    origin = None if is_global else git_origin(root)
-    named = f"global:{_user()}" if is_global else f"git:{origin}" if origin else str(root)
-    return Project(str(root), sha256_hex(named), is_global)
+    if is_global:
+        return Project(str(root), global_project_id(user()), True)
+    origin = git_origin(root)
+    return Project(str(root), git_project_id(origin) if origin else sha256_hex(str(root)), False)
+
+
+def git_project_id(origin: str) -> str:
+    """The id of a git project on a connected machine, from its normal origin URL."""
+    return sha256_hex(f"git:{origin}")
+
+
+def global_project_id(name: str) -> str:
+    """The id of a user's global project on a connected machine: theirs alone."""
+    return sha256_hex(f"global:{name}")

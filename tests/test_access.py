@@ -26,7 +26,6 @@ from helpers import (
 )
 
 from kirolearn import (
-    access,
     contract,
     control,
     db,
@@ -88,7 +87,7 @@ def test_a_key_reaches_only_its_own_actor_and_the_projects_it_works_on(team, tmp
                     "zebrafrost: bob keeps a spare signing key on his laptop.")
     payroll = record(ns("bob", OTHER), "Payroll runs on the 25th",
                      "zebrafrost: payroll exports go to the bank at noon.")
-    home_notes = record(ns("bob", access.global_project("bob")), "Bob's dotfiles",
+    home_notes = record(ns("bob", project.global_project_id("bob")), "Bob's dotfiles",
                         "zebrafrost: bob's shell aliases live in his dotfiles repo.")
     for saved in (shared, secret, payroll, home_notes):
         assert request(bob, "ingest", "put_record", {"record": saved})["status"] == "stored"
@@ -109,12 +108,12 @@ def test_a_key_reaches_only_its_own_actor_and_the_projects_it_works_on(team, tmp
     assert found(ns("mallory", OTHER)) == set()
     # Once she has written into a project, she shares its memories (the rule of
     # docs/team.md); never those of bob's global project.
-    for project_id in (OTHER, access.global_project("bob")):
+    for project_id in (OTHER, project.global_project_id("bob")):
         joined = record(ns("mallory", project_id), "Mallory was here", "zebrafrost")
         assert request(mallory, "ingest", "put_record", {"record": joined})["status"] == "stored"
     wait_for(lambda: found(ns("mallory", OTHER)) == {"Mallory was here", payroll["title"]},
              message="a project she contributed to shared with her")
-    assert found(ns("mallory", access.global_project("bob"))) == {"Mallory was here"}
+    assert found(ns("mallory", project.global_project_id("bob"))) == {"Mallory was here"}
     before = sorted(json.dumps(line, sort_keys=True) for line in exported())
 
     # Every request that names bob's namespaces is refused, whatever the op.
@@ -123,7 +122,7 @@ def test_a_key_reaches_only_its_own_actor_and_the_projects_it_works_on(team, tmp
         ("retrieval", "search", {"query": "zebrafrost", "namespaces": [ns("mallory"),
                                                                        ns("bob", OTHER)]}),
         ("retrieval", "search", {"query": "zebrafrost", "namespace": ns("mallory"),
-                                 "global_namespace": ns("bob", access.global_project("bob"))}),
+                                 "global_namespace": ns("bob", project.global_project_id("bob"))}),
         ("retrieval", "search", {"event": {"namespace": ns("bob+private"),
                                            "body": {"type": "text", "content": "keys"}}}),
         ("retrieval", "get_records", {"ids": [secret["record_id"]],

@@ -329,7 +329,7 @@ def _daemon_elsewhere(address: str, server_key: str | None) -> control.Remote:
             raise click.ClickException(
                 f"{address} does not answer ({exc}). Is the daemon listening there, and is"
                 f" this machine allowed? On its host: kirolearn keys add --worker --"
-                f" {project.actor_id().removesuffix(project.PRIVATE)}-worker"
+                f" {project.user()}-worker"
                 f" '{pair.public.decode()}'") from exc
     return found
 

@@ -119,9 +119,9 @@ def _check_connection(elsewhere: control.Remote) -> tuple[bool, str, str]:
         return False, "connection", (
             f"{elsewhere.endpoint} does not answer ({exc}): is the daemon listening there,"
             " and is this machine allowed? On its host: kirolearn keys add --"
-            f" {project.actor_id().removesuffix(project.PRIVATE)}"
+            f" {project.user()}"
             f" '{pair.public.decode() if pair else ''}'")
-    user = project.actor_id().removesuffix(project.PRIVATE)
+    user = project.user()
     if answer.get("client") not in (None, user):  # a key is its actor (docs/team.md)
         return False, "connection", (
             f"{elsewhere.endpoint} answers, but this machine's key is allowed as"

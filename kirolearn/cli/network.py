@@ -70,7 +70,7 @@ def _project_id(given: str) -> str:
     if origin is None:
         raise click.UsageError(f"{given!r} is not a project id, a git remote's URL, nor the"
                                " folder of a clone with an origin remote")
-    return project.sha256_hex(f"git:{origin}")
+    return project.git_project_id(origin)
 
 
 @keys_group.command(name="grant")
@@ -177,7 +177,7 @@ def connect(address: str | None, server_key: str | None, private: bool, off: boo
         click.echo(f"saved; {address} does not answer yet. On the daemon's host, allow this"
                    " machine with:")
         # "--": a key may begin with "-", which would read as an option
-        click.echo(f"    kirolearn keys add -- {project.actor_id().removesuffix(project.PRIVATE)}"
+        click.echo(f"    kirolearn keys add -- {project.user()}"
                    f" '{pair.public.decode()}'")
         return
     click.echo(f"connected to {address} as {project.actor_id()}: hooks, MCP servers and"

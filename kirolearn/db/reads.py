@@ -78,7 +78,7 @@ def namespaces_in(conn: sqlite3.Connection, table: str = "memory_records") -> li
 
 def damage(conn: sqlite3.Connection, most: int = 3) -> list[str]:
     """What SQLite's quick check finds wrong with the file (at most ``most``); none: it
-    reads whole. (A page count of reads, no index rebuilt: a second or so per GB.)"""
+    reads whole. (It reads every page once, without checking indexes against tables.)"""
     found = [row[0] for row in conn.execute(f"PRAGMA quick_check({int(most)})")]
     return [] if found == ["ok"] else found
 
