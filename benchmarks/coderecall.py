@@ -41,7 +41,7 @@ from pathlib import Path
 from harness import require_embeddings, say
 from locomo import pipeline_done, wait_until
 
-from kirolearn import contract, paths, search, transport
+from kirolearn import config, contract, paths, transport
 from kirolearn.search import context
 
 KL = [sys.executable, "-m", "kirolearn"]
@@ -202,7 +202,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parent.parent)
     parser.add_argument("--rev", default="HEAD", help="the history up to this commit")
-    parser.add_argument("--mode", choices=search.MODES, default="hybrid")
+    parser.add_argument("--mode", choices=config.MODES, default="hybrid")
     parser.add_argument("--train", type=float, default=0.7, help="share of history stored")
     parser.add_argument("--live", action="store_true",
                         help="each stored commit's prompt is given context, as a hook's is,"

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from harness import require_embeddings, say
 
-from kirolearn import contract, db, paths, search, transport
+from kirolearn import config, contract, db, paths, transport
 from kirolearn.db import reads
 from kirolearn.search import context
 
@@ -98,7 +98,7 @@ def pipeline_done(base: Path, embedded: bool) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", type=Path)
-    parser.add_argument("--mode", choices=search.MODES, default="hybrid")
+    parser.add_argument("--mode", choices=config.MODES, default="hybrid")
     parser.add_argument("--quick", action="store_true", help="the first conversation only")
     parser.add_argument("--min-similarity", type=float, default=None)
     args = parser.parse_args()

@@ -16,7 +16,8 @@ from typing import Any
 
 from kirolearn import paths, transport
 from kirolearn.project import SCOPES
-from kirolearn.search import MODES
+
+MODES = ("lexical", "semantic", "hybrid")  # how a search ranks: words, meaning, or both
 
 # Settings that take one of a few values: any other is refused when the settings load,
 # so a daemon never starts with one of its processes unable to.

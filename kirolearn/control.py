@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from kirolearn import paths, protocol, transport
+from kirolearn import paths, protocol, spool, transport
 
 # How long each kind of call waits for its answer (milliseconds).
 PROBE_MS = 300  # a readiness poll while the daemon starts
@@ -29,7 +29,6 @@ WRITE_MS = 8000  # writes through ingest, which waits up to ingest.storage_timeo
 EVENT_MS = 200  # a shim's event that is not a prompt: the ack is a group commit away
 IMPORT_MS = 3000  # one chunk of an import (retried while ingest or storage restarts)
 SEARCH_MARGIN_MS = 2000  # a search waits for its own budget plus this
-MAINTENANCE_MS = 600_000  # forgetting a whole project, pruning and compacting the file
 
 READY_TIMEOUT_S = 30.0  # `kirolearn start` waits this long for every role to be RUNNING
 STOP_TIMEOUT_S = 60.0  # then the supervisor is killed
@@ -176,8 +175,6 @@ def start_draining(base: Path) -> bool:
     every AUTOSTART_EVERY_S and only while events wait; whether it was started."""
     import subprocess
 
-    from kirolearn import spool
-
     marker = paths.spool_dir(base) / ".drain"
     try:
         if time.time() - marker.stat().st_mtime < AUTOSTART_EVERY_S:
@@ -187,7 +184,7 @@ def start_draining(base: Path) -> bool:
     if not spool.waiting(base, 1):
         return False
     marker.touch()
-    subprocess.Popen([sys.executable, "-m", "kirolearn.spool"], stdin=subprocess.DEVNULL,
+    subprocess.Popen([sys.executable, "-m", "kirolearn.control"], stdin=subprocess.DEVNULL,
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                      start_new_session=True, cwd=base, env={**os.environ,
                                                              "KIROLEARN_HOME": str(base)})
@@ -200,8 +197,6 @@ def drain_spool(base: Path | None = None) -> dict:
     quarantine with the reason, as the daemon's own ingest does with its spool. One
     drain at a time (a lock); a second returns at once."""
     import fcntl
-
-    from kirolearn import spool
 
     base = base or paths.home()
     counts = {"stored": 0, "rejected": 0, "left": 0}
@@ -453,3 +448,7 @@ def viewer_url(base: Path | None = None) -> str | None:
     except OSError:
         return None
     return f"{info['url']}?token={token}" if info and token else None
+
+
+if __name__ == "__main__":  # the background drain that start_draining starts
+    drain_spool()

@@ -139,29 +139,108 @@ def import_lines(lines: Iterable[str | bytes], base=None) -> Report:
     already distilled are not extracted again. A line of bytes that is not UTF-8 text
     is rejected with that reason. Raises NotAnExport (before sending anything) or
     Stalled when ingest stops answering."""
-    report = Report()
-    began = db.utc_now()
-    seen: set[str] = set()  # event ids answered so far: a second one is a true duplicate
-    local = threading.local()
-    clients: list[transport.Client] = []
-    endpoint = paths.endpoint("ingest", base)
+    run = Import(base)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(IN_FLIGHT) as pool:
+            run.pool = pool
+            for line_no, line in enumerate(lines, start=1):
+                run.read(line_no, line)
+            run.finish()
+    finally:
+        run.close()
+    return run.report
 
-    def send(chunk: list[str], kind: str) -> list[dict]:
-        if not hasattr(local, "client"):
-            local.client = transport.Client(endpoint, timeout_ms=control.IMPORT_MS)
-            clients.append(local.client)
-        return send_chunk(local.client, chunk, kind)
 
-    in_flight: collections.deque = collections.deque()
-    sent: dict[int, str] = {}  # each line in flight, until it is answered
-    texts: dict[int, str] = {}  # each rejected line, for the quarantine
+class Import:
+    """One import under way: lines sorted into chunks by kind, up to IN_FLIGHT chunks
+    sent at once (each on a thread with its own client), answers collected oldest
+    first."""
 
-    def reject(line_no: int, text: str, reason: str) -> None:
-        report.add(line_no, "rejected", reason)
-        texts[line_no] = text.rstrip("\r\n")
+    def __init__(self, base: Path | None):
+        self.base = base
+        self.report = Report()
+        self.began = db.utc_now()
+        self.seen: set[str] = set()  # event ids answered so far: a second is a true duplicate
+        self.endpoint = paths.endpoint("ingest", base)
+        self.local = threading.local()
+        self.clients: list[transport.Client] = []
+        self.pool: concurrent.futures.Executor | None = None
+        self.in_flight: collections.deque = collections.deque()
+        self.sent: dict[int, str] = {}  # each line in flight, until it is answered
+        self.texts: dict[int, str] = {}  # each rejected line, for the quarantine
+        self.chunks = {kind: Chunk() for kind in REQUESTS}
+        self.first = True  # no line read yet (the first may be an export's header)
+        self.export = False
+        self.undistilled: set[str] = set()
 
-    def collect_oldest() -> None:
-        numbers, kind, future = in_flight.popleft()
+    # -- reading ----------------------------------------------------------------------------
+
+    def read(self, line_no: int, line: str | bytes) -> None:
+        """Sort one line: rejected, a header, the export's undistilled ids, or sent."""
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                self.reject(line_no, line.decode("utf-8", "replace"),
+                            f"not UTF-8 text (byte {exc.start + 1}): not a JSON line")
+                self.first = False
+                return
+        if not line.strip():
+            return
+        size = len(line.encode("utf-8", "surrogatepass"))
+        if size > protocol.MAX_FRAME_BYTES // 2:
+            self.reject(line_no, line, f"the line is {size} bytes; an event's body may be"
+                        f" at most {contract.MAX_BODY_BYTES} bytes")
+            return
+        item = _parsed(line) if (self.export or self.first or '"record_id"' in line
+                                 or '"tombstone"' in line) else None
+        first, self.first = self.first, False
+        if first and item is not None and "kirolearn_export" in item:
+            _check_header(item)
+            self.export = True
+        elif item is not None and set(item) == {"undistilled"}:
+            self._note_undistilled(line_no, line, item["undistilled"])
+        else:
+            self._add(line_no, line, size, _kind(item, self.export, self.undistilled))
+
+    def _note_undistilled(self, line_no: int, line: str, found: object) -> None:
+        ids = found.get("event_ids") if isinstance(found, dict) else None
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            self.reject(line_no, line, "undistilled: must be {namespace, event_ids}")
+        else:
+            self.undistilled.update(ids)
+
+    def reject(self, line_no: int, text: str, reason: str) -> None:
+        self.report.add(line_no, "rejected", reason)
+        self.texts[line_no] = text.rstrip("\r\n")
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def _add(self, line_no: int, line: str, size: int, kind: str) -> None:
+        self.sent[line_no] = line
+        if self.chunks[kind].size + size > CHUNK_BYTES:
+            self._submit(kind)  # a large line travels alone rather than overfill a chunk
+        self.chunks[kind].add(line_no, line, size)
+        if len(self.chunks[kind].lines) >= CHUNK_LINES:
+            self._submit(kind)
+
+    def _send(self, chunk: list[str], kind: str) -> list[dict]:
+        if not hasattr(self.local, "client"):
+            self.local.client = transport.Client(self.endpoint, timeout_ms=control.IMPORT_MS)
+            self.clients.append(self.local.client)
+        return send_chunk(self.local.client, chunk, kind)
+
+    def _submit(self, kind: str) -> None:
+        chunk = self.chunks[kind]
+        if chunk.lines:
+            self.in_flight.append((chunk.numbers, kind,
+                                   self.pool.submit(self._send, chunk.lines, kind)))
+            self.chunks[kind] = Chunk()
+        if len(self.in_flight) >= IN_FLIGHT:
+            self._collect_oldest()
+
+    def _collect_oldest(self) -> None:
+        numbers, kind, future = self.in_flight.popleft()
         try:
             results = future.result()
         except protocol.RemoteError as exc:  # the whole chunk was refused
@@ -170,79 +249,26 @@ def import_lines(lines: Iterable[str | bytes], base=None) -> Report:
             raise Stalled(f"ingest stopped answering ({exc}); the lines before"
                           f" line {numbers[0]} were sent") from exc
         for line_no, result in zip(numbers, results, strict=True):
-            text = sent.pop(line_no)
+            text = self.sent.pop(line_no)
             status = result["status"]
             if status == "rejected":
-                reject(line_no, text, result.get("reason", ""))
+                self.reject(line_no, text, result.get("reason", ""))
                 continue
-            if kind != "records" and (status == "duplicate" and result.get("stored_at", "")
-                                      >= began and result["event_id"] not in seen):
-                status = "stored"  # by this import's own attempt, before a retry
             if kind != "records":
-                seen.add(result["event_id"])
-            report.add(line_no, status)
+                if (status == "duplicate" and result.get("stored_at", "") >= self.began
+                        and result["event_id"] not in self.seen):
+                    status = "stored"  # by this import's own attempt, before a retry
+                self.seen.add(result["event_id"])
+            self.report.add(line_no, status)
 
-    try:
-        with concurrent.futures.ThreadPoolExecutor(IN_FLIGHT) as pool:
-            chunks = {kind: Chunk() for kind in REQUESTS}
+    def finish(self) -> None:
+        """Send what is left and wait for every answer."""
+        for kind in REQUESTS:
+            self._submit(kind)
+        while self.in_flight:
+            self._collect_oldest()
 
-            def submit(kind: str) -> None:
-                chunk = chunks[kind]
-                if chunk.lines:
-                    in_flight.append((chunk.numbers, kind,
-                                      pool.submit(send, chunk.lines, kind)))
-                    chunks[kind] = Chunk()
-                if len(in_flight) >= IN_FLIGHT:
-                    collect_oldest()
-
-            export = False  # the first line is an export's header
-            undistilled: set[str] = set()
-            first = True
-            for line_no, line in enumerate(lines, start=1):
-                if isinstance(line, bytes):
-                    try:
-                        line = line.decode("utf-8")
-                    except UnicodeDecodeError as exc:
-                        reject(line_no, line.decode("utf-8", "replace"),
-                               f"not UTF-8 text (byte {exc.start + 1}): not a JSON line")
-                        first = False
-                        continue
-                if not line.strip():
-                    continue
-                size = len(line.encode("utf-8", "surrogatepass"))
-                if size > protocol.MAX_FRAME_BYTES // 2:
-                    reject(line_no, line, f"the line is {size} bytes; an event's"
-                           f" body may be at most {contract.MAX_BODY_BYTES} bytes")
-                    continue
-                item = _parsed(line) if (export or first or '"record_id"' in line
-                                         or '"tombstone"' in line) else None
-                if first and item is not None and "kirolearn_export" in item:
-                    _check_header(item)
-                    export = True
-                    first = False
-                    continue
-                first = False
-                if item is not None and set(item) == {"undistilled"}:
-                    found = item["undistilled"]
-                    ids = found.get("event_ids") if isinstance(found, dict) else None
-                    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-                        reject(line_no, line, "undistilled: must be {namespace, event_ids}")
-                    else:
-                        undistilled.update(ids)
-                    continue
-                kind = _kind(item, export, undistilled)
-                sent[line_no] = line
-                if chunks[kind].size + size > CHUNK_BYTES:
-                    submit(kind)  # a large line travels alone rather than overfill a chunk
-                chunks[kind].add(line_no, line, size)
-                if len(chunks[kind].lines) >= CHUNK_LINES:
-                    submit(kind)
-            for kind in REQUESTS:
-                submit(kind)
-            while in_flight:
-                collect_oldest()
-    finally:
-        for client in clients:
+    def close(self) -> None:
+        for client in self.clients:
             client.close()
-        keep_rejected(report, texts, base)
-    return report
+        keep_rejected(self.report, self.texts, self.base)

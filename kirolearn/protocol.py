@@ -19,6 +19,9 @@ import msgpack
 
 VERSION = 1
 MAX_FRAME_BYTES = 4 * 1024 * 1024  # larger frames are refused before unpacking
+# How long a maintenance op (forgetting a whole project, pruning, compacting the file) may
+# take: the client waits this long, and ingest waits as long for storage on its behalf.
+MAINTENANCE_MS = 600_000
 
 
 class ErrorCode(IntEnum):

@@ -3,7 +3,7 @@
 A shim writes here when the daemon is down or does not acknowledge in time, so
 a hook never waits and no event is lost; ingest drains the directory when it
 starts and every few seconds after. On a client of a daemon elsewhere there is no
-ingest here: a hook starts ``python -m kirolearn.spool`` in the background instead
+ingest here: a hook starts ``python -m kirolearn.control`` in the background instead
 (``control.start_draining``), which sends the events there. Each file is
 ``<event_id>.json``, written to a temporary name, flushed to disk and renamed, so a
 reader never sees half an event. A late acknowledgement can mean the event is both
@@ -67,8 +67,3 @@ def reject(path: Path, reason: str, base: Path | None = None) -> None:
     os.replace(path, directory / path.name)
     paths.write_private(directory / f"{path.name}.reason", (reason + "\n").encode("utf-8"))
 
-
-if __name__ == "__main__":  # started by control.start_draining
-    from kirolearn import control
-
-    control.drain_spool()

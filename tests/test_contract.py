@@ -111,8 +111,9 @@ def test_body_over_one_mebibyte_is_rejected_as_too_large():
 
 
 def test_valid_time_accepts_z_and_offsets():
-    for value in ("2026-01-31T09:30:00Z", "2026-01-31T09:30:00.123+05:30"):
-        contract.validate_event(make_event(valid_time=value))
+    for value, ms in (("2026-01-31T09:30:00Z", 1769851800000),
+                      ("2026-01-31T09:30:00.123+05:30", 1769851800123 - 5.5 * 3600 * 1000)):
+        assert contract.validate_event(make_event(valid_time=value)).valid_ms == ms
 
 
 def test_our_ulids_read_back_in_python_ulid_and_vice_versa():

@@ -256,5 +256,10 @@ def test_any_batch_gives_valid_records(steps):
         (kind, tool(name, tool_input if isinstance(tool_input, dict) else {"x": tool_input},
                     response) if kind == "tool_use" else text(words or "x"))
         for kind, words, name, tool_input, response in steps])
-    for r in heuristic.extract(NAMESPACE, events):
-        contract.validate_record(r)
+    records = heuristic.extract(NAMESPACE, events)
+    for r in records:
+        assert contract.validate_record(r) is r
+        assert r["namespace"] == NAMESPACE
+        assert set(r["source_event_ids"]) <= {e["event_id"] for e in events}
+    # A turn with a prompt is remembered: something is made of every batch that has one.
+    assert records or not any(e["kind"] == "prompt" for e in events)

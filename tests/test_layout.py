@@ -3,6 +3,7 @@ and a shim imports only what a hook can afford."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -20,7 +21,8 @@ from kirolearn.supervisor.arbiter import Arbiter
 
 ROOT = Path(__file__).parent.parent
 PROTOCOL = (ROOT / "docs" / "protocol.md").read_text()
-SHIMS = ("kirolearn.shims.kiro_cli", "kirolearn.shims.kiro_ide", "kirolearn.shims.claude_code")
+SHIMS = tuple(f"kirolearn.shims.{agent}" for agent in (
+    "kiro_cli", "kiro_ide", "claude_code", "codex", "gemini", "copilot", "cursor", "opencode"))
 # What a hook may import: the standard library, pyzmq, msgpack and kirolearn's light modules.
 SHIM_MAY_IMPORT = {"kirolearn", "kirolearn.shims", "kirolearn.shims.common",
                    "kirolearn.contract", "kirolearn.paths", "kirolearn.project",
@@ -94,3 +96,90 @@ def test_a_shim_imports_only_the_light_modules(shim):
         assert ours <= SHIM_MAY_IMPORT, f"{shim} imports {sorted(ours - SHIM_MAY_IMPORT)}"
         heavy = {m for m in modules if m.split(".")[0] in SHIM_MUST_NOT}
         assert not heavy, f"{shim} imports {sorted(heavy)}"
+
+
+# The layers, lowest first (a folder or module each, as docs/architecture.md draws them):
+# a module imports from a lower layer or from its own folder, never from beside or above.
+LAYERS = (
+    ("kirolearn", "kirolearn.contract", "kirolearn.configs", "kirolearn.supervisor.states"),
+    ("kirolearn.paths", "kirolearn.protocol"),
+    ("kirolearn.transport", "kirolearn.project", "kirolearn.spool", "kirolearn.keys",
+     "kirolearn.tooluse"),
+    ("kirolearn.config", "kirolearn.privacy", "kirolearn.access"),
+    ("kirolearn.capture",),
+    ("kirolearn.db",),
+    ("kirolearn.search", "kirolearn.extract"),
+    ("kirolearn.control",),
+    ("kirolearn.viewer", "kirolearn.mcp_server", "kirolearn.importer", "kirolearn.shims"),
+    ("kirolearn.roles",),
+    ("kirolearn.supervisor",),
+    ("kirolearn.cli",),
+    ("kirolearn.__main__",),
+)
+FOLDERS = {"kirolearn": "kirolearn", "supervisor": "kirolearn.supervisor",
+           "shims": "kirolearn.shims", "configs": "kirolearn.configs"}
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package by its installed name."""
+    found = {}
+    for folder, package in FOLDERS.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = [p for p in path.relative_to(ROOT / folder).with_suffix("").parts
+                     if p != "__init__"]
+            found[".".join([package, *parts])] = path
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Which of our modules each module imports, at its top or inside a function."""
+    names = modules()
+    graph: dict[str, set[str]] = {name: set() for name in names}
+    for name, path in names.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}"
+                           in names else node.module for alias in node.names]
+            else:
+                continue
+            graph[name].update(t for t in targets if t in names and t != name)
+    return graph
+
+
+def place(module: str) -> tuple[int, str]:
+    """A module's layer and the folder or module of LAYERS it belongs to."""
+    found = [(number, unit) for number, layer in enumerate(LAYERS) for unit in layer
+             if module == unit or module.startswith(unit + ".")]
+    assert found, f"{module} is in no layer of LAYERS: place it there"
+    return max(found, key=lambda pair: len(pair[1]))
+
+
+def test_imports_go_down_the_layers():
+    wrong = []
+    for module, targets in import_graph().items():
+        layer, unit = place(module)
+        for target in targets:
+            target_layer, target_unit = place(target)
+            if target_unit != unit and target_layer >= layer:
+                wrong.append(f"{module} -> {target}")
+    assert not wrong, "imports beside or up the layers:\n" + "\n".join(sorted(wrong))
+
+
+def test_no_import_circle():
+    graph = import_graph()
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            raise AssertionError("import circle: " + " -> ".join(
+                [*path[path.index(module):], module]))
+        if module in done:
+            return
+        for target in sorted(graph[module]):
+            visit(target, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])

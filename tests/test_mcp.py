@@ -334,7 +334,7 @@ def test_two_saves_with_the_same_title_both_stay_readable(ws, daemon):
 
 
 def test_a_long_session_summary_drops_whole_sections_from_the_bottom(ws, daemon):
-    sections = {key: key[0] * 1500 for key, _ in mcp_server.SUMMARY_SECTIONS}
+    sections = {key: key[0] * 1500 for key, _ in mcp_server.text.SUMMARY_SECTIONS}
 
     async def scenario(client: Client) -> tuple[bool, str]:
         return await call(client, "save_session_summary", request="Long work", **sections,
@@ -358,11 +358,11 @@ def test_session_summary_fits_and_keeps_whole_sections_in_order(request, investi
                                                                 learned, completed, next_steps):
     sections = {"investigated": investigated, "learned": learned, "completed": completed,
                 "next_steps": next_steps}
-    title, summary = mcp_server.session_summary(request, sections)
+    title, summary = mcp_server.text.session_summary(request, sections)
     assert len(title) <= 200 and title == " ".join(request.split())[:200]
     assert 0 < len(summary) <= 4000
     whole = [f"## {heading}\n{sections[key].strip() or '(none)'}"
-             for key, heading in mcp_server.SUMMARY_SECTIONS]
+             for key, heading in mcp_server.text.SUMMARY_SECTIONS]
     if len("\n\n".join(whole)) <= 4000:
         assert summary == "\n\n".join(whole)
         return
@@ -386,17 +386,17 @@ def test_recall_text_follows_the_seed():
          "observation_type": "pattern", "created_at": "2026-11-20T10:00:00+00:00",
          "score": None},
     ]
-    assert mcp_server.recall_text(records[:1], now) == (
+    assert mcp_server.text.recall_text(records[:1], now) == (
         "Found 1 relevant memory (as of 2026-11-22 09:05 UTC):\n\n"
         "- Use WAL mode. (id: mr_01M81DTYN1TXE295BSMGXKGQEE) [decision] (2026-11-22) c:1.00")
     closeness = [{**records[0], "relevance": 0.62}, {**records[0], "relevance": 0.0}]
-    assert [line.rsplit(" ", 1)[1] for line in mcp_server.recall_text(
+    assert [line.rsplit(" ", 1)[1] for line in mcp_server.text.recall_text(
         closeness, now).splitlines()[2:]] == ["c:0.62", "c:0.00"]
-    text = mcp_server.recall_text(records, now)
+    text = mcp_server.text.recall_text(records, now)
     assert text.startswith("Found 2 relevant memories (as of 2026-11-22 09:05 UTC):\n\n")
     assert text.endswith("x" * 299 + "… (id: mr_01M81DTYN1TXE295BSMGXKGQEF) [pattern]"
                          " (2026-11-20)")  # a substring match has no score
-    assert mcp_server.recall_text([], now) == "No relevant memories found."
+    assert mcp_server.text.recall_text([], now) == "No relevant memories found."
 
 
 # -- bad input -------------------------------------------------------------------------------
@@ -636,7 +636,7 @@ def test_a_record_seen_again_says_how_often_and_keeps_each_version():
               "files_touched": [], "observation_type": "tool_use", "strategy": "heuristic",
               "source_event_ids": ["A" * 26, "B" * 26], "created_at": "2026-11-21T10:00:00Z",
               "versions": [version, {**version, "reason": "corrected"}]}
-    text = mcp_server.full_record(record)
+    text = mcp_server.text.full_record(record)
     assert "· seen 2 times (repeats merged in)" in text.splitlines()[1]  # an edit is no repeat
     assert "Version 1 (until 2026-11-21 10:00 UTC):" in text
-    assert "seen" not in mcp_server.full_record({**record, "versions": []})
+    assert "seen" not in mcp_server.text.full_record({**record, "versions": []})

@@ -82,6 +82,14 @@ def test_quick_start_install_and_start_in_a_fresh_checkout(tmp_path):
                                 capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         assert "RUNNING" in result.stdout
+        # Every package of the checkout was installed (setuptools finds them; the top-level
+        # folders go under kirolearn.), with its modules.
+        installed = subprocess.run(
+            [checkout / ".venv" / "bin" / "python", "-c",
+             "import kirolearn, pkgutil\nfor m in pkgutil.walk_packages(kirolearn.__path__,"
+             " 'kirolearn.'): print(m.name)"], cwd=tmp_path, capture_output=True, text=True,
+            check=True).stdout.split()
+        assert set(installed) >= source_modules(checkout)
         status = subprocess.run([kirolearn, "status", "--json"], cwd=checkout, env=env,
                                 capture_output=True, text=True, check=True)
         assert json.loads(status.stdout)["home"] == str(home / ".kirolearn")
@@ -104,3 +112,17 @@ def processes_using_home(home: Path) -> list[int]:
     from helpers import processes_using
 
     return processes_using(home / ".kirolearn")
+
+
+def source_modules(checkout: Path) -> set[str]:
+    """The modules a checkout holds, by the names they are installed under."""
+    folders = {"kirolearn": "kirolearn", "supervisor": "kirolearn.supervisor",
+               "shims": "kirolearn.shims", "configs": "kirolearn.configs"}
+    names = set()
+    for folder, package in folders.items():
+        for path in (checkout / folder).rglob("*.py"):
+            parts = [p for p in path.relative_to(checkout / folder).with_suffix("").parts
+                     if p not in ("__init__", "__main__")]
+            if parts:
+                names.add(".".join([package, *parts]))
+    return names

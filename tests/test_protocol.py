@@ -74,6 +74,7 @@ class SlowServer:
         self.sock = transport.make_socket(ctx, zmq.ROUTER, bind=endpoint)
         self.first_delay = first_delay
         self.stop = threading.Event()
+        self.replied_late = threading.Event()  # the reply to the first request is sent
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
 
@@ -88,6 +89,8 @@ class SlowServer:
                 time.sleep(self.first_delay)
             transport.send_reply(self.sock, envelope, protocol.reply_ok(
                 request["id"], {"echo": request["body"]["n"]}))
+            if count == 1:
+                self.replied_late.set()
         self.sock.close(linger=0)
 
     def close(self) -> None:
@@ -102,7 +105,7 @@ def test_lazy_pirate_never_takes_a_late_reply_for_a_later_request(ctx, tmp_path)
     try:
         with pytest.raises(transport.Timeout):
             client.call("echo", {"n": 1})
-        time.sleep(0.4)  # the late reply to n=1 is now on its way to the closed socket
+        assert server.replied_late.wait(5)  # the late reply to n=1 is on its way to a closed socket
         assert client.call("echo", {"n": 2}) == {"echo": 2}
         assert client.call("echo", {"n": 3}) == {"echo": 3}
     finally:

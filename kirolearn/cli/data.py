@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from kirolearn import contract, control, importer, paths, privacy
+from kirolearn import contract, importer, paths, privacy, protocol
 from kirolearn.cli.common import (
     ask,
     daemon_search,
@@ -22,8 +22,8 @@ from kirolearn.cli.common import (
     scope_options,
     settings,
 )
+from kirolearn.config import MODES
 from kirolearn.db import reads
-from kirolearn.search import MODES
 
 
 @click.command(name="import")
@@ -207,7 +207,7 @@ def prune(age: str, namespace: str | None, project: str | None, yes: bool) -> No
         click.confirm(f"Remove the distilled events older than {age} {where}?", abort=True)
     before_ms = int((time.time() - seconds) * 1000)
     removed = ask("ingest", "prune_events", {"before_ms": before_ms, "namespace": namespace},
-                  "pruning", control.MAINTENANCE_MS)
+                  "pruning", protocol.MAINTENANCE_MS)
     mib = 1024 * 1024
     click.echo(f"removed {removed['events']} event(s) {where}; the database went from"
                f" {removed['bytes_before'] / mib:.1f} MiB to {removed['bytes_after'] / mib:.1f}"
@@ -229,7 +229,7 @@ def scrub(dry_run: bool) -> None:
     """
     require_running()
     redacted = ask("ingest", "scrub", {"dry_run": dry_run}, "scrubbing",
-                   control.MAINTENANCE_MS)["redacted"]
+                   protocol.MAINTENANCE_MS)["redacted"]
     for place, directory in (("spool", paths.spool_dir()), ("quarantine", paths.quarantine_dir())):
         counts = _scrub_files(directory, dry_run)
         if counts:

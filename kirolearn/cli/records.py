@@ -6,7 +6,7 @@ import os
 
 import click
 
-from kirolearn import contract, control, spool
+from kirolearn import contract, protocol, spool
 from kirolearn.cli.common import (
     ask,
     daemon_search,
@@ -123,7 +123,7 @@ def _forget_project(namespace: str, yes: bool) -> None:
         click.confirm("Forget everything captured in this project?", abort=True)
     spool.discard(namespace)  # not stored after the forget, by ingest's next drain
     removed = ask("ingest", "forget_project", {"namespace": namespace},
-                  f"forgetting {namespace}", control.MAINTENANCE_MS)
+                  f"forgetting {namespace}", protocol.MAINTENANCE_MS)
     click.echo(f"forgot {removed['events']} event(s) and {removed['records']} record(s)"
                f" of {namespace}")
 

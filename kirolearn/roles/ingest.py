@@ -39,7 +39,7 @@ from pathlib import Path
 
 import zmq
 
-from kirolearn import contract, control, paths, privacy, protocol, spool, transport
+from kirolearn import contract, paths, privacy, protocol, spool, transport
 from kirolearn.db import writes
 from kirolearn.roles import base
 
@@ -199,18 +199,18 @@ class Ingest(base.Role):
     def forget_project(self, request: base.Request) -> object:
         """``forget_project {namespace}`` → ``{events, records}``, relayed to storage."""
         return self._relay(request, check_namespace,
-                           timeout_s=control.MAINTENANCE_MS / 1000)
+                           timeout_s=protocol.MAINTENANCE_MS / 1000)
 
     @base.op("prune_events")
     def prune_events(self, request: base.Request) -> object:
         """``prune_events {before_ms, namespace?}`` → ``{events, bytes_before,
         bytes_after}``, relayed to storage."""
-        return self._relay(request, check_prune, timeout_s=control.MAINTENANCE_MS / 1000)
+        return self._relay(request, check_prune, timeout_s=protocol.MAINTENANCE_MS / 1000)
 
     @base.op("scrub")
     def scrub(self, request: base.Request) -> object:
         """``scrub {dry_run?}`` → ``{redacted}``, relayed to storage."""
-        return self._relay(request, check_scrub, timeout_s=control.MAINTENANCE_MS / 1000)
+        return self._relay(request, check_scrub, timeout_s=protocol.MAINTENANCE_MS / 1000)
 
     @base.op("put_record")
     def put_record(self, request: base.Request) -> object:

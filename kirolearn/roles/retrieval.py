@@ -19,9 +19,10 @@ from dataclasses import dataclass
 import zmq
 
 from kirolearn import access, contract, db, keys, paths, privacy, project, protocol, transport
+from kirolearn.config import MODES
 from kirolearn.db import reads
 from kirolearn.roles import base
-from kirolearn.search import MODES, embeddings, ranking, searcher, vectors
+from kirolearn.search import embeddings, ranking, searcher, vectors
 
 MAX_LIMIT = 100
 MAX_NAMESPACES = 8

@@ -2,8 +2,7 @@
 block (``context``), and for semantic and hybrid search the local embedding model
 (``embeddings``) and the vectors in memory (``vectors``).
 
-This module itself is light (the CLI imports it for the names below).
+This module itself is light (the viewer imports it for the name below).
 """
 
-MODES = ("lexical", "semantic", "hybrid")  # how a search ranks: words, meaning, or both
 OUTCOMES = ("ok", "empty", "fallback", "timeout", "error")  # how a search ended

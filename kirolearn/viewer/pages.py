@@ -18,7 +18,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 
 from kirolearn import contract, control, privacy
-from kirolearn.search import MODES, OUTCOMES
+from kirolearn.config import MODES
+from kirolearn.search import OUTCOMES
 from kirolearn.viewer.auth import link, require
 from kirolearn.viewer.chart import chart
 from kirolearn.viewer.queries import PAGE_SIZE, TAIL_SIZE
