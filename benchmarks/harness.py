@@ -31,7 +31,7 @@ def write_records(base: Path, records: Iterable[dict], where: db.Location | None
     """Put records straight into the database of the home at base, or the store at where
     (daemon stopped)."""
     paths.ensure_layout(base)
-    conn = writes.connect_writer(where or paths.db_path(base))
+    conn = db.connect_writer(where or paths.db_path(base))
     conn.execute("BEGIN")
     writes.insert_records(conn, records)
     conn.execute("COMMIT")

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from pathlib import Path
 from harness import require_embeddings, say
 
 from kirolearn import config, contract, db, paths, transport
-from kirolearn.db import reads
+from kirolearn.db import errors, reads
 from kirolearn.search import context
 
 KL = [sys.executable, "-m", "kirolearn"]
@@ -88,7 +87,7 @@ def pipeline_done(base: Path, embedded: bool) -> bool:
     try:
         totals = reads.stats(conn)["totals"]
         left = reads.count_unembedded(conn) if embedded else 0
-    except sqlite3.Error:
+    except errors.StoreError:
         return False
     finally:
         conn.close()

@@ -45,8 +45,7 @@ from pathlib import Path
 import corpus
 from harness import figures, say, write_records
 
-from kirolearn import contract, paths, search, transport
-from kirolearn.db import writes
+from kirolearn import contract, db, paths, search, transport
 from kirolearn.search import embeddings, searcher
 
 KL = [sys.executable, "-m", "kirolearn"]
@@ -82,10 +81,10 @@ def embed_records(home: Path, records: list[dict], embedder: embeddings.Embedder
         say(f"  {len(sources)} records embedded in {time.perf_counter() - started:.0f} s")
         cache.parent.mkdir(parents=True, exist_ok=True)
         np.save(cache, matrix)
-    conn = writes.connect_writer(paths.db_path(home))
+    conn = db.connect_writer(paths.db_path(home))
     conn.execute("BEGIN")
     conn.executemany(
-        "UPDATE memory_records SET embedding = ?, embedding_hash = ? WHERE record_id = ?",
+        "UPDATE memory_records SET embedding = $1, embedding_hash = $2 WHERE record_id = $3",
         [(embeddings.to_blob(v), embeddings.text_hash(t), r["record_id"])
          for r, t, v in zip(records, texts, matrix, strict=True)])
     conn.execute("COMMIT")

@@ -253,6 +253,22 @@ def now_iso() -> str:
     return datetime.now().astimezone().isoformat(timespec="milliseconds")
 
 
+def stored_form(event: dict, body_json: str, valid_ms: int, content_hash: str) -> dict:
+    """What ingest hands storage: an event as the store's row, encoded, less
+    ``transaction_time``. Ingest does all the parsing and encoding so that the single
+    writer only writes."""
+    source = event["source"]
+    return {
+        "event_id": event["event_id"], "namespace": event["namespace"], "kind": event["kind"],
+        "session_id": event["session_id"], "actor_id": event["actor_id"],
+        "valid_time": event["valid_time"],
+        "valid_ms": valid_ms, "body_json": body_json,
+        "source_json": canonical_json(source), "content_hash": content_hash,
+        "parent_event_id": event.get("parent_event_id"),
+        "project_path": source.get("project_path"), "schema_version": event["schema_version"],
+    }
+
+
 # --- validation ------------------------------------------------------------------------------
 
 

@@ -395,10 +395,8 @@ def pending(base: Path | None = None) -> dict | None:
     """Events and batches waiting for extraction, per project with any, and the failed
     batches (newest 20, with why); None when the database cannot be read (status must
     still report the processes)."""
-    import sqlite3
-
     from kirolearn import config, db
-    from kirolearn.db import reads
+    from kirolearn.db import errors, reads
 
     try:
         path = db.location(base)
@@ -410,7 +408,7 @@ def pending(base: Path | None = None) -> dict | None:
         with db.reading(path) as conn:
             stats = reads.stats(conn)
             failed = reads.failed_batches(conn)
-    except sqlite3.Error:
+    except errors.StoreError:
         return None
     return {"events": stats["totals"]["pending_events"],
             "batches": stats["totals"]["pending_batches"],

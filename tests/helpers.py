@@ -165,7 +165,7 @@ def logged_retrieval(prompt_event_id: str) -> dict:
     def row() -> tuple | None:
         with db.reading(db.location()) as conn:
             return conn.execute("SELECT context, outcome, error FROM retrievals"
-                                " WHERE prompt_event_id = ?", (prompt_event_id,)).fetchone()
+                                " WHERE prompt_event_id = $1", (prompt_event_id,)).fetchone()
 
     context, outcome, error = wait_for(row, message=f"the retrieval log of {prompt_event_id}")
     return {"context": context, "outcome": outcome, "error": error}
@@ -350,7 +350,7 @@ class FakeAnthropic(ApiHandler):
 def make_db(where: db.Location, records: list[dict]) -> db.Location:
     """A store (SQLite file or PostgreSQL database) holding these records, written one by
     one as storage writes them."""
-    conn = writes.connect_writer(where)
+    conn = db.connect_writer(where)
     conn.execute("BEGIN")
     for r in records:
         writes.insert_record(conn, r)

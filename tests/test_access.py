@@ -286,7 +286,7 @@ def test_worker_ports_take_worker_keys_only_and_keep_records_to_their_batch(
 
         def committed():
             with db.reading(db.location()) as conn:
-                return conn.execute("SELECT state FROM extraction_batches WHERE batch_id = ?",
+                return conn.execute("SELECT state FROM extraction_batches WHERE batch_id = $1",
                                     (batch["batch_id"],)).fetchone() == ("done",)
         wait_for(committed, message="the worker's batch committed")
     finally:

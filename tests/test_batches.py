@@ -69,7 +69,7 @@ def test_a_take_is_committed_a_slice_at_a_time_and_no_take_goes_out_meanwhile(ho
         batch_ids = []
         for turn in range(3):
             event = prepare(make_event("prompt", f"Rename module {turn}"))[0]
-            with db.transaction(role.conn):
+            with role.conn.transaction():
                 writes.insert_event(role.conn, event, 0)
                 batch_ids += writes.form_batches(role.conn, NAMESPACE, "turn_end", 1 << 20)
             role.unsaved.append((batch_ids[-1], [{
@@ -100,9 +100,9 @@ def test_a_poison_batch_is_failed_with_its_reason_listed_and_retried(home):
     """A stored event no worker can read (a body that is not JSON, as a damaged or
     hand-edited database may hold): its batch is tried, said failed with the reason, and
     handed out again on demand; the events around it still become records."""
-    conn = writes.connect_writer(paths.db_path(home))
+    conn = db.connect_writer(paths.db_path(home))
     assert kl("extraction", "failed").stdout.strip() == "no failed batches"
-    with db.transaction(conn):
+    with conn.transaction():
         poison = prepare(make_event(content="poison"))[0]
         writes.insert_event(conn, {**poison, "body_json": "{not json"}, 0)
     conn.close()

@@ -14,7 +14,7 @@ import zmq
 from helpers import KL, kl, make_event, processes_using, status, stored_events, wait_for
 
 from kirolearn import contract, db, paths, protocol, transport
-from kirolearn.db import schema, writes
+from kirolearn.db import schema
 
 
 def test_start_status_stop_leaves_nothing_behind(home):
@@ -245,7 +245,7 @@ def test_scale_and_crash_restart(daemon):
 
 def test_a_role_that_cannot_start_ends_fatal_not_looping(home):
     paths.ensure_layout(home)
-    conn = writes.connect_writer(paths.db_path(home))  # a database from a newer kirolearn
+    conn = db.connect_writer(paths.db_path(home))  # a database from a newer kirolearn
     conn.execute("INSERT INTO _migrations VALUES (999, 'future', '', '')")
     conn.close()
     kl("start")

@@ -14,12 +14,13 @@ from hypothesis import strategies as st
 
 from kirolearn import contract, db
 from kirolearn.db import reads, schema, writes
+from kirolearn.db.sqlite import schema as sqlite_schema
 from kirolearn.roles.ingest import prepare
 
 
 @pytest.fixture
 def conn(tmp_path):
-    connection = writes.connect_writer(tmp_path / "kirolearn.db")
+    connection = db.connect_writer(tmp_path / "kirolearn.db")
     yield connection
     connection.close()
 
@@ -43,7 +44,7 @@ def test_database_is_wal_private_and_migrated(tmp_path, conn):
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert (tmp_path / "kirolearn.db").stat().st_mode & 0o777 == 0o600
     assert [r[0] for r in conn.execute("SELECT version FROM _migrations")] == [
-        m[0] for m in schema.MIGRATIONS]
+        m[0] for m in sqlite_schema.MIGRATIONS]
     assert schema.migrate(conn) == []  # idempotent
     sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'memory_records_fts'"
                        ).fetchone()[0]
@@ -57,40 +58,40 @@ def test_migration_drift_and_newer_databases_are_refused(conn):
     conn.execute("UPDATE _migrations SET checksum = 'edited' WHERE version = 1")
     with pytest.raises(schema.MigrationError, match="differs"):
         schema.migrate(conn)
-    conn.execute("UPDATE _migrations SET checksum = ? WHERE version = 1",
-                 (schema._checksum(schema.MIGRATIONS[0][2]),))
+    conn.execute("UPDATE _migrations SET checksum = $1 WHERE version = 1",
+                 (schema._checksum(sqlite_schema.MIGRATIONS[0][2]),))
     conn.execute("INSERT INTO _migrations VALUES (99, 'future', 'x', 'now')")
     with pytest.raises(schema.MigrationError, match="newer"):
         schema.migrate(conn)
 
 
 def test_a_database_from_an_older_version_is_migrated_forward(tmp_path, monkeypatch):
-    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
-    old = writes.connect_writer(tmp_path / "old.db")
+    monkeypatch.setattr(sqlite_schema, "MIGRATIONS", sqlite_schema.MIGRATIONS[:1])
+    old = db.connect_writer(tmp_path / "old.db")
     r = record_for(["E" * 26])
     old.execute(  # the columns of the first version
         "INSERT INTO memory_records (record_id, namespace, title, summary, facts_json,"
         " facts_text, concepts_json, files_touched_json, observation_type, strategy,"
-        " source_event_ids_json, created_at) VALUES (?,?,?,?,'[]','','[]','[]',?,?,?,?)",
+        " source_event_ids_json, created_at) VALUES ($1,$2,$3,$4,'[]','','[]','[]',$5,$6,$7,$8)",
         (r["record_id"], r["namespace"], r["title"], r["summary"], r["observation_type"],
          r["strategy"], json.dumps(r["source_event_ids"]), r["created_at"]))
     old.close()
     monkeypatch.undo()
-    conn = writes.connect_writer(tmp_path / "old.db")
+    conn = db.connect_writer(tmp_path / "old.db")
     assert [r[0] for r in conn.execute("SELECT version FROM _migrations")] == [
-        m[0] for m in schema.MIGRATIONS]
+        m[0] for m in sqlite_schema.MIGRATIONS]
     plan = conn.execute("EXPLAIN QUERY PLAN SELECT namespace FROM memory_records"
                         " INDEXED BY memory_records_id_namespace WHERE id = 1").fetchall()
     assert "COVERING INDEX" in plan[0][-1]
     assert len(list(reads.iter_records(conn))) == 1
     assert conn.execute("SELECT rowid FROM memory_records_fts WHERE memory_records_fts"
-                        " MATCH ?", (r["title"].split()[0],)).fetchall()  # still indexed
+                        " MATCH $1", (r["title"].split()[0],)).fetchall()  # still indexed
     conn.close()
 
 
 def test_records_of_an_older_database_learn_their_place_in_the_session(tmp_path, monkeypatch):
-    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:8])
-    old = writes.connect_writer(tmp_path / "old.db")
+    monkeypatch.setattr(sqlite_schema, "MIGRATIONS", sqlite_schema.MIGRATIONS[:8])
+    old = db.connect_writer(tmp_path / "old.db")
     first, second = make_event(content="one"), make_event(content="two")
     for event in (first, second):
         assert store(old, event) == "stored"
@@ -99,20 +100,20 @@ def test_records_of_an_older_database_learn_their_place_in_the_session(tmp_path,
         old.execute("INSERT INTO memory_records (record_id, namespace, title, summary,"
                     " facts_json, facts_text, concepts_json, files_touched_json,"
                     " observation_type, strategy, source_event_ids_json, created_at)"
-                    " VALUES (?,?,?,?,'[]','','[]','[]',?,?,?,?)",
+                    " VALUES ($1,$2,$3,$4,'[]','','[]','[]',$5,$6,$7,$8)",
                     (r["record_id"], r["namespace"], r["title"], r["summary"],
                      r["observation_type"], r["strategy"], json.dumps(r["source_event_ids"]),
                      r["created_at"]))
     old.close()
     monkeypatch.undo()
-    conn = writes.connect_writer(tmp_path / "old.db")
-    seq = conn.execute("SELECT seq FROM events WHERE event_id = ?",
+    conn = db.connect_writer(tmp_path / "old.db")
+    seq = conn.execute("SELECT seq FROM events WHERE event_id = $1",
                        (second["event_id"],)).fetchone()[0]
     assert conn.execute("SELECT session_id, turn_seq FROM memory_records ORDER BY id"
                         ).fetchall() == [(second["session_id"], seq), (None, None)]
     new = record_for([first["event_id"]])
     writes.insert_record(conn, new)
-    assert conn.execute("SELECT turn_seq FROM memory_records WHERE record_id = ?",
+    assert conn.execute("SELECT turn_seq FROM memory_records WHERE record_id = $1",
                         (new["record_id"],)).fetchone()[0] == seq - 1
     conn.close()
 
@@ -146,14 +147,14 @@ def test_fts_index_follows_records_through_triggers(conn):
 
 
 def _form(conn, reason="turn_end"):
-    with db.transaction(conn):
+    with conn.transaction():
         [batch_id] = writes.form_batches(conn, NAMESPACE, reason, 1 << 30)
     return batch_id
 
 
 def _complete(conn, batch_id, records, merge_window_s=0):
     """One batch's result committed as storage commits a take's results."""
-    with db.transaction(conn):
+    with conn.transaction():
         return writes.complete_batches(conn, [(batch_id, records, [])], merge_window_s)[batch_id]
 
 
@@ -171,7 +172,7 @@ def test_batches_are_bounded_and_cut_after_whole_turns(tmp_path_factory, turns, 
     pending event is in exactly one batch, in order, each within the limits (an event
     larger alone is a batch of its own), and a batch ends after a turn's end unless the
     turn itself does not fit."""
-    conn = writes.connect_writer(tmp_path_factory.mktemp("batches") / "k.db")
+    conn = db.connect_writer(tmp_path_factory.mktemp("batches") / "k.db")
     try:
         events = []
         for sizes in turns:
@@ -179,7 +180,7 @@ def test_batches_are_bounded_and_cut_after_whole_turns(tmp_path_factory, turns, 
             events.append(make_event("session_summary", body={"type": "text", "content": "end"}))
         for event in events:
             store(conn, event, window_ms=0)
-        with db.transaction(conn):
+        with conn.transaction():
             ids = writes.form_batches(conn, NAMESPACE, "size", max_bytes, max_events)
         order = {e["event_id"]: n for n, e in enumerate(events)}  # arrival order
         batches = [sorted(reads.batch_events(conn, batch_id), key=lambda e: order[e["event_id"]])
@@ -192,7 +193,7 @@ def test_batches_are_bounded_and_cut_after_whole_turns(tmp_path_factory, turns, 
             if batch[-1]["kind"] != "session_summary":  # cut inside a turn: it did not fit
                 assert not any(e["kind"] == "session_summary" for e in batch)
             assert following  # no empty batch
-        with db.transaction(conn):
+        with conn.transaction():
             assert writes.form_batches(conn, NAMESPACE, "idle", max_bytes) == []
     finally:
         conn.close()
@@ -206,7 +207,7 @@ def test_a_turn_begun_before_its_batch_is_formed_waits_to_be_batched_whole(conn)
     following = make_event("prompt", content="now the docs")
     for event in [*turn, following]:
         store(conn, event)
-    with db.transaction(conn):
+    with conn.transaction():
         [batch_id] = writes.form_batches(conn, NAMESPACE, "turn_end", 1 << 30,
                                          whole_turns=True)
     assert {e["event_id"] for e in reads.batch_events(conn, batch_id)} == {
@@ -222,16 +223,16 @@ def test_a_batch_that_keeps_failing_is_split_then_failed_with_its_reason(conn):
     for content in ("one", "two", "three"):
         store(conn, make_event(content=content))
     batch_id = _form(conn)
-    with db.transaction(conn):
+    with conn.transaction():
         other = writes.split_batch(conn, batch_id)
     assert [len(reads.batch_events(conn, b)) for b in (batch_id, other)] == [1, 2]
-    with db.transaction(conn):
+    with conn.transaction():
         assert writes.split_batch(conn, batch_id) is None  # one event: cannot be split
         writes.fail_batch(conn, batch_id, "5 attempts failed; last: ValueError: bad")
     [failed] = reads.failed_batches(conn)
     assert failed == {"batch_id": batch_id, "namespace": NAMESPACE, "events": 1,
                       "attempts": 0, "error": "5 attempts failed; last: ValueError: bad"}
-    with db.transaction(conn):
+    with conn.transaction():
         assert writes.retry_batches(conn) == 1
     assert reads.failed_batches(conn) == []
 
@@ -292,7 +293,7 @@ def test_a_near_duplicate_record_is_merged_into_the_recent_one(conn):
 def test_a_merge_past_a_records_limits_is_a_new_record(conn):
     first = {**record_for(["A" * 26]), "facts": [f"fact {n}" for n in range(60)]}
     again = {**record_for(["B" * 26]), "facts": [f"fact {n}" for n in range(50, 110)]}
-    with db.transaction(conn):
+    with conn.transaction():
         assert writes.save_record(conn, first, merge_window_s=3600) is None
         assert writes.save_record(conn, again, merge_window_s=3600) is None
     rows = list(reads.iter_records(conn))
@@ -317,15 +318,15 @@ def unit_vector(*parts: float) -> bytes:
 
 def embedded(conn, record: dict, vector: bytes, batch_id: str | None = "batch-1") -> None:
     """A record as storage leaves it once extracted and embedded."""
-    with db.transaction(conn):
+    with conn.transaction():
         writes.insert_record(conn, record, batch_id)
-        conn.execute("UPDATE memory_records SET embedding = ?, embedding_hash = 'h'"
-                     " WHERE record_id = ?", (vector, record["record_id"]))
+        conn.execute("UPDATE memory_records SET embedding = $1, embedding_hash = 'h'"
+                     " WHERE record_id = $2", (vector, record["record_id"]))
 
 
 def reconciled(conn, record: dict, vector: bytes, min_similarity=0.92) -> str | None:
     embedded(conn, record, vector)
-    with db.transaction(conn):
+    with conn.transaction():
         return writes.reconcile(conn, record["record_id"], vector, min_similarity, 3600)
 
 
@@ -351,7 +352,7 @@ def test_a_record_that_says_the_same_in_other_words_is_reconciled_into_the_older
                                       " (the same files, similarity 0.96)")
     assert {k: kept[k] for k in again} == again
     assert conn.execute("SELECT useful_count, embedding_hash FROM memory_records"
-                        " WHERE record_id = ?", (first["record_id"],)).fetchone() == (2, None)
+                        " WHERE record_id = $1", (first["record_id"],)).fetchone() == (2, None)
     found = conn.execute("SELECT count(*) FROM memory_records_fts WHERE memory_records_fts"
                          " MATCH 'replayed'").fetchone()[0]
     assert found == 1  # the repeat left the index; the older holds its words
@@ -379,7 +380,7 @@ def test_a_record_that_differs_is_not_reconciled(conn, change):
         first["summary"], again["summary"] = "a" * 3000, "b" * 1500
     embedded(conn, first, unit_vector(1, 0))
     embedded(conn, again, vector, None if change == "saved by hand" else "batch-1")
-    with db.transaction(conn):
+    with conn.transaction():
         assert writes.reconcile(conn, again["record_id"], vector, 0.92, 3600) is None
     assert all("invalid_reason" not in r and not r["versions"] for r in reads.iter_records(conn))
 
@@ -425,7 +426,7 @@ def test_expired_leases_come_due_again(conn):
     batch_id = _form(conn)
     now = db.now_ms()
     assert [b[0] for b in reads.due_batches(conn, now, 10)] == [batch_id]
-    conn.execute("UPDATE extraction_batches SET state = 'leased', lease_expires_ms = ?,"
+    conn.execute("UPDATE extraction_batches SET state = 'leased', lease_expires_ms = $1,"
                  " attempts = 1", (now + 1000,))
     assert reads.due_batches(conn, now, 10) == []
     assert [b[0] for b in reads.due_batches(conn, now + 1001, 10)] == [batch_id]
@@ -440,10 +441,10 @@ def test_a_batch_whose_records_cannot_be_stored_is_rolled_back_alone(conn):
     other_event = make_event(content="other")
     store(conn, other_event)
     good_batch = _form(conn)
-    with db.transaction(conn):
+    with conn.transaction():
         writes.lease_batches(conn, [bad_batch, good_batch], db.now_ms() + 60_000)
     bad = record_for([event["event_id"]])
-    with db.transaction(conn):
+    with conn.transaction():
         outcome = writes.complete_batches(conn, [
             (bad_batch, [record_for([event["event_id"]]), bad, bad], []),
             (good_batch, [record_for([other_event["event_id"]])], [])])
@@ -453,7 +454,7 @@ def test_a_batch_whose_records_cannot_be_stored_is_rolled_back_alone(conn):
     states = dict(conn.execute("SELECT batch_id, state || ' ' || coalesce(lease_expires_ms, '')"
                                " FROM extraction_batches"))
     assert states == {bad_batch: "leased 0", good_batch: "done "}  # due again at once
-    assert "UNIQUE" in conn.execute("SELECT error FROM extraction_batches WHERE batch_id = ?",
+    assert "UNIQUE" in conn.execute("SELECT error FROM extraction_batches WHERE batch_id = $1",
                                     (bad_batch,)).fetchone()[0]
 
 
@@ -480,7 +481,7 @@ def test_the_same_work_asked_again_strengthens_the_record_it_repeats(conn):
              "observation_type": "error"}
     looked = [{**record_for([c * 26]), "title": c, "facts": ["read `README.md`"]}
               for c in "DE"]
-    with db.transaction(conn):
+    with conn.transaction():
         for record in (first, again, error, *looked):
             writes.save_record(conn, record, merge_window_s=3600)
     rows = {r["record_id"]: r for r in reads.iter_records(conn)}

@@ -127,12 +127,12 @@ def test_export_import_export_is_identical_with_every_strategy(home, monkeypatch
 
 def test_export_leaves_out_a_damaged_event_and_says_so(home):
     good, bad = make_event(content="kept"), make_event(content="damaged")
-    conn = writes.connect_writer(paths.db_path())
+    conn = db.connect_writer(paths.db_path())
     for event in (good, bad):
-        with db.transaction(conn):
+        with conn.transaction():
             writes.insert_event(conn, prepare(event)[0], 0)
-    with db.transaction(conn):  # as a damaged disk would leave it
-        conn.execute("UPDATE events SET body_json = '{not json' WHERE event_id = ?",
+    with conn.transaction():  # as a damaged disk would leave it
+        conn.execute("UPDATE events SET body_json = '{not json' WHERE event_id = $1",
                      (bad["event_id"],))
     conn.close()
     result = kl("export")

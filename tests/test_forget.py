@@ -215,7 +215,7 @@ def test_a_forgotten_memory_leaves_the_retrieval_log_its_events_and_the_file(
                               ("memory_records", "summary")):
             assert conn.execute(f"SELECT count(*) FROM {table} WHERE {column} LIKE"
                                 " '%quokkaflux%'").fetchone()[0] == 0, table
-        assert conn.execute("SELECT count(*) FROM retrievals WHERE context = ?",
+        assert conn.execute("SELECT count(*) FROM retrievals WHERE context = $1",
                             (writes.FORGOTTEN_CONTEXT,)).fetchone()[0] >= 1
     assert [e["body"].get("content") for e in stored_events() if e["kind"] == "prompt"] == [
         "why does the cache expire every hour"]  # the forgotten turn's events went with it

@@ -50,7 +50,7 @@ RECORDS = [
 
 def embedded_database(path: Path, embedder: embeddings.Embedder, records: list[dict]) -> None:
     """A database holding records and their vectors, as storage leaves it."""
-    conn = writes.connect_writer(path)
+    conn = db.connect_writer(path)
     for r in records:
         writes.insert_record(conn, r)
         text = embeddings.record_text(r)
@@ -314,13 +314,13 @@ def test_hybrid_always_finds_a_record_alone_holding_a_term(tmp_path_factory, emb
             vectors_of[text] = embedder.embed([f"note\n\n{text}"])[0]
         records.append(record("note", text, created_at=f"2026-01-01T00:00:{n % 60:02d}Z"))
     path = tmp_path_factory.mktemp("hybrid-rare") / "kirolearn.db"
-    conn = writes.connect_writer(path)
+    conn = db.connect_writer(path)
     conn.execute("BEGIN")
     for r in records:
         writes.insert_record(conn, r)
         vector = vectors_of.get(r["summary"], sentences.get(r["summary"]))
-        conn.execute("UPDATE memory_records SET embedding = ?, embedding_hash = ?"
-                     " WHERE record_id = ?", (embeddings.to_blob(vector),
+        conn.execute("UPDATE memory_records SET embedding = $1, embedding_hash = $2"
+                     " WHERE record_id = $3", (embeddings.to_blob(vector),
                                               embeddings.record_hash(r), r["record_id"]))
     conn.execute("COMMIT")
     conn.close()
@@ -355,7 +355,7 @@ CONVERSATION = {  # session → its turns, in order
 def conversation_database(path: Path, embedder: embeddings.Embedder) -> dict[str, str]:
     """Each turn an event and a record made from it, as extraction leaves them; the
     record ids by text."""
-    conn = writes.connect_writer(path)
+    conn = db.connect_writer(path)
     ids = {}
     for session, turns in CONVERSATION.items():
         for text in turns:
@@ -364,7 +364,7 @@ def conversation_database(path: Path, embedder: embeddings.Embedder) -> dict[str
                                         session_id=session, surface="locomo", version="0",
                                         client_id="test")
             body_json = contract.canonical_json(event["body"])
-            writes.insert_event(conn, writes.stored_form(event, body_json, 0,
+            writes.insert_event(conn, contract.stored_form(event, body_json, 0,
                                                          event["content_hash"]), 0)
             turn = record(text, text, source_event_ids=[event["event_id"]])
             ids[text] = turn["record_id"]
@@ -432,7 +432,7 @@ def test_type_usefulness_and_staleness_order_records_that_match_alike(tmp_path, 
                    created_at=hour_ago)
     newer = record(*text, observation_type="discovery", files_touched=["app/cache.py"])
     embedded_database(path, embedder, [older, newer])
-    conn = writes.connect_writer(path)
+    conn = db.connect_writer(path)
     weights = ranking.Weights(useful=0.1, stale=0.85, types={"decision": 1.2})
     searcher = Searcher(path, embedder=embedder, weights=weights)
 
@@ -441,24 +441,25 @@ def test_type_usefulness_and_staleness_order_records_that_match_alike(tmp_path, 
                                mode="hybrid").record_ids[0]
 
     def change(sql: str, *args: object) -> None:
-        with db.transaction(conn):
+        with conn.transaction():
             conn.execute(sql, args)
 
     try:
         assert first() == newer["record_id"]
-        change("UPDATE memory_records SET observation_type = 'decision' WHERE record_id = ?",
+        change("UPDATE memory_records SET observation_type = 'decision' WHERE record_id = $1",
                older["record_id"])
         assert first() == older["record_id"]
         change("UPDATE memory_records SET observation_type = 'discovery'")
-        change("UPDATE memory_records SET useful_count = 1 WHERE record_id = ?",
+        change("UPDATE memory_records SET useful_count = 1 WHERE record_id = $1",
                older["record_id"])
         assert first() == older["record_id"]
         change("UPDATE memory_records SET useful_count = 0")
         assert first() == newer["record_id"]
         # turns 1 and 2 made them; turn 3 changed app/cache.py, which the newer names
-        change("UPDATE memory_records SET turn_seq = CASE record_id WHEN ? THEN 1 ELSE 2 END",
+        change("UPDATE memory_records SET turn_seq = CASE record_id WHEN $1 THEN 1 ELSE 2 END",
                older["record_id"])
-        change("INSERT INTO file_changes VALUES (?, ?, 3)", NAMESPACE, db.path_key("app/cache.py"))
+        change("INSERT INTO file_changes VALUES ($1, $2, 3)", NAMESPACE,
+               db.path_key("app/cache.py"))
         assert first() == older["record_id"]
         searcher.weights = ranking.Weights()  # relevance and recency alone
         assert first() == newer["record_id"]
@@ -592,8 +593,8 @@ def test_a_merge_re_embeds_the_new_text(ingest, daemon):
     save(ingest, [first])
     wait_for(lambda: unembedded(daemon) == 0, timeout=30, message="the back-fill")
     before = stored_vectors(daemon)[first["record_id"]]
-    conn = writes.connect_writer(paths.db_path(daemon))  # as a batch's merge does
-    with db.transaction(conn):
+    conn = db.connect_writer(paths.db_path(daemon))  # as a batch's merge does
+    with conn.transaction():
         merged_into = writes.save_record(conn, record(
             "Deploy checklist", "Announce the release in the team channel.",
             strategy="heuristic"), merge_window_s=3600)

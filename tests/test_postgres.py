@@ -1,75 +1,198 @@
-"""kirolearn on a real PostgreSQL server: choosing the store, the statements' translation,
-the schema's migrations and the one-writer rule. The behaviour both stores share is tested
-on both where it is tested (the ``store`` fixture)."""
+"""kirolearn on a real PostgreSQL server: choosing the store, one schema and one set of
+statements for both dialects, the schema's migrations and the one-writer rule. The
+behaviour both stores share is tested on both where it is tested (the ``store``
+fixture)."""
 
 from __future__ import annotations
 
 import json
 import re
-import sqlite3
 
 import pytest
 from helpers import kl, make_db, make_event
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kirolearn import config, control, protocol
-from kirolearn.db import fts, postgres, schema, writes
+from kirolearn import config, control, db, protocol
+from kirolearn.db import errors, postgres, schema, writes
+from kirolearn.db.store import Params
 from kirolearn.search import searcher
 
-LITERALS = st.from_regex(r"'([^']|'')*'", fullmatch=True)
-PIECES = st.one_of(st.sampled_from(["SELECT", " ", "x", "?", "?1", "?2", "%", "+n", " +n",
-                                    "(", ",", "INDEXED BY idx", "BEGIN IMMEDIATE", "a + b"]),
-                   LITERALS)
+# What each dialect keeps for its own full-text search, beside the shared tables.
+SEARCH_TABLES = {"sqlite": {"memory_records_fts", "memory_records_fts_config",
+                            "memory_records_fts_data", "memory_records_fts_docsize",
+                            "memory_records_fts_idx", "memory_records_fts_vocab",
+                            "sqlite_sequence"},
+                 "postgres": {"record_terms"}}
+SEARCH_COLUMNS = {("memory_records", "search")}  # PostgreSQL's generated tsvector
 
 
-@given(st.lists(PIECES, max_size=30))
-def test_a_statement_keeps_its_literals_and_numbers_its_parameters_as_sqlite(pieces):
-    sql = "".join(pieces)
-    translated = postgres.translate(sql)
-    for literal in re.findall(r"'(?:[^']|'')*'", sql):
-        assert literal.replace("%", "%%") in translated
-    outside = re.sub(r"'(?:[^']|'')*'", "", sql)
-    numbers, highest = [], 0
-    for mark in re.findall(r"\?(\d*)", outside):
-        highest = max(highest, int(mark)) if mark else highest + 1
-        numbers.append(int(mark) if mark else highest)
-    assert re.findall(r"%\(p(\d+)\)s", translated) == [str(n) for n in numbers]
+def sqlite_shape(conn) -> dict:
+    """Per table: its columns (name → NOT NULL), primary key, unique column sets and
+    the columns its CHECK constraints name."""
+    shape = {}
+    tables = [name for (name,) in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'")]
+    for table in tables:
+        if table in SEARCH_TABLES["sqlite"]:
+            continue
+        info = conn.execute(f"SELECT name, \"notnull\", pk FROM pragma_table_info('{table}')"
+                            ).fetchall()
+        columns = {name: bool(notnull or pk) for name, notnull, pk in info}
+        primary = tuple(name for name, _, pk in sorted(info, key=lambda r: r[2]) if pk)
+        unique = {tuple(name for (name,) in conn.execute(
+                      f"SELECT name FROM pragma_index_info('{index}') ORDER BY seqno"))
+                  for _, index, is_unique, origin, _ in conn.execute(
+                      f"SELECT * FROM pragma_index_list('{table}')")
+                  if is_unique and origin == "u"}
+        (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = $1",
+                              (table,)).fetchone()
+        checks = set(re.findall(r"CHECK \((\w+) IN", sql))
+        shape[table] = {"columns": columns, "primary": primary, "unique": unique,
+                        "checks": checks}
+    return shape
 
 
-def test_the_planner_hints_go_and_the_rest_stays():
-    assert postgres.translate("SELECT a + b FROM t INDEXED BY t_x WHERE +n IN (?, ?1)"
-                              " AND c LIKE '%?%'") == (
-        "SELECT a + b FROM t  WHERE n IN (%(p1)s, %(p1)s) AND c LIKE '%%?%%'")
-    assert postgres.translate("BEGIN IMMEDIATE") == "BEGIN"
+def postgres_shape(conn) -> dict:
+    shape = {}
+    tables = [name for (name,) in conn.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")]
+    for table in tables:
+        if table in SEARCH_TABLES["postgres"]:
+            continue
+        columns = {name: nullable == "NO" for name, nullable in conn.execute(
+            "SELECT column_name, is_nullable FROM information_schema.columns"
+            " WHERE table_schema = 'public' AND table_name = $1", (table,))
+            if (table, name) not in SEARCH_COLUMNS}
+        constraints: dict[str, dict[str, tuple]] = {"p": {}, "u": {}, "c": {}}
+        for kind, name, column in conn.execute(
+                "SELECT c.contype, c.conname, a.attname FROM pg_constraint c"
+                " JOIN pg_class t ON t.oid = c.conrelid"
+                " JOIN LATERAL unnest(c.conkey) WITH ORDINALITY AS k(attnum, n) ON true"
+                " JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum"
+                " WHERE t.relname = $1 AND c.contype IN ('p', 'u', 'c') ORDER BY c.conname, k.n",
+                (table,)):
+            constraints[kind][name] = (*constraints[kind].get(name, ()), column)
+        shape[table] = {"columns": columns,
+                        "primary": next(iter(constraints["p"].values()), ()),
+                        "unique": set(constraints["u"].values()),
+                        "checks": {c for cols in constraints["c"].values() for c in cols}}
+    return shape
+
+
+def test_both_stores_hold_the_same_tables_columns_and_constraints(postgres_server, tmp_path):
+    """After all of each dialect's migrations (the schemas are kept in step by hand:
+    this is what says when they are not)."""
+    lite = db.connect_writer(tmp_path / "k.db")
+    pg = db.connect_writer(postgres_server.database())
+    try:
+        ours, theirs = sqlite_shape(lite), postgres_shape(pg)
+    finally:
+        lite.close()
+        pg.close()
+    assert set(ours) == set(theirs)
+    for table in ours:
+        assert ours[table] == theirs[table], table
+
+
+# (no NUL: PostgreSQL's text cannot hold one, and the connection stores it as U+FFFD)
+VALUES = st.one_of(st.integers(-2**62, 2**62),
+                   st.text(st.characters(blacklist_characters="\x00"), max_size=12), st.none(),
+                   st.floats(allow_nan=False, allow_infinity=False, width=32))
+
+
+@settings(max_examples=40, deadline=None)
+@given(parts=st.lists(st.one_of(VALUES.map(lambda v: ("one", v)),
+                                st.lists(st.integers(0, 9), min_size=1, max_size=4).map(
+                                    lambda v: ("list", v))), min_size=1, max_size=8))
+def test_parameters_are_numbered_as_added_and_read_alike_by_both(migrated, tmp_path_factory,
+                                                                 parts):
+    """A statement built with Params runs as written on both dialects: every value comes
+    back where it was put, the lists' too."""
+    lite = db.connect_writer(tmp_path_factory.mktemp("p") / "k.db")
+    pg = db.connect_reader(migrated)
+    try:
+        for conn in (lite, pg):
+            p = Params()
+            selected = []
+            for kind, value in parts:
+                if kind == "one":
+                    selected.append(f"CAST({p(value)} AS TEXT)" if isinstance(value, str | None)
+                                    else p(value))
+                else:
+                    selected.append(f"(SELECT count(*) FROM (SELECT 1 AS x) one"
+                                    f" WHERE x IN {p.list(value)})")
+            row = conn.execute(f"SELECT {', '.join(selected)}", p.values).fetchone()
+            expected = [value if kind == "one" else int(1 in value) for kind, value in parts]
+            assert [pytest.approx(v) if isinstance(v, float) else v for v in expected] == \
+                list(row), conn.name
+    finally:
+        lite.close()
+        pg.close()
+
+
+@pytest.mark.parametrize(("sql", "params", "answer"), [
+    ("SELECT ?", (1,), None), ("SELECT :name", (1,), None),  # another dialect's: refused
+    ("SELECT 1 -- and ?", (), 1), ('SELECT 1 AS "a?"', (), 1),  # a mark in a comment or name
+    ("SELECT 2 +x FROM (SELECT 1 AS x) t", (), 3), ("SELECT '%?' || $1", ("!",), "%?!")])
+def test_a_statement_runs_as_written_on_both(migrated, tmp_path, sql, params, answer):
+    """No translation: what a statement says is what both run (a placeholder of another
+    dialect is the store's error, never guessed at; a mark in a comment, a quoted name
+    or a text, and a plus sign, are what they are)."""
+    lite = db.connect_writer(tmp_path / "k.db")
+    pg = db.connect_reader(migrated)
+    try:
+        for conn in (lite, pg):
+            if answer is None:
+                with pytest.raises(errors.StoreError):
+                    conn.execute(sql, params)
+            else:
+                assert conn.execute(sql, params).fetchone() == (answer,), conn.name
+    finally:
+        lite.close()
+        pg.close()
+
+
+def test_a_duplicate_is_a_conflict_on_both(migrated, tmp_path):
+    lite = db.connect_writer(tmp_path / "k.db")
+    pg = db.connect_writer(migrated)
+    try:
+        for conn in (lite, pg):
+            conn.execute("INSERT INTO tombstones VALUES ($1, $2, $3)", ("mr_x", "/n/", "t"))
+            with pytest.raises(errors.StoreConflict):
+                conn.execute("INSERT INTO tombstones VALUES ($1, $2, $3)", ("mr_x", "/n/", "t"))
+            conn.execute("DELETE FROM tombstones WHERE record_id = $1", ("mr_x",))
+    finally:
+        lite.close()
+        pg.close()
 
 
 def test_the_schema_is_migrated_once_and_an_edited_migration_is_refused(postgres_server,
                                                                         monkeypatch):
     url = postgres_server.database()
-    conn = writes.connect_writer(url)
+    conn = db.connect_writer(url)
     try:
         assert schema.migrate(conn) == []  # done when the writer opened it
-        assert schema.check(conn) == ("ok", schema.latest(on_postgres=True))
-        version, name, sql = postgres.MIGRATIONS[0]
-        monkeypatch.setattr(postgres, "MIGRATIONS", [(version, name, sql + "\n-- edited"),
-                                                     *postgres.MIGRATIONS[1:]])
+        assert schema.check(conn) == ("ok", schema.latest("postgres"))
+        version, name, sql = postgres.schema.MIGRATIONS[0]
+        monkeypatch.setattr(postgres.schema, "MIGRATIONS", [
+            (version, name, sql + "\n-- edited"), *postgres.schema.MIGRATIONS[1:]])
         with pytest.raises(schema.MigrationError, match="differs from the one applied"):
             schema.migrate(conn)
     finally:
         conn.close()
-    assert postgres.SQLITE_SCHEMA[schema.latest(on_postgres=True)] == schema.latest()
+    assert postgres.schema.SQLITE_SCHEMA[schema.latest("postgres")] == schema.latest()
 
 
 def test_one_writer_per_database(postgres_server):
     url = postgres_server.database()
-    first = writes.connect_writer(url)
+    first = db.connect_writer(url)
     try:
-        with pytest.raises(sqlite3.Error, match="another kirolearn daemon is writing"):
-            writes.connect_writer(url)
+        with pytest.raises(errors.StoreBusy, match="another kirolearn daemon is writing"):
+            db.connect_writer(url)
     finally:
         first.close()
-    writes.connect_writer(url).close()  # the lock went with its connection
+    db.connect_writer(url).close()  # the lock went with its connection
 
 
 def test_start_storage_remembers_the_database_for_every_command(home, postgres_server):
@@ -87,7 +210,8 @@ def test_start_storage_remembers_the_database_for_every_command(home, postgres_s
         assert not (home / "kirolearn.db").exists()
         stats = json.loads(kl("stats", "--json", check=True).stdout)
         assert stats["totals"]["events"] == 1
-        assert f"(PostgreSQL, schema {schema.latest(on_postgres=True)})" in kl("doctor").stdout
+        latest = schema.latest("postgres")
+        assert f"(PostgreSQL, schema {latest})" in kl("doctor").stdout
         other = kl("restart", check=True)  # a later start, without the option, stays there
         assert other.returncode == 0
         assert json.loads(kl("stats", "--json", check=True).stdout)["totals"]["events"] == 1
@@ -120,7 +244,7 @@ def record(n: int, title: str, summary: str = "", facts: tuple[str, ...] = ()) -
 
 
 def term_counts(url: str) -> dict[str, int]:
-    conn = writes.connect_writer(url)
+    conn = db.connect_writer(url)
     try:
         return dict(conn.execute("SELECT term, docs FROM record_terms WHERE docs > 0"))
     finally:
@@ -135,7 +259,7 @@ def test_records_written_in_bulk_are_counted_as_one_by_one(postgres_server):
     one_by_one, bulk = postgres_server.database(), postgres_server.database()
     for url, write in ((one_by_one, lambda conn, rs: [writes.insert_record(conn, r) for r in rs]),
                        (bulk, writes.insert_records)):
-        conn = writes.connect_writer(url)
+        conn = db.connect_writer(url)
         conn.execute("BEGIN")
         write(conn, records[:6])
         conn.execute("COMMIT")
@@ -156,9 +280,9 @@ def test_an_identifier_is_found_as_one_word_in_records_written_before_it_was(pos
                    ("Refresh the user repository nightly", "a cron job"),
                    ("Billing export", "CSV columns")])]
     with monkeypatch.context() as before:
-        before.setattr(postgres, "MIGRATIONS", postgres.MIGRATIONS[:1])
+        before.setattr(postgres.schema, "MIGRATIONS", postgres.schema.MIGRATIONS[:1])
         make_db(url, records)
-    writes.connect_writer(url).close()  # migrated to the latest
+    db.connect_writer(url).close()  # migrated to the latest
     assert term_counts(url)["refresh_user_repository"] == 1
     found = searcher.Searcher(url)
     try:
@@ -175,19 +299,19 @@ def test_an_identifier_is_found_as_one_word_in_records_written_before_it_was(pos
 def migrated(postgres_server):
     """A database with kirolearn's schema, for statements that change nothing."""
     url = postgres_server.database()
-    writes.connect_writer(url).close()
+    db.connect_writer(url).close()
     return url
 
 
 @given(words=st.text(alphabet="aB_`.( )-9é", max_size=20))
 def test_a_query_names_an_identifier_by_the_lexeme_the_index_keeps(migrated, words):
-    conn = postgres.connect(migrated)
+    conn = db.connect_reader(migrated)
     try:
-        kept = conn.execute("SELECT tsvector_to_array(kirolearn_identifiers(?))",
+        kept = conn.execute("SELECT tsvector_to_array(kirolearn_identifiers($1))",
                             (words,)).fetchone()[0]
     finally:
         conn.close()
-    whole = postgres.identifier(words)
+    whole = postgres.fts.identifier(words)
     if whole is not None:
         assert kept == [whole]
     elif "_" not in words:
@@ -195,12 +319,13 @@ def test_a_query_names_an_identifier_by_the_lexeme_the_index_keeps(migrated, wor
 
 
 def test_a_hyphenated_word_is_counted_and_found_by_its_whole_lexeme(migrated):
-    conn = postgres.connect(migrated)
+    conn = db.connect_reader(migrated)
     try:
-        assert postgres.index_terms(conn, ["cursor-based", "`Cursor-Based`", "N+1", "a_b-c"]) \
+        assert postgres.fts.index_terms(conn, ["cursor-based", "`Cursor-Based`", "N+1", "a_b-c"]) \
             == [("cursor-bas",), ("cursor-bas",), ("n", "+1"), ("a", "b-c", "b", "c")]
-        query, args = postgres.tsquery(["`Cursor-Based`", "N+1"])
-        assert conn.execute(f"SELECT CAST({query} AS text)", args).fetchone()[0] == (
+        p = Params()
+        query = postgres.fts.tsquery(["`Cursor-Based`", "N+1"], p)
+        assert conn.execute(f"SELECT CAST({query} AS text)", p.values).fetchone()[0] == (
             "'cursor-bas' & 'cursor' & 'base' | 'n' <-> '+1'")
     finally:
         conn.close()
@@ -211,16 +336,16 @@ def test_a_window_ranked_by_intersected_bitmaps_ranks_as_the_planner_would(postg
     url = postgres_server.database()
     records = [record(n, f"retry the webhook {'twice ' * (n % 4)}", f"note {n}")
                for n in range(60)]
-    conn = writes.connect_writer(url)
+    conn = db.connect_writer(url)
     conn.execute("BEGIN")
     writes.insert_records(conn, records)
     conn.execute("COMMIT")
     conn.close()
-    reader = postgres.connect(url, readonly=True)
+    reader = db.connect_reader(url)
     try:
-        ranked = fts.rank(reader, ["/team/project/p/"], '"twice"', 5, since_id=20)
-        monkeypatch.setattr(postgres, "SCANNED_IDS_MAX", 0)
-        assert fts.rank(reader, ["/team/project/p/"], '"twice"', 5, since_id=20) == ranked
+        ranked = postgres.fts.rank(reader, ["/team/project/p/"], '"twice"', 5, since_id=20)
+        monkeypatch.setattr(postgres.fts, "SCANNED_IDS_MAX", 0)
+        assert postgres.fts.rank(reader, ["/team/project/p/"], '"twice"', 5, since_id=20) == ranked
         assert len(ranked) == 5 and all(i > 20 for i, _ in ranked)
         assert reader.execute("SHOW enable_indexscan").fetchone()[0] == "on"  # for it alone
     finally:

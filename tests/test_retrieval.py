@@ -12,7 +12,7 @@ import time
 import pytest
 from helpers import KL, NAMESPACE, kl, make_event, status, wait_for
 
-from kirolearn import paths, project, protocol, transport
+from kirolearn import db, paths, project, protocol, transport
 from kirolearn.db import writes
 from kirolearn.roles import ingest
 from kirolearn.search.context import fenced
@@ -40,9 +40,8 @@ UUID_CONTEXT = fenced(
 
 def seed(home, *records: dict) -> None:
     """Write records into the home's database, as extraction would have."""
-    conn = writes.connect_writer(paths.db_path(home))
-    with conn:
-        conn.execute("BEGIN IMMEDIATE")
+    conn = db.connect_writer(paths.db_path(home))
+    with conn.transaction():
         for record in records:
             writes.insert_record(conn, record)
     conn.close()
@@ -243,7 +242,7 @@ def test_cli_search_defaults_to_the_project_of_the_current_directory(home, tmp_p
     assert down.returncode == 1 and "not running" in down.stderr
 
 
-def test_a_finished_turn_is_remembered_for_the_next_prompt(home, ctx):
+def test_a_finished_turn_is_remembered_for_the_next_prompt(store, home, ctx):
     """Hooks in, records out, context back: a turn extracted by the daemon is what the
     next related prompt gets."""
     def tool(name: str, tool_input: dict, response: dict) -> dict:

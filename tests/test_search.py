@@ -13,8 +13,9 @@ from helpers import make_db
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kirolearn import contract
-from kirolearn.db import postgres, schema, writes
+from kirolearn import contract, db
+from kirolearn.db import postgres, writes
+from kirolearn.db.sqlite import schema as sqlite_schema
 from kirolearn.search import checkpoint
 from kirolearn.search import context as context_format
 from kirolearn.search import query as fts_query
@@ -107,7 +108,8 @@ def test_each_term_is_quoted_and_joined_with_or():
 @given(query_text)
 def test_the_expression_is_valid_fts5_for_any_text(text):
     conn = sqlite3.connect(":memory:")
-    conn.execute(f"CREATE VIRTUAL TABLE t USING fts5 (a, tokenize = '{schema.FTS_TOKENIZE}')")
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5"
+                 f" (a, tokenize = '{sqlite_schema.FTS_TOKENIZE}')")
     conn.execute("INSERT INTO t VALUES ('migrate the user table')")
     terms, _ = fts_query.select_terms(fts_query.words(text), {}, 0, fts_query.term_budget_for(0))
     assert len(terms) <= fts_query.MAX_TERMS and len(set(terms)) == len(terms)
@@ -369,7 +371,7 @@ def test_the_schema_tokenizes_like_the_query_tokenizer(tmp_path):
     conn = sqlite3.connect(make_db(tmp_path / "kirolearn.db", [record(1)]))
     sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'memory_records_fts'").fetchone()
     conn.close()
-    assert f"tokenize = '{schema.FTS_TOKENIZE}'" in sql[0]
+    assert f"tokenize = '{sqlite_schema.FTS_TOKENIZE}'" in sql[0]
 
 
 # -- the session-start context ------------------------------------------------------------------
@@ -389,7 +391,7 @@ def test_the_session_context_stays_within_its_token_budget(sizes, budget):
 
 
 def test_the_session_context_gives_recent_work_then_what_is_retrieved_most(corpus_db):
-    conn = writes.connect_writer(corpus_db)
+    conn = db.connect_writer(corpus_db)
     conn.execute("BEGIN")
     for n in range(10, 16):  # newer work pushes the first records out of "recent"
         writes.insert_record(conn, record(n, title=f"Later change {n}", summary=f"Change {n}.",

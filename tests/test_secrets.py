@@ -16,7 +16,7 @@ from helpers import Workspace, call, kl, retrieval, serve, wait_for
 from secret_corpus import PRIVATE, SECRETS
 from starlette.testclient import TestClient
 
-from kirolearn import config, contract, paths
+from kirolearn import config, contract, db, paths
 from kirolearn.db import writes
 from kirolearn.extract import llm
 from kirolearn.supervisor.arbiter import Arbiter, Process
@@ -231,13 +231,13 @@ def plant(base: Path, namespace: str) -> str:
               "strategy": "heuristic", "source_event_ids": [event["event_id"]],
               "created_at": contract.now_iso()}
     paths.ensure_layout(base)
-    conn = writes.connect_writer(paths.db_path(base))
+    conn = db.connect_writer(paths.db_path(base))
     conn.execute("BEGIN")
     body_json = contract.canonical_json(event["body"])
-    writes.insert_event(conn, writes.stored_form(event, body_json, 0, event["content_hash"]), 0)
+    writes.insert_event(conn, contract.stored_form(event, body_json, 0, event["content_hash"]), 0)
     writes.insert_record(conn, record)
     writes.log_retrieval(conn, event["event_id"], namespace, [record["record_id"]], 1.0, "ok")
-    conn.execute("UPDATE retrievals SET context = ?", (f"## Prior\n{text}",))  # as then
+    conn.execute("UPDATE retrievals SET context = $1", (f"## Prior\n{text}",))  # as then
     conn.execute("COMMIT")
     conn.close()
     return record["record_id"]

@@ -366,7 +366,8 @@ def test_a_connected_machine_names_a_project_alike_wherever_it_is_cloned(home, t
     assert project.actor_id() == "alice+private"
 
 
-def test_a_projects_memories_are_shared_by_the_team_unless_private(server, machines, tmp_path):
+def test_a_projects_memories_are_shared_by_the_team_unless_private(store, server, machines,
+                                                                 tmp_path):
     address, server_key = server
     laptops = {name: new_machine(machines) for name in ("alice", "bob")}
     clones = {"alice": clone(tmp_path / "alice" / "src" / "app", "git@git.example.org:t/app.git"),

@@ -110,8 +110,8 @@ def test_the_overview_counts_events_records_and_retrievals(turn):
 
 
 def test_the_overview_shows_failed_batches_with_why(home):
-    conn = writes.connect_writer(paths.db_path(home))
-    with db.transaction(conn):
+    conn = db.connect_writer(paths.db_path(home))
+    with conn.transaction():
         writes.insert_event(conn, prepare(make_event(content="a poison turn"))[0], 0)
         [batch_id] = writes.form_batches(conn, NAMESPACE, "turn_end", 1 << 20)
         writes.fail_batch(conn, batch_id, "5 attempts failed; last: ValueError: no")
@@ -249,7 +249,7 @@ PROTECTED = ["/", "/live", "/memories", "/memories/mr_x", "/retrievals", "/retri
 
 
 def test_every_page_and_api_call_needs_the_token_and_the_host_must_be_ours(home):
-    writes.connect_writer(paths.db_path(home)).close()
+    db.connect_writer(paths.db_path(home)).close()
     token = load_token(home)
     stranger = client(home)
     for path in PROTECTED:
@@ -278,7 +278,7 @@ def test_every_page_and_api_call_needs_the_token_and_the_host_must_be_ours(home)
 
 
 def test_security_headers_on_every_answer_and_nothing_inline(home):
-    writes.connect_writer(paths.db_path(home)).close()
+    db.connect_writer(paths.db_path(home)).close()
     app = client(home, load_token(home))
     for path in ("/", "/live", "/static/viewer.js", "/static/viewer.css", "/nope",
                  "/api/overview", "/memories/mr_missing"):
@@ -474,7 +474,7 @@ def stored_record(home: Path) -> dict:
               "facts": [], "concepts": [], "files_touched": [], "observation_type": "decision",
               "strategy": "heuristic", "source_event_ids": [],
               "created_at": "2026-11-01T10:00:00+00:00"}
-    conn = writes.connect_writer(paths.db_path(home))
+    conn = db.connect_writer(paths.db_path(home))
     writes.insert_record(conn, record)
     conn.close()
     return record

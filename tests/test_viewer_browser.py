@@ -56,7 +56,7 @@ def logged(home: Path, prompt: str) -> bool:
     it is loaded)."""
     with db.reading(paths.db_path(home)) as conn:
         return conn.execute("SELECT 1 FROM retrievals r JOIN events e ON e.event_id ="
-                            " r.prompt_event_id WHERE e.body_json LIKE ?",
+                            " r.prompt_event_id WHERE e.body_json LIKE $1",
                             (f"%{prompt}%",)).fetchone() is not None
 
 

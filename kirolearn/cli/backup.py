@@ -1,5 +1,5 @@
 """Backup and restore: a consistent copy of the database, taken while the daemon runs,
-and putting one back (``kirolearn.db.backup``)."""
+and putting one back (``kirolearn.db.sqlite.backup``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import click
 
 from kirolearn import control, paths
 from kirolearn.cli.daemon import start
-from kirolearn.db import backup as backups
+from kirolearn.db.sqlite import backup as backups
 from kirolearn.supervisor.arbiter import AlreadyRunning, PidLock
 
 

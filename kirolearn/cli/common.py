@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sqlite3
 from collections.abc import Callable, Iterator
 
 import click
 
 from kirolearn import config, control, db, extract, paths, project
+from kirolearn.db.store import Connection
 
 log = logging.getLogger("kirolearn.cli")
 
@@ -58,7 +58,7 @@ def require_served() -> None:
 
 
 @contextlib.contextmanager
-def reader() -> Iterator[sqlite3.Connection]:
+def reader() -> Iterator[Connection]:
     """A read-only connection to this home's database, closed after the block."""
     try:
         path = db.location()

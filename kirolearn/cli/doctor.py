@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 from pathlib import Path
 
 import click
 
 from kirolearn import config, control, db, keys, paths, project, spool
-from kirolearn.db import schema
+from kirolearn.db import errors, schema
 from kirolearn.shims import install
 from kirolearn.supervisor.states import RUNNING
 
@@ -170,11 +169,11 @@ def _check_database() -> tuple[bool | None, str, str]:
     try:
         with db.reading(where) as conn:
             check, applied = schema.check(conn)
-    except sqlite3.Error as exc:
+    except errors.StoreError as exc:
         return False, "database", f"{name} cannot be read ({exc})"
     if check != "ok":
         return False, "database", f"{name} is damaged ({check}); restore a backup or export/import"
-    latest = schema.latest(db.is_postgres(where))
+    latest = schema.latest(db.dialect(where).Connection.name)
     if applied != latest:
         return None, "database", (
             f"{name} is at schema {applied}, this kirolearn expects {latest};"

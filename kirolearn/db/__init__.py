@@ -1,34 +1,37 @@
 """The database: every statement kirolearn runs is in this package.
 
 The store is a SQLite file under the home (the default), or a PostgreSQL database
-(``storage.url``): ``Location`` is either, and ``connect_reader``, ``reading`` and
-``writes.connect_writer`` open the one it names. The statements are SQLite's;
-``postgres`` runs them on PostgreSQL (and holds its schema and full-text search).
+(``storage.url``): ``Location`` is either, and its dialect (``sqlite`` or ``postgres``,
+one package each: connection, schema, full-text search) is picked from it once, when a
+connection is opened (``connect_reader``, ``reading``, ``connect_writer``,
+``open_searcher``). Every other module is written once against ``store.Connection``,
+in plain SQL both dialects run as it is:
 
-- ``schema``: the numbered migrations;
+- ``schema``: the numbered migrations, applied;
 - ``writes``: the single writer (the storage role): events, records, batches, vectors,
-  the retrieval log — each change inside ``transaction``;
+  the retrieval log — each change inside ``conn.transaction()``;
 - ``reads``: what every reader asks (records, events, batches, stats, export);
-- ``fts``: the full-text statements search is made of;
+- ``fts``: the statements search is made of;
 - ``views``: the viewer's pages;
-- ``backup``: a consistent copy of the live database, and putting one back.
+- ``errors``: the failures every dialect raises (``StoreFull``, ``StoreDamaged``, …).
 
-Only the storage process writes (one connection, WAL, ``BEGIN IMMEDIATE``; on
-PostgreSQL, under an advisory lock). Readers (retrieval, the viewer, the CLI's stats
-and export) open read-only connections, which run beside the writer.
+Only the storage process writes (one connection; on SQLite WAL and ``BEGIN
+IMMEDIATE``, on PostgreSQL an advisory lock). Readers (retrieval, the viewer, the CLI's
+stats and export) open read-only connections, which run beside the writer.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from types import ModuleType
 
 from kirolearn import paths
+from kirolearn.db.store import Connection
 
 Location = Path | str  # a SQLite file, or a PostgreSQL URL
 
@@ -43,6 +46,16 @@ def location(base: Path | None = None, settings: dict | None = None) -> Location
     return url or paths.db_path(base)
 
 
+def dialect(where: Location) -> ModuleType:
+    """The dialect of a store: ``db.postgres`` for a URL, else ``db.sqlite`` (PostgreSQL's
+    imports psycopg only when a connection is made)."""
+    if isinstance(where, str):
+        from kirolearn.db import postgres
+        return postgres
+    from kirolearn.db import sqlite
+    return sqlite
+
+
 def is_postgres(where: Location) -> bool:
     return isinstance(where, str)
 
@@ -55,8 +68,7 @@ def exists(where: Location) -> bool:
 def describe(where: Location) -> str:
     """The location for a log or a message (a URL less its password)."""
     if is_postgres(where):
-        from kirolearn.db import postgres
-        return postgres.describe(where)
+        return dialect(where).describe(where)
     return str(where)
 
 
@@ -68,55 +80,35 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def connect_reader(path: Location) -> sqlite3.Connection:
-    """A read-only connection; raises sqlite3.OperationalError if there is no database."""
-    if is_postgres(path):
-        from kirolearn.db import postgres
-        return postgres.connect(path, readonly=True)
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None,
-                           check_same_thread=False)
-    conn.execute("PRAGMA busy_timeout=5000")
-    return conn
+def connect_reader(where: Location) -> Connection:
+    """A read-only connection of its own (errors.StoreUnreachable: no database)."""
+    return dialect(where).connect_reader(where)
+
+
+def connect_writer(where: Location) -> Connection:
+    """The single writer's connection, its migrations applied."""
+    return dialect(where).connect_writer(where)
+
+
+def open_searcher(where: Location, interrupted: Callable[[], bool]) -> Connection:
+    """Retrieval's reader; ``interrupted()`` stops a statement when true, where the
+    dialect can (SQLite; on PostgreSQL a reader's statement timeout bounds each)."""
+    return dialect(where).open_searcher(where, interrupted)
 
 
 @contextlib.contextmanager
-def reading(path: Location) -> Iterator[sqlite3.Connection]:
+def reading(where: Location) -> Iterator[Connection]:
     """A read-only connection for one piece of work, closed after it (on PostgreSQL,
     given back to the process's pool)."""
-    if is_postgres(path):
-        from kirolearn.db import postgres
-        with postgres.reading(path) as conn:
+    if is_postgres(where):
+        with dialect(where).reading(where) as conn:
             yield conn
         return
-    conn = connect_reader(path)
+    conn = connect_reader(where)
     try:
         yield conn
     finally:
         conn.close()
-
-
-@contextlib.contextmanager
-def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """``BEGIN IMMEDIATE`` … ``COMMIT``, or ``ROLLBACK`` when the body raises."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield conn
-    except BaseException:
-        with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back already
-            conn.execute("ROLLBACK")             # (a full disk): the first error is the one
-        raise
-    try:
-        conn.execute("COMMIT")
-    except sqlite3.Error:
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
-        raise
-
-
-def in_list(values: Iterable) -> tuple[str, list]:
-    """An SQL ``(?, ?, …)`` list and its arguments."""
-    values = list(values)
-    return "(" + ",".join("?" * len(values)) + ")", values
 
 
 def path_key(path: str) -> str:

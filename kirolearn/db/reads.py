@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import base64
 import json
-import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 
 from kirolearn import privacy, project
-from kirolearn.db import in_list, postgres
+from kirolearn.db import errors
+from kirolearn.db.store import Connection, Params
 
 EVENT_COLUMNS = ("event_id, kind, body_json, namespace, actor_id, session_id, valid_time,"
                  " source_json, schema_version, content_hash, parent_event_id")
@@ -29,14 +29,14 @@ def event_from_row(row: tuple) -> dict:
     return event
 
 
-def iter_events(conn: sqlite3.Connection, namespace: str | None = None,
+def iter_events(conn: Connection, namespace: str | None = None,
                 damaged: Callable[[str, str], None] | None = None) -> Iterator[dict]:
     """Every event (of a namespace) in time order. A row whose JSON cannot be read (a
     damaged file) is left out and reported to ``damaged(event_id, why)``."""
     sql = f"SELECT {EVENT_COLUMNS} FROM events"
     args: tuple = ()
     if namespace:
-        sql += " WHERE namespace = ?"
+        sql += " WHERE namespace = $1"
         args = (namespace,)
     for row in conn.execute(sql + " ORDER BY valid_ms, event_id", args):
         try:
@@ -66,7 +66,7 @@ def record_from_row(row: tuple) -> dict:
     return record
 
 
-def namespaces_in(conn: sqlite3.Connection, table: str = "memory_records") -> list[str]:
+def namespaces_in(conn: Connection, table: str = "memory_records") -> list[str]:
     """Every namespace with a row in ``table`` (``events`` or ``memory_records``), one
     index seek each (a skip-scan: the cost is the number of namespaces, not of rows)."""
     assert table in ("events", "memory_records")
@@ -76,94 +76,89 @@ def namespaces_in(conn: sqlite3.Connection, table: str = "memory_records") -> li
         " WHERE n IS NOT NULL) SELECT n FROM ns WHERE n IS NOT NULL")]
 
 
-def damage(conn: sqlite3.Connection, most: int = 3) -> list[str]:
-    """What SQLite's quick check finds wrong with the file (at most ``most``); none: it
-    reads whole. (It reads every page once, without checking indexes against tables.)"""
-    found = [row[0] for row in conn.execute(f"PRAGMA quick_check({int(most)})")]
-    return [] if found == ["ok"] else found
-
-
-def wrote_in(conn: sqlite3.Connection, namespaces: list[str]) -> bool:
+def wrote_in(conn: Connection, namespaces: list[str]) -> bool:
     """Whether any of these namespaces holds an event or a record (a seek each)."""
-    marks, args = in_list(namespaces)
+    p = Params()
+    marks = p.list(namespaces)
     return any(conn.execute(f"SELECT 1 FROM {table} WHERE namespace IN {marks} LIMIT 1",
-                            args).fetchone() for table in ("events", "memory_records"))
+                            p.values).fetchone() for table in ("events", "memory_records"))
 
 
-def record_by_id(conn: sqlite3.Connection, record_id: str) -> dict | None:
-    row = conn.execute(f"SELECT {RECORD_COLUMNS} FROM memory_records WHERE record_id = ?",
+def record_by_id(conn: Connection, record_id: str) -> dict | None:
+    row = conn.execute(f"SELECT {RECORD_COLUMNS} FROM memory_records WHERE record_id = $1",
                        (record_id,)).fetchone()
     return None if row is None else record_from_row(row)
 
 
-def records_by_id(conn: sqlite3.Connection, record_ids: list[str],
+def records_by_id(conn: Connection, record_ids: list[str],
                   namespaces: Iterable[str], valid_only: bool = False) -> list[dict]:
     """The records with these ids in these namespaces (``valid_only``: not marked
     invalid), in the order asked; ids that are not there are left out."""
     if not record_ids:
         return []
-    ids_sql, ids = in_list(record_ids)
-    ns_sql, ns = in_list(namespaces)
+    p = Params()
     valid = " AND invalid_reason IS NULL" if valid_only else ""
-    # `+namespace`: look the ids up by their unique index, not the namespace's rows.
+    # Unindexed namespace: look the ids up by their unique index, not the namespace's rows.
     found = {row[0]: record_from_row(row) for row in conn.execute(
-        f"SELECT {RECORD_COLUMNS} FROM memory_records WHERE record_id IN {ids_sql}"
-        f" AND +namespace IN {ns_sql}{valid}", ids + ns)}
+        f"SELECT {RECORD_COLUMNS} FROM memory_records WHERE record_id IN {p.list(record_ids)}"
+        f" AND {conn.unindexed('namespace')} IN {p.list(namespaces)}{valid}", p.values)}
     return [found[i] for i in dict.fromkeys(record_ids) if i in found]
 
 
-def records_around(conn: sqlite3.Connection, record: dict, namespaces: Iterable[str],
+def records_around(conn: Connection, record: dict, namespaces: Iterable[str],
                    before: int, after: int) -> list[dict]:
     """``before`` records older than ``record`` and ``after`` newer ones, in these
     namespaces, with it in the middle: oldest first."""
-    ns_sql, ns = in_list(namespaces)
-    key = (record["created_at"], record["record_id"])
-    older = conn.execute(
-        f"SELECT {RECORD_COLUMNS} FROM memory_records WHERE namespace IN {ns_sql}"
-        " AND (created_at, record_id) < (?, ?) ORDER BY created_at DESC, record_id DESC"
-        " LIMIT ?", [*ns, *key, before]).fetchall()
-    newer = conn.execute(
-        f"SELECT {RECORD_COLUMNS} FROM memory_records WHERE namespace IN {ns_sql}"
-        " AND (created_at, record_id) > (?, ?) ORDER BY created_at, record_id"
-        " LIMIT ?", [*ns, *key, after]).fetchall()
+    def side(after_it: bool, count: int) -> list[tuple]:
+        p = Params()
+        return conn.execute(
+            f"SELECT {RECORD_COLUMNS} FROM memory_records WHERE namespace IN"
+            f" {p.list(namespaces)} AND (created_at, record_id) {'>' if after_it else '<'}"
+            f" ({p(record['created_at'])}, {p(record['record_id'])}) ORDER BY created_at"
+            f" {'' if after_it else 'DESC'}, record_id {'' if after_it else 'DESC'}"
+            f" LIMIT {p(count)}", p.values).fetchall()
+
+    older, newer = side(False, before), side(True, after)
     return ([record_from_row(row) for row in reversed(older)] + [record]
             + [record_from_row(row) for row in newer])
 
 
-def unembedded(conn: sqlite3.Connection, after_id: int, limit: int) -> list[tuple[int, dict]]:
+def unembedded(conn: Connection, after_id: int, limit: int) -> list[tuple[int, dict]]:
     """Records still to be embedded, in id order past after_id: (id, record)."""
     return [(row[0], record_from_row(row[1:])) for row in conn.execute(
-        f"SELECT id, {RECORD_COLUMNS} FROM memory_records INDEXED BY memory_records_unembedded"
-        " WHERE embedding_hash IS NULL AND id > ? ORDER BY id LIMIT ?", (after_id, limit))]
+        f"SELECT id, {RECORD_COLUMNS} FROM memory_records"
+        f"{conn.indexed_by('memory_records_unembedded')}"
+        " WHERE embedding_hash IS NULL AND id > $1 ORDER BY id LIMIT $2", (after_id, limit))]
 
 
-def count_unembedded(conn: sqlite3.Connection) -> int:
-    return conn.execute("SELECT count(*) FROM memory_records INDEXED BY memory_records_unembedded"
+def count_unembedded(conn: Connection) -> int:
+    return conn.execute("SELECT count(*) FROM memory_records"
+                        f"{conn.indexed_by('memory_records_unembedded')}"
                         " WHERE embedding_hash IS NULL").fetchone()[0]
 
 
-def count_vectors(conn: sqlite3.Connection, namespace: str) -> int:
-    return conn.execute("SELECT count(*) FROM memory_records WHERE namespace = ?"
+def count_vectors(conn: Connection, namespace: str) -> int:
+    return conn.execute("SELECT count(*) FROM memory_records WHERE namespace = $1"
                         " AND embedding IS NOT NULL", (namespace,)).fetchone()[0]
 
 
-def vectors(conn: sqlite3.Connection, namespace: str) -> Iterator[tuple[str, str, bytes]]:
+def vectors(conn: Connection, namespace: str) -> Iterator[tuple[str, str, bytes]]:
     """A namespace's stored vectors: (record_id, created_at, blob)."""
     yield from conn.execute(
         "SELECT record_id, created_at, embedding FROM memory_records"
-        " WHERE namespace = ? AND embedding IS NOT NULL", (namespace,))
+        " WHERE namespace = $1 AND embedding IS NOT NULL", (namespace,))
 
 
-def with_versions(conn: sqlite3.Connection, records: list[dict]) -> list[dict]:
+def with_versions(conn: Connection, records: list[dict]) -> list[dict]:
     """The records, each with ``versions``: what it was before each merge or edit, oldest
     first (each with the time it was replaced and, for an edit, the reason given)."""
     versions: dict[str, list[dict]] = {r["record_id"]: [] for r in records}
     if versions:
-        ids_sql, ids = in_list(list(versions))
+        p = Params()
         for row in conn.execute(
                 "SELECT record_id, title, summary, facts_json, concepts_json, files_touched_json,"
                 " source_event_ids_json, created_at, replaced_at, reason FROM record_versions"
-                f" WHERE record_id IN {ids_sql} ORDER BY record_id, id", ids):
+                f" WHERE record_id IN {p.list(versions)} ORDER BY record_id, id", p.values):
             version = {
                 "title": row[1], "summary": row[2], "facts": json.loads(row[3]),
                 "concepts": json.loads(row[4]), "files_touched": json.loads(row[5]),
@@ -175,14 +170,14 @@ def with_versions(conn: sqlite3.Connection, records: list[dict]) -> list[dict]:
     return [{**r, "versions": versions[r["record_id"]]} for r in records]
 
 
-def iter_records(conn: sqlite3.Connection, namespace: str | None = None,
+def iter_records(conn: Connection, namespace: str | None = None,
                  vectors: bool = False) -> Iterator[dict]:
     """Every record (of a namespace), oldest first, with its ``versions`` and, with
     ``vectors``, its ``embedding`` (``{hash, vector}``, base64) when it has one."""
     sql = f"SELECT {RECORD_COLUMNS}, embedding, embedding_hash FROM memory_records"
     args: tuple = ()
     if namespace:
-        sql += " WHERE namespace = ?"
+        sql += " WHERE namespace = $1"
         args = (namespace,)
     page: list[dict] = []
     embedded: dict[str, dict] = {}
@@ -203,21 +198,21 @@ def _with_embeddings(records: list[dict], embedded: dict[str, dict]) -> Iterator
         yield record if vector is None else {**record, "embedding": vector}
 
 
-def iter_tombstones(conn: sqlite3.Connection, namespace: str | None = None) -> Iterator[dict]:
+def iter_tombstones(conn: Connection, namespace: str | None = None) -> Iterator[dict]:
     """What remains of each forgotten record (of a namespace), by id."""
     for row in conn.execute("SELECT record_id, namespace, forgotten_at FROM tombstones"
-                            " WHERE CAST(?1 AS TEXT) IS NULL OR namespace = ?1 ORDER BY record_id",
+                            " WHERE CAST($1 AS TEXT) IS NULL OR namespace = $1 ORDER BY record_id",
                             (namespace,)):
         yield {"record_id": row[0], "namespace": row[1], "forgotten_at": row[2]}
 
 
-def undistilled(conn: sqlite3.Connection, namespace: str | None = None) -> dict[str, list[str]]:
+def undistilled(conn: Connection, namespace: str | None = None) -> dict[str, list[str]]:
     """Per namespace, the ids of the events not yet distilled into records: still in
     the buffer, or in a batch not done."""
     found: dict[str, list[str]] = {}
     for ns, event_id in conn.execute(
             "SELECT e.namespace, e.event_id FROM events e LEFT JOIN extraction_cursor c"
-            " ON c.namespace = e.namespace WHERE (CAST(?1 AS TEXT) IS NULL OR e.namespace = ?1) AND"
+            " ON c.namespace = e.namespace WHERE (CAST($1 AS TEXT) IS NULL OR e.namespace = $1) AND"
             " (e.seq > COALESCE(c.last_seq, 0) OR EXISTS (SELECT 1 FROM extraction_batches b"
             " WHERE b.namespace = e.namespace AND b.state != 'done'"
             " AND e.seq BETWEEN b.first_seq AND b.last_seq))"
@@ -229,7 +224,7 @@ def undistilled(conn: sqlite3.Connection, namespace: str | None = None) -> dict[
 EXPORT_FORMAT = 1
 
 
-def export_lines(conn: sqlite3.Connection, namespace: str | None = None, vectors: bool = False,
+def export_lines(conn: Connection, namespace: str | None = None, vectors: bool = False,
                  damaged: Callable[[str, str], None] | None = None) -> Iterator[str]:
     """The export, as JSON Lines: a header (the format and the schema), the events not yet
     distilled (so an import extracts those only), every event, every record with its
@@ -247,8 +242,8 @@ def export_lines(conn: sqlite3.Connection, namespace: str | None = None, vectors
     try:
         for ns, event_ids in undistilled(conn, namespace).items():
             yield line({"undistilled": {"namespace": ns, "event_ids": event_ids}})
-    except sqlite3.DatabaseError as exc:
-        if damaged is None or isinstance(conn, postgres.Connection):
+    except errors.StoreError as exc:
+        if not salvaging(conn, damaged):
             raise
         damaged("the list of events not yet distilled", f"unreadable ({exc}); left out:"
                 " an import of this export will not extract them")
@@ -279,7 +274,7 @@ def export_lines(conn: sqlite3.Connection, namespace: str | None = None, vectors
             record = record_from_row(row[1:])
             try:
                 yield with_versions(conn, [record])[0]
-            except sqlite3.DatabaseError as exc:
+            except errors.StoreError as exc:
                 report(f"the earlier versions of record {record['record_id']}",
                        f"unreadable ({exc}); left out")
                 yield {**record, "versions": []}
@@ -302,41 +297,47 @@ def export_lines(conn: sqlite3.Connection, namespace: str | None = None, vectors
         yield line({"tombstone": tombstone})
 
 
+def salvaging(conn: Connection, damaged: Callable[[str, str], None] | None) -> bool:
+    """Whether an export reads what it can of a damaged file: asked to, on SQLite (a
+    PostgreSQL server answers for its own pages)."""
+    return damaged is not None and conn.name == "sqlite"
+
+
 def _salvaging(normal: Callable[[], Iterator], salvage: Callable[[], Iterator],
-               conn: sqlite3.Connection, damaged: Callable[[str, str], None] | None,
+               conn: Connection, damaged: Callable[[str, str], None] | None,
                what: str) -> Iterator:
     """``normal()``'s items; if the file fails under it (and ``damaged`` asks for what
     can be read), ``salvage()``'s after them (the caller skips what it had)."""
     try:
         yield from normal()
         return
-    except sqlite3.DatabaseError as exc:
-        if damaged is None or isinstance(conn, postgres.Connection):
+    except errors.StoreError as exc:
+        if not salvaging(conn, damaged):
             raise
         damaged(f"the {what}", f"unreadable in order ({exc}); read one by one instead")
     yield from salvage()
 
 
-def _rows_by_key(conn: sqlite3.Connection, table: str, key: str, columns: str,
+def _rows_by_key(conn: Connection, table: str, key: str, columns: str,
                  namespace: str | None, damaged: Callable[[str, str], None]) -> Iterator[tuple]:
     """A damaged table's rows, (key, *columns), read by ranges of its integer key; a range
     that fails is halved down to one row, and a row that cannot be read is reported."""
     try:
         (top,) = conn.execute(f"SELECT max({key}) FROM {table}").fetchone()
-    except sqlite3.DatabaseError as exc:
+    except errors.StoreError as exc:
         damaged(f"every row of {table}", f"unreadable: its last key cannot be read ({exc});"
                 " left out")
         return
-    where, args = (" AND namespace = ?", (namespace,)) if namespace else ("", ())
+    where, args = (" AND namespace = $1", (namespace,)) if namespace else ("", ())
     ranges = [(1, top or 0)]
     while ranges:
         low, high = ranges.pop()
         if low > high:
             continue
         try:
-            rows = conn.execute(f"SELECT {key}, {columns} FROM {table} WHERE {key} BETWEEN ?"
-                                f" AND ?{where} ORDER BY {key}", (low, high, *args)).fetchall()
-        except sqlite3.DatabaseError as exc:
+            rows = conn.execute(f"SELECT {key}, {columns} FROM {table} WHERE {key} BETWEEN $1"
+                                f" AND $2{where} ORDER BY {key}", (low, high, *args)).fetchall()
+        except errors.StoreError as exc:
             if low == high:
                 damaged(f"{table} row {low}", f"unreadable ({exc}); left out")
             else:
@@ -346,13 +347,11 @@ def _rows_by_key(conn: sqlite3.Connection, table: str, key: str, columns: str,
         yield from rows
 
 
-def _schema_version(conn: sqlite3.Connection) -> int:
+def _schema_version(conn: Connection) -> int:
     """The schema an export is from, in SQLite's numbering whichever the store (an
     export moves between the two)."""
     version = conn.execute("SELECT max(version) FROM _migrations").fetchone()[0]
-    if isinstance(conn, postgres.Connection):
-        return postgres.SQLITE_SCHEMA[version]
-    return version
+    return conn.dialect.export_schema(version)
 
 
 
@@ -362,84 +361,85 @@ _PENDING = ("FROM events e LEFT JOIN extraction_cursor c ON c.namespace = e.name
             " WHERE e.seq > COALESCE(c.last_seq, 0) GROUP BY e.namespace")
 
 
-def pending_by_namespace(conn: sqlite3.Connection) -> dict[str, int]:
+def pending_by_namespace(conn: Connection) -> dict[str, int]:
     """Bytes of body waiting in the buffer (not yet in a batch), per namespace."""
     return dict(conn.execute(f"SELECT e.namespace, SUM(length(e.body_json)) {_PENDING}"))
 
 
-def pending_bytes(conn: sqlite3.Connection, namespace: str) -> int:
+def pending_bytes(conn: Connection, namespace: str) -> int:
     """Bytes of body of one namespace waiting in the buffer."""
     return conn.execute("SELECT COALESCE(SUM(length(body_json)), 0) FROM events WHERE"
-                        " namespace = ? AND seq > COALESCE((SELECT last_seq FROM"
-                        " extraction_cursor WHERE namespace = ?), 0)",
+                        " namespace = $1 AND seq > COALESCE((SELECT last_seq FROM"
+                        " extraction_cursor WHERE namespace = $2), 0)",
                         (namespace, namespace)).fetchone()[0]
 
 
-def due_batches(conn: sqlite3.Connection, now: int, limit: int) -> list[tuple[str, str, int]]:
+def due_batches(conn: Connection, now: int, limit: int) -> list[tuple[str, str, int]]:
     """Batches to hand out: ready ones, and leased ones whose lease has expired."""
     return conn.execute(
         "SELECT batch_id, namespace, attempts FROM extraction_batches WHERE state = 'ready'"
         " UNION ALL SELECT batch_id, namespace, attempts FROM extraction_batches"
-        " WHERE state = 'leased' AND lease_expires_ms < ? LIMIT ?", (now, limit)).fetchall()
+        " WHERE state = 'leased' AND lease_expires_ms < $1 LIMIT $2", (now, limit)).fetchall()
 
 
-def next_lease_expiry(conn: sqlite3.Connection) -> int | None:
+def next_lease_expiry(conn: Connection) -> int | None:
     """When the first lease of a batch being extracted runs out (epoch ms)."""
     return conn.execute("SELECT min(lease_expires_ms) FROM extraction_batches"
                         " WHERE state = 'leased'").fetchone()[0]
 
 
-def event_stored_at(conn: sqlite3.Connection, event_id: str) -> str | None:
+def event_stored_at(conn: Connection, event_id: str) -> str | None:
     """When the event with this id was stored (its transaction time), if it was."""
-    row = conn.execute("SELECT transaction_time FROM events WHERE event_id = ?",
+    row = conn.execute("SELECT transaction_time FROM events WHERE event_id = $1",
                        (event_id,)).fetchone()
     return row[0] if row else None
 
 
-def batch_error(conn: sqlite3.Connection, batch_id: str) -> str | None:
+def batch_error(conn: Connection, batch_id: str) -> str | None:
     """Why a batch's last attempt failed (None: no worker said)."""
-    row = conn.execute("SELECT error FROM extraction_batches WHERE batch_id = ?",
+    row = conn.execute("SELECT error FROM extraction_batches WHERE batch_id = $1",
                        (batch_id,)).fetchone()
     return row[0] if row else None
 
 
-def failed_batches(conn: sqlite3.Connection, namespace: str | None = None,
+def failed_batches(conn: Connection, namespace: str | None = None,
                    limit: int = 20) -> list[dict]:
     """The failed batches (of a namespace), newest first: which project, how many
     events, and why."""
     rows = conn.execute(
         "SELECT b.batch_id, b.namespace, b.error, b.attempts, (SELECT count(*) FROM events e"
-        " INDEXED BY events_namespace WHERE e.namespace = b.namespace"
+        f"{conn.indexed_by('events_namespace')} WHERE e.namespace = b.namespace"
         " AND e.seq BETWEEN b.first_seq AND b.last_seq) FROM extraction_batches b"
-        " WHERE b.state = 'failed' AND (CAST(?1 AS TEXT) IS NULL OR b.namespace = ?1)"
-        " ORDER BY b.created_ms DESC, b.batch_id DESC LIMIT ?2", (namespace, limit))
+        " WHERE b.state = 'failed' AND (CAST($1 AS TEXT) IS NULL OR b.namespace = $1)"
+        " ORDER BY b.created_ms DESC, b.batch_id DESC LIMIT $2", (namespace, limit))
     return [{"batch_id": r[0], "namespace": r[1], "error": r[2] or "", "attempts": r[3],
              "events": r[4]} for r in rows]
 
 
-def batch_scope(conn: sqlite3.Connection, batch_id: str) -> tuple[str, set[str]] | None:
+def batch_scope(conn: Connection, batch_id: str) -> tuple[str, set[str]] | None:
     """A batch's namespace and the ids of its events (None: no such batch): what the
     records made from it may name."""
-    row = conn.execute("SELECT namespace FROM extraction_batches WHERE batch_id = ?",
+    row = conn.execute("SELECT namespace FROM extraction_batches WHERE batch_id = $1",
                        (batch_id,)).fetchone()
     if row is None:
         return None
     return row[0], {event_id for (event_id,) in conn.execute(
-        "SELECT e.event_id FROM extraction_batches b JOIN events e INDEXED BY events_namespace"
+        "SELECT e.event_id FROM extraction_batches b JOIN events e"
+        f"{conn.indexed_by('events_namespace')}"
         " ON e.namespace = b.namespace AND e.seq BETWEEN b.first_seq AND b.last_seq"
-        " WHERE b.batch_id = ?", (batch_id,))}
+        " WHERE b.batch_id = $1", (batch_id,))}
 
 
-def batch_events(conn: sqlite3.Connection, batch_id: str) -> list[dict]:
+def batch_events(conn: Connection, batch_id: str) -> list[dict]:
     """A batch's events in time order (arrival order within a millisecond), in storage
     form (``body_json``, still encoded): the worker decodes them, which keeps that work
     off the single writer."""
     rows = conn.execute(
         "SELECT e.event_id, e.kind, e.body_json, e.namespace, e.session_id, e.valid_time,"
         " e.parent_event_id, e.project_path FROM extraction_batches b"
-        " JOIN events e INDEXED BY events_namespace"
+        f" JOIN events e{conn.indexed_by('events_namespace')}"
         " ON e.namespace = b.namespace AND e.seq BETWEEN b.first_seq AND b.last_seq"
-        " WHERE b.batch_id = ? ORDER BY e.valid_ms, e.seq", (batch_id,))
+        " WHERE b.batch_id = $1 ORDER BY e.valid_ms, e.seq", (batch_id,))
     keys = ("event_id", "kind", "body_json", "namespace", "session_id", "valid_time",
             "parent_event_id", "project_path")
     return [dict(zip(keys, row, strict=True)) for row in rows]
@@ -448,12 +448,12 @@ def batch_events(conn: sqlite3.Connection, batch_id: str) -> list[dict]:
 
 # --- stats -------------------------------------------------------------------------------------
 
-def database_bytes(conn: sqlite3.Connection) -> int:
+def database_bytes(conn: Connection) -> int:
     """The size of a PostgreSQL store's database."""
     return conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
 
 
-def stats(conn: sqlite3.Connection, only: str | None = None) -> dict:
+def stats(conn: Connection, only: str | None = None) -> dict:
     """Counts per namespace (or for one): events by kind, records, buffered events,
     open batches."""
     namespaces: dict[str, dict] = {}

@@ -1,275 +1,41 @@
 """The schema: numbered, forward-only migrations recorded in ``_migrations``.
 
-Each migration is applied once, in order, in its own transaction; its checksum is
-kept so that an edited migration is refused rather than silently diverging.
+Each dialect keeps its own (``sqlite.schema``, ``postgres.schema``); ``migrate`` applies
+a connection's. Each migration is applied once, in order, in its own transaction; its
+checksum is kept so that an edited migration is refused rather than silently diverging.
 """
 
 from __future__ import annotations
 
 import hashlib
-import sqlite3
-from collections.abc import Iterator
-from pathlib import Path
+from datetime import UTC, datetime
 
-from kirolearn.db import postgres, transaction, utc_now
+from kirolearn.db.store import Connection
 
 
 class MigrationError(RuntimeError):
     pass
 
 
-# The records' full-text tokenizer; retrieval tokenizes queries with the same one.
-FTS_TOKENIZE = "porter unicode61 remove_diacritics 2"
-
-MIGRATIONS: list[tuple[int, str, str]] = [
-    (1, "init", """
-CREATE TABLE events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,  -- arrival order, never reused
-    event_id TEXT NOT NULL UNIQUE,
-    namespace TEXT NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN ('prompt', 'tool_use', 'session_summary', 'note')),
-    session_id TEXT NOT NULL,
-    actor_id TEXT NOT NULL,
-    valid_time TEXT NOT NULL,
-    valid_ms INTEGER NOT NULL,
-    transaction_time TEXT NOT NULL,
-    body_json TEXT NOT NULL,
-    source_json TEXT NOT NULL,
-    content_hash TEXT NOT NULL,
-    parent_event_id TEXT,
-    project_path TEXT,
-    schema_version INTEGER NOT NULL
-) STRICT;
--- Ordered by (namespace, seq): a project's events in arrival order, and so its
--- extraction buffer (every seq past its cursor) and its batches (seq ranges).
-CREATE INDEX events_namespace ON events (namespace);
--- Dedup looks for the same content in the same session around the same time; keyed by
--- session and time, inserts land at the end of their session's range (no random pages).
-CREATE INDEX events_session_time ON events (session_id, valid_ms, content_hash);
-
--- The extraction buffer of a namespace is its events with seq > last_seq. Forming a
--- batch moves the cursor; nothing is written per event.
-CREATE TABLE extraction_cursor (
-    namespace TEXT PRIMARY KEY,
-    last_seq INTEGER NOT NULL
-) STRICT;
-
-CREATE TABLE memory_records (
-    id INTEGER PRIMARY KEY,
-    record_id TEXT NOT NULL UNIQUE,
-    namespace TEXT NOT NULL,
-    title TEXT NOT NULL,
-    summary TEXT NOT NULL,
-    facts_json TEXT NOT NULL,
-    facts_text TEXT NOT NULL,
-    concepts_json TEXT NOT NULL,
-    files_touched_json TEXT NOT NULL,
-    observation_type TEXT NOT NULL CHECK (observation_type IN
-        ('tool_use', 'decision', 'error', 'discovery', 'pattern', 'session_summary')),
-    strategy TEXT NOT NULL,
-    source_event_ids_json TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    batch_id TEXT
-) STRICT;
-CREATE INDEX memory_records_namespace ON memory_records (namespace, created_at);
-
-CREATE VIRTUAL TABLE memory_records_fts USING fts5 (
-    title, summary, facts_text,
-    content = 'memory_records', content_rowid = 'id',
-    tokenize = 'porter unicode61 remove_diacritics 2'
-);
-CREATE TRIGGER memory_records_ai AFTER INSERT ON memory_records BEGIN
-    INSERT INTO memory_records_fts (rowid, title, summary, facts_text)
-    VALUES (new.id, new.title, new.summary, new.facts_text);
-END;
-CREATE TRIGGER memory_records_ad AFTER DELETE ON memory_records BEGIN
-    INSERT INTO memory_records_fts (memory_records_fts, rowid, title, summary, facts_text)
-    VALUES ('delete', old.id, old.title, old.summary, old.facts_text);
-END;
-CREATE TRIGGER memory_records_au AFTER UPDATE ON memory_records BEGIN
-    INSERT INTO memory_records_fts (memory_records_fts, rowid, title, summary, facts_text)
-    VALUES ('delete', old.id, old.title, old.summary, old.facts_text);
-    INSERT INTO memory_records_fts (rowid, title, summary, facts_text)
-    VALUES (new.id, new.title, new.summary, new.facts_text);
-END;
-CREATE VIRTUAL TABLE memory_records_fts_vocab USING fts5vocab (memory_records_fts, 'row');
-
-CREATE TABLE extraction_batches (
-    batch_id TEXT PRIMARY KEY,
-    namespace TEXT NOT NULL,
-    first_seq INTEGER NOT NULL,  -- the batch is the namespace's events with seq in
-    last_seq INTEGER NOT NULL,   -- first_seq..last_seq (inclusive)
-    state TEXT NOT NULL CHECK (state IN ('ready', 'leased', 'done', 'failed')),
-    reason TEXT NOT NULL,
-    created_ms INTEGER NOT NULL,
-    lease_expires_ms INTEGER,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    done_ms INTEGER,
-    record_count INTEGER
-) STRICT;
-CREATE INDEX extraction_batches_state ON extraction_batches (state, lease_expires_ms);
-
-CREATE TABLE retrievals (
-    id INTEGER PRIMARY KEY,
-    prompt_event_id TEXT,
-    namespace TEXT,
-    record_ids_json TEXT NOT NULL,
-    latency_ms REAL NOT NULL,
-    outcome TEXT NOT NULL CHECK (outcome IN ('ok', 'empty', 'fallback', 'timeout', 'error')),
-    created_at TEXT NOT NULL
-) STRICT;
-CREATE INDEX retrievals_prompt ON retrievals (prompt_event_id);
-"""),
-    (2, "record_namespace_index", """
--- Search checks the namespace of every full-text match; this narrow index answers
--- that without reading the wide record rows (half the cost of a search, measured).
-CREATE INDEX memory_records_id_namespace ON memory_records (id, namespace);
-"""),
-    (3, "record_title_index", """
--- A new record with the title of a recent one in its namespace may be its near-duplicate.
-CREATE INDEX memory_records_title ON memory_records (namespace, title);
-"""),
-    (4, "record_embeddings", """
--- A record's vector (float32, little-endian) from its title, summary, facts and concepts;
--- embedding_hash names the text and model it was made from. NULL: still to be embedded
--- (a new record, or one whose text a merge changed).
-ALTER TABLE memory_records ADD COLUMN embedding BLOB;
-ALTER TABLE memory_records ADD COLUMN embedding_hash TEXT;
-CREATE INDEX memory_records_unembedded ON memory_records (id) WHERE embedding_hash IS NULL;
-"""),
-    (5, "retrieval_context", """
--- What the viewer shows of a retrieval: the context the agent was given and, for an
--- answer that fell back or failed, why. Retrievals logged before this have ''.
-ALTER TABLE retrievals ADD COLUMN context TEXT NOT NULL DEFAULT '';
-ALTER TABLE retrievals ADD COLUMN error TEXT;
-CREATE INDEX retrievals_namespace ON retrievals (namespace, id);
--- The viewer's latency chart reads these columns only, for a span of time.
-CREATE INDEX retrievals_time ON retrievals (created_at, namespace, latency_ms, outcome);
--- The viewer counts records by type and strategy, and filters by them, without reading
--- the wide rows (a record's vector alone is 1.5 KB).
-CREATE INDEX memory_records_kind ON memory_records (namespace, observation_type, strategy);
-"""),
-    (6, "record_versions", """
--- What a record was before a merge changed it: a merge only adds, and every earlier
--- state stays readable (get_records, export). Forgetting a record forgets its versions.
-CREATE TABLE record_versions (
-    id INTEGER PRIMARY KEY,
-    record_id TEXT NOT NULL,
-    title TEXT NOT NULL,
-    summary TEXT NOT NULL,
-    facts_json TEXT NOT NULL,
-    concepts_json TEXT NOT NULL,
-    files_touched_json TEXT NOT NULL,
-    source_event_ids_json TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    replaced_at TEXT NOT NULL
-) STRICT;
-CREATE INDEX record_versions_record ON record_versions (record_id, id);
-CREATE TRIGGER memory_records_versions_ad AFTER DELETE ON memory_records BEGIN
-    DELETE FROM record_versions WHERE record_id = old.record_id;
-END;
-"""),
-    (7, "batch_failures", """
--- Why a batch's last attempt failed (shown by status and the viewer; a failed batch is
--- re-queued by `kirolearn extraction retry`).
-ALTER TABLE extraction_batches ADD COLUMN error TEXT;
-"""),
-    (8, "tombstones_and_edits", """
--- What remains of a forgotten record: its id, so that no import brings it back.
-CREATE TABLE tombstones (
-    record_id TEXT PRIMARY KEY,
-    namespace TEXT NOT NULL,
-    forgotten_at TEXT NOT NULL
-) STRICT;
--- A record marked invalid (and why) stays readable (get_records, the viewer, export)
--- but is never retrieved: it leaves the full-text index and has no vector.
-ALTER TABLE memory_records ADD COLUMN invalid_reason TEXT;
--- Why a version was replaced: NULL for a merge, the reason given for an edit.
-ALTER TABLE record_versions ADD COLUMN reason TEXT;
-DROP TRIGGER memory_records_ai;
-CREATE TRIGGER memory_records_ai AFTER INSERT ON memory_records
-WHEN new.invalid_reason IS NULL BEGIN
-    INSERT INTO memory_records_fts (rowid, title, summary, facts_text)
-    VALUES (new.id, new.title, new.summary, new.facts_text);
-END;
-DROP TRIGGER memory_records_ad;
-CREATE TRIGGER memory_records_ad AFTER DELETE ON memory_records
-WHEN old.invalid_reason IS NULL BEGIN
-    INSERT INTO memory_records_fts (memory_records_fts, rowid, title, summary, facts_text)
-    VALUES ('delete', old.id, old.title, old.summary, old.facts_text);
-END;
--- Only a change of the indexed text (or of validity) touches the index: storing a
--- vector does not.
-DROP TRIGGER memory_records_au;
-CREATE TRIGGER memory_records_au AFTER UPDATE OF title, summary, facts_text, invalid_reason
-ON memory_records BEGIN
-    INSERT INTO memory_records_fts (memory_records_fts, rowid, title, summary, facts_text)
-    SELECT 'delete', old.id, old.title, old.summary, old.facts_text
-    WHERE old.invalid_reason IS NULL;
-    INSERT INTO memory_records_fts (rowid, title, summary, facts_text)
-    SELECT new.id, new.title, new.summary, new.facts_text WHERE new.invalid_reason IS NULL;
-END;
-"""),
-    (9, "record_turns", """
--- Where a record sits in its session: the session and arrival order (seq) of its first
--- source event, set when it is saved. Search reads a hit's neighbours, the turns just
--- before and after it, from here. NULL when its events are not in this database.
-ALTER TABLE memory_records ADD COLUMN session_id TEXT;
-ALTER TABLE memory_records ADD COLUMN turn_seq INTEGER;
-UPDATE memory_records SET (session_id, turn_seq) = (
-    SELECT session_id, seq FROM events
-    WHERE event_id = json_extract(memory_records.source_event_ids_json, '$[0]'));
-CREATE INDEX memory_records_turn ON memory_records (session_id, turn_seq)
-WHERE session_id IS NOT NULL;
-"""),
-    (10, "record_facts_index", """
--- A new record with the facts of a recent one may say the same (see writes.same_work);
--- the start of the facts finds those candidates without reading every recent record.
-CREATE INDEX memory_records_facts ON memory_records (namespace, substr(facts_json, 1, 200));
-"""),
-    (11, "ranking_signals", """
--- How often a record proved useful: it was given to a prompt, and that turn then
--- touched one of its files (writes.note_usefulness). Search ranks by it.
-ALTER TABLE memory_records ADD COLUMN useful_count INTEGER NOT NULL DEFAULT 0;
--- Per project and file, the latest turn that changed it (the turn_seq of the record
--- that tells of the change): a record naming the file from an earlier turn is stale.
--- The path is kept as a hash (writes.path_key): a path is text from an event, and
--- this table is not scrubbed nor exported.
-CREATE TABLE file_changes (
-    namespace TEXT NOT NULL,
-    path_key TEXT NOT NULL,
-    turn_seq INTEGER NOT NULL,
-    PRIMARY KEY (namespace, path_key)
-) STRICT, WITHOUT ROWID;
-"""),
-    (12, "record_files_key", """
--- The set of files a record names, as one key (db.files_key), so that the records
--- about the same files are found by an index seek (writes.reconcile). Records saved
--- before this have none: they are never reconciled.
-ALTER TABLE memory_records ADD COLUMN files_key TEXT;
-CREATE INDEX memory_records_files ON memory_records (namespace, files_key)
-    WHERE files_key IS NOT NULL;
-"""),
-]
-
-
-
 def _checksum(sql: str) -> str:
     return hashlib.sha256(sql.encode()).hexdigest()
 
 
-def latest(on_postgres: bool = False) -> int:
-    return (postgres.MIGRATIONS if on_postgres else MIGRATIONS)[-1][0]
+def latest(dialect: str = "sqlite") -> int:
+    """The newest migration of a dialect's schema ("sqlite" or "postgres")."""
+    if dialect == "postgres":
+        from kirolearn.db.postgres import schema
+    else:
+        from kirolearn.db.sqlite import schema
+    return schema.MIGRATIONS[-1][0]
 
 
-def migrate(conn: sqlite3.Connection) -> list[int]:
-    """Apply pending migrations in order, each in its own transaction (PostgreSQL's
-    schema has migrations of its own, ``postgres.MIGRATIONS``, numbered from 1)."""
-    on_postgres = isinstance(conn, postgres.Connection)
-    migrations = postgres.MIGRATIONS if on_postgres else MIGRATIONS
+def migrate(conn: Connection) -> list[int]:
+    """Apply the connection's dialect's pending migrations in order, each in its own
+    transaction."""
+    migrations = conn.dialect.schema.MIGRATIONS
     conn.execute("CREATE TABLE IF NOT EXISTS _migrations (version INTEGER PRIMARY KEY,"
-                 " name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at TEXT NOT NULL)"
-                 + ("" if on_postgres else " STRICT"))
+                 " name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at TEXT NOT NULL)")
     applied = {v: c for v, c in conn.execute("SELECT version, checksum FROM _migrations")}
     known = {v for v, _, _ in migrations}
     newer = sorted(set(applied) - known)
@@ -282,41 +48,17 @@ def migrate(conn: sqlite3.Connection) -> list[int]:
             if applied[version] != _checksum(sql):
                 raise MigrationError(f"migration {version:04d}_{name} differs from the one applied")
             continue
-        with transaction(conn):
-            if on_postgres:
-                conn.executescript(sql)
-            else:
-                for statement in _statements(sql):
-                    conn.execute(statement)
-            conn.execute("INSERT INTO _migrations VALUES (?, ?, ?, ?)",
-                         (version, name, _checksum(sql), utc_now()))
+        with conn.transaction():
+            conn.executescript(sql)
+            conn.execute("INSERT INTO _migrations VALUES ($1, $2, $3, $4)",
+                         (version, name, _checksum(sql),
+                          datetime.now(UTC).isoformat(timespec="milliseconds")))
         done.append(version)
     return done
 
 
-def _statements(script: str) -> Iterator[str]:
-    """Split a script into complete statements (triggers contain semicolons)."""
-    buffer = ""
-    for line in script.splitlines(keepends=True):
-        buffer += line
-        if sqlite3.complete_statement(buffer):
-            if buffer.strip():
-                yield buffer
-            buffer = ""
-
-
-
-def check(conn: sqlite3.Connection) -> tuple[str, int | None]:
-    """SQLite's quick check ("ok" when sound; PostgreSQL checks its own pages) and the
-    newest migration applied."""
-    verdict = ("ok" if isinstance(conn, postgres.Connection)
-               else conn.execute("PRAGMA quick_check").fetchone()[0])
+def check(conn: Connection) -> tuple[str, int | None]:
+    """The dialect's check of the store ("ok" when sound) and the newest migration
+    applied."""
     applied = conn.execute("SELECT max(version) FROM _migrations").fetchone()[0]
-    return verdict, applied
-
-
-def create_private(path: Path) -> None:
-    """The database file, made private to the user before SQLite opens it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists():
-        path.touch(mode=0o600)
+    return conn.dialect.check(conn), applied

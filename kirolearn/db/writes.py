@@ -1,73 +1,28 @@
 """Every change to the database, made by the single writer (the storage role).
 
-Each function runs inside the caller's ``transaction`` unless it says otherwise.
+Each function runs inside the caller's ``conn.transaction()`` unless it says otherwise.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import operator
-import sqlite3
 import struct
 from collections import Counter
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 from kirolearn import contract, privacy
-from kirolearn.db import (
-    Location,
-    files_key,
-    in_list,
-    is_postgres,
-    now_ms,
-    path_key,
-    postgres,
-    reads,
-    schema,
-    utc_now,
-)
+from kirolearn.db import errors, files_key, now_ms, path_key, reads, utc_now
+from kirolearn.db.store import Connection, Params
 
 
-def connect_writer(path: Location) -> sqlite3.Connection:
-    """The single writer connection: WAL, full sync, migrations applied (on PostgreSQL:
-    the writer's advisory lock taken, migrations applied)."""
-    if is_postgres(path):
-        conn = postgres.connect(path)
-        try:
-            postgres.take_writer_lock(conn)
-            schema.migrate(conn)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-    schema.create_private(path)
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    conn.execute("PRAGMA foreign_keys=ON")
-    conn.execute("PRAGMA busy_timeout=5000")
-    # What is deleted (a forgotten record, pruned events) is overwritten on disk, not left
-    # readable in free pages.
-    conn.execute("PRAGMA secure_delete=ON")
-    # Index pages (content hashes are random) stay in memory instead of being re-read.
-    conn.execute("PRAGMA cache_size=-65536")
-    schema.migrate(conn)
-    for suffix in ("-wal", "-shm"):
-        side = Path(str(path) + suffix)
-        if side.exists():
-            side.chmod(0o600)
-    return conn
-
-
-def checkpoint(conn: sqlite3.Connection) -> None:
+def checkpoint(conn: Connection) -> None:
     """Fold the WAL into the database file (at a clean stop; PostgreSQL checkpoints
     itself)."""
-    if not isinstance(conn, postgres.Connection):
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.dialect.checkpoint(conn)
 
 
-def compact(conn: sqlite3.Connection) -> None:
+def compact(conn: Connection) -> None:
     """Give the free pages back to the disk (``VACUUM``, outside a transaction), then
     fold the WAL in."""
     conn.execute("VACUUM")
@@ -81,40 +36,23 @@ STORED_FIELDS = ("event_id", "namespace", "kind", "session_id", "actor_id", "val
                  "project_path", "schema_version")
 
 
-def stored_form(event: dict, body_json: str, valid_ms: int, content_hash: str) -> dict:
-    """What ingest hands storage: the events row, encoded, less transaction_time.
-
-    Ingest does all the parsing and encoding so the single writer only writes.
-    """
-    source = event["source"]
-    return {
-        "event_id": event["event_id"], "namespace": event["namespace"], "kind": event["kind"],
-        "session_id": event["session_id"], "actor_id": event["actor_id"],
-        "valid_time": event["valid_time"],
-        "valid_ms": valid_ms, "body_json": body_json,
-        "source_json": contract.canonical_json(source), "content_hash": content_hash,
-        "parent_event_id": event.get("parent_event_id"),
-        "project_path": source.get("project_path"), "schema_version": event["schema_version"],
-    }
-
-
 INSERT_EVENT_SQL = (f"INSERT INTO events ({', '.join(STORED_FIELDS)}, transaction_time)"
-                    f" VALUES ({', '.join('?' * (len(STORED_FIELDS) + 1))})"
+                    f" VALUES ({', '.join(f'${n}' for n in range(1, len(STORED_FIELDS) + 2))})"
                     " ON CONFLICT DO NOTHING")
 
 
-def insert_event(conn: sqlite3.Connection, event: dict, dedup_window_ms: int,
+def insert_event(conn: Connection, event: dict, dedup_window_ms: int,
                  transaction_time: str | None = None) -> str:
-    """Insert one event (in stored_form) inside the caller's transaction.
+    """Insert one event (in ``contract.stored_form``) inside the caller's transaction.
 
     Returns 'stored' or 'duplicate': the same event_id, or the same content in the
     same namespace, session and kind within the dedup window (a retried hook).
     """
     valid_ms = event["valid_ms"]
     if dedup_window_ms > 0 and conn.execute(
-        "SELECT 1 FROM events INDEXED BY events_session_time WHERE session_id = ?"
-        " AND valid_ms BETWEEN ? AND ? AND content_hash = ? AND namespace = ? AND kind = ?"
-        " AND event_id != ? LIMIT 1",
+        f"SELECT 1 FROM events{conn.indexed_by('events_session_time')} WHERE session_id = $1"
+        " AND valid_ms BETWEEN $2 AND $3 AND content_hash = $4 AND namespace = $5 AND kind = $6"
+        " AND event_id != $7 LIMIT 1",
         (event["session_id"], valid_ms - dedup_window_ms, valid_ms + dedup_window_ms,
          event["content_hash"], event["namespace"], event["kind"], event["event_id"]),
     ).fetchone():
@@ -133,8 +71,8 @@ INSERT_RECORD_SQL = (
     " facts_text, concepts_json, files_touched_json, observation_type, strategy,"
     " source_event_ids_json, created_at, batch_id, invalid_reason, embedding_hash,"
     " files_key, session_id, turn_seq)"
-    " SELECT ?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?, e.session_id, e.seq"
-    " FROM (SELECT 1) AS one LEFT JOIN events e ON e.event_id = ?")
+    " SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16, e.session_id, e.seq"
+    " FROM (SELECT 1) AS one LEFT JOIN events e ON e.event_id = $17")
 
 
 def _new_record_params(record: dict, batch_id: str | None, invalid_reason: str | None) -> tuple:
@@ -148,20 +86,19 @@ def _new_record_params(record: dict, batch_id: str | None, invalid_reason: str |
             next(iter(record["source_event_ids"]), None))
 
 
-def insert_record(conn: sqlite3.Connection, record: dict, batch_id: str | None = None,
+def insert_record(conn: Connection, record: dict, batch_id: str | None = None,
                   invalid_reason: str | None = None) -> None:
     """A new record; one marked invalid (an import) is kept out of the full-text index
     and is never embedded."""
     conn.execute(INSERT_RECORD_SQL, _new_record_params(record, batch_id, invalid_reason))
 
 
-def insert_records(conn: sqlite3.Connection, records: Iterable[dict]) -> None:
+def insert_records(conn: Connection, records: Iterable[dict]) -> None:
     """Many new records at once (a seeded corpus), in the caller's transaction: on
     PostgreSQL they are sent without waiting for each answer, and the search's term
     counts are made once, after them."""
     rows = [_new_record_params(r, None, None) for r in records]
-    on_postgres = isinstance(conn, postgres.Connection)
-    with postgres.terms_counted_after(conn) if on_postgres else contextlib.nullcontext():
+    with conn.dialect.terms_counted_after(conn):
         conn.executemany(INSERT_RECORD_SQL, rows)
 
 
@@ -170,13 +107,13 @@ NOT_EMBEDDED = "invalid"  # the embedding_hash of a record marked invalid: never
 EMBED_AGAIN = "embedding_hash = CASE WHEN invalid_reason IS NULL THEN NULL ELSE embedding_hash END"
 
 
-def _keep_version(conn: sqlite3.Connection, row_id: int, reason: str | None = None) -> None:
+def _keep_version(conn: Connection, row_id: int, reason: str | None = None) -> None:
     """Keep a record's present state in ``record_versions`` before it changes."""
     conn.execute(
         "INSERT INTO record_versions (record_id, title, summary, facts_json, concepts_json,"
         " files_touched_json, source_event_ids_json, created_at, replaced_at, reason)"
         " SELECT record_id, title, summary, facts_json, concepts_json, files_touched_json,"
-        " source_event_ids_json, created_at, ?, ? FROM memory_records WHERE id = ?",
+        " source_event_ids_json, created_at, $1, $2 FROM memory_records WHERE id = $3",
         (utc_now(), reason, row_id))
 
 
@@ -184,7 +121,7 @@ MAX_SUMMARY = 4000  # a record's limits (contract.validate_record): a merge that
 MAX_ITEMS = 100  # pass them does not happen; the record is saved as a new one
 
 
-def save_record(conn: sqlite3.Connection, record: dict, batch_id: str | None = None,
+def save_record(conn: Connection, record: dict, batch_id: str | None = None,
                 merge_window_s: float = 0) -> str | None:
     """Insert a record, or merge it into one that says the same (``same_work``) created
     within ``merge_window_s`` in its namespace: the repeat strengthens it instead of
@@ -204,7 +141,7 @@ def save_record(conn: sqlite3.Connection, record: dict, batch_id: str | None = N
     return None
 
 
-def _merge_into(conn: sqlite3.Connection, row: tuple, record: dict,
+def _merge_into(conn: Connection, row: tuple, record: dict,
                 batch_id: str | None) -> bool:
     """Merge record into the stored one (a row of ``MERGE_COLUMNS``), as ``save_record``
     says; False (nothing changed) when that would pass a record's limits."""
@@ -220,9 +157,9 @@ def _merge_into(conn: sqlite3.Connection, row: tuple, record: dict,
         return False
     _keep_version(conn, row[0])
     conn.execute(
-        "UPDATE memory_records SET summary = ?, facts_json = ?, facts_text = ?,"
-        " concepts_json = ?, source_event_ids_json = ?, created_at = ?, batch_id = ?,"
-        " embedding_hash = NULL WHERE id = ?",
+        "UPDATE memory_records SET summary = $1, facts_json = $2, facts_text = $3,"
+        " concepts_json = $4, source_event_ids_json = $5, created_at = $6, batch_id = $7,"
+        " embedding_hash = NULL WHERE id = $8",
         (summary, json.dumps(facts), " ".join(facts), json.dumps(concepts),
          json.dumps(sources), record["created_at"], batch_id, row[0]))
     return True
@@ -232,7 +169,7 @@ MERGE_COLUMNS = ("id, summary, facts_json, concepts_json, source_event_ids_json,
                  " files_touched_json, record_id, title")
 
 
-def same_work(conn: sqlite3.Connection, record: dict, window_s: float) -> list[tuple]:
+def same_work(conn: Connection, record: dict, window_s: float) -> list[tuple]:
     """The valid records of the record's namespace, type and strategy created within
     window_s that say the same as it, newest first: those with its title and files, then
     those with its facts when they tell of work done (an edit or a command, not reads
@@ -241,9 +178,9 @@ def same_work(conn: sqlite3.Connection, record: dict, window_s: float) -> list[t
     kind = (record["namespace"], record["observation_type"], record["strategy"])
     files = set(record.get("files_touched", []))
     rows = [row for row in conn.execute(
-        f"SELECT {columns} FROM memory_records INDEXED BY memory_records_title"
-        " WHERE namespace = ? AND title = ? AND observation_type = ? AND strategy = ?"
-        " AND invalid_reason IS NULL AND julianday(created_at) >= julianday('now') - ?"
+        f"SELECT {columns} FROM memory_records{conn.indexed_by('memory_records_title')}"
+        " WHERE namespace = $1 AND title = $2 AND observation_type = $3 AND strategy = $4"
+        " AND invalid_reason IS NULL AND julianday(created_at) >= julianday('now') - $5"
         " ORDER BY id DESC", (kind[0], record["title"], *kind[1:], window_s / 86400))
         if set(json.loads(row[5])) == files]
     facts = record.get("facts", [])
@@ -252,10 +189,11 @@ def same_work(conn: sqlite3.Connection, record: dict, window_s: float) -> list[t
         # SQLite rewrite the indexed expression, and the index goes unused)
         text = json.dumps(facts)
         same = [row for row in conn.execute(
-            f"SELECT {columns}, facts_json FROM memory_records INDEXED BY memory_records_facts"
-            " WHERE namespace = ? AND substr(facts_json, 1, 200) = substr(?, 1, 200)"
-            " AND observation_type = ? AND strategy = ? AND invalid_reason IS NULL"
-            " AND julianday(created_at) >= julianday('now') - ? ORDER BY id DESC",
+            f"SELECT {columns}, facts_json FROM memory_records"
+            f"{conn.indexed_by('memory_records_facts')}"
+            " WHERE namespace = $1 AND substr(facts_json, 1, 200) = substr($2, 1, 200)"
+            " AND observation_type = $3 AND strategy = $4 AND invalid_reason IS NULL"
+            " AND julianday(created_at) >= julianday('now') - $5 ORDER BY id DESC",
             (kind[0], text, *kind[1:], window_s / 86400)) if row[-1] == text]
         rows += [row[:-1] for row in same[:1] if row[0] not in {r[0] for r in rows}]
     return rows
@@ -264,7 +202,7 @@ def same_work(conn: sqlite3.Connection, record: dict, window_s: float) -> list[t
 RECONCILE_CANDIDATES = 50  # the newest records about the same files a new one is compared with
 
 
-def reconcile(conn: sqlite3.Connection, record_id: str, vector: bytes,
+def reconcile(conn: Connection, record_id: str, vector: bytes,
               min_similarity: float, window_s: float) -> str | None:
     """Merge a record the daemon extracted, once embedded, into an older one that says
     the same in other words: of its namespace, type and strategy, naming the same files,
@@ -278,9 +216,9 @@ def reconcile(conn: sqlite3.Connection, record_id: str, vector: bytes,
     into."""
     row = conn.execute(
         "SELECT id, namespace, observation_type, strategy, files_key, batch_id, session_id,"
-        " turn_seq, useful_count FROM memory_records WHERE record_id = ?"
+        " turn_seq, useful_count FROM memory_records WHERE record_id = $1"
         " AND batch_id IS NOT NULL AND files_key IS NOT NULL AND invalid_reason IS NULL"
-        " AND julianday(created_at) >= julianday('now') - ?",
+        " AND julianday(created_at) >= julianday('now') - $2",
         (record_id, window_s / 86400)).fetchone()
     if row is None:
         return None
@@ -288,10 +226,10 @@ def reconcile(conn: sqlite3.Connection, record_id: str, vector: bytes,
     values = _floats(vector)
     for candidate in conn.execute(
             f"SELECT {MERGE_COLUMNS}, embedding FROM memory_records"
-            " INDEXED BY memory_records_files WHERE namespace = ? AND files_key = ?"
-            " AND id < ? AND observation_type = ? AND strategy = ? AND invalid_reason IS NULL"
-            " AND length(embedding) = ? AND julianday(created_at) >= julianday('now') - ?"
-            " ORDER BY id DESC LIMIT ?", (row[1], row[4], row[0], row[2], row[3], len(vector),
+            f"{conn.indexed_by('memory_records_files')} WHERE namespace = $1 AND files_key = $2"
+            " AND id < $3 AND observation_type = $4 AND strategy = $5 AND invalid_reason IS NULL"
+            " AND length(embedding) = $6 AND julianday(created_at) >= julianday('now') - $7"
+            " ORDER BY id DESC LIMIT $8", (row[1], row[4], row[0], row[2], row[3], len(vector),
                                           window_s / 86400, RECONCILE_CANDIDATES)):
         similarity = sum(map(operator.mul, _floats(candidate[-1]), values))
         if similarity >= most:
@@ -299,11 +237,11 @@ def reconcile(conn: sqlite3.Connection, record_id: str, vector: bytes,
     record = reads.record_by_id(conn, record_id)
     if best is None or record is None or not _merge_into(conn, best, record, row[5]):
         return None
-    conn.execute("UPDATE memory_records SET session_id = coalesce(?, session_id),"
-                 " turn_seq = coalesce(?, turn_seq), useful_count = useful_count + ?"
-                 " WHERE id = ?", (row[6], row[7], row[8], best[0]))
-    conn.execute("UPDATE memory_records SET invalid_reason = ?, embedding = NULL,"
-                 " embedding_hash = ? WHERE id = ?",
+    conn.execute("UPDATE memory_records SET session_id = coalesce($1, session_id),"
+                 " turn_seq = coalesce($2, turn_seq), useful_count = useful_count + $3"
+                 " WHERE id = $4", (row[6], row[7], row[8], best[0]))
+    conn.execute("UPDATE memory_records SET invalid_reason = $1, embedding = NULL,"
+                 " embedding_hash = $2 WHERE id = $3",
                  (f"merged into {best[6]}, which says the same (the same files,"
                   f" similarity {most:.2f})", NOT_EMBEDDED, row[0]))
     return best[6]
@@ -315,15 +253,16 @@ def _floats(vector: bytes) -> tuple[float, ...]:
     return struct.unpack(f"<{len(vector) // 4}f", vector)
 
 
-def _record_row(conn: sqlite3.Connection, record_id: str,
+def _record_row(conn: Connection, record_id: str,
                 namespaces: Iterable[str]) -> tuple[int, str] | None:
     """(row id, namespace) of the record with this id in one of these namespaces."""
-    ns_sql, ns = in_list(namespaces)
-    return conn.execute(f"SELECT id, namespace FROM memory_records WHERE record_id = ?"
-                        f" AND +namespace IN {ns_sql}", [record_id, *ns]).fetchone()
+    p = Params(record_id)
+    return conn.execute(f"SELECT id, namespace FROM memory_records WHERE record_id = $1"
+                        f" AND {conn.unindexed('namespace')} IN {p.list(namespaces)}",
+                        p.values).fetchone()
 
 
-def delete_record(conn: sqlite3.Connection, record_id: str, namespaces: Iterable[str]) -> bool:
+def delete_record(conn: Connection, record_id: str, namespaces: Iterable[str]) -> bool:
     """Forget a record: its text, full-text entry and versions go (by trigger) and a
     tombstone keeps its id, so no import brings it back; so do the events it was made
     from that no other record was made from, and its part of the retrieval log
@@ -331,16 +270,16 @@ def delete_record(conn: sqlite3.Connection, record_id: str, namespaces: Iterable
     row = _record_row(conn, record_id, namespaces)
     if row is None:
         return False
-    (sources,) = conn.execute("SELECT source_event_ids_json FROM memory_records WHERE id = ?",
+    (sources,) = conn.execute("SELECT source_event_ids_json FROM memory_records WHERE id = $1",
                               (row[0],)).fetchone()
-    conn.execute("INSERT INTO tombstones VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+    conn.execute("INSERT INTO tombstones VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
                  (record_id, row[1], utc_now()))
-    conn.execute("DELETE FROM memory_records WHERE id = ?", (row[0],))
+    conn.execute("DELETE FROM memory_records WHERE id = $1", (row[0],))
     for event_id in json.loads(sources):
-        if not conn.execute("SELECT 1 FROM memory_records WHERE namespace = ? AND"
-                            " source_event_ids_json LIKE ? LIMIT 1",
+        if not conn.execute("SELECT 1 FROM memory_records WHERE namespace = $1 AND"
+                            " source_event_ids_json LIKE $2 LIMIT 1",
                             (row[1], f'%"{event_id}"%')).fetchone():
-            conn.execute("DELETE FROM events WHERE event_id = ?", (event_id,))
+            conn.execute("DELETE FROM events WHERE event_id = $1", (event_id,))
     forget_in_log(conn, [record_id])
     return True
 
@@ -348,30 +287,29 @@ def delete_record(conn: sqlite3.Connection, record_id: str, namespaces: Iterable
 FORGOTTEN_CONTEXT = "[this context held a memory that was forgotten since]"
 
 
-def forget_in_log(conn: sqlite3.Connection, record_ids: list[str]) -> None:
+def forget_in_log(conn: Connection, record_ids: list[str]) -> None:
     """The retrieval log's contexts that held any of these records are withheld, and the
     records' ids taken out of them: a forgotten record's text leaves the log too."""
     gone = set(record_ids)
     for start in range(0, len(record_ids), 50):
         chunk = record_ids[start:start + 50]
-        likes = " OR ".join(["record_ids_json LIKE ?"] * len(chunk))
+        p = Params()
+        likes = " OR ".join(f"record_ids_json LIKE {p(quoted)}"
+                            for quoted in (f'%"{record_id}"%' for record_id in chunk))
         rows = conn.execute(f"SELECT id, record_ids_json FROM retrievals WHERE {likes}",
-                            [f'%"{record_id}"%' for record_id in chunk]).fetchall()
-        conn.executemany("UPDATE retrievals SET context = ?, record_ids_json = ? WHERE id = ?",
+                            p.values).fetchall()
+        conn.executemany("UPDATE retrievals SET context = $1, record_ids_json = $2 WHERE id = $3",
                          [(FORGOTTEN_CONTEXT,
                            json.dumps([i for i in json.loads(ids) if i not in gone]), row_id)
                           for row_id, ids in rows])
 
 
-def purge_index(conn: sqlite3.Connection) -> None:
+def purge_index(conn: Connection) -> None:
     """Rewrite the full-text index as one segment: a deleted record's words stay in the
     older segments until they are merged (about a second at 100,000 records). On
     PostgreSQL, ``VACUUM`` takes a forgotten record's dead rows and index entries away
     (outside a transaction)."""
-    if isinstance(conn, postgres.Connection):
-        conn.execute("VACUUM memory_records, record_versions")
-    else:
-        conn.execute("INSERT INTO memory_records_fts (memory_records_fts) VALUES ('optimize')")
+    conn.dialect.purge_index(conn)
 
 
 # What ``scrub_stored`` rewrites: table → (its key, text columns, JSON columns).
@@ -386,7 +324,7 @@ SCRUBBED = {
 }
 
 
-def scrub_stored(conn: sqlite3.Connection, dry_run: bool = False) -> dict[str, dict[str, int]]:
+def scrub_stored(conn: Connection, dry_run: bool = False) -> dict[str, dict[str, int]]:
     """Run today's scrubber over everything stored and redact in place: events (their
     hash made again), records (their index entry rewritten by the triggers, their vector
     dropped to be made again from the new text), versions, the retrieval log and batch
@@ -417,39 +355,39 @@ def scrub_stored(conn: sqlite3.Connection, dry_run: bool = False) -> dict[str, d
     return report
 
 
-def _rewrite(conn: sqlite3.Connection, table: str, key: str, row_key: int | str,
+def _rewrite(conn: Connection, table: str, key: str, row_key: int | str,
              changed: dict[str, str]) -> None:
     if table == "events" and "body_json" in changed:
         changed["content_hash"] = contract.hash_json(changed["body_json"])
-    assignments = [f"{name} = ?" for name in changed]
+    if table == "memory_records" and "facts_json" in changed:
+        changed["facts_text"] = " ".join(json.loads(changed["facts_json"]))
+    p = Params()
+    assignments = [f"{name} = {p(value)}" for name, value in changed.items()]
     if table == "memory_records":
-        if "facts_json" in changed:
-            changed["facts_text"] = " ".join(json.loads(changed["facts_json"]))
-            assignments.append("facts_text = ?")
         assignments += ["embedding = NULL", EMBED_AGAIN]  # no vector of the old text stays
-    conn.execute(f"UPDATE {table} SET {', '.join(assignments)} WHERE {key} = ?",
-                 [*changed.values(), row_key])
+    conn.execute(f"UPDATE {table} SET {', '.join(assignments)} WHERE {key} = {p(row_key)}",
+                 p.values)
 
 
-def forget_namespace(conn: sqlite3.Connection, namespace: str) -> dict[str, int]:
+def forget_namespace(conn: Connection, namespace: str) -> dict[str, int]:
     """Forget everything of one project: its events, records (tombstones kept), batches
     and retrieval log. How many events and records were removed."""
-    conn.execute("INSERT INTO tombstones SELECT record_id, namespace, ?"
-                 " FROM memory_records WHERE namespace = ? ON CONFLICT DO NOTHING",
+    conn.execute("INSERT INTO tombstones SELECT record_id, namespace, $1"
+                 " FROM memory_records WHERE namespace = $2 ON CONFLICT DO NOTHING",
                  (utc_now(), namespace))
     forget_in_log(conn, [record_id for (record_id,) in conn.execute(
-        "SELECT record_id FROM memory_records WHERE namespace = ?", (namespace,))])
-    records = conn.execute("DELETE FROM memory_records WHERE namespace = ?",
+        "SELECT record_id FROM memory_records WHERE namespace = $1", (namespace,))])
+    records = conn.execute("DELETE FROM memory_records WHERE namespace = $1",
                            (namespace,)).rowcount
-    events = conn.execute("DELETE FROM events WHERE namespace = ?", (namespace,)).rowcount
+    events = conn.execute("DELETE FROM events WHERE namespace = $1", (namespace,)).rowcount
     for table in ("extraction_batches", "extraction_cursor", "retrievals", "file_changes"):
-        conn.execute(f"DELETE FROM {table} WHERE namespace = ?", (namespace,))
+        conn.execute(f"DELETE FROM {table} WHERE namespace = $1", (namespace,))
     if records:
         purge_index(conn)
     return {"events": events, "records": records}
 
 
-def update_record(conn: sqlite3.Connection, record_id: str, namespaces: Iterable[str],
+def update_record(conn: Connection, record_id: str, namespaces: Iterable[str],
                   changes: dict, reason: str | None) -> bool:
     """Edit a record's ``title``, ``summary`` or ``facts`` (its previous state becomes a
     version, with the reason), or, with ``changes`` ``{"invalid_reason": why}``, mark it
@@ -458,8 +396,8 @@ def update_record(conn: sqlite3.Connection, record_id: str, namespaces: Iterable
     if row is None:
         return False
     if "invalid_reason" in changes:
-        conn.execute("UPDATE memory_records SET invalid_reason = ?, embedding = NULL,"
-                     " embedding_hash = ? WHERE id = ?",
+        conn.execute("UPDATE memory_records SET invalid_reason = $1, embedding = NULL,"
+                     " embedding_hash = $2 WHERE id = $3",
                      (changes["invalid_reason"], NOT_EMBEDDED, row[0]))
         return True
     _keep_version(conn, row[0], reason)
@@ -467,25 +405,26 @@ def update_record(conn: sqlite3.Connection, record_id: str, namespaces: Iterable
     if "facts" in changes:
         columns.update(facts_json=json.dumps(changes["facts"]),
                        facts_text=" ".join(changes["facts"]))
-    columns = {k: v for k, v in columns.items() if v is not None}
-    assignments = ", ".join(f"{name} = ?" for name in columns)
-    conn.execute(f"UPDATE memory_records SET {assignments}, {EMBED_AGAIN} WHERE id = ?",
-                 [*columns.values(), row[0]])
+    p = Params()
+    assignments = ", ".join(f"{name} = {p(value)}" for name, value in columns.items()
+                            if value is not None)
+    conn.execute(f"UPDATE memory_records SET {assignments}, {EMBED_AGAIN} WHERE id = {p(row[0])}",
+                 p.values)
     return True
 
 
-def import_record(conn: sqlite3.Connection, record: dict, versions: list[dict],
+def import_record(conn: Connection, record: dict, versions: list[dict],
                   invalid_reason: str | None, embedding: dict | None,
                   current_hash: Callable[[dict], str]) -> dict:
     """A record from an export, with its versions and, when it was made from the same
     text by the same model, its vector. Never replaces a record, nor brings back a
     forgotten one: ``{status, reason?}``."""
-    forgotten = conn.execute("SELECT forgotten_at FROM tombstones WHERE record_id = ?",
+    forgotten = conn.execute("SELECT forgotten_at FROM tombstones WHERE record_id = $1",
                              (record["record_id"],)).fetchone()
     if forgotten:
         return {"status": "rejected", "reason": f"{record['record_id']} was forgotten on"
                 f" {forgotten[0]}; a forgotten record is not brought back"}
-    if conn.execute("SELECT 1 FROM memory_records WHERE record_id = ?",
+    if conn.execute("SELECT 1 FROM memory_records WHERE record_id = $1",
                     (record["record_id"],)).fetchone():
         return {"status": "duplicate"}
     insert_record(conn, record, invalid_reason=invalid_reason)
@@ -493,7 +432,7 @@ def import_record(conn: sqlite3.Connection, record: dict, versions: list[dict],
         conn.execute(
             "INSERT INTO record_versions (record_id, title, summary, facts_json,"
             " concepts_json, files_touched_json, source_event_ids_json, created_at,"
-            " replaced_at, reason) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            " replaced_at, reason) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)",
             (record["record_id"], version["title"], version["summary"],
              json.dumps(version["facts"]), json.dumps(version["concepts"]),
              json.dumps(version["files_touched"]), json.dumps(version["source_event_ids"]),
@@ -504,21 +443,21 @@ def import_record(conn: sqlite3.Connection, record: dict, versions: list[dict],
     return {"status": "stored"}
 
 
-def import_tombstone(conn: sqlite3.Connection, tombstone: dict) -> dict:
+def import_tombstone(conn: Connection, tombstone: dict) -> dict:
     """A tombstone from an export: the record it names is forgotten here too."""
-    if not conn.execute("INSERT INTO tombstones VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+    if not conn.execute("INSERT INTO tombstones VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
                         (tombstone["record_id"], tombstone["namespace"],
                          tombstone["forgotten_at"])).rowcount:
         return {"status": "duplicate"}
-    conn.execute("DELETE FROM memory_records WHERE record_id = ?", (tombstone["record_id"],))
+    conn.execute("DELETE FROM memory_records WHERE record_id = $1", (tombstone["record_id"],))
     return {"status": "stored"}
 
 
-def prune_events(conn: sqlite3.Connection, before_ms: int, namespace: str | None) -> int:
+def prune_events(conn: Connection, before_ms: int, namespace: str | None) -> int:
     """Delete the events (of a namespace) older than ``before_ms`` that are already
     distilled into records (the records stay); how many."""
     return conn.execute(
-        "DELETE FROM events WHERE valid_ms < ?1 AND (CAST(?2 AS TEXT) IS NULL OR namespace = ?2)"
+        "DELETE FROM events WHERE valid_ms < $1 AND (CAST($2 AS TEXT) IS NULL OR namespace = $2)"
         " AND seq <= COALESCE((SELECT last_seq FROM extraction_cursor c"
         " WHERE c.namespace = events.namespace), 0)"
         " AND NOT EXISTS (SELECT 1 FROM extraction_batches b WHERE b.namespace ="
@@ -526,15 +465,15 @@ def prune_events(conn: sqlite3.Connection, before_ms: int, namespace: str | None
         " AND b.last_seq)", (before_ms, namespace)).rowcount
 
 
-def save_embedding(conn: sqlite3.Connection, record_id: str, text_hash: str, blob: bytes,
+def save_embedding(conn: Connection, record_id: str, text_hash: str, blob: bytes,
                    current_hash: Callable[[dict], str]) -> bool:
     """Store a record's vector if it was made from the record's current text (a merge may
     have changed it since); whether it was stored."""
     record = reads.record_by_id(conn, record_id)
     if record is None or "invalid_reason" in record or current_hash(record) != text_hash:
         return False
-    conn.execute("UPDATE memory_records SET embedding = ?, embedding_hash = ? WHERE record_id = ?",
-                 (blob, text_hash, record_id))
+    conn.execute("UPDATE memory_records SET embedding = $1, embedding_hash = $2"
+                 " WHERE record_id = $3", (blob, text_hash, record_id))
     return True
 
 
@@ -546,7 +485,7 @@ def save_embedding(conn: sqlite3.Connection, record_id: str, text_hash: str, blo
 MAX_BATCH_EVENTS = 200
 
 
-def form_batches(conn: sqlite3.Connection, namespace: str, reason: str, max_bytes: int,
+def form_batches(conn: Connection, namespace: str, reason: str, max_bytes: int,
                  max_events: int = MAX_BATCH_EVENTS, history: frozenset[str] = frozenset(),
                  whole_turns: bool = False) -> list[str]:
     """Make the namespace's pending events ready batches (caller's transaction), each at
@@ -559,12 +498,12 @@ def form_batches(conn: sqlite3.Connection, namespace: str, reason: str, max_byte
     ``history``: ids of events imported from an export that had already distilled them;
     each run of them becomes a batch already done, so they are not extracted again.
     """
-    cursor = conn.execute("SELECT last_seq FROM extraction_cursor WHERE namespace = ?",
+    cursor = conn.execute("SELECT last_seq FROM extraction_cursor WHERE namespace = $1",
                           (namespace,)).fetchone()
     first = (cursor[0] if cursor else 0) + 1
     rows = conn.execute("SELECT seq, kind = 'session_summary', length(body_json), event_id"
-                        " FROM events INDEXED BY events_namespace WHERE namespace = ?"
-                        " AND seq >= ? ORDER BY seq", (namespace, first)).fetchall()
+                        f" FROM events{conn.indexed_by('events_namespace')} WHERE namespace = $1"
+                        " AND seq >= $2 ORDER BY seq", (namespace, first)).fetchall()
     ends = [at for at, row in enumerate(rows) if row[1]]
     if whole_turns and ends:
         rows = rows[:ends[-1] + 1]
@@ -581,13 +520,13 @@ def form_batches(conn: sqlite3.Connection, namespace: str, reason: str, max_byte
             batch_ids.append(contract.new_ulid())
             conn.execute("INSERT INTO extraction_batches (batch_id, namespace, first_seq,"
                          " last_seq, state, reason, created_ms, done_ms, record_count)"
-                         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                          (batch_ids[-1], namespace, low, high, "done" if done else "ready",
                           "imported" if done else reason, now_ms(), now_ms() if done else None,
                           0 if done else None))
         start = end
     if rows:
-        conn.execute("INSERT INTO extraction_cursor VALUES (?, ?) ON CONFLICT (namespace)"
+        conn.execute("INSERT INTO extraction_cursor VALUES ($1, $2) ON CONFLICT (namespace)"
                      " DO UPDATE SET last_seq = excluded.last_seq", (namespace, rows[-1][0]))
     return batch_ids
 
@@ -611,50 +550,50 @@ def _cut(rows: list[tuple], max_bytes: int, max_events: int) -> list[tuple[int, 
     return ranges
 
 
-def lease_batches(conn: sqlite3.Connection, batch_ids: Iterable[str], expires_ms: int) -> None:
+def lease_batches(conn: Connection, batch_ids: Iterable[str], expires_ms: int) -> None:
     """The batches are out with a worker until ``expires_ms``; one more attempt counted."""
-    conn.executemany("UPDATE extraction_batches SET state = 'leased', lease_expires_ms = ?,"
-                     " attempts = attempts + 1 WHERE batch_id = ?",
+    conn.executemany("UPDATE extraction_batches SET state = 'leased', lease_expires_ms = $1,"
+                     " attempts = attempts + 1 WHERE batch_id = $2",
                      [(expires_ms, batch_id) for batch_id in batch_ids])
 
 
-def batch_attempt_failed(conn: sqlite3.Connection, batch_id: str, error: str) -> None:
+def batch_attempt_failed(conn: Connection, batch_id: str, error: str) -> None:
     """The lease of a batch whose attempt failed ends now (it is handed out again), and
     why is kept."""
-    conn.execute("UPDATE extraction_batches SET lease_expires_ms = 0, error = ?"
-                 " WHERE batch_id = ? AND state = 'leased'", (error, batch_id))
+    conn.execute("UPDATE extraction_batches SET lease_expires_ms = 0, error = $1"
+                 " WHERE batch_id = $2 AND state = 'leased'", (error, batch_id))
 
 
-def split_batch(conn: sqlite3.Connection, batch_id: str) -> str | None:
+def split_batch(conn: Connection, batch_id: str) -> str | None:
     """Split a batch of several events into two ready batches (attempts counted afresh);
     None when it has one event only, and cannot be split."""
     namespace, first, last = conn.execute(
-        "SELECT namespace, first_seq, last_seq FROM extraction_batches WHERE batch_id = ?",
+        "SELECT namespace, first_seq, last_seq FROM extraction_batches WHERE batch_id = $1",
         (batch_id,)).fetchone()
     seqs = [seq for (seq,) in conn.execute(
-        "SELECT seq FROM events INDEXED BY events_namespace WHERE namespace = ?"
-        " AND seq BETWEEN ? AND ? ORDER BY seq", (namespace, first, last))]
+        f"SELECT seq FROM events{conn.indexed_by('events_namespace')} WHERE namespace = $1"
+        " AND seq BETWEEN $2 AND $3 ORDER BY seq", (namespace, first, last))]
     if len(seqs) < 2:
         return None
     middle = seqs[len(seqs) // 2 - 1]
     other = contract.new_ulid()
-    conn.execute("UPDATE extraction_batches SET last_seq = ?, state = 'ready', attempts = 0,"
-                 " lease_expires_ms = NULL WHERE batch_id = ?",
+    conn.execute("UPDATE extraction_batches SET last_seq = $1, state = 'ready', attempts = 0,"
+                 " lease_expires_ms = NULL WHERE batch_id = $2",
                  (middle, batch_id))
     conn.execute("INSERT INTO extraction_batches (batch_id, namespace, first_seq, last_seq,"
-                 " state, reason, created_ms) VALUES (?, ?, ?, ?, 'ready', 'split', ?)",
+                 " state, reason, created_ms) VALUES ($1, $2, $3, $4, 'ready', 'split', $5)",
                  (other, namespace, middle + 1, last, now_ms()))
     return other
 
 
-def fail_batch(conn: sqlite3.Connection, batch_id: str, error: str) -> None:
+def fail_batch(conn: Connection, batch_id: str, error: str) -> None:
     """Give up on a batch for now, saying why (its events stay stored; ``retry_batches``
     hands it out again)."""
-    conn.execute("UPDATE extraction_batches SET state = 'failed', error = ? WHERE batch_id = ?",
+    conn.execute("UPDATE extraction_batches SET state = 'failed', error = $1 WHERE batch_id = $2",
                  (error, batch_id))
 
 
-def retry_batches(conn: sqlite3.Connection) -> int:
+def retry_batches(conn: Connection) -> int:
     """Every failed batch ready again, its attempts counted afresh; how many."""
     return conn.execute("UPDATE extraction_batches SET state = 'ready', attempts = 0,"
                         " lease_expires_ms = NULL WHERE state = 'failed'").rowcount
@@ -663,7 +602,7 @@ def retry_batches(conn: sqlite3.Connection) -> int:
 BatchResult = tuple[str, list[dict], list[tuple[str, str]]]  # batch id, records, changed
 
 
-def complete_batches(conn: sqlite3.Connection, results: Iterable[BatchResult],
+def complete_batches(conn: Connection, results: Iterable[BatchResult],
                      merge_window_s: float = 0) -> dict[str, int | str | None]:
     """Commit batches' results inside the caller's transaction (several batches, one
     fsync): each batch's records (near-duplicates merged, see ``save_record``), what they
@@ -679,7 +618,7 @@ def complete_batches(conn: sqlite3.Connection, results: Iterable[BatchResult],
         try:
             outcome[batch_id] = _complete_batch(conn, batch_id, records, merge_window_s,
                                                 changed)
-        except sqlite3.IntegrityError as exc:
+        except errors.StoreConflict as exc:
             conn.execute("ROLLBACK TO batch")
             outcome[batch_id] = f"its records could not be stored: {exc}"
             batch_attempt_failed(conn, batch_id, outcome[batch_id])
@@ -687,10 +626,10 @@ def complete_batches(conn: sqlite3.Connection, results: Iterable[BatchResult],
     return outcome
 
 
-def _complete_batch(conn: sqlite3.Connection, batch_id: str, records: list[dict],
+def _complete_batch(conn: Connection, batch_id: str, records: list[dict],
                     merge_window_s: float, changed: Iterable[tuple[str, str]]) -> int | None:
     state = conn.execute("SELECT state, namespace FROM extraction_batches"
-                         " WHERE batch_id = ?", (batch_id,)).fetchone()
+                         " WHERE batch_id = $1", (batch_id,)).fetchone()
     if state is None or state[0] in ("done", "failed"):
         return None
     holder: dict[str, str] = {}  # event id -> the record that tells of it
@@ -699,13 +638,13 @@ def _complete_batch(conn: sqlite3.Connection, batch_id: str, records: list[dict]
         holder.update(dict.fromkeys(record["source_event_ids"], target))
     note_usefulness(conn, records)
     note_changes(conn, state[1], changed, holder)
-    conn.execute("UPDATE extraction_batches SET state = 'done', done_ms = ?,"
-                 " record_count = ?, lease_expires_ms = NULL WHERE batch_id = ?",
+    conn.execute("UPDATE extraction_batches SET state = 'done', done_ms = $1,"
+                 " record_count = $2, lease_expires_ms = NULL WHERE batch_id = $3",
                  (now_ms(), len(records), batch_id))
     return len(records)
 
 
-def note_usefulness(conn: sqlite3.Connection, records: list[dict]) -> None:
+def note_usefulness(conn: Connection, records: list[dict]) -> None:
     """Each record given to a prompt of these records' turns whose files the turn then
     touched proved useful once more (once per prompt)."""
     useful: set[tuple[str, str]] = set()  # (prompt event id, record id)
@@ -714,35 +653,36 @@ def note_usefulness(conn: sqlite3.Connection, records: list[dict]) -> None:
         files = set(record.get("files_touched", []))
         if not files:
             continue
-        marks, args = in_list(record["source_event_ids"])
+        p = Params()
         for prompt_id, ids_json in conn.execute(
                 "SELECT prompt_event_id, record_ids_json FROM retrievals"
-                f" WHERE prompt_event_id IN {marks}", args).fetchall():
+                f" WHERE prompt_event_id IN {p.list(record['source_event_ids'])}",
+                p.values).fetchall():
             given = [i for i in json.loads(ids_json) if isinstance(i, str)]
             unknown = [i for i in given if i not in files_of]
             if unknown:
-                marks_, args_ = in_list(unknown)
+                q = Params()
                 files_of.update({i: set() for i in unknown})
                 files_of.update((i, set(json.loads(f))) for i, f in conn.execute(
                     "SELECT record_id, files_touched_json FROM memory_records"
-                    f" WHERE record_id IN {marks_}", args_))
+                    f" WHERE record_id IN {q.list(unknown)}", q.values))
             useful.update((prompt_id, i) for i in given if files & files_of[i])
     conn.executemany("UPDATE memory_records SET useful_count = useful_count + 1"
-                     " WHERE record_id = ?", [(i,) for _, i in sorted(useful)])
+                     " WHERE record_id = $1", [(i,) for _, i in sorted(useful)])
 
 
-def note_changes(conn: sqlite3.Connection, namespace: str,
+def note_changes(conn: Connection, namespace: str,
                  changed: Iterable[tuple[str, str]], holder: dict[str, str]) -> None:
     """Each changed file's latest change: the turn of the record that tells of it (the
     event's own place when no record does), so that a record of an earlier turn naming
     the file is stale and one of this turn (or merged with it) is not."""
     for path, event_id in changed:
         (turn_seq,) = conn.execute(
-            "SELECT coalesce((SELECT turn_seq FROM memory_records WHERE record_id = ?),"
-            " (SELECT seq FROM events WHERE event_id = ?))",
+            "SELECT coalesce((SELECT turn_seq FROM memory_records WHERE record_id = $1),"
+            " (SELECT seq FROM events WHERE event_id = $2))",
             (holder.get(event_id), event_id)).fetchone()
         if turn_seq is not None:
-            conn.execute("INSERT INTO file_changes VALUES (?, ?, ?) ON CONFLICT"
+            conn.execute("INSERT INTO file_changes VALUES ($1, $2, $3) ON CONFLICT"
                          " (namespace, path_key) DO UPDATE SET turn_seq = excluded.turn_seq"
                          " WHERE excluded.turn_seq > file_changes.turn_seq",
                          (namespace, path_key(path), turn_seq))
@@ -750,13 +690,13 @@ def note_changes(conn: sqlite3.Connection, namespace: str,
 
 # --- retrieval log ---------------------------------------------------------------------------
 
-def log_retrieval(conn: sqlite3.Connection, prompt_event_id: str | None, namespace: str | None,
+def log_retrieval(conn: Connection, prompt_event_id: str | None, namespace: str | None,
                   record_ids: list[str], latency_ms: float, outcome: str, context: str = "",
                   error: str | None = None) -> None:
     """One prompt's retrieval, with the context the agent was given (what the viewer
     shows, even after the records it came from are forgotten)."""
     conn.execute("INSERT INTO retrievals (prompt_event_id, namespace, record_ids_json, latency_ms,"
-                 " outcome, created_at, context, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                 " outcome, created_at, context, error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
                  (prompt_event_id, namespace, json.dumps(record_ids), latency_ms, outcome,
                   utc_now(), context,  # scrubbed by the searcher that made it
                   None if error is None else privacy.scrub_text(str(error))[:2000]))

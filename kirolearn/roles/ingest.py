@@ -40,7 +40,6 @@ from pathlib import Path
 import zmq
 
 from kirolearn import contract, paths, privacy, protocol, spool, transport
-from kirolearn.db import writes
 from kirolearn.roles import base
 
 Code = protocol.ErrorCode
@@ -601,7 +600,7 @@ def _decode(line: str) -> object:
 def prepare(event: object) -> tuple[dict, dict]:
     """Validate, verify the hash, scrub and re-hash one event (raises ContractError).
 
-    Returns what storage stores (``writes.stored_form``: the row, with the scrubbed
+    Returns what storage stores (``contract.stored_form``: the row, with the scrubbed
     body's canonical JSON) and the scrubbed body itself. The body is serialized
     once, here; storage never re-encodes it.
     """
@@ -619,7 +618,7 @@ def prepare(event: object) -> tuple[dict, dict]:
         if body != event["body"]:
             body_json = contract.canonical_json(body)
             digest = contract.hash_json(body_json)
-    return writes.stored_form(event, body_json, valid_ms, digest), body
+    return contract.stored_form(event, body_json, valid_ms, digest), body
 
 
 def check_put_record(body: dict) -> dict:

@@ -11,7 +11,6 @@ given, so a request that waited in the queue past its sender's patience is answe
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ import zmq
 
 from kirolearn import access, contract, db, keys, paths, privacy, project, protocol, transport
 from kirolearn.config import MODES
-from kirolearn.db import reads
+from kirolearn.db import errors, reads
 from kirolearn.roles import base
 from kirolearn.search import embeddings, ranking, searcher, vectors
 
@@ -312,7 +311,7 @@ class Retrieval(base.Role):
     def _read(self, lookup) -> dict:
         try:
             return {"records": privacy.scrub(lookup())}  # as they leave, like a search's
-        except sqlite3.Error as exc:
+        except errors.StoreError as exc:
             self.searcher.close()  # reopened on the next request
             self.log.warning("a lookup failed: %s", exc)
             raise RuntimeError(f"the database could not be read: {exc}") from exc
@@ -328,7 +327,7 @@ class Retrieval(base.Role):
                                   " /actor/<id>/project/<id>/")
         try:
             last = self.searcher.checkpoint(namespace)
-        except sqlite3.Error as exc:
+        except errors.StoreError as exc:
             self.searcher.close()
             raise RuntimeError(f"the database could not be read: {exc}") from exc
         return privacy.scrub({"checkpoint": last.as_dict() if last else None,

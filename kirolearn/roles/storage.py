@@ -49,7 +49,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -57,8 +56,9 @@ from collections.abc import Callable, Iterator
 import zmq
 
 from kirolearn import config, contract, db, keys, paths, privacy, project, protocol, transport
-from kirolearn.db import backup as backups
-from kirolearn.db import reads, writes
+from kirolearn.db import errors, reads, writes
+from kirolearn.db.sqlite import backup as backups
+from kirolearn.db.store import Connection
 from kirolearn.roles import base
 from kirolearn.search import embeddings
 
@@ -81,26 +81,27 @@ KEYS_CHECK_S = 0.5  # how often, while listening, the worker keys are looked at 
 PURGE_AFTER_S = 2.0  # forgets in a row: the full-text index is purged once, after the last
 
 
-def describe_fault(exc: sqlite3.Error, path: db.Location) -> str | None:
-    """What a database error says about the machine, and what to do; None for an error
-    that is not a fault of the disk or the file (a bug, a constraint)."""
-    text = str(exc).lower()
+def describe_fault(exc: errors.StoreError, path: db.Location) -> str | None:
+    """What a store's error says about the machine, and what to do; None for an error
+    that is not a fault of the disk, the file or the server (a bug, a constraint)."""
+    where = db.describe(path)
     if db.is_postgres(path):
-        if isinstance(exc, sqlite3.OperationalError) or "read-only" in text:
-            return (f"the database at {db.describe(path)} cannot be written ({exc}); check"
-                    " that its server runs and lets kirolearn in (the agents keep their"
-                    " events in the spool meanwhile)")
+        if isinstance(exc, errors.StoreUnreachable | errors.StoreReadOnly | errors.StoreFull
+                      | errors.StoreBusy):
+            return (f"the database at {where} cannot be written ({exc}); check that its"
+                    " server runs and lets kirolearn in (the agents keep their events in the"
+                    " spool meanwhile)")
         return None
-    if "full" in text:
+    if isinstance(exc, errors.StoreFull):
         return (f"the disk holding {path} is full; free some space there (the agents keep"
                 " their events in the spool meanwhile, and they are stored once there is room)")
-    if "readonly" in text or "read-only" in text:
+    if isinstance(exc, errors.StoreReadOnly):
         return (f"{path} cannot be written (a read-only file or file system); make it writable"
                 " again (chmod u+w, or remount read-write)")
-    if "malformed" in text or "not a database" in text or "corrupt" in text:
+    if isinstance(exc, errors.StoreDamaged):
         return (f"{path} is damaged ({exc}); stop kirolearn and put a good copy in its place"
                 " (kirolearn export/import keeps one), or move it aside to start afresh")
-    if "disk i/o" in text or "unable to open" in text:
+    if isinstance(exc, errors.StoreUnreachable):
         return f"{path} cannot be read or written ({exc}); check the disk and the file's folder"
     return None
 
@@ -126,7 +127,7 @@ class Storage(base.Role):
         self.lease_ms = int(cfg["lease_s"] * 1000)
         self.group_max = max(1, cfg["group_commit_max"])
         self.path = db.location(self.base, self.settings)
-        self._conn: sqlite3.Connection | None = None
+        self._conn: Connection | None = None
         self.fault: str | None = None  # why the database cannot be written, said to all
         self.fault_since: str | None = None
         self.reopen_at = 0.0
@@ -158,7 +159,7 @@ class Storage(base.Role):
         try:
             self.pending = {ns: [size, db.now_ms()]
                             for ns, size in reads.pending_by_namespace(self.conn).items()}
-        except (base.Unavailable, sqlite3.Error) as exc:  # serve, and say why, until fixed
+        except (base.Unavailable, errors.StoreError) as exc:  # serve, and say why, until fixed
             self.log.error("the database cannot be read at start: %s", exc)
             self.pending = {}
         self.turn_ended: set[str] = set()
@@ -208,35 +209,31 @@ class Storage(base.Role):
     # -- the writer connection ----------------------------------------------------------------
 
     @property
-    def conn(self) -> sqlite3.Connection:
+    def conn(self) -> Connection:
         """The writer, opened again (at most every REOPEN_S) after a fault; Unavailable,
         naming the fault, while it cannot be."""
         if self._conn is None:
             if time.monotonic() < self.reopen_at:
                 raise base.Unavailable(f"storage cannot write: {self.fault}")
             try:
-                conn = writes.connect_writer(self.path)
-                if not db.is_postgres(self.path) and not os.access(self.path, os.W_OK):
-                    # SQLite would open it read-only
-                    conn.close()
-                    raise sqlite3.OperationalError("the database file is read-only")
-                if not db.is_postgres(self.path):
+                conn = db.connect_writer(self.path)
+                if conn.name == "sqlite":
                     self._check_pages(conn)
-            except sqlite3.Error as exc:
+            except errors.StoreError as exc:
                 self._fail_writer(exc)
                 raise base.Unavailable(f"storage cannot write: {self.fault}") from exc
             self._conn = conn
         return self._conn
 
     @contextlib.contextmanager
-    def writing(self) -> Iterator[sqlite3.Connection]:
+    def writing(self) -> Iterator[Connection]:
         """One transaction on the writer; a fault of the disk or file becomes Unavailable
         (and the writer is reopened later), a success clears the fault."""
         conn = self.conn
         try:
-            with db.transaction(conn):
+            with conn.transaction():
                 yield conn
-        except sqlite3.Error as exc:
+        except errors.StoreError as exc:
             if describe_fault(exc, self.path) is None:
                 raise
             self._fail_writer(exc)
@@ -249,7 +246,7 @@ class Storage(base.Role):
                              self.fault_since, self.fault)
             self.fault = self.fault_since = None
 
-    def _check_pages(self, conn: sqlite3.Connection) -> None:
+    def _check_pages(self, conn: Connection) -> None:
         """Damaged pages are found before anything is written over them: SQLite's quick
         check when the writer opens a file not checked yet (known by its inode, size and
         time, so a fault's retries do not read it again), raised as the damage it is."""
@@ -257,21 +254,21 @@ class Storage(base.Role):
         stamp = (info.st_ino, info.st_size, info.st_mtime_ns)
         if stamp == self.checked:
             return
-        problems = [] if stamp == self.damaged else reads.damage(conn)
+        problems = [] if stamp == self.damaged else conn.dialect.damage(conn)
         if problems or stamp == self.damaged:
             conn.close()
             self.damaged = stamp
-            raise sqlite3.DatabaseError("database disk image is malformed: "
+            raise errors.StoreDamaged("database disk image is malformed: "
                                         + "; ".join(problems or ["as found before"]))
         self.checked = stamp
 
-    def _fail_writer(self, exc: sqlite3.Error) -> None:
+    def _fail_writer(self, exc: errors.StoreError) -> None:
         fault = describe_fault(exc, self.path) or f"{db.describe(self.path)}: {exc}"
         if fault != self.fault:
             self.log.error("storage cannot write: %s", fault)
             self.fault, self.fault_since = fault, db.utc_now()
         if self._conn is not None:
-            with contextlib.suppress(sqlite3.Error):
+            with contextlib.suppress(errors.StoreError):
                 self._conn.close()
             self._conn = self.wal = None
         self.reopen_at = time.monotonic() + REOPEN_S
@@ -288,7 +285,7 @@ class Storage(base.Role):
             same = False
         if not same:
             self.log.warning("the WAL file was deleted; folding it into the database")
-            with contextlib.suppress(sqlite3.Error):
+            with contextlib.suppress(errors.StoreError):
                 writes.checkpoint(self._conn)
             self._conn.close()
             self._conn = self.wal = None  # reopened by the next write
@@ -397,7 +394,7 @@ class Storage(base.Role):
                     self.conn, body.get("prompt_event_id"), body.get("namespace"),
                     list(body.get("record_ids") or []), float(body.get("latency_ms", 0.0)),
                     str(body.get("outcome")), str(body.get("context") or ""), body.get("error"))
-        except (sqlite3.IntegrityError, TypeError, ValueError) as exc:
+        except (errors.StoreConflict, TypeError, ValueError) as exc:
             raise base.BadRequest(str(exc)) from exc
         self._announce(b"retrievals")
 
@@ -506,7 +503,7 @@ class Storage(base.Role):
         if removed:
             try:
                 writes.compact(self.conn)
-            except sqlite3.Error as exc:  # removed all the same; the space is reused later
+            except errors.StoreError as exc:  # removed all the same; the space is reused later
                 self.log.warning("prune_events: the file could not be compacted: %s", exc)
         self.log.info("prune_events: %d event(s) removed", removed)
         self._announce(b"events")
@@ -539,7 +536,7 @@ class Storage(base.Role):
     def _forgotten(self, *what: bytes) -> None:
         """After a change that removed text: the WAL's copies of the old pages are folded
         into the file (best effort: not while a reader holds them) and the viewers told."""
-        with contextlib.suppress(sqlite3.Error):
+        with contextlib.suppress(errors.StoreError):
             writes.checkpoint(self.conn)
         for item in what:
             self._announce(item)
@@ -648,7 +645,7 @@ class Storage(base.Role):
                 step()
         except base.Unavailable:
             pass  # said when the fault began
-        except sqlite3.Error:
+        except errors.StoreError:
             self.log.exception("batch bookkeeping failed; will retry")
 
     def _purge_index(self) -> None:
@@ -657,7 +654,7 @@ class Storage(base.Role):
         self.purge_due = None
         try:
             writes.purge_index(self.conn)  # one statement: a transaction of its own
-        except (base.Unavailable, sqlite3.Error) as exc:
+        except (base.Unavailable, errors.StoreError) as exc:
             self.log.warning("the full-text index could not be purged: %s", exc)
             return
         self._forgotten()
@@ -677,7 +674,7 @@ class Storage(base.Role):
             folder = paths.ensure_private_dir(paths.backup_dir(self.base))
             dest, summary, removed = backups.take_scheduled(self.path, folder,
                                                             self.settings["backup"]["keep"])
-        except (backups.BackupError, OSError, sqlite3.Error) as exc:
+        except (backups.BackupError, OSError, errors.StoreError) as exc:
             self.log.error("scheduled backup failed: %s", exc)
             return
         self.log.info("scheduled backup: %d events and %d records to %s%s", summary["events"],
@@ -983,7 +980,7 @@ class Storage(base.Role):
                 self.log.warning("batch %s: dropped an invalid record: %s", batch_id, exc)
         try:
             scope = reads.batch_scope(self.conn, batch_id)
-        except (base.Unavailable, sqlite3.Error) as exc:
+        except (base.Unavailable, errors.StoreError) as exc:
             self.log.warning("batch %s: its result cannot be checked now: %s", batch_id, exc)
             return None
         if scope is None:
@@ -1052,7 +1049,7 @@ class Storage(base.Role):
             self.backup_thread.join()  # a backup is finished, never left half-written
         conn = getattr(self, "_conn", None)
         if conn is not None:
-            with contextlib.suppress(sqlite3.Error):
+            with contextlib.suppress(errors.StoreError):
                 writes.checkpoint(conn)
             conn.close()
 

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kirolearn import db, privacy, project
-from kirolearn.db import fts, reads
+from kirolearn.db import errors, fts, reads
+from kirolearn.db.store import Connection
 from kirolearn.search import checkpoint, embeddings, ranking, vectors
 from kirolearn.search.context import (
     FENCE_TOKENS,
@@ -123,7 +123,7 @@ class DeadlinePassed(Exception):
 
 # Whether a search from a namespace takes in the other actors' of its project (given the
 # searcher's connection, to look up what the asking client contributed).
-Sharing = Callable[[sqlite3.Connection, str], bool]
+Sharing = Callable[[Connection, str], bool]
 
 
 class Searcher:
@@ -152,7 +152,7 @@ class Searcher:
         # search waits for a load (they are lexical until it is done).
         self.request_load: Callable[[str], None] | None = None
         self.term_budget = term_budget
-        self.conn: sqlite3.Connection | None = None
+        self.conn: Connection | None = None
         self.deadline = math.inf
         self.types: tuple[str, ...] = ()  # of the search under way
         self._stems: dict[str, tuple[str, ...]] = {}
@@ -249,7 +249,7 @@ class Searcher:
         try:
             earlier = fts.previous_prompts(self._connection(), event.get("namespace", ""),
                                            session_id, event_id, PREVIOUS_PROMPTS)
-        except (sqlite3.Error, ValueError, TypeError):
+        except (errors.StoreError, ValueError, TypeError):
             self.close()
             return query
         return "\n".join([*earlier, query])
@@ -317,7 +317,7 @@ class Searcher:
             # Room for the repeats `without_repeats` leaves out when namespaces are merged.
             wanted = limit if len(namespaces) == 1 else limit + SCOPE_SLACK
             ids = self._rank(conn, namespaces, fts_expression(terms), wanted, window)
-        except sqlite3.Error:
+        except errors.StoreError:
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed from None
             ids = fts.like(conn, namespaces, query, limit, self.types)
@@ -432,7 +432,7 @@ class Searcher:
         return Result(records, "ok" if records else "empty", 0.0, terms,
                       lexical.window if lexical else None)
 
-    def _rare_matches(self, conn: sqlite3.Connection, namespaces: tuple[str, ...],
+    def _rare_matches(self, conn: Connection, namespaces: tuple[str, ...],
                       rare: list[str], limit: int) -> dict[str, dict]:
         """The best records holding a rare term of the query, by id (few, by definition)."""
         if not rare:
@@ -479,7 +479,7 @@ class Searcher:
     def get_records(self, record_ids: list[str], namespaces: Sequence[str],
                     share: Sharing | None = None) -> list[dict]:
         """Records by id, in these namespaces, with their earlier ``versions`` (raises
-        sqlite3.Error)."""
+        errors.StoreError)."""
         conn = self._connection()
         return reads.with_versions(conn, reads.records_by_id(conn, record_ids,
                                                              self.shared(namespaces, share)))
@@ -487,27 +487,28 @@ class Searcher:
     def timeline(self, record_id: str, namespaces: Sequence[str], before: int,
                  after: int, share: Sharing | None = None) -> list[dict]:
         """The records around one, oldest first; empty if it is not in these namespaces
-        (raises sqlite3.Error)."""
+        (raises errors.StoreError)."""
         conn = self._connection()
         namespaces = self.shared(namespaces, share)
         found = reads.records_by_id(conn, [record_id], namespaces)
         return reads.records_around(conn, found[0], namespaces, before, after) if found else []
 
-    def _connection(self) -> sqlite3.Connection:
+    def _connection(self) -> Connection:
         if self.conn is None:
-            self.conn = fts.open_searcher(self.path, lambda: time.monotonic() >= self.deadline)
+            self.conn = db.open_searcher(self.path, lambda: time.monotonic() >= self.deadline)
         return self.conn
 
-    def _token_stems(self, conn: sqlite3.Connection, raw: list[str]) -> dict[str, tuple]:
+    def _token_stems(self, conn: Connection, raw: list[str]) -> dict[str, tuple]:
         """Each word's index terms, as the FTS5 tokenizer makes them (cached)."""
         missing = [t for t in raw if t not in self._stems]
         if missing:
             if len(self._stems) > CACHE_MAX:
                 self._stems.clear()
-            self._stems.update(zip(missing, fts.index_terms(conn, missing), strict=True))
+            terms = conn.dialect.fts.index_terms(conn, missing)
+            self._stems.update(zip(missing, terms, strict=True))
         return {t: self._stems[t] for t in raw}
 
-    def _frequencies(self, conn: sqlite3.Connection, phrases: dict[tuple[str, ...], str]
+    def _frequencies(self, conn: Connection, phrases: dict[tuple[str, ...], str]
                      ) -> tuple[int, dict[tuple[str, ...], int]]:
         """The record count, and how many records each phrase (index terms → its token)
         matches: one-term phrases from the fts5vocab table, longer ones counted.
@@ -519,7 +520,7 @@ class Searcher:
         """
         now = time.monotonic()
         if now - self._total_at > TOTAL_TTL_S:
-            self._total = fts.record_count(conn)
+            self._total = conn.dialect.fts.record_count(conn)
             self._total_at = now
             moved = abs(self._total - self._freq_total) > self._freq_total // 100
             if moved or now - self._freq_at > FREQ_TTL_S or len(self._doc_freq) > CACHE_MAX:
@@ -527,7 +528,7 @@ class Searcher:
                 self._freq_total, self._freq_at = self._total, now
         terms = {t for phrase in phrases for t in phrase if (t,) not in self._doc_freq}
         if terms:
-            found = fts.term_doc_counts(conn, list(terms))
+            found = conn.dialect.fts.term_doc_counts(conn, list(terms))
             for term in terms:
                 self._doc_freq[(term,)] = found.get(term, 0)
         counted = 0
@@ -536,24 +537,24 @@ class Searcher:
                 continue
             bound = min(self._doc_freq[(t,)] for t in phrase)
             if bound and counted < MAX_PHRASE_COUNTS:
-                bound = fts.match_count(conn, quote(token))
+                bound = conn.dialect.fts.match_count(conn, quote(token))
                 counted += 1
             self._doc_freq[phrase] = bound
         return self._total, self._doc_freq
 
-    def _rank(self, conn: sqlite3.Connection, namespaces: tuple[str, ...], expression: str,
+    def _rank(self, conn: Connection, namespaces: tuple[str, ...], expression: str,
               limit: int, window: int | None) -> list[tuple[int, float]]:
         """BM25 order within the namespace. With a window, only the newest `window` ids
         are ranked, widened (x4) while the namespace has too few matches in it."""
         newest = fts.newest_id(conn) if window is not None else 0
         while True:
             since = newest - window if window is not None else 0
-            rows = fts.rank(conn, namespaces, expression, limit, since, self.types)
+            rows = conn.dialect.fts.rank(conn, namespaces, expression, limit, since, self.types)
             if len(rows) >= limit or since <= 0:
                 return rows
             window *= 4
 
-    def _records(self, conn: sqlite3.Connection, ranked: list[tuple]) -> list[dict]:
+    def _records(self, conn: Connection, ranked: list[tuple]) -> list[dict]:
         """Full records for the ranked ids, with their scores."""
         rows = fts.records_by_rowid(conn, [i for i, _ in ranked])
         return [{**rows[i], "score": score} for i, score in ranked if i in rows]

@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 import math
 import queue
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from kirolearn import contract, db
-from kirolearn.db import reads
+from kirolearn.db import errors, reads
+from kirolearn.db.store import Connection
 from kirolearn.search import embeddings
 
 BACKFILL_BATCH = 8  # records embedded at a time (about a tenth of a second of the model)
@@ -50,7 +50,7 @@ class VectorIndex:
         self.early: dict[str, list[tuple[str, Any, float]]] = {}
         self.requested: set[str] = set()  # loads asked for and not installed yet
 
-    def load(self, conn: sqlite3.Connection, namespace: str) -> dict[str, Any]:
+    def load(self, conn: Connection, namespace: str) -> dict[str, Any]:
         """A namespace's space, read from the database (a second at 100,000 records)."""
         np = self.np
         # Filled row by row: a list of rows then a copy would need twice the memory.
@@ -169,7 +169,7 @@ class Backfill(threading.Thread):
         self.wake.set()
 
     def run(self) -> None:
-        conn: sqlite3.Connection | None = None
+        conn: Connection | None = None
         after = 0
         due_at = 0.0  # a batch runs by then, searches or not
         while not self.stopping.is_set():
@@ -209,7 +209,7 @@ class Backfill(threading.Thread):
                      "vector": v} for r, t, v in zip(records, texts, matrix, strict=True)]))
                 self.results_ready()
                 self.embedded += len(records)
-            except sqlite3.OperationalError as exc:  # no database yet, or it is busy
+            except errors.StoreError as exc:  # no database yet, or it is busy
                 self.log.debug("backfill waits: %s", exc)
                 if conn is not None:
                     conn.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,6 +14,7 @@ from starlette.exceptions import HTTPException
 
 from kirolearn import contract, db, project, tooluse
 from kirolearn.db import reads, views
+from kirolearn.db.store import Connection
 from kirolearn.viewer.chart import latency_series
 
 PAGE_SIZE = 50
@@ -68,7 +68,7 @@ class Reader:
         self.path = db.location(base)
 
     @contextlib.contextmanager
-    def conn(self) -> Iterator[sqlite3.Connection]:
+    def conn(self) -> Iterator[Connection]:
         if not db.exists(self.path):
             raise HTTPException(503, "no database yet: kirolearn has not stored anything")
         with db.reading(self.path) as conn:

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote
 
-from kirolearn.db import connect_reader, schema
+from kirolearn.db import schema
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SCHEDULED = "scheduled-"  # the storage role's backups (``backup.interval_h``), pruned
@@ -52,7 +52,7 @@ def take(source: Path, dest: Path) -> dict:
     partial = workdir / "partial.db"
     try:
         try:
-            reader = connect_reader(source)
+            reader = sqlite3.connect(f"file:{quote(str(source))}?mode=ro", uri=True)
         except sqlite3.Error as exc:
             raise BackupError(f"cannot read {source}: {exc}") from exc
         _copy(reader, partial)
@@ -115,7 +115,7 @@ def restore(backup: Path, target: Path) -> Path | None:
     no database)."""
     verify(backup)
     partial = target.with_name(f".{target.name}.restoring")
-    schema.create_private(partial)
+    partial.touch(mode=0o600)  # private before SQLite writes to it
     try:
         _copy(_open_as_is(backup), partial)
     except BaseException:

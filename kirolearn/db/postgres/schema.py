@@ -1,0 +1,202 @@
+"""PostgreSQL's schema: its numbered migrations (a schema of its own, numbered from 1,
+holding the same tables as SQLite's), and which SQLite schema each matches (an export
+names that one).
+
+The full text is a ``tsvector`` column generated from a valid record's title, summary
+and facts, with a GIN index; ``record_terms`` keeps how many records hold each lexeme
+(the counterpart of SQLite's fts5vocab table), kept by a trigger, so that the search's
+IDF rules read a term's frequency by one index seek.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (1, "init", """
+-- Words as SQLite's index makes them: stemmed (Snowball's English), and no stop words
+-- (a common word is weighed by its frequency, as there).
+CREATE TEXT SEARCH DICTIONARY kirolearn_stem (TEMPLATE = snowball, LANGUAGE = english);
+CREATE TEXT SEARCH CONFIGURATION kirolearn (COPY = english);
+ALTER TEXT SEARCH CONFIGURATION kirolearn ALTER MAPPING REPLACE english_stem WITH kirolearn_stem;
+
+CREATE FUNCTION julianday(moment text) RETURNS double precision LANGUAGE sql STABLE
+    RETURN (extract(epoch FROM moment::timestamptz) / 86400 + 2440587.5)::double precision;
+
+CREATE TABLE events (
+    seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,  -- arrival order, never reused
+    event_id TEXT NOT NULL UNIQUE,
+    namespace TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('prompt', 'tool_use', 'session_summary', 'note')),
+    session_id TEXT NOT NULL,
+    actor_id TEXT NOT NULL,
+    valid_time TEXT NOT NULL,
+    valid_ms BIGINT NOT NULL,
+    transaction_time TEXT NOT NULL,
+    body_json TEXT NOT NULL,
+    source_json TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    parent_event_id TEXT,
+    project_path TEXT,
+    schema_version INTEGER NOT NULL
+);
+CREATE INDEX events_namespace ON events (namespace, seq);
+CREATE INDEX events_session_time ON events (session_id, valid_ms, content_hash);
+
+CREATE TABLE extraction_cursor (
+    namespace TEXT PRIMARY KEY,
+    last_seq BIGINT NOT NULL
+);
+
+CREATE TABLE memory_records (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    record_id TEXT NOT NULL UNIQUE,
+    namespace TEXT NOT NULL,
+    title TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    facts_json TEXT NOT NULL,
+    facts_text TEXT NOT NULL,
+    concepts_json TEXT NOT NULL,
+    files_touched_json TEXT NOT NULL,
+    observation_type TEXT NOT NULL CHECK (observation_type IN
+        ('tool_use', 'decision', 'error', 'discovery', 'pattern', 'session_summary')),
+    strategy TEXT NOT NULL,
+    source_event_ids_json TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    batch_id TEXT,
+    embedding BYTEA,
+    embedding_hash TEXT,
+    invalid_reason TEXT,
+    session_id TEXT,
+    turn_seq BIGINT,
+    useful_count INTEGER NOT NULL DEFAULT 0,
+    files_key TEXT,
+    -- A valid record's words; NULL (never matched) once it is marked invalid.
+    search tsvector GENERATED ALWAYS AS (CASE WHEN invalid_reason IS NULL THEN
+        to_tsvector('kirolearn'::regconfig, title || ' ' || summary || ' ' || facts_text)
+        END) STORED
+);
+CREATE INDEX memory_records_search ON memory_records USING gin (search);
+CREATE INDEX memory_records_namespace ON memory_records (namespace, created_at);
+CREATE INDEX memory_records_title ON memory_records (namespace, title);
+CREATE INDEX memory_records_unembedded ON memory_records (id) WHERE embedding_hash IS NULL;
+CREATE INDEX memory_records_kind ON memory_records (namespace, observation_type, strategy);
+CREATE INDEX memory_records_turn ON memory_records (session_id, turn_seq)
+    WHERE session_id IS NOT NULL;
+CREATE INDEX memory_records_facts ON memory_records (namespace, substr(facts_json, 1, 200));
+CREATE INDEX memory_records_files ON memory_records (namespace, files_key)
+    WHERE files_key IS NOT NULL;
+
+-- How many valid records hold each lexeme (search's document frequencies).
+CREATE TABLE record_terms (
+    term TEXT PRIMARY KEY,
+    docs BIGINT NOT NULL
+);
+CREATE FUNCTION record_terms_count() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' AND OLD.search IS NOT NULL THEN
+        UPDATE record_terms SET docs = docs - 1
+        WHERE term = ANY (tsvector_to_array(OLD.search));
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.search IS NOT NULL THEN
+        INSERT INTO record_terms
+        SELECT term, 1 FROM unnest(tsvector_to_array(NEW.search)) AS t(term)
+        ON CONFLICT (term) DO UPDATE SET docs = record_terms.docs + 1;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER memory_records_terms
+AFTER INSERT OR DELETE OR UPDATE OF title, summary, facts_text, invalid_reason
+ON memory_records FOR EACH ROW EXECUTE FUNCTION record_terms_count();
+
+CREATE TABLE extraction_batches (
+    batch_id TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    first_seq BIGINT NOT NULL,
+    last_seq BIGINT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('ready', 'leased', 'done', 'failed')),
+    reason TEXT NOT NULL,
+    created_ms BIGINT NOT NULL,
+    lease_expires_ms BIGINT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    done_ms BIGINT,
+    record_count INTEGER,
+    error TEXT
+);
+CREATE INDEX extraction_batches_state ON extraction_batches (state, lease_expires_ms);
+
+CREATE TABLE retrievals (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    prompt_event_id TEXT,
+    namespace TEXT,
+    record_ids_json TEXT NOT NULL,
+    latency_ms DOUBLE PRECISION NOT NULL,
+    outcome TEXT NOT NULL CHECK (outcome IN ('ok', 'empty', 'fallback', 'timeout', 'error')),
+    created_at TEXT NOT NULL,
+    context TEXT NOT NULL DEFAULT '',
+    error TEXT
+);
+CREATE INDEX retrievals_prompt ON retrievals (prompt_event_id);
+CREATE INDEX retrievals_namespace ON retrievals (namespace, id);
+CREATE INDEX retrievals_time ON retrievals (created_at, namespace, latency_ms, outcome);
+
+CREATE TABLE record_versions (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    record_id TEXT NOT NULL,
+    title TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    facts_json TEXT NOT NULL,
+    concepts_json TEXT NOT NULL,
+    files_touched_json TEXT NOT NULL,
+    source_event_ids_json TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    replaced_at TEXT NOT NULL,
+    reason TEXT
+);
+CREATE INDEX record_versions_record ON record_versions (record_id, id);
+CREATE FUNCTION record_versions_forget() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM record_versions WHERE record_id = OLD.record_id;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER memory_records_versions_ad AFTER DELETE ON memory_records
+FOR EACH ROW EXECUTE FUNCTION record_versions_forget();
+
+CREATE TABLE tombstones (
+    record_id TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    forgotten_at TEXT NOT NULL
+);
+
+CREATE TABLE file_changes (
+    namespace TEXT NOT NULL,
+    path_key TEXT NOT NULL,
+    turn_seq BIGINT NOT NULL,
+    PRIMARY KEY (namespace, path_key)
+);
+"""),
+    (2, "identifier_lexemes", """
+-- An identifier joined by underscores (refresh_user_repository) is also one lexeme of
+-- its own: a query for it looks that one up, where its words as a phrase made
+-- PostgreSQL read every record holding all of them (its index keeps no positions).
+CREATE FUNCTION kirolearn_identifiers(body text) RETURNS tsvector
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN coalesce((SELECT string_agg(DISTINCT quote_literal(lower(m[1])) || ':1', ' ')
+                 FROM regexp_matches(body, '([[:alnum:]]+(?:_+[[:alnum:]]+)+)', 'g') AS m
+                )::tsvector, ''::tsvector);
+
+ALTER TABLE memory_records DROP COLUMN search;
+ALTER TABLE memory_records ADD COLUMN search tsvector GENERATED ALWAYS AS (
+    CASE WHEN invalid_reason IS NULL THEN
+        to_tsvector('kirolearn'::regconfig, title || ' ' || summary || ' ' || facts_text)
+        || kirolearn_identifiers(title || ' ' || summary || ' ' || facts_text)
+    END) STORED;
+CREATE INDEX memory_records_search ON memory_records USING gin (search);
+DELETE FROM record_terms;
+INSERT INTO record_terms SELECT term, count(*) FROM memory_records,
+    unnest(tsvector_to_array(search)) AS t(term) GROUP BY term;
+ANALYZE memory_records;
+"""),
+]
+
+
+# Each migration's schema, as the SQLite migration it matches (exports name that one).
+SQLITE_SCHEMA = {1: 12, 2: 12}

@@ -1,0 +1,222 @@
+"""SQLite: the embedded default, one file under the home.
+
+One writer (the storage role: WAL, full sync, ``BEGIN IMMEDIATE``), any number of
+read-only readers beside it. ``schema`` holds its migrations, ``fts`` its full-text
+search (FTS5), ``backup`` the online copy of the file. The connection binds a
+statement's ``$N`` parameters by name and raises ``db.errors`` for what SQLite says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from kirolearn.db import errors
+from kirolearn.db.sqlite import fts, schema
+
+__all__ = ["Connection", "check", "connect_reader", "connect_writer", "damage", "fts",
+           "open_searcher", "schema"]
+
+
+def error(exc: sqlite3.Error) -> errors.StoreError:
+    """The store's error for what SQLite raised (its message kept)."""
+    text = str(exc).lower()
+    if isinstance(exc, sqlite3.IntegrityError):
+        kind: type[errors.StoreError] = errors.StoreConflict
+    elif "interrupted" in text:
+        kind = errors.StoreTimeout
+    elif "locked" in text or "busy" in text:
+        kind = errors.StoreBusy
+    elif "full" in text:
+        kind = errors.StoreFull
+    elif "readonly" in text or "read-only" in text:
+        kind = errors.StoreReadOnly
+    elif "malformed" in text or "not a database" in text or "corrupt" in text:
+        kind = errors.StoreDamaged
+    elif "disk i/o" in text or "unable to open" in text:
+        kind = errors.StoreUnreachable
+    else:
+        kind = errors.StoreError
+    return kind(str(exc))
+
+
+@contextlib.contextmanager
+def _errors() -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise error(exc) from exc
+
+
+def _named(params: Sequence[Any]) -> dict[str, Any]:
+    """``$1``, ``$2``, … are names to SQLite: the arguments by them."""
+    return {str(number): value for number, value in enumerate(params, 1)}
+
+
+class Rows:
+    """A statement's cursor; SQLite reads rows as they are fetched, so a damaged page
+    can fail a fetch too: raised as the store's error like any other."""
+
+    def __init__(self, cursor: sqlite3.Cursor):
+        self.cursor = cursor
+        self.rowcount = cursor.rowcount
+
+    def fetchone(self) -> tuple | None:
+        with _errors():
+            return self.cursor.fetchone()
+
+    def fetchall(self) -> list[tuple]:
+        with _errors():
+            return self.cursor.fetchall()
+
+    def __iter__(self) -> Iterator[tuple]:
+        with _errors():
+            yield from self.cursor
+
+
+class Connection:
+    """A SQLite connection in autocommit mode (``isolation_level=None``)."""
+
+    name = "sqlite"
+
+    def __init__(self, raw: sqlite3.Connection):
+        self.raw = raw
+        self.dialect = sys.modules[__name__]
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Rows:
+        with _errors():
+            return Rows(self.raw.execute(sql, _named(params)))
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        with _errors():
+            self.raw.executemany(sql, (_named(row) for row in rows))
+
+    def executescript(self, script: str) -> None:
+        """A migration's statements, one at a time (triggers hold semicolons)."""
+        buffer = ""
+        for line in script.splitlines(keepends=True):
+            buffer += line
+            if sqlite3.complete_statement(buffer):
+                if buffer.strip():
+                    self.execute(buffer)
+                buffer = ""
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT``, or ``ROLLBACK`` when the body raises."""
+        self.execute("BEGIN IMMEDIATE")
+        try:
+            yield self
+        except BaseException:
+            with contextlib.suppress(errors.StoreError):  # SQLite may have rolled back
+                self.execute("ROLLBACK")                   # already (a full disk): the
+            raise                                          # first error is the one
+        try:
+            self.execute("COMMIT")
+        except errors.StoreError:
+            with contextlib.suppress(errors.StoreError):
+                self.execute("ROLLBACK")
+            raise
+
+    def indexed_by(self, index: str) -> str:
+        return f" INDEXED BY {index}"
+
+    def unindexed(self, column: str) -> str:
+        return f"+{column}"
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def connect_reader(path: Path) -> Connection:
+    """A read-only connection; StoreUnreachable when there is no database."""
+    with _errors():
+        raw = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None,
+                              check_same_thread=False)
+        raw.execute("PRAGMA busy_timeout=5000")
+    return Connection(raw)
+
+
+def connect_writer(path: Path) -> Connection:
+    """The single writer: WAL, full sync, migrations applied. The file is made private
+    (0600) before SQLite opens it, and so are the WAL and shared memory beside it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        path.touch(mode=0o600)
+    with _errors():
+        raw = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn = Connection(raw)
+    try:
+        if not os.access(path, os.W_OK):  # SQLite would open it read-only, and say so late
+            raise errors.StoreReadOnly("the database file is read-only")
+        for pragma in ("journal_mode=WAL", "synchronous=FULL", "foreign_keys=ON",
+                       "busy_timeout=5000",
+                       # What is deleted (a forgotten record, pruned events) is overwritten
+                       # on disk, not left readable in free pages.
+                       "secure_delete=ON",
+                       # Index pages (content hashes are random) stay in memory.
+                       "cache_size=-65536"):
+            conn.execute(f"PRAGMA {pragma}")
+        from kirolearn.db import schema as migrations
+        migrations.migrate(conn)
+    except BaseException:
+        conn.close()
+        raise
+    for suffix in ("-wal", "-shm"):
+        side = Path(str(path) + suffix)
+        if side.exists():
+            side.chmod(0o600)
+    return conn
+
+
+def open_searcher(path: Path, interrupted: Callable[[], bool]) -> Connection:
+    """A reader for searches, with a temporary FTS5 table that tokenizes query words
+    exactly as the records were tokenized; ``interrupted()`` is asked every 1,000 steps
+    of a statement and stops it when true (the search's deadline reaches into SQLite)."""
+    conn = connect_reader(path)
+    conn.execute("PRAGMA cache_size=-65536")  # the index pages searches touch stay hot
+    conn.execute(f"CREATE VIRTUAL TABLE temp.query_tokens USING fts5"
+                 f" (token, tokenize = '{schema.FTS_TOKENIZE}')")
+    conn.execute("CREATE VIRTUAL TABLE temp.query_tokens_vocab USING fts5vocab"
+                 " (temp, query_tokens, 'instance')")
+    conn.raw.set_progress_handler(interrupted, 1000)
+    return conn
+
+
+def checkpoint(conn: Connection) -> None:
+    """Fold the WAL into the database file (at a clean stop, after a forget)."""
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def damage(conn: Connection, most: int = 3) -> list[str]:
+    """What SQLite's quick check finds wrong with the file (at most ``most``); none: it
+    reads whole. (It reads every page once, without checking indexes against tables.)"""
+    found = [row[0] for row in conn.execute(f"PRAGMA quick_check({int(most)})")]
+    return [] if found == ["ok"] else found
+
+
+def check(conn: Connection) -> str:
+    """SQLite's quick check: "ok" when the file is sound."""
+    return conn.execute("PRAGMA quick_check").fetchone()[0]
+
+
+def purge_index(conn: Connection) -> None:
+    """Rewrite the full-text index as one segment: a deleted record's words stay in the
+    older segments until they are merged (about a second at 100,000 records)."""
+    conn.execute("INSERT INTO memory_records_fts (memory_records_fts) VALUES ('optimize')")
+
+
+@contextlib.contextmanager
+def terms_counted_after(conn: Connection) -> Iterator[None]:
+    """Records written in bulk: FTS5 keeps its counts as it goes, nothing to do after."""
+    yield
+
+
+def export_schema(version: int) -> int:
+    """The schema an export names: SQLite's migrations are the exports' numbering."""
+    return version

@@ -1,0 +1,59 @@
+"""SQLite's full-text search: the FTS5 index of valid records (``memory_records_fts``),
+its vocabulary (``memory_records_fts_vocab``) and BM25 ranking. A search's words are
+tokenized by a temporary FTS5 table of the searcher's connection (``open_searcher``),
+exactly as the records were."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kirolearn.db.store import Connection, Params
+
+
+def index_terms(conn: Connection, words: list[str]) -> list[tuple[str, ...]]:
+    """Each word's index terms in order, as the FTS5 tokenizer makes them
+    (`Migrations` → `migrat`, `src/app.py` → `src app py`)."""
+    conn.execute("DELETE FROM temp.query_tokens")  # in case a search was cut short
+    conn.executemany("INSERT INTO temp.query_tokens (rowid, token) VALUES ($1, $2)",
+                     enumerate(words))
+    found: dict[int, list[tuple[int, str]]] = {}
+    for term, doc, offset in conn.execute("SELECT term, doc, offset FROM temp.query_tokens_vocab"):
+        found.setdefault(doc, []).append((offset, term))
+    return [tuple(term for _, term in sorted(found.get(index, []))) for index in range(len(words))]
+
+
+def record_count(conn: Connection) -> int:
+    return conn.execute("SELECT count(*) FROM memory_records").fetchone()[0]
+
+
+def term_doc_counts(conn: Connection, terms: Sequence[str]) -> dict[str, int]:
+    """How many records hold each index term (terms not indexed are left out)."""
+    p = Params()
+    return dict(conn.execute(
+        f"SELECT term, doc FROM memory_records_fts_vocab WHERE term IN {p.list(terms)}",
+        p.values))
+
+
+def match_count(conn: Connection, expression: str) -> int:
+    """How many records match an FTS5 expression."""
+    return conn.execute("SELECT count(*) FROM memory_records_fts WHERE memory_records_fts"
+                        " MATCH $1", (expression,)).fetchone()[0]
+
+
+def rank(conn: Connection, namespaces: Sequence[str], expression: str, limit: int,
+         since_id: int = 0, types: Sequence[str] = ()) -> list[tuple[int, float]]:
+    """(id, BM25) of the best matches with an id past ``since_id``, in the namespaces
+    (of these types, when given)."""
+    p = Params(expression, since_id)
+    where = f" AND mr.namespace IN {p.list(namespaces)}"
+    if types:  # the type is read from the row, not the covering index
+        where += f" AND mr.observation_type IN {p.list(types)}"
+        join = "JOIN memory_records mr ON mr.id = memory_records_fts.rowid"
+    else:
+        join = ("JOIN memory_records mr INDEXED BY memory_records_id_namespace"
+                " ON mr.id = memory_records_fts.rowid")
+    return conn.execute(
+        f"SELECT mr.id, bm25(memory_records_fts) FROM memory_records_fts {join}"
+        f" WHERE memory_records_fts MATCH $1 AND memory_records_fts.rowid > $2{where}"
+        f" ORDER BY bm25(memory_records_fts), mr.id DESC LIMIT {p(limit)}",
+        p.values).fetchall()
