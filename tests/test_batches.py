@@ -9,10 +9,15 @@ import time
 
 import zmq
 from helpers import NAMESPACE, kl, make_event, status, wait_for
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kirolearn import config, contract, db, paths, transport
-from kirolearn.db import writes
+from kirolearn.db import reads, writes
+from kirolearn.roles import handout
+from kirolearn.roles import leases as leases_role
 from kirolearn.roles import storage as storage_role
+from kirolearn.roles import writer as writer_role
 from kirolearn.roles.ingest import prepare
 
 TURNS = 1200
@@ -59,20 +64,20 @@ def test_a_take_is_committed_a_slice_at_a_time_and_no_take_goes_out_meanwhile(ho
     """A worker's take of many batches is committed a slice at a time, each slice a
     transaction, so the loop answers the events queued meanwhile between them; until the
     last slice is in, storage is due at once and hands no worker another take."""
-    monkeypatch.setattr(storage_role, "RESULTS_SLICE_S", 0.0)  # one batch a slice
+    monkeypatch.setattr(handout, "RESULTS_SLICE_S", 0.0)  # one batch a slice
     paths.ensure_layout(home)
     role = storage_role.Storage("storage", home, config.load(home))
     role.setup()
     worker = transport.make_socket(role.ctx, zmq.PULL, connect=paths.endpoint("batches", home))
     try:
-        wait_for(role._worker_free, message="the worker connected")
+        wait_for(role.handout._worker_free, message="the worker connected")
         batch_ids = []
         for turn in range(3):
             event = prepare(make_event("prompt", f"Rename module {turn}"))[0]
             with role.conn.transaction():
                 writes.insert_event(role.conn, event, 0)
                 batch_ids += writes.form_batches(role.conn, NAMESPACE, "turn_end", 1 << 20)
-            role.unsaved.append((batch_ids[-1], [{
+            role.handout.unsaved.append((batch_ids[-1], [{
                 "record_id": contract.new_record_id(), "namespace": NAMESPACE,
                 "title": f"Renamed module {turn}", "summary": "Renamed it.", "facts": [],
                 "concepts": [], "files_touched": [], "observation_type": "decision",
@@ -84,10 +89,11 @@ def test_a_take_is_committed_a_slice_at_a_time_and_no_take_goes_out_meanwhile(ho
                 "SELECT batch_id FROM extraction_batches WHERE state = 'done' ORDER BY rowid")]
 
         for slices in range(1, 4):
-            assert role.wake_at() <= time.monotonic() and not role._worker_free()
+            assert role.wake_at() <= time.monotonic() and not role.handout._worker_free()
             role.tick()
             assert done() == batch_ids[:slices]
-        assert not role.unsaved and role.wake_at() > time.monotonic() and role._worker_free()
+        assert not role.handout.unsaved and role.wake_at() > time.monotonic()
+        assert role.handout._worker_free()
     finally:
         worker.close()
         role.teardown()
@@ -150,3 +156,112 @@ def test_a_prompt_stored_before_the_previous_turn_is_batched_stays_with_its_own_
     assert sorted((r["title"], tuple(r["facts"])) for r in records()) == [
         ("Fix the export crash", ("read `src/export.py`",)),
         ("Now document the export format", ("read `docs/export.md`",))]
+
+
+# -- leases, without processes ------------------------------------------------------------------
+
+class Log:
+    """A logger that keeps what it is told."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def _keep(self, message: str, *args: object) -> None:
+        self.lines.append(message % args)
+
+    info = warning = error = exception = debug = _keep
+
+
+def leased(tmp_path, events: int = 1, lease_ms: int = 60_000):
+    """A writer on a new file holding one ready batch of ``events`` events, and leases."""
+    log = Log()
+    writer = writer_role.Writer(tmp_path / "k.db", log)
+    with writer.writing() as conn:
+        for n in range(events):
+            writes.insert_event(conn, prepare(make_event("prompt", f"step {n}"))[0], 0)
+        (batch_id,) = writes.form_batches(conn, NAMESPACE, "turn_end", 1 << 20)
+    return writer, leases_role.Leases(writer, lease_ms, log), batch_id, log
+
+
+def due(writer) -> list[str]:
+    return [row[0] for row in reads.due_batches(writer.conn, db.now_ms(), 10)]
+
+
+def test_a_lease_hands_a_batch_out_until_it_runs_out(tmp_path):
+    writer, leases, batch_id, _ = leased(tmp_path, lease_ms=50)
+    try:
+        assert due(writer) == [batch_id]
+        leases.lease([batch_id], db.now_ms(), elsewhere=False)
+        assert due(writer) == []  # out with a worker
+        wait_for(lambda: due(writer) == [batch_id], timeout=5, message="the lease to run out")
+    finally:
+        writer.close()
+
+
+def test_a_batch_whose_worker_died_goes_out_again_at_once(tmp_path):
+    writer, leases, batch_id, log = leased(tmp_path)
+    try:
+        leases.lease([batch_id], db.now_ms(), elsewhere=False)
+        leases.claimed([batch_id], 2**22 + 12345)  # a pid no process has
+        assert leases.next_check(time.monotonic()) is not None
+        leases.reclaim()
+        assert due(writer) == [batch_id] and not leases.claims
+        assert any("is gone; handing it out again" in line for line in log.lines)
+    finally:
+        writer.close()
+
+
+def test_a_worker_elsewhere_is_heard_and_its_result_alone_is_taken(tmp_path, monkeypatch):
+    writer, leases, batch_id, _ = leased(tmp_path)
+    try:
+        leases.lease([batch_id], db.now_ms(), elsewhere=True)
+        assert leases.unclaimed == {batch_id}
+        leases.taken([batch_id, 7], "laptop")
+        leases.working([batch_id], "mallory")  # not hers: changes nothing
+        heard = leases.heard[batch_id]
+        leases.working([batch_id], "laptop")
+        assert leases.heard[batch_id] >= heard
+        assert not leases.settle(batch_id, "mallory")  # a result for a batch not given her
+        assert leases.settle(batch_id, "laptop") and not leases.holders
+        # silent for too long: out again
+        leases.lease([batch_id], db.now_ms(), elsewhere=True)
+        leases.taken([batch_id], "laptop")
+        monkeypatch.setattr(leases_role, "REMOTE_SILENCE_S", -1.0)
+        leases.reclaim()
+        assert due(writer) == [batch_id] and not leases.heard
+    finally:
+        writer.close()
+
+
+def test_a_revoked_workers_batches_and_those_not_yet_taken_go_out_again(tmp_path):
+    writer, leases, batch_id, _ = leased(tmp_path)
+    try:
+        leases.lease([batch_id], db.now_ms(), elsewhere=True)
+        assert not leases.revoke({"laptop"}, revoked=False)  # nothing changed
+        assert leases.revoke({"laptop"}, revoked=True)
+        assert due(writer) == [batch_id] and not leases.unclaimed
+    finally:
+        writer.close()
+
+
+def test_a_failing_batch_is_split_then_its_one_event_failed(tmp_path):
+    writer, leases, batch_id, log = leased(tmp_path, events=2)
+    try:
+        leases.give_up(batch_id, "5 attempts failed")
+        assert len(due(writer)) == 2  # split in two
+        first = due(writer)[0]
+        leases.give_up(first, "5 attempts failed")
+        assert first not in due(writer)
+        assert [f["batch_id"] for f in reads.failed_batches(writer.conn)] == [first]
+        assert any("split in two" in line for line in log.lines)
+    finally:
+        writer.close()
+
+
+@given(st.lists(st.floats(0, 10, allow_nan=False), min_size=1, max_size=20))
+def test_a_take_holds_what_a_worker_does_in_about_a_tenth_of_a_second(paces):
+    leases = leases_role.Leases(None, 1000, Log())
+    assert leases.take_size() == 1
+    for seconds in paces:
+        leases.note_pace(seconds, 1)
+    assert 1 <= leases.take_size() <= leases_role.TAKE_MAX_BATCHES

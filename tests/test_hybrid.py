@@ -272,6 +272,7 @@ def test_a_slow_embedder_gives_the_lexical_result_within_the_budget(corpus_db, e
     lexical = Searcher(corpus_db)
     slow = Searcher(corpus_db, embedder=SlowEmbedder(embedder))
     try:
+        slow.search(NAMESPACE, "warm up", 1, 10_000, mode="hybrid")  # its vectors loaded
         expected = lexical.search(NAMESPACE, "database migrations", 10, 300)
         got = slow.search(NAMESPACE, "database migrations", 10, 300, mode="hybrid")
         assert got.records == expected.records and got.outcome == "ok"

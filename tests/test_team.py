@@ -38,8 +38,7 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from kirolearn import control, db, keys, paths, project, protocol, spool, transport
-from kirolearn.roles import gateway
-from kirolearn.roles import storage as storage_role
+from kirolearn.roles import gateway, leases
 
 
 def stored_ids() -> set[str]:
@@ -433,7 +432,7 @@ def test_a_slow_worker_elsewhere_keeps_its_batch_while_it_says_it_is_working(
         stall.write_text(STALL)
         stall.chmod(0o700)
         slow = new_machine(machines)
-        seconds = storage_role.REMOTE_SILENCE_S + 3  # longer than silence is allowed
+        seconds = leases.REMOTE_SILENCE_S + 3  # longer than silence is allowed
         (slow / "config.toml").write_text(
             f'[extraction]\nstrategy = "command"\nllm_command = "{stall} {taken} {seconds}"\n'
             'llm_timeout_s = 120.0\n')

@@ -104,6 +104,33 @@ class Request:
 Handler = Callable[[Request], Any]
 
 
+def send_now(sock: zmq.Socket, *frames: bytes) -> bool:
+    """Send a message without waiting: False when the peer cannot take it now (no peer
+    connected, or its queue full). A role's loop never blocks on another process."""
+    try:
+        sock.send_multipart(frames, flags=zmq.NOBLOCK)
+    except zmq.Again:
+        return False
+    return True
+
+
+class Outbox:
+    """Requests to another role over a DEALER socket, sent without waiting: each is
+    ``request(op, body)``, whose id the reply (read by the role's reader) comes back
+    with; None when the role cannot take it now."""
+
+    def __init__(self, sock: zmq.Socket):
+        self.sock = sock
+
+    def request(self, op: str, body: dict) -> str | None:
+        message = protocol.request(op, body)
+        return message["id"] if self.send(protocol.pack(message)) else None
+
+    def send(self, frame: bytes) -> bool:
+        """A request already packed (its id known to the caller)."""
+        return send_now(self.sock, b"", frame)
+
+
 def op(name: str, socket: str = "service") -> Callable[[Callable], Callable]:
     """Mark a method as the handler of ``name`` on ``socket`` (``service`` or ``control``).
     It returns the reply body (None: ``{}``), or LATER when it answers by itself."""

@@ -30,7 +30,6 @@ from __future__ import annotations
 import base64
 import binascii
 import collections
-import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -99,6 +98,7 @@ class Ingest(base.Role):
         self.retrieval.connect(paths.endpoint("retrieval", self.base))
         self.add_socket(self.storage, self._on_storage)
         self.add_socket(self.retrieval, self._on_retrieval)
+        self.to_storage, self.to_retrieval = base.Outbox(self.storage), base.Outbox(self.retrieval)
         # Events prepared but not yet sent: one storage request (one group commit) per
         # pass over the client socket, or sooner once FLUSH_EVENTS/FLUSH_BYTES wait.
         self.outbox: list[tuple[Pending, list[dict]]] = []
@@ -235,16 +235,14 @@ class Ingest(base.Role):
     def _send_to_storage(self, group: list[tuple[Pending, list[dict]]]) -> str | None:
         """One storage request (one group commit) for these requests' events; its id."""
         events = [event for _, clean in group for event in clean]
-        message = protocol.request("put_events", {"events": events})
-        try:
-            self.storage.send_multipart([b"", protocol.pack(message)], flags=zmq.NOBLOCK)
-        except zmq.Again:
+        request_id = self.to_storage.request("put_events", {"events": events})
+        if request_id is None:
             for pending, _ in group:
                 self._fail(pending, Code.UNAVAILABLE, "storage is not accepting events")
             return None
-        self.by_storage_id[message["id"]] = [pending for pending, _ in group]
+        self.by_storage_id[request_id] = [pending for pending, _ in group]
         self.accepted += len(events)
-        return message["id"]
+        return request_id
 
     def _bulk_step(self) -> None:
         """One step of bulk work: the prepared chunk to storage once the one before is
@@ -284,13 +282,11 @@ class Ingest(base.Role):
         except contract.ContractError as exc:
             raise base.BadRequest(str(exc), {"errors": [e._asdict() for e in exc.errors]}
                                   ) from exc
-        message = protocol.request(request.op, body)
-        try:
-            self.storage.send_multipart([b"", protocol.pack(message)], flags=zmq.NOBLOCK)
-        except zmq.Again:
+        request_id = self.to_storage.request(request.op, body)
+        if request_id is None:
             request.fail(Code.UNAVAILABLE, "storage is not accepting writes")
             return base.LATER
-        self.relays[message["id"]] = (
+        self.relays[request_id] = (
             request, time.monotonic() + (timeout_s or self.storage_timeout_s), merge)
         return base.LATER
 
@@ -381,9 +377,7 @@ class Ingest(base.Role):
         """Send a search; while retrieval is not connected (the socket is IMMEDIATE, so
         nothing queues for a peer that is not there) it is tried again each tick until
         its deadline (``tick``)."""
-        try:
-            self.retrieval.send_multipart([b"", frame], flags=zmq.NOBLOCK)
-        except zmq.Again:
+        if not self.to_retrieval.send(frame):
             self.unsent[request_id] = (pending, frame)
             return
         self.by_retrieval_id[request_id] = pending
@@ -456,13 +450,11 @@ class Ingest(base.Role):
 
     def _log_retrieval(self, pending: Pending) -> None:
         r = pending.retrieval
-        message = protocol.request("log_retrieval", {
+        # Best effort: the reply is read and dropped as an unknown id.
+        self.to_storage.request("log_retrieval", {
             "prompt_event_id": pending.event["event_id"], "namespace": pending.event["namespace"],
             "record_ids": r["record_ids"], "latency_ms": r["latency_ms"], "outcome": r["outcome"],
             "context": r["context"], "error": r.get("error")})
-        # Best effort: the reply is read and dropped as an unknown id.
-        with contextlib.suppress(zmq.Again):
-            self.storage.send_multipart([b"", protocol.pack(message)], flags=zmq.NOBLOCK)
 
     def _maybe_reply(self, pending: Pending) -> None:
         if pending.storage_done and (pending.event is None or pending.retrieval is not None):
