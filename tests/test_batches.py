@@ -18,7 +18,7 @@ from kirolearn.roles import handout
 from kirolearn.roles import leases as leases_role
 from kirolearn.roles import storage as storage_role
 from kirolearn.roles import writer as writer_role
-from kirolearn.roles.ingest import prepare
+from kirolearn.roles.checks import prepare
 
 TURNS = 1200
 TOOLS_PER_TURN = 8  # with the prompt and the turn's end: 10 events a turn, 12,000 in all

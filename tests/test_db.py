@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from kirolearn import contract, db
 from kirolearn.db import reads, schema, writes
 from kirolearn.db.sqlite import schema as sqlite_schema
-from kirolearn.roles.ingest import prepare
+from kirolearn.roles.checks import prepare
 
 
 @pytest.fixture

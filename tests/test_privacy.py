@@ -127,14 +127,14 @@ def test_a_secret_under_a_secret_key_at_any_depth_never_reaches_storage(tree, pa
     like (a plain word too), ingest stores none of it."""
     from helpers import make_event
 
-    from kirolearn.roles import ingest
+    from kirolearn.roles import checks
 
     data = _insert(tree, path, {key: secret, "note": "kept"})
     assume(secret not in canonical_json(_insert(tree, path, {key: "", "note": "kept"}))
            + "tool_use http tool_name tool_input")
     event = make_event("tool_use", body={"type": "json", "data": {"tool_name": "http",
                                                                   "tool_input": data}})
-    stored, _ = ingest.prepare(event)
+    stored, _ = checks.prepare(event)
     assert secret not in stored["body_json"]
     assert "kept" in stored["body_json"]
 

@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 
 from kirolearn import control, db, paths, search
 from kirolearn.db import writes
-from kirolearn.roles.ingest import prepare
+from kirolearn.roles.checks import prepare
 from kirolearn.viewer import chart, pages, queries
 from kirolearn.viewer.app import create_app
 from kirolearn.viewer.auth import COOKIE, load_token

@@ -23,14 +23,15 @@ scrubbed) here and relayed to storage: a record saved through MCP (``put_record`
 an edit or a record marked invalid (``update_record``), an export's records and
 tombstones (``put_records``), and ``forget``, ``forget_project``, ``prune_events`` and
 ``scrub``.
+
+What it checks is in ``checks`` (pure functions), the searches it asks for in
+``searches``; the module is longer than the others' because its op table is the whole
+door, events and record writes alike.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import collections
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +41,20 @@ import zmq
 
 from kirolearn import contract, paths, privacy, protocol, spool, transport
 from kirolearn.roles import base
+from kirolearn.roles.checks import (
+    BadLine,
+    check_exported,
+    check_forget,
+    check_namespace,
+    check_prune,
+    check_put_record,
+    check_scrub,
+    check_update,
+    decode,
+    prepare,
+    rejection,
+)
+from kirolearn.roles.searches import Searches
 
 Code = protocol.ErrorCode
 # A storage request is sent once this much is waiting (or when no client request is left),
@@ -51,7 +66,6 @@ SPOOL_CHUNK = 200  # spool files read per storage request
 # prepared at a time between passes over the sockets, and one is with storage at a
 # time, so a hook's event is committed behind at most one chunk of an import.
 BULK_AT_STORAGE = 1
-UNSENT_RETRY_S = 0.01  # a search retrieval could not take yet is offered again this soon
 # The shim's poll timeout is the whole budget; retrieval gets a little less, so the
 # "stored, no context" answer reaches the shim before it gives up and spools.
 REPLY_RESERVE_S = 0.05
@@ -66,9 +80,7 @@ class Pending:
     results: list[dict | None]  # one per event; None until storage answers
     storage_deadline: float
     event: dict | None = None  # the prompt, when retrieval was asked for
-    retrieval: dict | None = None
-    retrieval_deadline: float = 0.0
-    retrieval_started: float = 0.0
+    retrieval: dict | None = None  # its answer, once in (or given up)
     storage_done: bool = False
     storage_slots: list[int] = field(default_factory=list)  # result indexes sent to storage
     spool_files: list[Path] = field(default_factory=list)  # one per event, from the spool
@@ -85,20 +97,18 @@ class Ingest(base.Role):
         self.next_spool = 0.0  # drain at start
         self.ticked_at = 0.0
         self.spooling = False  # a chunk of the spool is with storage
-        self.limit = self.settings["retrieval"]["limit"]
         self.storage_timeout_s = self.settings["ingest"]["storage_timeout_ms"] / 1000
         self.serve_on(paths.endpoint("ingest", self.base))
         self.storage = transport.make_socket(self.ctx, zmq.DEALER,
                                              connect=paths.endpoint("storage", self.base))
-        # IMMEDIATE: a search is never queued for a peer that is not there; one that
-        # cannot be sent is retried until its deadline, then logged as not sent (not as
-        # a search that ran too long).
-        self.retrieval = transport.make_socket(self.ctx, zmq.DEALER)
-        self.retrieval.setsockopt(zmq.IMMEDIATE, 1)
-        self.retrieval.connect(paths.endpoint("retrieval", self.base))
+        retrieval = transport.make_socket(self.ctx, zmq.DEALER)
+        retrieval.setsockopt(zmq.IMMEDIATE, 1)  # see ``searches``
+        retrieval.connect(paths.endpoint("retrieval", self.base))
         self.add_socket(self.storage, self._on_storage)
-        self.add_socket(self.retrieval, self._on_retrieval)
-        self.to_storage, self.to_retrieval = base.Outbox(self.storage), base.Outbox(self.retrieval)
+        self.add_socket(retrieval, self._on_retrieval)
+        self.to_storage = base.Outbox(self.storage)
+        self.searches = Searches(retrieval, self.budget_s, self.settings["retrieval"]["limit"],
+                                 self.log, self._answered, self._log_retrieval)
         # Events prepared but not yet sent: one storage request (one group commit) per
         # pass over the client socket, or sooner once FLUSH_EVENTS/FLUSH_BYTES wait.
         self.outbox: list[tuple[Pending, list[dict]]] = []
@@ -109,8 +119,6 @@ class Ingest(base.Role):
         self.bulk: collections.deque[tuple[base.Request, list, bool]] = collections.deque()
         self.bulk_ready: list[tuple[Pending, list[dict]]] = []
         self.bulk_at_storage: set[str] = set()
-        self.by_retrieval_id: dict[str, Pending] = {}
-        self.unsent: dict[str, tuple[Pending, bytes]] = {}  # searches waiting for retrieval
         # Record writes relayed to storage: its request id → (client request, deadline).
         self.relays: dict[str, tuple[base.Request, float, Callable | None]] = {}
         self.accepted = 0
@@ -170,7 +178,7 @@ class Ingest(base.Role):
         results: list[dict | None] = [None] * len(lines)
         items, slots = [], []
         for index, line in enumerate(lines):
-            item = _decode(line)
+            item = decode(line)
             try:
                 items.append(check_exported(item))
                 slots.append(index)
@@ -254,7 +262,7 @@ class Ingest(base.Role):
                 self.bulk_at_storage.add(sent)
         elif self.bulk and not self.bulk_ready:
             request, items, history = self.bulk.popleft()
-            events = [_decode(item) if isinstance(item, str) else item for item in items]
+            events = [decode(item) if isinstance(item, str) else item for item in items]
             self._put(request, events, retrieve=False, history=history, bulk=True)
 
     def _bulk_due(self) -> bool:
@@ -269,9 +277,7 @@ class Ingest(base.Role):
             return
         pending.request.fail(code, reason)
         if pending.event is not None:
-            self.by_retrieval_id = {k: v for k, v in self.by_retrieval_id.items()
-                                    if v is not pending}
-            self.unsent = {k: v for k, v in self.unsent.items() if v[0] is not pending}
+            self.searches.drop(pending)
 
     def _relay(self, request: base.Request, check, merge=None,
                timeout_s: float | None = None) -> object:
@@ -343,53 +349,10 @@ class Ingest(base.Role):
             self._flush()  # keep storage busy while the next requests are prepared
         if retrieve == "session" or (retrieve is True and clean[0]["kind"] == "prompt"):
             prompt = {k: clean[0][k] for k in ("event_id", "namespace", "kind", "session_id")}
-            self._ask_retrieval(pending, {**prompt, "body": first_body}, now,
-                                session=retrieve == "session",
-                                global_namespace=global_namespace)
-
-    def _ask_retrieval(self, pending: Pending, event: dict, now: float,
-                       session: bool = False, global_namespace: str | None = None) -> None:
-        """Ask for the prompt's context (or, at a session start, the project's)."""
-        if session:
-            message = protocol.request("session_context", {"namespace": event["namespace"]})
-        else:
-            body = {"event": event, "namespace": event["namespace"], "limit": self.limit,
-                    "budget_ms": self.budget_s * 1000,
-                    "deadline_ms": time.time() * 1000 + self.budget_s * 1000}
-            if global_namespace and global_namespace != event["namespace"]:
-                body["global_namespace"] = global_namespace
-            message = protocol.request("search", body)
-        if pending.request is not None and pending.request.client is not None:
-            # A client elsewhere's: retrieval limits what it reads to what it may see.
-            message.update(client=pending.request.client, storing=event["namespace"])
-        pending.event = event
-        pending.retrieval_started = now
-        pending.retrieval_deadline = now + self.budget_s
-        try:
-            frame = protocol.pack(message)
-        except (ValueError, TypeError, OverflowError) as exc:
-            self._no_retrieval(pending, f"the {message['op']} request could not be packed:"
-                                        f" {type(exc).__name__}: {exc}")
-            return
-        self._send_search(pending, message["id"], frame)
-
-    def _send_search(self, pending: Pending, request_id: str, frame: bytes) -> None:
-        """Send a search; while retrieval is not connected (the socket is IMMEDIATE, so
-        nothing queues for a peer that is not there) it is tried again each tick until
-        its deadline (``tick``)."""
-        if not self.to_retrieval.send(frame):
-            self.unsent[request_id] = (pending, frame)
-            return
-        self.by_retrieval_id[request_id] = pending
-
-    def _no_retrieval(self, pending: Pending, reason: str) -> None:
-        """The search could not be asked: said in the log and in the retrieval log; the
-        prompt is answered without context."""
-        self.log.warning("no search for %s: %s", pending.event["event_id"], reason)
-        pending.retrieval = {**empty_retrieval(
-            (time.monotonic() - pending.retrieval_started) * 1000, "error"), "error": reason}
-        self._log_retrieval(pending)
-        self._maybe_reply(pending)
+            pending.event = {**prompt, "body": first_body}
+            client = request.client if request is not None else None
+            self.searches.ask(pending, pending.event, client, session=retrieve == "session",
+                              global_namespace=global_namespace)
 
     # -- downstream replies -----------------------------------------------------------------
 
@@ -430,31 +393,20 @@ class Ingest(base.Role):
     def _on_retrieval(self, sock: zmq.Socket) -> None:
         while sock.poll(0, zmq.POLLIN):
             reply = self._read_reply(sock)
-            pending = self.by_retrieval_id.pop(reply.get("id"), None) if reply else None
-            if pending is None:
-                continue  # arrived after the budget: never injected anywhere
-            latency = (time.monotonic() - pending.retrieval_started) * 1000
-            if reply["ok"]:
-                body = reply["body"]
-                pending.retrieval = {"context": body.get("context", ""),
-                                     "record_ids": body.get("record_ids", []),
-                                     "latency_ms": round(latency, 3),
-                                     "outcome": body.get("outcome", "ok")}
-                if body.get("error"):  # logged for the viewer; the shim never sees it
-                    pending.retrieval["error"] = body["error"]
-            else:
-                pending.retrieval = empty_retrieval(latency, "error")
-                pending.retrieval["error"] = reply["error"]["reason"]
-            self._log_retrieval(pending)
-            self._maybe_reply(pending)
+            if reply:
+                self.searches.on_reply(reply)
 
-    def _log_retrieval(self, pending: Pending) -> None:
-        r = pending.retrieval
+    def _answered(self, pending: Pending, retrieval: dict) -> None:
+        pending.retrieval = retrieval
+        self._maybe_reply(pending)
+
+    def _log_retrieval(self, event: dict, retrieval: dict) -> None:
         # Best effort: the reply is read and dropped as an unknown id.
         self.to_storage.request("log_retrieval", {
-            "prompt_event_id": pending.event["event_id"], "namespace": pending.event["namespace"],
-            "record_ids": r["record_ids"], "latency_ms": r["latency_ms"], "outcome": r["outcome"],
-            "context": r["context"], "error": r.get("error")})
+            "prompt_event_id": event["event_id"], "namespace": event["namespace"],
+            "record_ids": retrieval["record_ids"], "latency_ms": retrieval["latency_ms"],
+            "outcome": retrieval["outcome"], "context": retrieval["context"],
+            "error": retrieval.get("error")})
 
     def _maybe_reply(self, pending: Pending) -> None:
         if pending.storage_done and (pending.event is None or pending.retrieval is not None):
@@ -482,7 +434,7 @@ class Ingest(base.Role):
         events = []
         for path in files:
             event = spool.read(path)
-            events.append(_BadLine(event) if isinstance(event, str) else event)
+            events.append(BadLine(event) if isinstance(event, str) else event)
         self.log.info("spool: draining %d event(s)", len(files))
         self.spooling = True
         self._put(None, events, retrieve=False, spool_files=files)
@@ -515,9 +467,8 @@ class Ingest(base.Role):
         soon), a prompt's budget, a storage acknowledgement or relay's timeout."""
         if self._bulk_due():
             return time.monotonic()
-        if self.unsent:
-            return self.ticked_at + UNSENT_RETRY_S
-        deadlines = [pending.retrieval_deadline for pending in self.by_retrieval_id.values()]
+        searches = self.searches.next_deadline(self.ticked_at)
+        deadlines = [] if searches is None else [searches]
         deadlines += [deadline for _, deadline, _ in self.relays.values()]
         deadlines += [group[0].storage_deadline for group in self.by_storage_id.values()]
         if not self.spooling and not self.stopping:
@@ -528,20 +479,7 @@ class Ingest(base.Role):
         now = self.ticked_at = time.monotonic()
         if not self.spooling and not self.stopping and now >= self.next_spool:
             self._drain_spool(now)
-        for rid, (pending, frame) in list(self.unsent.items()):
-            del self.unsent[rid]
-            if now >= pending.retrieval_deadline:
-                self._no_retrieval(pending, "retrieval is not accepting requests")
-            else:
-                self._send_search(pending, rid, frame)
-        for rid, pending in list(self.by_retrieval_id.items()):
-            if now >= pending.retrieval_deadline:
-                del self.by_retrieval_id[rid]
-                pending.retrieval = empty_retrieval((now - pending.retrieval_started) * 1000,
-                                                    "timeout")
-                pending.retrieval["error"] = "retrieval did not answer within the budget"
-                self._log_retrieval(pending)
-                self._maybe_reply(pending)
+        self.searches.tick(now)
         for sid, (request, deadline, _) in list(self.relays.items()):
             if now >= deadline:
                 del self.relays[sid]
@@ -570,157 +508,6 @@ class Ingest(base.Role):
             if self.storage.poll(50, zmq.POLLIN):
                 self._on_storage(self.storage)
             self.tick()
-
-
-class _BadLine:
-    """A line of an import (or a spool file) that is not JSON: rejected like an invalid
-    event."""
-
-    def __init__(self, reason: str):
-        self.reason = reason
-
-
-def _decode(line: str) -> object:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as exc:
-        return _BadLine(f"not JSON: {exc}")
-    except RecursionError:
-        return _BadLine(f"is nested more than {contract.MAX_DEPTH} levels deep")
-
-
-def prepare(event: object) -> tuple[dict, dict]:
-    """Validate, verify the hash, scrub and re-hash one event (raises ContractError).
-
-    Returns what storage stores (``contract.stored_form``: the row, with the scrubbed
-    body's canonical JSON) and the scrubbed body itself. The body is serialized
-    once, here; storage never re-encodes it.
-    """
-    if isinstance(event, _BadLine):
-        raise contract.ContractError([contract.FieldError("event", event.reason)])
-    body_json, valid_ms = contract.validate_event(event)
-    digest = contract.hash_json(body_json)
-    claimed = event.get("content_hash")
-    if claimed is not None and claimed != digest:
-        raise contract.ContractError([contract.FieldError(
-            "content_hash", "does not match the body (sha256 of its canonical JSON)")])
-    body = event["body"]
-    if privacy.may_need_scrub(body_json):
-        body = privacy.scrub(body)
-        if body != event["body"]:
-            body_json = contract.canonical_json(body)
-            digest = contract.hash_json(body_json)
-    return contract.stored_form(event, body_json, valid_ms, digest), body
-
-
-def check_put_record(body: dict) -> dict:
-    """A record to save, scrubbed and checked against the contract (raises
-    ContractError)."""
-    record = body.get("record")
-    if not isinstance(record, dict):
-        raise contract.ContractError([contract.FieldError("record", "must be an object")])
-    return {"record": contract.validate_record(privacy.scrub_record(record))}
-
-
-def check_exported(item: object) -> dict:
-    """A line of an export that is a record (with its versions, validity and vector) or
-    a tombstone: checked and scrubbed, in the form storage's ``put_records`` takes."""
-    if isinstance(item, _BadLine):
-        raise contract.ContractError([contract.FieldError("line", item.reason)])
-    if isinstance(item, dict) and set(item) == {"tombstone"}:
-        return {"tombstone": contract.validate_tombstone(item["tombstone"])}
-    record, versions, invalid_reason, embedding = contract.split_exported_record(item)
-    if embedding is not None:
-        try:
-            embedding = {"hash": embedding["hash"],
-                         "vector": base64.b64decode(embedding["vector"], validate=True)}
-        except (binascii.Error, ValueError) as exc:
-            raise contract.ContractError([contract.FieldError(
-                "embedding.vector", f"is not base64 ({exc})")]) from exc
-    return {"record": contract.validate_record(privacy.scrub_record(record)),
-            "versions": [contract.validate_version(privacy.scrub_record(v)) for v in versions],
-            "invalid_reason": (None if invalid_reason is None
-                               else privacy.scrub_text(invalid_reason)),
-            "embedding": embedding}
-
-
-def check_update(body: dict) -> dict:
-    """An edit of a record (``title``, ``summary``, ``facts``, scrubbed and checked) or
-    a record marked invalid (``invalid_reason``), with the reason for it."""
-    target = check_forget(body)
-    changes, reason = body.get("changes"), body.get("reason")
-    errors = []
-    if reason is not None and (not isinstance(reason, str) or not 0 < len(reason) <= 1000
-                               or not reason.strip()):
-        errors.append(contract.FieldError("reason", "must be text of 1 to 1000 characters"))
-    if not isinstance(changes, dict) or not changes or (
-            set(changes) - {"title", "summary", "facts"} and set(changes) != {"invalid_reason"}):
-        errors.append(contract.FieldError("changes", "must change title, summary or facts,"
-                                          " or give invalid_reason alone"))
-    if errors:
-        raise contract.ContractError(errors)
-    if "invalid_reason" in changes:
-        why = changes["invalid_reason"]
-        if not isinstance(why, str) or not why.strip() or len(why) > 1000:
-            raise contract.ContractError([contract.FieldError(
-                "changes.invalid_reason", "must be text of 1 to 1000 characters")])
-        clean = {"invalid_reason": privacy.scrub_text(why)}
-    else:
-        clean = privacy.scrub_record(changes)
-        contract.check_record_changes(clean)
-    return {**target, "changes": clean,
-            "reason": None if reason is None else privacy.scrub_text(reason)}
-
-
-def check_namespace(body: dict) -> dict:
-    namespace = body.get("namespace")
-    if not contract.is_namespace(namespace):
-        raise contract.ContractError([contract.FieldError(
-            "namespace", "must look like /actor/<user>/project/<id>/")])
-    return {"namespace": namespace}
-
-
-def check_prune(body: dict) -> dict:
-    before_ms, namespace = body.get("before_ms"), body.get("namespace")
-    if not isinstance(before_ms, int) or isinstance(before_ms, bool) or before_ms < 0:
-        raise contract.ContractError([contract.FieldError(
-            "before_ms", "must be a time in milliseconds since the epoch")])
-    return {"before_ms": before_ms,
-            "namespace": None if namespace is None else check_namespace(body)["namespace"]}
-
-
-def check_scrub(body: dict) -> dict:
-    dry_run = body.get("dry_run", False)
-    if not isinstance(dry_run, bool):
-        raise contract.ContractError([contract.FieldError("dry_run", "must be true or false")])
-    return {"dry_run": dry_run}
-
-
-def check_forget(body: dict) -> dict:
-    """Which record to delete, and the namespaces it may be deleted from."""
-    record_id, namespaces = body.get("record_id"), body.get("namespaces")
-    errors = []
-    if not isinstance(record_id, str) or not contract.is_record_id(record_id):
-        errors.append(contract.FieldError("record_id", "must be mr_ followed by a ULID"))
-    if (not isinstance(namespaces, list) or not namespaces
-            or not all(isinstance(n, str) and contract.is_namespace(n) for n in namespaces)):
-        errors.append(contract.FieldError("namespaces", "must be a non-empty list of"
-                                          " namespaces (/actor/<user>/project/<id>/)"))
-    if errors:
-        raise contract.ContractError(errors)
-    return {"record_id": record_id, "namespaces": namespaces}
-
-
-def rejection(event: object, exc: contract.ContractError) -> dict:
-    event_id = event.get("event_id") if isinstance(event, dict) else None
-    return {"event_id": event_id if isinstance(event_id, str) else None, "status": "rejected",
-            "reason": str(exc),
-            "errors": [{"field": e.field, "message": e.message, "code": e.code}
-                       for e in exc.errors]}
-
-
-def empty_retrieval(latency_ms: float, outcome: str) -> dict:
-    return {"context": "", "record_ids": [], "latency_ms": round(latency_ms, 3), "outcome": outcome}
 
 
 if __name__ == "__main__":
