@@ -137,8 +137,12 @@ class Connection:
     def close(self) -> None:
         if self._release is not None:
             self._release(self.raw)
-        else:
-            self.raw.close()
+            return
+        # The writer's lock is let go now: the server ends a closed session's locks a
+        # moment after, and a writer opened at once would find it still taken.
+        with contextlib.suppress(Exception):
+            self.raw.execute("SELECT pg_advisory_unlock_all()")
+        self.raw.close()
 
 
 def _connect(url: str, readonly: bool = False) -> Connection:
