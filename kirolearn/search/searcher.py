@@ -26,27 +26,23 @@ import concurrent.futures
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
-from kirolearn import db, privacy, project
+from kirolearn import db, project
 from kirolearn.db import errors, fts, reads
 from kirolearn.db.store import Connection
-from kirolearn.search import checkpoint, embeddings, ranking, vectors
+from kirolearn.search import checkpoint, embeddings, ranking, steps, vectors
 from kirolearn.search.context import (
     FENCE_TOKENS,
     SESSION_LOOKBACK,
     SESSION_RECENT,
     SESSION_RECORDS,
     SESSION_TOP,
-    context_block,
-    fenced,
     session_block,
     within_tokens,
     without_repeats,
 )
 from kirolearn.search.query import (
     MAX_WORDS,
-    embedded_query,
     fts_expression,
     is_rare,
     quote,
@@ -56,6 +52,7 @@ from kirolearn.search.query import (
     with_parts,
     words,
 )
+from kirolearn.search.result import Result
 
 MAX_PHRASE_COUNTS = 32  # phrases counted per search; others are bounded by their rarest term
 TOTAL_TTL_S = 5.0  # how often the record count is re-read
@@ -64,47 +61,8 @@ CACHE_MAX = 50_000
 SCOPE_SLACK = 10  # extra candidates ranked when several namespaces are searched as one
 NAMESPACES_TTL_S = 30.0  # the longest the namespaces present are taken as known (``shared``)
 PREVIOUS_PROMPTS = 2  # joined to a prompt that refers back to them
-RARE_SHARE = 3  # rare matches take at most a third of a hybrid answer's places, one a term
-CANDIDATES = 4  # each side of a hybrid search brings limit × this many candidates
-RETURN_MARGIN_S = 0.005  # a late embedder is given up this long before the deadline
-FALLBACK_RESERVE_S = 0.06  # ... or this long, when a lexical search must still be run
 MIN_SIMILARITY = 0.25  # cosine below which a record is not a semantic match
 NEIGHBOUR_WEIGHT = 0.3  # share of its neighbours' fused scores a candidate gains
-
-
-@dataclass
-class Result:
-    records: list[dict]  # each with its ``score`` (BM25, lower is better; None from LIKE)
-    outcome: str  # ok | empty | fallback | timeout | error
-    latency_ms: float
-    terms: list[str] = field(default_factory=list)
-    window: int | None = None
-    rare: list[str] = field(default_factory=list)  # the kept terms that are ``is_rare``
-    # The kept terms found in some record, rarest first: what names the prompt's subject.
-    distinctive: list[str] = field(default_factory=list)
-    error: str | None = None
-    block: str | None = None  # the context when it is not the search format (session start)
-
-    @property
-    def context(self) -> str:
-        """The context for the agent, scrubbed as it leaves (stored text was scrubbed
-        with the rules of its day) and fenced as recalled notes."""
-        return fenced(privacy.scrub_text(context_block(self.records) if self.block is None
-                                         else self.block))
-
-    @property
-    def record_ids(self) -> list[str]:
-        return [r["record_id"] for r in self.records]
-
-    def as_dict(self, with_records: bool = False) -> dict:
-        reply = {"context": self.context, "record_ids": self.record_ids,
-                 "outcome": self.outcome, "latency_ms": round(self.latency_ms, 3),
-                 "terms": self.terms, "window": self.window}
-        if with_records:
-            reply["records"] = privacy.scrub(self.records)
-        if self.error:
-            reply["error"] = self.error
-        return reply
 
 
 def clearing(records: list[dict], home: str, floor: float) -> list[dict]:
@@ -172,11 +130,11 @@ class Searcher:
         The namespaces present are read again after ``namespaces_changed``, and at
         least every NAMESPACES_TTL_S."""
         if time.monotonic() - self._namespaces_at >= NAMESPACES_TTL_S:
-            self._namespaces = reads.namespaces_in(self._connection())
+            self._namespaces = reads.namespaces_in(self.connection())
             self._namespaces_at = time.monotonic()
         found: dict[str, None] = {}
         for namespace in namespaces:
-            if share is None or share(self._connection(), namespace):
+            if share is None or share(self.connection(), namespace):
                 found.update(dict.fromkeys(project.shared_namespaces(namespace,
                                                                      self._namespaces)))
             else:
@@ -247,7 +205,7 @@ class Searcher:
                 and refers_back(query)):
             return query
         try:
-            earlier = fts.previous_prompts(self._connection(), event.get("namespace", ""),
+            earlier = fts.previous_prompts(self.connection(), event.get("namespace", ""),
                                            session_id, event_id, PREVIOUS_PROMPTS)
         except (errors.StoreError, ValueError, TypeError):
             self.close()
@@ -256,7 +214,7 @@ class Searcher:
 
     def checkpoint(self, namespace: str) -> checkpoint.Checkpoint | None:
         """Where the namespace's last active session left off (None: no session yet)."""
-        session_id, records = fts.last_session(self._connection(), namespace,
+        session_id, records = fts.last_session(self.connection(), namespace,
                                                SESSION_RECORDS)
         return checkpoint.of_session(session_id, records) if session_id else None
 
@@ -267,7 +225,7 @@ class Searcher:
         token_budget. Never raises."""
         started = time.monotonic()
         try:
-            conn = self._connection()
+            conn = self.connection()
             last = self.checkpoint(namespace)
             told = set(last.record_ids) if last else set()
             recent = [r for r in fts.newest_records(conn, namespace, SESSION_RECENT + len(told))
@@ -298,7 +256,7 @@ class Searcher:
         raw = with_parts(words(query)[:MAX_WORDS])
         if not raw or limit <= 0:
             return Result([], "empty", 0.0)
-        conn = self._connection()
+        conn = self.connection()
         stems = self._token_stems(conn, raw)
         unique: dict[tuple[str, ...], str] = {}
         for token in raw:  # a token with nothing to index can never match
@@ -331,117 +289,44 @@ class Searcher:
     def _hybrid(self, namespaces: tuple[str, ...], query: str, limit: int, mode: str) -> Result:
         """Lexical and semantic candidates (limit × 4 each) fused by reciprocal rank with a
         small recency boost, then weighed by type, usefulness and staleness
-        (``ranking``); ``semantic`` ranks by the vectors alone.
-        A candidate whose vector is less similar to the query than ``min_similarity`` is
-        left out (one not embedded yet stays on its lexical merit), so an unrelated
-        prompt gets nothing; but a record holding a rare word of the query (``is_rare``:
-        a name, an identifier) is always among the results, however the meaning scores
-        it: the best of them, one a rare word, in at most a third of the places (a long
-        prompt has many rare words, and all their records pushed out better matches).
-        The lexical side runs first, then the
-        query (``embedded_query``: a long prompt's start and its rarest words) is
-        embedded on a thread (overlapping the two saved nothing, measured); if
-        the embedder fails or has not answered in time, or the namespace's vectors are
-        still loading, the answer is exactly the lexical search's
-        (``_lexical_instead``)."""
+        (``ranking``); ``semantic`` ranks by the vectors alone. The steps, and what each
+        adds, are ``steps.HYBRID``'s. A candidate whose vector is less similar to the query
+        than ``min_similarity`` is left out (one not embedded yet stays on its lexical
+        merit), so an unrelated prompt gets nothing; but a record holding a rare word of
+        the query is always among the results. If the embedder fails or has not answered
+        in time, or the namespace's vectors are still loading, the answer is exactly the
+        lexical search's (``lexical_instead``)."""
         if not query.strip() or limit <= 0:
             return Result([], "empty", 0.0)
-        wide = limit * CANDIDATES
-        if not self._vectors_ready(namespaces):
-            return self._lexical_instead(namespaces, query, limit, None, "vectors still loading")
-        lexical = self._search(namespaces, query, wide)
-        text = embedded_query(query, lexical.distinctive)
-        pending = self._embedding.submit(self.embedder.embed, [text])
-        try:
-            reserve = RETURN_MARGIN_S if lexical.window is None else FALLBACK_RESERVE_S
-            wait_s = self.deadline - time.monotonic() - reserve
-            query_vector = pending.result(timeout=max(0.0, wait_s))[0]
-        except Exception as exc:  # too slow (TimeoutError) or broken: lexical it is
-            pending.cancel()
-            return self._lexical_instead(namespaces, query, limit, lexical,
-                                         f"{type(exc).__name__}: {exc}")
-        conn = self._connection()
-        if mode == "semantic":
-            lexical = None
-        rare_terms = lexical.rare if lexical else []
-        rare = self._rare_matches(conn, namespaces, rare_terms,
-                                  min(len(rare_terms), max(1, limit // RARE_SHARE)))
-        near = self.vectors.top(namespaces, query_vector, wide, self.min_similarity)
-        if self.types:
-            wanted = fts.of_types(conn, [record_id for record_id, _, _ in near], self.types)
-            near = [item for item in near if item[0] in wanted]
-        created = {record_id: when for record_id, _, when in near}
-        rankings = [[record_id for record_id, _, _ in near]]
-        lexical_ranking = [r["record_id"] for r in lexical.records] if lexical else []
-        lexical_ranking += [i for i in rare if i not in lexical_ranking]
-        for record in (lexical.records if lexical else []) + list(rare.values()):
-            created[record["record_id"]] = vectors.created_ms(record["created_at"])
-        rankings.append(lexical_ranking)
-        fused = ranking.fuse(rankings, created, time.time() * 1000, self.rrf_k, self.weights)
-        # A lexical match on common words only is no match: whatever has a vector must be
-        # close enough in meaning, so an unrelated prompt brings nothing.
-        cosine = self.vectors.similarities(namespaces, [i for i, _ in fused], query_vector)
-        fused = [(i, score) for i, score in fused
-                 if i in rare or cosine.get(i, self.min_similarity) >= self.min_similarity]
-        if not self.weights.neutral:  # what is known of each beyond its text
-            signals = fts.signals(conn, [i for i, _ in fused])
-            fused = ranking.weigh(fused, {i: ranking.Signals(*s) for i, s in signals.items()},
-                                  self.weights, created)
-        around = fts.neighbours(conn, [i for i, _ in fused]) if self.neighbour_weight else {}
-        pool = dict(fused)
-        if around:
-            fused = sorted(((i, score + self.neighbour_weight * sum(
-                pool.get(n, 0.0) for n in around.get(i, ()) if n)) for i, score in fused),
-                key=lambda item: -item[1])  # stable: ties keep the fused order
-        left_out = [item for item in fused[limit:] if item[0] in rare]
-        fused = fused[:limit]
-        if left_out:  # the rare matches take the places of the lowest-ranked others
-            others = [i for i, _ in fused if i not in rare]
-            dropped = set(others[max(0, len(others) - len(left_out)):])
-            fused = ([item for item in fused if item[0] not in dropped] + left_out)[:limit]
-        hits = {i for i, _ in fused}
-        shown = {n: i for i, _ in fused for n in around.get(i, ()) if n in pool and n not in hits}
-        found = {r["record_id"]: r for r in reads.records_by_id(
-            conn, [*hits, *shown], namespaces, valid_only=True)}
-        missing = {i for i in [*hits, *shown] if i not in found}
-        if missing:
-            self.vectors.forget(missing)  # forgotten or marked invalid since they were loaded
-        # How close each is in meaning to the query, on a scale that holds across
-        # answers (a rank-fused score does not: the best of a poor lot scores as well).
-        cosine.update(self.vectors.similarities(
-            namespaces, [n for n in shown if n not in cosine], query_vector))
+        search = steps.Search(namespaces, query, limit, mode)
+        for step in steps.HYBRID:
+            step(self, search)
+            if search.answer is not None:
+                return search.answer
+        lexical = search.lexical
+        return Result(search.records, "ok" if search.records else "empty", 0.0,
+                      lexical.terms if lexical else [], lexical.window if lexical else None)
 
-        def scored(record_id: str, score: float, **extra: str) -> dict:
-            similarity = cosine.get(record_id)
-            return {**found[record_id], "score": -score, "relevance":
-                    None if similarity is None else round(max(0.0, similarity), 2), **extra}
+    # -- what the steps use -------------------------------------------------------------------
 
-        records = []
-        for i, score in fused:
-            if i not in found:
-                continue
-            before, after = around.get(i, (None, None))
-            records += [scored(n, pool[n], neighbour_of=i)
-                        for n in (before,) if shown.get(n) == i and n in found]
-            records.append(scored(i, score))
-            records += [scored(n, pool[n], neighbour_of=i)
-                        for n in (after,) if shown.get(n) == i and n in found]
-        if len(namespaces) > 1:
-            records = without_repeats(records)
-        terms = lexical.terms if lexical else []
-        return Result(records, "ok" if records else "empty", 0.0, terms,
-                      lexical.window if lexical else None)
+    def lexical(self, namespaces: tuple[str, ...], query: str, limit: int) -> Result:
+        """The lexical search, the words' candidates of a hybrid one."""
+        return self._search(namespaces, query, limit)
 
-    def _rare_matches(self, conn: Connection, namespaces: tuple[str, ...],
-                      rare: list[str], limit: int) -> dict[str, dict]:
-        """The best records holding a rare term of the query, by id (few, by definition)."""
-        if not rare:
-            return {}
-        ids = self._rank(conn, namespaces, fts_expression(rare), limit, None)
-        return {r["record_id"]: r for r in self._records(conn, ids)}
+    def embed(self, text: str) -> concurrent.futures.Future:
+        """The text's vector, made on the embedding thread."""
+        return self._embedding.submit(self.embedder.embed, [text])
 
-    def _lexical_instead(self, namespaces: tuple[str, ...], query: str, limit: int,
-                         wide: Result | None, why: str) -> Result:
+    def rank(self, namespaces: tuple[str, ...], expression: str,
+             limit: int) -> list[tuple[int, float]]:
+        """The ids of the best matches of an FTS expression, with their scores."""
+        return self._rank(self.connection(), namespaces, expression, limit, None)
+
+    def records_of(self, ranked: list[tuple]) -> list[dict]:
+        return self._records(self.connection(), ranked)
+
+    def lexical_instead(self, namespaces: tuple[str, ...], query: str, limit: int,
+                        wide: Result | None, why: str) -> Result:
         """Exactly the lexical search's answer: the wide one's first records when no window
         cut it (the same ranking, a longer list), else a search of its own."""
         if wide is not None and wide.window is None:
@@ -452,22 +337,23 @@ class Searcher:
         result.error = f"semantic side skipped ({why})"
         return result
 
-    def _vectors_ready(self, namespaces: tuple[str, ...]) -> bool:
-        """Whether every namespace's vectors are loaded; asks for the missing ones."""
+    def vectors_ready(self, namespaces: tuple[str, ...]) -> bool:
+        """Whether every namespace's vectors are loaded. The retrieval role's back-fill is
+        asked for the missing ones (``request_load``: no search waits for a load); in
+        process they are loaded here, on a connection of their own (a load is not a
+        search: the search's deadline does not stop it)."""
         missing = self.vectors.missing(namespaces)
         if not missing:
             return True
         if self.request_load is not None:
-            for namespace in set(missing) - self.vectors.requested:
-                self.vectors.requested.add(namespace)
-                self.request_load(namespace)
+            self.vectors.request(missing, self.request_load)
             return False
-        deadline, self.deadline = self.deadline, math.inf  # a load is not a search
+        conn = db.connect_reader(self.path)
         try:
             for namespace in missing:
-                self.vectors.install(namespace, self.vectors.load(self._connection(), namespace))
+                self.vectors.install(namespace, self.vectors.load(conn, namespace))
         finally:
-            self.deadline = deadline
+            conn.close()
         return True
 
     def add_vectors(self, batch: list[dict]) -> None:
@@ -480,7 +366,7 @@ class Searcher:
                     share: Sharing | None = None) -> list[dict]:
         """Records by id, in these namespaces, with their earlier ``versions`` (raises
         errors.StoreError)."""
-        conn = self._connection()
+        conn = self.connection()
         return reads.with_versions(conn, reads.records_by_id(conn, record_ids,
                                                              self.shared(namespaces, share)))
 
@@ -488,12 +374,12 @@ class Searcher:
                  after: int, share: Sharing | None = None) -> list[dict]:
         """The records around one, oldest first; empty if it is not in these namespaces
         (raises errors.StoreError)."""
-        conn = self._connection()
+        conn = self.connection()
         namespaces = self.shared(namespaces, share)
         found = reads.records_by_id(conn, [record_id], namespaces)
         return reads.records_around(conn, found[0], namespaces, before, after) if found else []
 
-    def _connection(self) -> Connection:
+    def connection(self) -> Connection:
         if self.conn is None:
             self.conn = db.open_searcher(self.path, lambda: time.monotonic() >= self.deadline)
         return self.conn

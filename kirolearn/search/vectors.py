@@ -75,6 +75,13 @@ class VectorIndex:
     def missing(self, namespaces: Sequence[str]) -> list[str]:
         return [n for n in namespaces if n not in self.spaces]
 
+    def request(self, namespaces: Sequence[str], load: Callable[[str], None]) -> None:
+        """Ask ``load`` for each namespace's space not asked for yet (vectors that come
+        meanwhile are kept for it)."""
+        for namespace in set(namespaces) - self.requested:
+            self.requested.add(namespace)
+            load(namespace)
+
     def clear(self) -> None:
         self.spaces.clear()
         self.early.clear()

@@ -1,0 +1,44 @@
+"""A search's answer: the records found, how the search ended, and the context block an
+agent is given from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kirolearn import privacy
+from kirolearn.search.context import context_block, fenced
+
+
+@dataclass
+class Result:
+    records: list[dict]  # each with its ``score`` (BM25, lower is better; None from LIKE)
+    outcome: str  # ok | empty | fallback | timeout | error
+    latency_ms: float
+    terms: list[str] = field(default_factory=list)
+    window: int | None = None
+    rare: list[str] = field(default_factory=list)  # the kept terms that are ``is_rare``
+    # The kept terms found in some record, rarest first: what names the prompt's subject.
+    distinctive: list[str] = field(default_factory=list)
+    error: str | None = None
+    block: str | None = None  # the context when it is not the search format (session start)
+
+    @property
+    def context(self) -> str:
+        """The context for the agent, scrubbed as it leaves (stored text was scrubbed
+        with the rules of its day) and fenced as recalled notes."""
+        return fenced(privacy.scrub_text(context_block(self.records) if self.block is None
+                                         else self.block))
+
+    @property
+    def record_ids(self) -> list[str]:
+        return [r["record_id"] for r in self.records]
+
+    def as_dict(self, with_records: bool = False) -> dict:
+        reply = {"context": self.context, "record_ids": self.record_ids,
+                 "outcome": self.outcome, "latency_ms": round(self.latency_ms, 3),
+                 "terms": self.terms, "window": self.window}
+        if with_records:
+            reply["records"] = privacy.scrub(self.records)
+        if self.error:
+            reply["error"] = self.error
+        return reply

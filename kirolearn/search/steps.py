@@ -1,0 +1,243 @@
+"""A hybrid search, as named steps over one ``Search`` (the state of one search).
+
+Each step reads what the steps before it left and adds its own: candidates from the
+words (``lexical``, and the records holding a rare word, ``rare``) and from the
+meaning (``embed_query``, ``vector``), their fusion by reciprocal rank (``fuse``), the
+floor of meaning an unrelated prompt falls under (``similar_enough``), what is known of
+each beyond its text (``weigh``), its neighbours in its session (``neighbours``), the
+places kept for rare matches (``rare_places``), then the records read (``fetch``) and
+put in order with their neighbours (``assemble``, ``diverse``). A step that finds the
+semantic side cannot be had (vectors still loading, an embedder too slow) answers with
+the lexical search instead and ends it (``answer``). A new source of candidates, or a
+new signal, is one step more in ``HYBRID``; the steps that touch neither the database
+nor the model are pure functions of the state, tested alone.
+
+The searcher (``env``) holds what the steps use: its connection, vector index,
+embedder, weights and deadline; the search's budget and format are its ``search``'s.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kirolearn.db import fts, reads
+from kirolearn.db.store import Connection
+from kirolearn.search import ranking, vectors
+from kirolearn.search.context import without_repeats
+from kirolearn.search.query import embedded_query, fts_expression
+from kirolearn.search.result import Result
+
+RARE_SHARE = 3  # rare matches take at most a third of a hybrid answer's places, one a term
+CANDIDATES = 4  # each side of a hybrid search brings limit × this many candidates
+RETURN_MARGIN_S = 0.005  # a late embedder is given up this long before the deadline
+FALLBACK_RESERVE_S = 0.06  # ... or this long, when a lexical search must still be run
+
+
+@dataclass
+class Search:
+    """One hybrid search under way."""
+
+    namespaces: tuple[str, ...]
+    query: str
+    limit: int
+    mode: str  # "hybrid", or "semantic": the vectors alone
+    lexical: Result | None = None  # the words' candidates, ``limit × CANDIDATES`` of them
+    query_vector: Any = None
+    rare: dict[str, dict] = field(default_factory=dict)  # records of a rare word, by id
+    near: list[tuple[str, float, float]] = field(default_factory=list)  # (id, cosine, created)
+    created: dict[str, float] = field(default_factory=dict)  # each candidate's time, in ms
+    fused: list[tuple[str, float]] = field(default_factory=list)  # (id, score), best first
+    cosine: dict[str, float] = field(default_factory=dict)  # closeness to the query
+    around: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    pool: dict[str, float] = field(default_factory=dict)  # every candidate's fused score
+    shown: dict[str, str] = field(default_factory=dict)  # a neighbour shown → its hit
+    found: dict[str, dict] = field(default_factory=dict)  # the records read, by id
+    records: list[dict] = field(default_factory=list)  # the answer, in order
+    answer: Result | None = None  # set by a step that ends the search (lexical instead)
+
+    @property
+    def wide(self) -> int:
+        return self.limit * CANDIDATES
+
+
+class Env(Protocol):
+    """What the steps use of the searcher."""
+
+    vectors: vectors.VectorIndex
+    deadline: float  # time.monotonic()
+    types: tuple[str, ...]
+    min_similarity: float
+    rrf_k: int
+    weights: ranking.Weights
+    neighbour_weight: float
+
+    def connection(self) -> Connection: ...
+
+    def vectors_ready(self, namespaces: tuple[str, ...]) -> bool: ...
+
+    def lexical(self, namespaces: tuple[str, ...], query: str, limit: int) -> Result: ...
+
+    def lexical_instead(self, namespaces: tuple[str, ...], query: str, limit: int,
+                        wide: Result | None, why: str) -> Result: ...
+
+    def embed(self, text: str) -> concurrent.futures.Future: ...
+
+    def rank(self, namespaces: tuple[str, ...], expression: str,
+             limit: int) -> list[tuple[int, float]]: ...
+
+    def records_of(self, ranked: list[tuple]) -> list[dict]: ...
+
+
+Step = Callable[[Env, Search], None]
+
+
+def lexical(env: Env, s: Search) -> None:
+    """The words' candidates (when every namespace's vectors are there to fuse with)."""
+    if not env.vectors_ready(s.namespaces):
+        s.answer = env.lexical_instead(s.namespaces, s.query, s.limit, None,
+                                       "vectors still loading")
+        return
+    s.lexical = env.lexical(s.namespaces, s.query, s.wide)
+
+
+def embed_query(env: Env, s: Search) -> None:
+    """The query's vector (a long prompt's start and its rarest words, ``embedded_query``),
+    made on a thread; the embedder is given up in time for the answer to be the
+    lexical one (failing, or too slow)."""
+    pending = env.embed(embedded_query(s.query, s.lexical.distinctive))
+    try:
+        reserve = RETURN_MARGIN_S if s.lexical.window is None else FALLBACK_RESERVE_S
+        wait_s = env.deadline - time.monotonic() - reserve
+        s.query_vector = pending.result(timeout=max(0.0, wait_s))[0]
+    except Exception as exc:  # too slow (TimeoutError) or broken: lexical it is
+        pending.cancel()
+        s.answer = env.lexical_instead(s.namespaces, s.query, s.limit, s.lexical,
+                                       f"{type(exc).__name__}: {exc}")
+        return
+    if s.mode == "semantic":
+        s.lexical = None
+
+
+def rare(env: Env, s: Search) -> None:
+    """The best records holding a rare word of the query (``is_rare``: a name, an
+    identifier), one a word, in at most a third of the places."""
+    terms = s.lexical.rare if s.lexical else []
+    if not terms:
+        return
+    ids = env.rank(s.namespaces, fts_expression(terms),
+                   min(len(terms), max(1, s.limit // RARE_SHARE)))
+    s.rare = {r["record_id"]: r for r in env.records_of(ids)}
+
+
+def vector(env: Env, s: Search) -> None:
+    """The records nearest in meaning, at or above the floor (of the types asked for)."""
+    near = env.vectors.top(s.namespaces, s.query_vector, s.wide, env.min_similarity)
+    if env.types:
+        wanted = fts.of_types(env.connection(), [i for i, _, _ in near], env.types)
+        near = [item for item in near if item[0] in wanted]
+    s.near = near
+
+
+def fuse(env: Env, s: Search) -> None:
+    """Both rankings fused by reciprocal rank, with a small boost for recency (the rare
+    matches ranked after the lexical ones)."""
+    s.created = {record_id: when for record_id, _, when in s.near}
+    lexical_ranking = [r["record_id"] for r in s.lexical.records] if s.lexical else []
+    lexical_ranking += [i for i in s.rare if i not in lexical_ranking]
+    for record in (s.lexical.records if s.lexical else []) + list(s.rare.values()):
+        s.created[record["record_id"]] = vectors.created_ms(record["created_at"])
+    s.fused = ranking.fuse([[i for i, _, _ in s.near], lexical_ranking], s.created,
+                           time.time() * 1000, env.rrf_k, env.weights)
+
+
+def similar_enough(env: Env, s: Search) -> None:
+    """A lexical match on common words only is no match: whatever has a vector must be
+    close enough in meaning (a rare match stays), so an unrelated prompt brings nothing."""
+    s.cosine = env.vectors.similarities(s.namespaces, [i for i, _ in s.fused], s.query_vector)
+    floor = env.min_similarity
+    s.fused = [(i, score) for i, score in s.fused
+               if i in s.rare or s.cosine.get(i, floor) >= floor]
+
+
+def weigh(env: Env, s: Search) -> None:
+    """What is known of each beyond its text: its type, its usefulness, a later change
+    to a file it names (``ranking.weigh``)."""
+    if env.weights.neutral:
+        return
+    signals = fts.signals(env.connection(), [i for i, _ in s.fused])
+    s.fused = ranking.weigh(s.fused, {i: ranking.Signals(*v) for i, v in signals.items()},
+                            env.weights, s.created)
+
+
+def neighbours(env: Env, s: Search) -> None:
+    """A turn next to others that match is likelier to matter itself: each candidate
+    gains a share of its session neighbours' scores."""
+    s.pool = dict(s.fused)
+    if not env.neighbour_weight:
+        return
+    s.around = fts.neighbours(env.connection(), [i for i, _ in s.fused])
+    if s.around:
+        s.fused = sorted(((i, score + env.neighbour_weight * sum(
+            s.pool.get(n, 0.0) for n in s.around.get(i, ()) if n)) for i, score in s.fused),
+            key=lambda item: -item[1])  # stable: ties keep the fused order
+
+
+def rare_places(env: Env, s: Search) -> None:
+    """The first ``limit``; a rare match below them takes the place of the lowest-ranked
+    of the others."""
+    left_out = [item for item in s.fused[s.limit:] if item[0] in s.rare]
+    s.fused = s.fused[:s.limit]
+    if left_out:
+        others = [i for i, _ in s.fused if i not in s.rare]
+        dropped = set(others[max(0, len(others) - len(left_out)):])
+        s.fused = ([item for item in s.fused if item[0] not in dropped] + left_out)[:s.limit]
+
+
+def fetch(env: Env, s: Search) -> None:
+    """The hits and the neighbours shown with them, read whole (still valid, still
+    there: the vectors of those gone are forgotten), and how close each is in meaning
+    to the query (a scale that holds across answers, where a rank-fused score does not)."""
+    hits = {i for i, _ in s.fused}
+    s.shown = {n: i for i, _ in s.fused for n in s.around.get(i, ())
+               if n in s.pool and n not in hits}
+    s.found = {r["record_id"]: r for r in reads.records_by_id(
+        env.connection(), [*hits, *s.shown], s.namespaces, valid_only=True)}
+    missing = {i for i in [*hits, *s.shown] if i not in s.found}
+    if missing:
+        env.vectors.forget(missing)  # forgotten or marked invalid since they were loaded
+    s.cosine.update(env.vectors.similarities(
+        s.namespaces, [n for n in s.shown if n not in s.cosine], s.query_vector))
+
+
+def assemble(env: Env, s: Search) -> None:
+    """The records in order, each hit between the neighbours shown with it, each with
+    its score (lower is better, as BM25) and ``relevance`` (its cosine, 0 to 1)."""
+    def scored(record_id: str, score: float, **extra: str) -> dict:
+        similarity = s.cosine.get(record_id)
+        return {**s.found[record_id], "score": -score, "relevance":
+                None if similarity is None else round(max(0.0, similarity), 2), **extra}
+
+    for i, score in s.fused:
+        if i not in s.found:
+            continue
+        before, after = s.around.get(i, (None, None))
+        s.records += [scored(n, s.pool[n], neighbour_of=i)
+                      for n in (before,) if s.shown.get(n) == i and n in s.found]
+        s.records.append(scored(i, score))
+        s.records += [scored(n, s.pool[n], neighbour_of=i)
+                      for n in (after,) if s.shown.get(n) == i and n in s.found]
+
+
+def diverse(env: Env, s: Search) -> None:
+    """Several namespaces searched as one: a record whose title and summary repeat a
+    better-ranked one's is left out."""
+    if len(s.namespaces) > 1:
+        s.records = without_repeats(s.records)
+
+
+HYBRID: tuple[Step, ...] = (lexical, embed_query, rare, vector, fuse, similar_enough, weigh,
+                            neighbours, rare_places, fetch, assemble, diverse)

@@ -1,0 +1,72 @@
+"""The steps of a hybrid search that are functions of its state alone, each tested by
+itself (the others are tested through the searcher, in test_hybrid)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kirolearn.search import ranking, steps
+
+NAMESPACE = "/actor/tester/project/" + "a" * 64 + "/"
+ENV = SimpleNamespace(rrf_k=ranking.RRF_K, weights=ranking.RELEVANCE_AND_RECENCY)
+
+
+def search(limit: int = 3, **state) -> steps.Search:
+    found = steps.Search((NAMESPACE,), "why", limit, "hybrid")
+    for name, value in state.items():
+        setattr(found, name, value)
+    return found
+
+
+@given(st.lists(st.tuples(st.text("abcdefgh", min_size=1, max_size=3), st.booleans()),
+                unique_by=lambda item: item[0], max_size=12), st.integers(1, 6))
+def test_rare_matches_keep_their_places_and_the_rest_keep_their_order(ranked, limit):
+    fused = [(record_id, float(-n)) for n, (record_id, _) in enumerate(ranked)]
+    rare = {record_id: {} for record_id, is_rare in ranked if is_rare}
+    state = search(limit, fused=list(fused), rare=rare)
+    steps.rare_places(ENV, state)
+    kept = [record_id for record_id, _ in state.fused]
+    assert len(kept) == min(limit, len(fused)) and set(kept) <= {i for i, _ in fused}
+    if len(rare) <= limit:
+        assert set(rare) <= set(kept)  # a rare match is never pushed out by others
+    others = [i for i in kept if i not in rare]
+    assert others == [i for i, _ in fused if i in others]  # in their fused order
+
+
+def test_a_hit_is_shown_between_its_neighbours_with_its_relevance():
+    record = {"record_id": "b", "namespace": NAMESPACE, "title": "hit", "summary": "s"}
+    before = {**record, "record_id": "a", "title": "before"}
+    state = search(fused=[("b", 0.9)], pool={"a": 0.5, "b": 0.9},
+                   around={"b": ("a", None)}, shown={"a": "b"},
+                   found={"a": before, "b": record}, cosine={"b": 0.734, "a": -0.2})
+    steps.assemble(ENV, state)
+    assert [(r["record_id"], r.get("neighbour_of")) for r in state.records] == [
+        ("a", "b"), ("b", None)]
+    assert [r["relevance"] for r in state.records] == [0.0, 0.73]
+    assert [r["score"] for r in state.records] == [-0.5, -0.9]
+
+
+def test_a_record_repeating_a_better_ones_words_is_left_out_across_namespaces():
+    one = {"record_id": "x", "namespace": NAMESPACE, "title": "Same", "summary": "words"}
+    two = {**one, "record_id": "y", "namespace": NAMESPACE.replace("a" * 64, "b" * 64)}
+    state = search(records=[one, two])
+    steps.diverse(ENV, state)
+    assert state.records == [one, two]  # one namespace: both kept
+    state = search(records=[one, two])
+    state.namespaces = (one["namespace"], two["namespace"])
+    steps.diverse(ENV, state)
+    assert state.records == [one]
+
+
+def test_the_fusion_ranks_what_both_sides_found_first():
+    lexical = SimpleNamespace(records=[
+        {"record_id": "both", "created_at": "2026-11-01T00:00:00+00:00"},
+        {"record_id": "words", "created_at": "2026-11-01T00:00:00+00:00"}])
+    state = search(lexical=lexical, near=[("meaning", 0.9, 0.0), ("both", 0.8, 0.0)])
+    steps.fuse(ENV, state)
+    assert state.fused[0][0] == "both" and {i for i, _ in state.fused} == {
+        "both", "words", "meaning"}
+
