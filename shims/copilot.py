@@ -26,7 +26,7 @@ from kirolearn.shims import common
 
 SURFACE = "copilot"
 ROLES = {"sessionStart": "start", "userPromptSubmitted": "prompt", "postToolUse": "tool",
-         "postToolUseFailure": "tool", "sessionEnd": "end"}
+         "postToolUseFailure": "tool", "agentStop": "ignored", "sessionEnd": "end"}
 CONTEXT_LIMIT = 9500  # characters, as for the agents that document a limit
 EXIT_CODE = re.compile(r"exit(?:ed with)? code:? (-?\d+)", re.IGNORECASE)
 

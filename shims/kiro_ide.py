@@ -8,7 +8,7 @@ versions fill only one of them); the project is the process's working directory.
 - ``postToolUse`` → ``tool_use``: the camelCase ``toolName/toolArgs/toolResult/
   toolSuccess`` become ``{tool_name, tool_input, tool_response: {success, result}}``;
   a payload that is not JSON is kept as the result of tool ``unknown``.
-- ``agentStop`` → ``session_summary``, skipped when the payload is empty.
+- ``agentStop`` → ``session_summary``; an empty payload is ignored.
 
 The IDE has no session-start hook: the session is the project's (shared with the
 CLI shim) and a new one starts after an hour without hooks.
@@ -22,6 +22,7 @@ import sys
 from kirolearn.shims import common
 
 SURFACE = "kiro-ide"
+ROLES = {"promptSubmit": "prompt", "postToolUse": "tool", "agentStop": "turn_end"}
 
 
 def payload_text() -> str:
@@ -47,31 +48,21 @@ def tool_use(text: str) -> dict:
     return common.tool_body(payload.get("toolName"), payload.get("toolArgs", {}), response)
 
 
-def handle(hook: str, text: str, cwd: str | None = None) -> str:
-    shim = common.Shim(SURFACE, cwd)
-    session = common.Session(shim, shim.project.project_id)
-    session_id = session.current()
-    if hook == "promptSubmit":
-        event = shim.event("prompt", common.text_body(text), session_id)
-        session.save(prompt_event_id=event["event_id"])
-        return shim.post(event, retrieve=True)
-    if hook == "postToolUse":
-        session.save()
-        shim.post(shim.event("tool_use", tool_use(text), session_id, session.prompt_event_id))
-        return ""
-    if hook == "agentStop":
-        session.save()
-        if text.strip():
-            shim.post(shim.event("session_summary", common.text_body(text), session_id,
-                                 session.prompt_event_id))
-        return ""
-    common.debug(f"unknown hook {hook!r}; expected promptSubmit, postToolUse or agentStop")
-    return ""
+def read(name: str, text: str, cwd: str | None = None) -> common.Hook:
+    role = ROLES.get(name, "ignored")
+    if role == "turn_end" and not text.strip():
+        role = "ignored"
+    tools = (tool_use(text),) if role == "tool" else ()
+    return common.Hook(role, name, None, cwd, text, tools)
+
+
+def handle(name: str, text: str, cwd: str | None = None) -> str:
+    return common.answer(SURFACE, read(name, text, cwd))
 
 
 def _main() -> None:
-    hook = sys.argv[1] if len(sys.argv) > 1 else ""
-    common.emit(handle(hook, payload_text()))
+    name = sys.argv[1] if len(sys.argv) > 1 else ""
+    common.emit(handle(name, payload_text()))
 
 
 def main() -> int:

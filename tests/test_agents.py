@@ -1,23 +1,37 @@
-"""Codex, Gemini CLI, Copilot CLI, Cursor and OpenCode: install, doctor, their hooks fed
+"""Every agent of the registry (``install.agents.AGENTS``): install, doctor and uninstall
+leaving the files as they were; its shim, its command and the hooks install gives it,
+one entry apart; and Codex, Gemini CLI, Copilot CLI, Cursor and OpenCode's hooks fed
 the payloads each documents (../shared/reference and the agents' hook references),
-events stored, context printed in each agent's format, and uninstall leaving the
-files as they were. The real CLIs run in test_*_e2e.py (Cursor has none to run).
+events stored, context printed in each agent's format. The real CLIs run in
+test_*_e2e.py (Cursor has none to run).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import tomllib
+from pathlib import Path
 
 import pytest
 from helpers import BIN, Workspace, kl, settled_context, wait_events, wait_records
 
 from kirolearn import tooluse
-from kirolearn.shims.install import APPROVED_TOOLS
+from kirolearn.install import APPROVED_TOOLS, agents, parts
+from kirolearn.install.agents import AGENTS
 
+ROOT = Path(__file__).parent.parent
 # What a user already has where each agent keeps its configuration.
 THEIRS = {
+    "kiro-cli": (".kiro/agents/kirolearn.json", json.dumps({
+        "name": "kirolearn", "description": "mine", "tools": ["*"],
+        "hooks": {"stop": [{"command": "notify.sh"}]}}, indent=2)),
+    "kiro-ide": (".kiro/settings/mcp.json", json.dumps({"mcpServers": {
+        "db": {"command": "db-mcp"}}})),
+    "claude-code": (".claude/settings.json", json.dumps({
+        "permissions": {"allow": ["Bash(ls:*)"]},
+        "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "notify.sh"}]}]}})),
     "codex": (".codex/config.toml", '# mine\nmodel = "o4"\nmcp_optional_startup_grace_ms = 0\n'
                                     '\n[mcp_servers.docs]\ncommand = "docs-mcp"\n'),
     "gemini": (".gemini/settings.json", json.dumps({"theme": "dark", "hooks": {
@@ -32,6 +46,10 @@ THEIRS = {
                                                              "kirolearn_forget": "allow"}})),
 }
 WRITTEN = {  # the files install writes in the project (besides the user's above)
+    "kiro-cli": {".kiro/agents/kirolearn.json"},
+    "kiro-ide": {".kiro/hooks/kirolearn-prompt.kiro.hook", ".kiro/hooks/kirolearn-tool.kiro.hook",
+                 ".kiro/hooks/kirolearn-stop.kiro.hook", ".kiro/settings/mcp.json"},
+    "claude-code": {".claude/settings.json", ".mcp.json"},
     "codex": {".codex/hooks.json", ".codex/config.toml"},
     "gemini": {".gemini/settings.json"},
     "copilot": {".github/hooks/kirolearn.json"},
@@ -49,7 +67,33 @@ def tree(root) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
-@pytest.mark.parametrize("agent", sorted(THEIRS))
+def test_every_agent_of_the_registry_is_tested_here():
+    assert set(THEIRS) == set(WRITTEN) == set(AGENTS)
+
+
+@pytest.mark.parametrize("agent", sorted(AGENTS))
+def test_an_agent_is_one_entry_its_shim_and_its_command(agent, tmp_path):
+    """The entry names the shim that reads the agent's hooks; its command runs that
+    shim's ``main``; and every hook install gives the agent is one its shim reads."""
+    entry = AGENTS[agent]
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts[entry.command] == f"kirolearn.shims.{entry.shim}:main"
+    shim = importlib.import_module(f"kirolearn.shims.{entry.shim}")
+    assert callable(shim.main) and agent == shim.SURFACE
+    hooks = set()
+    for file in entry.files(tmp_path, tmp_path):
+        for part in file.parts:
+            if isinstance(part, parts.GroupedHooks | parts.FlatHooks):
+                hooks |= set(part.events)
+    if agent == "kiro-ide":  # a file per hook, named in its entry
+        hooks = {trigger for trigger, _ in agents.KIRO_IDE_HOOKS.values()}
+    if agent == "opencode":  # its plugin hands the shim roles, not hook names
+        assert set(shim.ROLES) == {"start", "prompt", "tool", "turn_end", "end"}
+        return
+    assert hooks and hooks <= set(shim.ROLES), hooks - set(shim.ROLES)
+
+
+@pytest.mark.parametrize("agent", sorted(AGENTS))
 def test_install_doctor_uninstall(ws, agent):
     env = ws.env(PATH=os.pathsep.join((str(BIN), "/usr/bin:/bin")))
     name, text = THEIRS[agent]
@@ -63,7 +107,7 @@ def test_install_doctor_uninstall(ws, agent):
     for written in WRITTEN[agent]:
         content = (ws.project / written).read_text()
         assert "kirolearn" in content, written
-    if agent != "copilot":  # Copilot's own file is left alone: ours is a file of its own
+    if agent not in ("copilot", "kiro-ide"):  # theirs left alone: ours are files of our own
         assert ".kirolearn.bak" in first.stdout
     merged = (ws.project / name).read_text()
     if agent == "codex":  # a setting of the user's that we would supply is theirs to keep

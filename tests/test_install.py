@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import kl
 
-from kirolearn.shims import install
+from kirolearn import install
 
 USER_SETTINGS = {"model": "opus", "permissions": {"allow": ["Bash(npm test)"]},
                  "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "notify done"}]}],

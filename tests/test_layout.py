@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from kirolearn.install.agents import AGENTS
 from kirolearn.roles import base
 from kirolearn.roles.extraction import ExtractionWorker
 from kirolearn.roles.ingest import Ingest
@@ -21,8 +22,7 @@ from kirolearn.supervisor.arbiter import Arbiter
 
 ROOT = Path(__file__).parent.parent
 PROTOCOL = (ROOT / "docs" / "protocol.md").read_text()
-SHIMS = tuple(f"kirolearn.shims.{agent}" for agent in (
-    "kiro_cli", "kiro_ide", "claude_code", "codex", "gemini", "copilot", "cursor", "opencode"))
+SHIMS = tuple(f"kirolearn.shims.{agent.shim}" for agent in AGENTS.values())
 # What a hook may import: the standard library, pyzmq, msgpack and kirolearn's light modules.
 SHIM_MAY_IMPORT = {"kirolearn", "kirolearn.shims", "kirolearn.shims.common",
                    "kirolearn.contract", "kirolearn.paths", "kirolearn.project",
@@ -110,7 +110,8 @@ LAYERS = (
     ("kirolearn.db",),
     ("kirolearn.search", "kirolearn.extract"),
     ("kirolearn.control",),
-    ("kirolearn.viewer", "kirolearn.mcp_server", "kirolearn.importer", "kirolearn.shims"),
+    ("kirolearn.viewer", "kirolearn.mcp_server", "kirolearn.importer", "kirolearn.shims",
+     "kirolearn.install"),
     ("kirolearn.roles",),
     ("kirolearn.supervisor",),
     ("kirolearn.cli",),
@@ -151,7 +152,7 @@ def import_graph() -> dict[str, set[str]]:
 def place(module: str) -> tuple[int, str]:
     """A module's layer and the folder or module of LAYERS it belongs to."""
     found = [(number, unit) for number, layer in enumerate(LAYERS) for unit in layer
-             if module == unit or module.startswith(unit + ".")]
+             if module == unit or (unit != "kirolearn" and module.startswith(unit + "."))]
     assert found, f"{module} is in no layer of LAYERS: place it there"
     return max(found, key=lambda pair: len(pair[1]))
 

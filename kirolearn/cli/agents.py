@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from kirolearn import config, control, project
-from kirolearn.shims import install
+from kirolearn import config, control, install, project
 
 
 def _install_target(project_dir: str | None, global_: bool) -> Path | None:

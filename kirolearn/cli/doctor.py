@@ -7,9 +7,8 @@ from pathlib import Path
 
 import click
 
-from kirolearn import config, control, db, keys, paths, project, spool
+from kirolearn import config, control, db, install, keys, paths, project, spool
 from kirolearn.db import errors, schema
-from kirolearn.shims import install
 from kirolearn.supervisor.states import RUNNING
 
 
@@ -93,7 +92,7 @@ def doctor(project_dir: str | None) -> None:
     installed = 0
     for agent in install.AGENTS:
         for scope, target in scopes:
-            if agent in install.PROJECT_ONLY and target is None:
+            if install.agents.AGENTS[agent].project_only and target is None:
                 continue
             state, detail = install.check(agent, target, Path.home())
             installed += state != "missing"

@@ -2,7 +2,7 @@
 
 One entry per agent: given the project (None: the user's own configuration, for
 every project) and the user's home, the files install writes, each with the parts
-(``shims/parts.py``) that go into it. Files are written in this order and
+(``install/parts.py``) that go into it. Files are written in this order and
 taken out in the reverse one, so a part may read a file listed before it (Codex's
 hook trust reads the hooks it trusts).
 
@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kirolearn.shims import codex_trust
-from kirolearn.shims.parts import (
+from kirolearn.install import codex_trust
+from kirolearn.install.parts import (
     MCP_NAME,
     AllowRule,
     Commands,
@@ -333,15 +333,73 @@ def opencode(project: Path | None, home: Path) -> list[ConfigFile]:
             ConfigFile(where / "opencode.json", (server, *asks), template=OPENCODE_TEMPLATE)]
 
 
-AGENTS: dict[str, Callable[[Path | None, Path], list[ConfigFile]]] = {
-    "kiro-cli": kiro_cli, "kiro-ide": kiro_ide, "claude-code": claude_code, "codex": codex,
-    "gemini": gemini, "copilot": copilot, "cursor": cursor, "opencode": opencode,
-}
-PROJECT_ONLY = ("kiro-ide",)  # agents whose hooks live in a project only
+# -- what is left for the user to do ------------------------------------------------------------
+
+def kiro_default_note(project: Path | None, home: Path) -> str | None:
+    """What to run when plain ``kiro-cli chat`` does not use our agent (None: it does)."""
+    path = kiro_settings(home)
+    try:
+        settings = json.loads(path.read_text("utf-8")) if path.exists() else {}
+    except (OSError, ValueError) as exc:
+        return f"{path} cannot be read ({exc}); fix or remove it"
+    default = settings.get(KIRO_DEFAULT_AGENT) if isinstance(settings, dict) else None
+    if default == MCP_NAME:
+        return None
+    uses = f"agent {default!r}" if default else "its built-in default agent"
+    return (f"plain `kiro-cli chat` uses {uses}, which has no kirolearn hooks; run"
+            f" `kiro-cli chat --agent {MCP_NAME}`, or make it the default: kirolearn"
+            " install --agent kiro-cli --default-agent")
+
+
+def gemini_note(project: Path | None, home: Path) -> str | None:
+    if project is None or gemini_trusts(project, home):
+        return None
+    return (f"Gemini CLI ignores {project / '.gemini' / 'settings.json'} until you trust"
+            " the folder: start gemini there and choose to trust it (or run /permissions)")
+
+
+def copilot_note(project: Path | None, home: Path) -> str | None:
+    if project is None or copilot_trusts(project, home):
+        return None
+    return (f"Copilot CLI runs {project / '.github' / 'hooks'} only in a folder you trust:"
+            " start copilot there and choose to trust it for future sessions")
+
+
+# -- the registry ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Agent:
+    """One agent kirolearn serves, in one entry: its name (``kirolearn install --agent``,
+    and its hook command ``kirolearn-<name>``), its shim (``kirolearn.shims.<shim>``:
+    the reader of its hooks' payloads, whose ``ROLES`` name the hooks), the files
+    install writes for it, what the user may still have to do once it is installed
+    (``doctor`` says it), and whether its hooks live in a project only."""
+
+    name: str
+    shim: str
+    files: Callable[[Path | None, Path], list[ConfigFile]]
+    note: Callable[[Path | None, Path], str | None] | None = None
+    project_only: bool = False
+
+    @property
+    def command(self) -> str:
+        return f"kirolearn-{self.name}"
+
+
+AGENTS: dict[str, Agent] = {agent.name: agent for agent in (
+    Agent("kiro-cli", "kiro_cli", kiro_cli, kiro_default_note),
+    Agent("kiro-ide", "kiro_ide", kiro_ide, project_only=True),
+    Agent("claude-code", "claude_code", claude_code),
+    Agent("codex", "codex", codex),
+    Agent("gemini", "gemini", gemini, gemini_note),
+    Agent("copilot", "copilot", copilot, copilot_note),
+    Agent("cursor", "cursor", cursor),
+    Agent("opencode", "opencode", opencode),
+)}
 
 
 def config_files(agent: str, project: Path | None, home: Path) -> list[ConfigFile]:
     """The files install writes for agent, in project or (None) in the user's home."""
     if agent not in AGENTS:
         raise InstallError(f"unknown agent {agent!r}; choose one of {', '.join(AGENTS)}")
-    return AGENTS[agent](project, home)
+    return AGENTS[agent].files(project, home)

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kirolearn.shims.parts import Commands, is_ours
+from kirolearn.install.parts import Commands, is_ours
 
 TRUSTED = "hook trust"  # the name found() gives, for doctor
 APP_SERVER_TIMEOUT_S = 30

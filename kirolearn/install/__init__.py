@@ -1,7 +1,7 @@
 """Agent configuration: write it, merge it, remove it, check it.
 
 ``kirolearn install --agent A`` puts our hooks and our MCP server where agent A reads
-them (``shims/agents.py`` says where, ``shims/parts.py`` what), keeping everything
+them (``install/agents.py`` says where, ``install/parts.py`` what), keeping everything
 else in each file as it was; running it twice changes nothing, and a file of the
 user's that changes is first copied to ``<file>.kirolearn.bak``. ``uninstall``
 removes only our entries (and files that held nothing else). A file that cannot be
@@ -28,22 +28,19 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kirolearn.shims import agents
-from kirolearn.shims.agents import (
+from kirolearn.install import agents
+from kirolearn.install.agents import (
     APPROVED_TOOLS,
     CLAUDE_TOOLS,
     DEFAULT_AGENT,
     KIRO_CLI_TOOLS,
-    KIRO_DEFAULT_AGENT,
-    PROJECT_ONLY,
     ConfigFile,
     InstallError,
     config_files,
     kiro_settings,
 )
-from kirolearn.shims.parts import MCP_NAME
 
-__all__ = ["AGENTS", "APPROVED_TOOLS", "CLAUDE_TOOLS", "KIRO_CLI_TOOLS", "PROJECT_ONLY",
+__all__ = ["AGENTS", "APPROVED_TOOLS", "CLAUDE_TOOLS", "KIRO_CLI_TOOLS",
            "Change", "Commands", "InstallError", "agent_note", "check", "install",
            "installed", "uninstall"]
 AGENTS = tuple(agents.AGENTS)
@@ -229,7 +226,7 @@ def uninstall(agent: str, project: Path | None, home: Path) -> list[Change]:
     back; a file or folder that held only ours goes. Files go in the reverse order of
     install's."""
     files = _files(agent, project, home,
-                   agent == "kiro-cli" and default_agent_note(home) is None)
+                   agent == "kiro-cli" and agents.kiro_default_note(None, home) is None)
     before = [read(file) for file in files]
     changes = []
     for file, config in reversed(list(zip(files, before, strict=True))):
@@ -303,28 +300,6 @@ def check(agent: str, project: Path | None, home: Path) -> tuple[str, str]:
 def agent_note(agent: str, project: Path | None, home: Path) -> str | None:
     """What the user still has to do before the installed agent runs our hooks (None:
     nothing): make our agent Kiro CLI's default, trust the project in Gemini CLI or
-    Copilot CLI."""
-    if agent == "kiro-cli":
-        return default_agent_note(home)
-    if agent == "gemini" and project is not None and not agents.gemini_trusts(project, home):
-        return (f"Gemini CLI ignores {project / '.gemini' / 'settings.json'} until you trust"
-                " the folder: start gemini there and choose to trust it (or run /permissions)")
-    if agent == "copilot" and project is not None and not agents.copilot_trusts(project, home):
-        return (f"Copilot CLI runs {project / '.github' / 'hooks'} only in a folder you trust:"
-                " start copilot there and choose to trust it for future sessions")
-    return None
-
-
-def default_agent_note(home: Path) -> str | None:
-    """What to run when plain ``kiro-cli chat`` does not use our agent (None: it does)."""
-    try:
-        settings = read(ConfigFile(kiro_settings(home), ())) or {}
-    except InstallError as exc:
-        return str(exc)
-    default = settings.get(KIRO_DEFAULT_AGENT) if isinstance(settings, dict) else None
-    if default == MCP_NAME:
-        return None
-    uses = f"agent {default!r}" if default else "its built-in default agent"
-    return (f"plain `kiro-cli chat` uses {uses}, which has no kirolearn hooks; run"
-            f" `kiro-cli chat --agent {MCP_NAME}`, or make it the default: kirolearn"
-            " install --agent kiro-cli --default-agent")
+    Copilot CLI (each agent's ``note``)."""
+    note = agents.AGENTS[agent].note
+    return note(project, home) if note is not None else None
