@@ -350,3 +350,19 @@ def test_a_window_ranked_by_intersected_bitmaps_ranks_as_the_planner_would(postg
         assert reader.execute("SHOW enable_indexscan").fetchone()[0] == "on"  # for it alone
     finally:
         reader.close()
+
+
+SQL_PIECES = st.one_of(
+    st.sampled_from(["SELECT ", "x", " = ", ", ", "(", ")", " -- a $1 note\n", "/* $2 */",
+                     '"a$1"', "[b$3]", "'it''s $4'", " + "]),
+    st.integers(1, 99).map(lambda n: f"${n}"))
+
+
+@given(st.lists(SQL_PIECES, max_size=20))
+def test_sqlite_binds_each_parameter_by_its_number_and_leaves_the_rest(pieces):
+    """``$N`` becomes SQLite's positional ``?N``; quotes and comments keep their text."""
+    from kirolearn.db import sqlite
+
+    sql = "".join(pieces)
+    expected = "".join(f"?{p[1:]}" if p.startswith("$") else p for p in pieces)
+    assert sqlite.numbered(sql) == expected

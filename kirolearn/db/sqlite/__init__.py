@@ -2,13 +2,15 @@
 
 One writer (the storage role: WAL, full sync, ``BEGIN IMMEDIATE``), any number of
 read-only readers beside it. ``schema`` holds its migrations, ``fts`` its full-text
-search (FTS5), ``backup`` the online copy of the file. The connection binds a
-statement's ``$N`` parameters by name and raises ``db.errors`` for what SQLite says.
+search (FTS5), ``backup`` the online copy of the file. The connection runs the common
+statements (``$N`` parameters, ``numbered``) and raises ``db.errors`` for what SQLite
+says.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sqlite3
 import sys
@@ -53,26 +55,67 @@ def _errors() -> Iterator[None]:
         raise error(exc) from exc
 
 
-def _named(params: Sequence[Any]) -> dict[str, Any]:
-    """``$1``, ``$2``, … are names to SQLite: the arguments by them."""
-    return {str(number): value for number, value in enumerate(params, 1)}
+@functools.lru_cache(maxsize=1024)
+def numbered(sql: str) -> str:
+    """The statement with its ``$N`` parameters written as SQLite's own ``?N``: both
+    are SQLite, but ``$N`` is a name, bound from a dict (a microsecond more per
+    argument), where ``?N`` is bound by position. Text in quotes (a literal, a quoted
+    name) and comments is left as it is; a parameter of another form (``?``,
+    ``:name``), which PostgreSQL would refuse, is refused here too."""
+    out, at, size = [], 0, len(sql)
+    while at < size:
+        char = sql[at]
+        if char in "'\"`[":
+            close = "]" if char == "[" else char
+            end = sql.find(close, at + 1)
+            while end != -1 and close != "]" and sql.startswith(close * 2, end):
+                end = sql.find(close, end + 2)  # a doubled quote is one quote
+            end = size if end == -1 else end + 1
+        elif sql.startswith("--", at):
+            end = sql.find("\n", at)
+            end = size if end == -1 else end
+        elif sql.startswith("/*", at):
+            end = sql.find("*/", at + 2)
+            end = size if end == -1 else end + 2
+        elif char == "$" and at + 1 < size and sql[at + 1].isdigit():
+            end = at + 1
+            while end < size and sql[end].isdigit():
+                end += 1
+            out.append("?" + sql[at + 1:end])
+            at = end
+            continue
+        elif char == "?" or (char in ":@$" and sql[at + 1:at + 2].isalpha()):
+            raise errors.StoreError(f"a statement's parameters are $1, $2, … (both dialects"
+                                    f" run them), not {sql[at:at + 8]!r}: {sql[:200]}")
+        else:
+            end = at + 1
+        out.append(sql[at:end])
+        at = end
+    return "".join(out)
 
 
 class Rows:
     """A statement's cursor; SQLite reads rows as they are fetched, so a damaged page
-    can fail a fetch too: raised as the store's error like any other."""
+    can fail a fetch too: raised as the store's error like any other. (Plain try
+    blocks: this is every statement's path.)"""
+
+    __slots__ = ("cursor", "rowcount")
 
     def __init__(self, cursor: sqlite3.Cursor):
         self.cursor = cursor
         self.rowcount = cursor.rowcount
 
     def fetchone(self) -> tuple | None:
-        with _errors():
+        try:
             return self.cursor.fetchone()
+        except sqlite3.Error as exc:
+            raise error(exc) from exc
 
     def fetchall(self) -> list[tuple]:
-        with _errors():
+        try:
             return self.cursor.fetchall()
+        except sqlite3.Error as exc:
+            raise error(exc) from exc
 
     def __iter__(self) -> Iterator[tuple]:
         with _errors():
@@ -89,12 +132,14 @@ class Connection:
         self.dialect = sys.modules[__name__]
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Rows:
-        with _errors():
-            return Rows(self.raw.execute(sql, _named(params)))
+        try:
+            return Rows(self.raw.execute(numbered(sql), params))
+        except sqlite3.Error as exc:
+            raise error(exc) from exc
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         with _errors():
-            self.raw.executemany(sql, (_named(row) for row in rows))
+            self.raw.executemany(numbered(sql), rows)
 
     def executescript(self, script: str) -> None:
         """A migration's statements, one at a time (triggers hold semicolons)."""
