@@ -115,8 +115,8 @@ def rank(conn: Connection, namespaces: Sequence[str], expression: str, limit: in
     where = f" AND mr.namespace IN {p.list(namespaces)}"
     if types:
         where += f" AND mr.observation_type IN {p.list(types)}"
-    newest = conn.execute("SELECT max(id) FROM memory_records").fetchone()[0] or 0
-    wide = since_id > 0 and newest - since_id > SCANNED_IDS_MAX
+    wide = since_id > 0 and conn.execute("SELECT max(id) FROM memory_records"
+                                         ).fetchone()[0] - since_id > SCANNED_IDS_MAX
     with bitmap_scans_only(conn) if wide else contextlib.nullcontext():
         return conn.execute(
             f"SELECT mr.id, -ts_rank(mr.search, {query}) AS score FROM memory_records"
