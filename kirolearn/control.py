@@ -396,7 +396,7 @@ def pending(base: Path | None = None) -> dict | None:
     batches (newest 20, with why); None when the database cannot be read (status must
     still report the processes)."""
     from kirolearn import config, db
-    from kirolearn.db import errors, reads
+    from kirolearn.db import batches, errors, reads
 
     try:
         path = db.location(base)
@@ -407,7 +407,7 @@ def pending(base: Path | None = None) -> dict | None:
     try:
         with db.reading(path) as conn:
             stats = reads.stats(conn)
-            failed = reads.failed_batches(conn)
+            failed = batches.failed_batches(conn)
     except errors.StoreError:
         return None
     return {"events": stats["totals"]["pending_events"],

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kirolearn import config, contract, db, paths, transport
-from kirolearn.db import reads, writes
+from kirolearn.db import batches, writes
 from kirolearn.roles import handout
 from kirolearn.roles import leases as leases_role
 from kirolearn.roles import storage as storage_role
@@ -76,7 +76,7 @@ def test_a_take_is_committed_a_slice_at_a_time_and_no_take_goes_out_meanwhile(ho
             event = prepare(make_event("prompt", f"Rename module {turn}"))[0]
             with role.conn.transaction():
                 writes.insert_event(role.conn, event, 0)
-                batch_ids += writes.form_batches(role.conn, NAMESPACE, "turn_end", 1 << 20)
+                batch_ids += batches.form_batches(role.conn, NAMESPACE, "turn_end", 1 << 20)
             role.handout.unsaved.append((batch_ids[-1], [{
                 "record_id": contract.new_record_id(), "namespace": NAMESPACE,
                 "title": f"Renamed module {turn}", "summary": "Renamed it.", "facts": [],
@@ -179,12 +179,12 @@ def leased(tmp_path, events: int = 1, lease_ms: int = 60_000):
     with writer.writing() as conn:
         for n in range(events):
             writes.insert_event(conn, prepare(make_event("prompt", f"step {n}"))[0], 0)
-        (batch_id,) = writes.form_batches(conn, NAMESPACE, "turn_end", 1 << 20)
+        (batch_id,) = batches.form_batches(conn, NAMESPACE, "turn_end", 1 << 20)
     return writer, leases_role.Leases(writer, lease_ms, log), batch_id, log
 
 
 def due(writer) -> list[str]:
-    return [row[0] for row in reads.due_batches(writer.conn, db.now_ms(), 10)]
+    return [row[0] for row in batches.due_batches(writer.conn, db.now_ms(), 10)]
 
 
 def test_a_lease_hands_a_batch_out_until_it_runs_out(tmp_path):
@@ -252,7 +252,7 @@ def test_a_failing_batch_is_split_then_its_one_event_failed(tmp_path):
         first = due(writer)[0]
         leases.give_up(first, "5 attempts failed")
         assert first not in due(writer)
-        assert [f["batch_id"] for f in reads.failed_batches(writer.conn)] == [first]
+        assert [f["batch_id"] for f in batches.failed_batches(writer.conn)] == [first]
         assert any("split in two" in line for line in log.lines)
     finally:
         writer.close()

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kirolearn import contract, db
-from kirolearn.db import reads, schema, writes
+from kirolearn.db import batches, reads, schema, writes
 from kirolearn.db.sqlite import schema as sqlite_schema
 from kirolearn.roles.checks import prepare
 
@@ -148,14 +148,14 @@ def test_fts_index_follows_records_through_triggers(conn):
 
 def _form(conn, reason="turn_end"):
     with conn.transaction():
-        [batch_id] = writes.form_batches(conn, NAMESPACE, reason, 1 << 30)
+        [batch_id] = batches.form_batches(conn, NAMESPACE, reason, 1 << 30)
     return batch_id
 
 
 def _complete(conn, batch_id, records, merge_window_s=0):
     """One batch's result committed as storage commits a take's results."""
     with conn.transaction():
-        return writes.complete_batches(conn, [(batch_id, records, [])], merge_window_s)[batch_id]
+        return batches.complete_batches(conn, [(batch_id, records, [])], merge_window_s)[batch_id]
 
 
 turns = st.lists(st.lists(st.integers(1, 5000), min_size=1, max_size=12), min_size=1,
@@ -181,20 +181,20 @@ def test_batches_are_bounded_and_cut_after_whole_turns(tmp_path_factory, turns, 
         for event in events:
             store(conn, event, window_ms=0)
         with conn.transaction():
-            ids = writes.form_batches(conn, NAMESPACE, "size", max_bytes, max_events)
+            ids = batches.form_batches(conn, NAMESPACE, "size", max_bytes, max_events)
         order = {e["event_id"]: n for n, e in enumerate(events)}  # arrival order
-        batches = [sorted(reads.batch_events(conn, batch_id), key=lambda e: order[e["event_id"]])
+        formed = [sorted(batches.batch_events(conn, batch_id), key=lambda e: order[e["event_id"]])
                    for batch_id in ids]
-        assert [e["event_id"] for b in batches for e in b] == [e["event_id"] for e in events]
-        for batch in batches:
+        assert [e["event_id"] for b in formed for e in b] == [e["event_id"] for e in events]
+        for batch in formed:
             size = sum(len(e["body_json"]) for e in batch)
             assert len(batch) == 1 or (size <= max_bytes and len(batch) <= max_events)
-        for batch, following in itertools.pairwise(batches):
+        for batch, following in itertools.pairwise(formed):
             if batch[-1]["kind"] != "session_summary":  # cut inside a turn: it did not fit
                 assert not any(e["kind"] == "session_summary" for e in batch)
             assert following  # no empty batch
         with conn.transaction():
-            assert writes.form_batches(conn, NAMESPACE, "idle", max_bytes) == []
+            assert batches.form_batches(conn, NAMESPACE, "idle", max_bytes) == []
     finally:
         conn.close()
 
@@ -208,15 +208,15 @@ def test_a_turn_begun_before_its_batch_is_formed_waits_to_be_batched_whole(conn)
     for event in [*turn, following]:
         store(conn, event)
     with conn.transaction():
-        [batch_id] = writes.form_batches(conn, NAMESPACE, "turn_end", 1 << 30,
+        [batch_id] = batches.form_batches(conn, NAMESPACE, "turn_end", 1 << 30,
                                          whole_turns=True)
-    assert {e["event_id"] for e in reads.batch_events(conn, batch_id)} == {
+    assert {e["event_id"] for e in batches.batch_events(conn, batch_id)} == {
         e["event_id"] for e in turn}
-    assert reads.pending_bytes(conn, NAMESPACE) == len(contract.canonical_json(following["body"]))
+    assert batches.pending_bytes(conn, NAMESPACE) == len(contract.canonical_json(following["body"]))
     store(conn, make_event("tool_use", content="docs edit"))
     second = _form(conn, "idle")
-    assert len(reads.batch_events(conn, second)) == 2
-    assert reads.pending_bytes(conn, NAMESPACE) == 0
+    assert len(batches.batch_events(conn, second)) == 2
+    assert batches.pending_bytes(conn, NAMESPACE) == 0
 
 
 def test_a_batch_that_keeps_failing_is_split_then_failed_with_its_reason(conn):
@@ -224,17 +224,17 @@ def test_a_batch_that_keeps_failing_is_split_then_failed_with_its_reason(conn):
         store(conn, make_event(content=content))
     batch_id = _form(conn)
     with conn.transaction():
-        other = writes.split_batch(conn, batch_id)
-    assert [len(reads.batch_events(conn, b)) for b in (batch_id, other)] == [1, 2]
+        other = batches.split_batch(conn, batch_id)
+    assert [len(batches.batch_events(conn, b)) for b in (batch_id, other)] == [1, 2]
     with conn.transaction():
-        assert writes.split_batch(conn, batch_id) is None  # one event: cannot be split
-        writes.fail_batch(conn, batch_id, "5 attempts failed; last: ValueError: bad")
-    [failed] = reads.failed_batches(conn)
+        assert batches.split_batch(conn, batch_id) is None  # one event: cannot be split
+        batches.fail_batch(conn, batch_id, "5 attempts failed; last: ValueError: bad")
+    [failed] = batches.failed_batches(conn)
     assert failed == {"batch_id": batch_id, "namespace": NAMESPACE, "events": 1,
                       "attempts": 0, "error": "5 attempts failed; last: ValueError: bad"}
     with conn.transaction():
-        assert writes.retry_batches(conn) == 1
-    assert reads.failed_batches(conn) == []
+        assert batches.retry_batches(conn) == 1
+    assert batches.failed_batches(conn) == []
 
 
 def test_events_arriving_during_extraction_wait_for_the_next_batch(conn):
@@ -243,11 +243,11 @@ def test_events_arriving_during_extraction_wait_for_the_next_batch(conn):
     batch_id = _form(conn)
     late = make_event(content="two")
     store(conn, late)  # arrives while the batch is out with a worker
-    assert [e["event_id"] for e in reads.batch_events(conn, batch_id)] == [first["event_id"]]
+    assert [e["event_id"] for e in batches.batch_events(conn, batch_id)] == [first["event_id"]]
     assert _complete(conn, batch_id, [record_for([first["event_id"]])]) == 1
-    assert reads.pending_by_namespace(conn)[NAMESPACE] > 0  # 'two' is still pending
+    assert batches.pending_by_namespace(conn)[NAMESPACE] > 0  # 'two' is still pending
     second = _form(conn)
-    assert [e["event_id"] for e in reads.batch_events(conn, second)] == [late["event_id"]]
+    assert [e["event_id"] for e in batches.batch_events(conn, second)] == [late["event_id"]]
 
 
 def test_a_batch_is_committed_once_even_if_two_workers_finish_it(conn):
@@ -425,11 +425,11 @@ def test_expired_leases_come_due_again(conn):
     store(conn, make_event())
     batch_id = _form(conn)
     now = db.now_ms()
-    assert [b[0] for b in reads.due_batches(conn, now, 10)] == [batch_id]
+    assert [b[0] for b in batches.due_batches(conn, now, 10)] == [batch_id]
     conn.execute("UPDATE extraction_batches SET state = 'leased', lease_expires_ms = $1,"
                  " attempts = 1", (now + 1000,))
-    assert reads.due_batches(conn, now, 10) == []
-    assert [b[0] for b in reads.due_batches(conn, now + 1001, 10)] == [batch_id]
+    assert batches.due_batches(conn, now, 10) == []
+    assert [b[0] for b in batches.due_batches(conn, now + 1001, 10)] == [batch_id]
 
 
 def test_a_batch_whose_records_cannot_be_stored_is_rolled_back_alone(conn):
@@ -442,10 +442,10 @@ def test_a_batch_whose_records_cannot_be_stored_is_rolled_back_alone(conn):
     store(conn, other_event)
     good_batch = _form(conn)
     with conn.transaction():
-        writes.lease_batches(conn, [bad_batch, good_batch], db.now_ms() + 60_000)
+        batches.lease_batches(conn, [bad_batch, good_batch], db.now_ms() + 60_000)
     bad = record_for([event["event_id"]])
     with conn.transaction():
-        outcome = writes.complete_batches(conn, [
+        outcome = batches.complete_batches(conn, [
             (bad_batch, [record_for([event["event_id"]]), bad, bad], []),
             (good_batch, [record_for([other_event["event_id"]])], [])])
     assert outcome[good_batch] == 1 and "UNIQUE constraint failed" in outcome[bad_batch]

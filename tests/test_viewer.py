@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from kirolearn import control, db, paths, search
-from kirolearn.db import writes
+from kirolearn.db import batches, writes
 from kirolearn.roles.checks import prepare
 from kirolearn.viewer import chart, pages, queries
 from kirolearn.viewer.app import create_app
@@ -113,8 +113,8 @@ def test_the_overview_shows_failed_batches_with_why(home):
     conn = db.connect_writer(paths.db_path(home))
     with conn.transaction():
         writes.insert_event(conn, prepare(make_event(content="a poison turn"))[0], 0)
-        [batch_id] = writes.form_batches(conn, NAMESPACE, "turn_end", 1 << 20)
-        writes.fail_batch(conn, batch_id, "5 attempts failed; last: ValueError: no")
+        [batch_id] = batches.form_batches(conn, NAMESPACE, "turn_end", 1 << 20)
+        batches.fail_batch(conn, batch_id, "5 attempts failed; last: ValueError: no")
     conn.close()
     app = client(home, load_token(home))
     [failed] = app.get("/api/overview").json()["failed_batches"]

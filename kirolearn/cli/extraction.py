@@ -6,7 +6,7 @@ import click
 
 from kirolearn import control
 from kirolearn.cli.common import reader, require_running
-from kirolearn.db import reads
+from kirolearn.db import batches
 
 
 @click.group()
@@ -24,7 +24,7 @@ def extraction() -> None:
 def extraction_failed() -> None:
     """List the batches extraction gave up on, with the reason. Exit 1 if there are any."""
     with reader() as conn:
-        failed = reads.failed_batches(conn)
+        failed = batches.failed_batches(conn)
     if not failed:
         click.echo("no failed batches")
         return

@@ -8,8 +8,9 @@ connection is opened (``connect_reader``, ``reading``, ``connect_writer``,
 in plain SQL both dialects run as it is:
 
 - ``schema``: the numbered migrations, applied;
-- ``writes``: the single writer (the storage role): events, records, batches, vectors,
-  the retrieval log — each change inside ``conn.transaction()``;
+- ``writes``: the single writer (the storage role): events, records, vectors, the
+  retrieval log — each change inside ``conn.transaction()``;
+- ``batches``: the extraction queue: events waiting, batches leased, done and failed;
 - ``reads``: what every reader asks (records, events, batches, stats, export);
 - ``fts``: the statements search is made of;
 - ``views``: the viewer's pages;

@@ -355,37 +355,9 @@ def _schema_version(conn: Connection) -> int:
 
 
 
-# --- extraction buffer and batches -----------------------------------------------------------
-
-_PENDING = ("FROM events e LEFT JOIN extraction_cursor c ON c.namespace = e.namespace"
+PENDING = ("FROM events e LEFT JOIN extraction_cursor c ON c.namespace = e.namespace"
             " WHERE e.seq > COALESCE(c.last_seq, 0) GROUP BY e.namespace")
 
-
-def pending_by_namespace(conn: Connection) -> dict[str, int]:
-    """Bytes of body waiting in the buffer (not yet in a batch), per namespace."""
-    return dict(conn.execute(f"SELECT e.namespace, SUM(length(e.body_json)) {_PENDING}"))
-
-
-def pending_bytes(conn: Connection, namespace: str) -> int:
-    """Bytes of body of one namespace waiting in the buffer."""
-    return conn.execute("SELECT COALESCE(SUM(length(body_json)), 0) FROM events WHERE"
-                        " namespace = $1 AND seq > COALESCE((SELECT last_seq FROM"
-                        " extraction_cursor WHERE namespace = $2), 0)",
-                        (namespace, namespace)).fetchone()[0]
-
-
-def due_batches(conn: Connection, now: int, limit: int) -> list[tuple[str, str, int]]:
-    """Batches to hand out: ready ones, and leased ones whose lease has expired."""
-    return conn.execute(
-        "SELECT batch_id, namespace, attempts FROM extraction_batches WHERE state = 'ready'"
-        " UNION ALL SELECT batch_id, namespace, attempts FROM extraction_batches"
-        " WHERE state = 'leased' AND lease_expires_ms < $1 LIMIT $2", (now, limit)).fetchall()
-
-
-def next_lease_expiry(conn: Connection) -> int | None:
-    """When the first lease of a batch being extracted runs out (epoch ms)."""
-    return conn.execute("SELECT min(lease_expires_ms) FROM extraction_batches"
-                        " WHERE state = 'leased'").fetchone()[0]
 
 
 def event_stored_at(conn: Connection, event_id: str) -> str | None:
@@ -393,57 +365,6 @@ def event_stored_at(conn: Connection, event_id: str) -> str | None:
     row = conn.execute("SELECT transaction_time FROM events WHERE event_id = $1",
                        (event_id,)).fetchone()
     return row[0] if row else None
-
-
-def batch_error(conn: Connection, batch_id: str) -> str | None:
-    """Why a batch's last attempt failed (None: no worker said)."""
-    row = conn.execute("SELECT error FROM extraction_batches WHERE batch_id = $1",
-                       (batch_id,)).fetchone()
-    return row[0] if row else None
-
-
-def failed_batches(conn: Connection, namespace: str | None = None,
-                   limit: int = 20) -> list[dict]:
-    """The failed batches (of a namespace), newest first: which project, how many
-    events, and why."""
-    rows = conn.execute(
-        "SELECT b.batch_id, b.namespace, b.error, b.attempts, (SELECT count(*) FROM events e"
-        f"{conn.indexed_by('events_namespace')} WHERE e.namespace = b.namespace"
-        " AND e.seq BETWEEN b.first_seq AND b.last_seq) FROM extraction_batches b"
-        " WHERE b.state = 'failed' AND (CAST($1 AS TEXT) IS NULL OR b.namespace = $1)"
-        " ORDER BY b.created_ms DESC, b.batch_id DESC LIMIT $2", (namespace, limit))
-    return [{"batch_id": r[0], "namespace": r[1], "error": r[2] or "", "attempts": r[3],
-             "events": r[4]} for r in rows]
-
-
-def batch_scope(conn: Connection, batch_id: str) -> tuple[str, set[str]] | None:
-    """A batch's namespace and the ids of its events (None: no such batch): what the
-    records made from it may name."""
-    row = conn.execute("SELECT namespace FROM extraction_batches WHERE batch_id = $1",
-                       (batch_id,)).fetchone()
-    if row is None:
-        return None
-    return row[0], {event_id for (event_id,) in conn.execute(
-        "SELECT e.event_id FROM extraction_batches b JOIN events e"
-        f"{conn.indexed_by('events_namespace')}"
-        " ON e.namespace = b.namespace AND e.seq BETWEEN b.first_seq AND b.last_seq"
-        " WHERE b.batch_id = $1", (batch_id,))}
-
-
-def batch_events(conn: Connection, batch_id: str) -> list[dict]:
-    """A batch's events in time order (arrival order within a millisecond), in storage
-    form (``body_json``, still encoded): the worker decodes them, which keeps that work
-    off the single writer."""
-    rows = conn.execute(
-        "SELECT e.event_id, e.kind, e.body_json, e.namespace, e.session_id, e.valid_time,"
-        " e.parent_event_id, e.project_path FROM extraction_batches b"
-        f" JOIN events e{conn.indexed_by('events_namespace')}"
-        " ON e.namespace = b.namespace AND e.seq BETWEEN b.first_seq AND b.last_seq"
-        " WHERE b.batch_id = $1 ORDER BY e.valid_ms, e.seq", (batch_id,))
-    keys = ("event_id", "kind", "body_json", "namespace", "session_id", "valid_time",
-            "parent_event_id", "project_path")
-    return [dict(zip(keys, row, strict=True)) for row in rows]
-
 
 
 # --- stats -------------------------------------------------------------------------------------
@@ -470,7 +391,7 @@ def stats(conn: Connection, only: str | None = None) -> dict:
     for ns, count in conn.execute(
             "SELECT namespace, COUNT(*) FROM memory_records GROUP BY namespace"):
         entry(ns)["records"] = count
-    for ns, count in conn.execute(f"SELECT e.namespace, COUNT(*) {_PENDING}"):
+    for ns, count in conn.execute(f"SELECT e.namespace, COUNT(*) {PENDING}"):
         entry(ns)["pending_events"] = count
     for ns, count in conn.execute(
             "SELECT namespace, COUNT(*) FROM extraction_batches"

@@ -11,7 +11,8 @@ are (``from_detect_secrets``); only what it says about each detector that a scru
 needs is kept here (``DETECTORS``): the needles, and whether a detector's groups are
 the secret or the whole match is. Importing it costs a shim most of its budget, so
 the rules it gives are kept in the home (``save``/``load``), written by ingest at
-every start and read by a shim that must scrub what it spools.
+every start and read by a shim that must scrub what it spools. (The rules are a
+table read top to bottom, kept whole in one module.)
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from collections.abc import Callable
 import zmq
 
 from kirolearn import config, contract, db, keys, paths, privacy, project, protocol, transport
-from kirolearn.db import errors, reads, writes
+from kirolearn.db import batches, errors
 from kirolearn.roles import base
 from kirolearn.roles.leases import MAX_BATCH_ATTEMPTS, Leases
 from kirolearn.roles.writer import Writer
@@ -73,13 +73,13 @@ class Handout:
         # clock starts again from now.
         try:
             self.pending = {ns: [size, db.now_ms()] for ns, size
-                            in reads.pending_by_namespace(self.writer.conn).items()}
+                            in batches.pending_by_namespace(self.writer.conn).items()}
         except (base.Unavailable, errors.StoreError) as exc:  # serve, and say why, until fixed
             self.log.error("the database cannot be read at start: %s", exc)
             self.pending = {}
         self.turn_ended: set[str] = set()
         # Workers' results read but not yet committed (``save_results``).
-        self.unsaved: list[writes.BatchResult] = []
+        self.unsaved: list[batches.BatchResult] = []
         self.unsaved_failures: list[tuple[str, str]] = []  # (batch, why an attempt failed)
         self.dispatch_due: float | None = 0.0  # batches may be waiting from the last run
         self.last_work = 0.0
@@ -177,12 +177,12 @@ class Handout:
             return
         with self.writer.writing() as conn:
             for namespace, reason in ready:
-                writes.form_batches(conn, namespace, reason, self.max_bytes,
+                batches.form_batches(conn, namespace, reason, self.max_bytes,
                                     whole_turns=reason == "turn_end")
         for namespace, reason in ready:
             del self.pending[namespace]
             if reason == "turn_end":  # a turn begun since waits for its own end
-                left = reads.pending_bytes(self.writer.conn, namespace)
+                left = batches.pending_bytes(self.writer.conn, namespace)
                 if left:
                     self.pending[namespace] = [left, now]
 
@@ -197,10 +197,10 @@ class Handout:
         per_take = self.leases.take_size()
         limit = max(16, 2 * per_take)
         conn = self.writer.conn
-        due = reads.due_batches(conn, now, limit=limit)
+        due = batches.due_batches(conn, now, limit=limit)
         self.dispatch_due = time.monotonic() if len(due) == limit else None
         if len(due) < limit:
-            expires = reads.next_lease_expiry(conn)
+            expires = batches.next_lease_expiry(conn)
             if expires is not None:
                 self.dispatch_due = time.monotonic() + max(0, expires - now) / 1000
         take = Take()
@@ -219,7 +219,7 @@ class Handout:
                     continue  # a private batch waits for this machine's workers
                 return
             batch = {"batch_id": batch_id, "namespace": namespace,
-                     "events": reads.batch_events(conn, batch_id)}
+                     "events": batches.batch_events(conn, batch_id)}
             size = len(protocol.pack(batch))
             if size > protocol.MAX_FRAME_BYTES - 64:
                 self.leases.give_up(batch_id, f"the batch is {size} bytes; a frame may"
@@ -382,7 +382,7 @@ class Handout:
             except contract.ContractError as exc:
                 self.log.warning("batch %s: dropped an invalid record: %s", batch_id, exc)
         try:
-            scope = reads.batch_scope(self.writer.conn, batch_id)
+            scope = batches.batch_scope(self.writer.conn, batch_id)
         except (base.Unavailable, errors.StoreError) as exc:
             self.log.warning("batch %s: its result cannot be checked now: %s", batch_id, exc)
             return None
@@ -416,10 +416,10 @@ class Handout:
             with self.writer.writing() as conn:
                 failures, self.unsaved_failures = self.unsaved_failures, []
                 for batch_id, error in failures:
-                    writes.batch_attempt_failed(conn, batch_id, error)
+                    batches.batch_attempt_failed(conn, batch_id, error)
                 while self.unsaved and (not outcome
                                         or time.monotonic() - started < RESULTS_SLICE_S):
-                    outcome.update(writes.complete_batches(conn, [self.unsaved.pop(0)],
+                    outcome.update(batches.complete_batches(conn, [self.unsaved.pop(0)],
                                                            self.merge_window_s))
         except base.Unavailable:
             self.unsaved, self.unsaved_failures = [], []

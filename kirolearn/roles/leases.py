@@ -3,7 +3,7 @@ of, and what happens when a worker goes away. Socket-free (storage's ``Handout``
 the workers' messages and tells it): a test drives it with a writer on a file.
 
 A batch handed out is leased in the store until ``lease_ms`` from then; a lease that
-runs out makes it due again (``reads.due_batches``). Sooner than that, a batch goes out
+runs out makes it due again (``batches.due_batches``). Sooner than that, a batch goes out
 again when the local worker process that claimed it is gone, or the worker elsewhere
 that took it has said nothing for ``REMOTE_SILENCE_S`` (it says ``working`` every few
 seconds), or that worker's key is revoked. A batch that keeps failing is split in two;
@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Iterable
 
-from kirolearn.db import reads, writes
+from kirolearn.db import batches
 from kirolearn.roles.writer import Writer
 
 MAX_BATCH_ATTEMPTS = 5
@@ -46,16 +46,16 @@ class Leases:
         if elsewhere:
             self.unclaimed.update(batch_ids)
         with self.writer.writing() as conn:
-            writes.lease_batches(conn, batch_ids, now_ms + self.lease_ms)
+            batches.lease_batches(conn, batch_ids, now_ms + self.lease_ms)
 
     def give_up(self, batch_id: str, why: str) -> None:
         """A batch that cannot be done whole is split in two; a single event that cannot
         be done is marked failed, with the reason, for ``kirolearn extraction retry``."""
         with self.writer.writing() as conn:
-            other = writes.split_batch(conn, batch_id)
+            other = batches.split_batch(conn, batch_id)
             if other is None:
-                last = reads.batch_error(conn, batch_id)
-                writes.fail_batch(conn, batch_id, why + (f"; last: {last}" if last else ""))
+                last = batches.batch_error(conn, batch_id)
+                batches.fail_batch(conn, batch_id, why + (f"; last: {last}" if last else ""))
         if other is None:
             self.log.error("batch %s failed (%s); its event stays stored, and `kirolearn"
                            " extraction retry` hands it out again", batch_id, why)
@@ -164,4 +164,4 @@ class Leases:
 
     def _again(self, batch_id: str, why: str) -> None:
         with self.writer.writing() as conn:
-            writes.batch_attempt_failed(conn, batch_id, why)
+            batches.batch_attempt_failed(conn, batch_id, why)

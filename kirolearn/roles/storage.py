@@ -32,7 +32,7 @@ import time
 import zmq
 
 from kirolearn import contract, db, paths
-from kirolearn.db import errors, reads, writes
+from kirolearn.db import batches, errors, reads, writes
 from kirolearn.db.sqlite import backup as backups
 from kirolearn.db.store import Connection
 from kirolearn.roles import base
@@ -144,7 +144,7 @@ class Storage(base.Role):
             if event.get("history"):
                 history.setdefault(event["namespace"], set()).add(event["event_id"])
         for namespace, event_ids in history.items():
-            writes.form_batches(self.conn, namespace, "import", self.handout.max_bytes,
+            batches.form_batches(self.conn, namespace, "import", self.handout.max_bytes,
                                 history=frozenset(event_ids))
         return set(history)
 
@@ -204,7 +204,7 @@ class Storage(base.Role):
         """``retry_batches`` → ``{requeued}``: every failed extraction batch is handed out
         again (``kirolearn extraction retry``)."""
         with self.writing():
-            requeued = writes.retry_batches(self.conn)
+            requeued = batches.retry_batches(self.conn)
         self.log.info("retry_batches: %d failed batch(es) re-queued", requeued)
         return {"requeued": requeued}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from starlette.exceptions import HTTPException
 
 from kirolearn import contract, db, project, tooluse
-from kirolearn.db import reads, views
+from kirolearn.db import batches, reads, views
 from kirolearn.db.store import Connection
 from kirolearn.viewer.chart import latency_series
 
@@ -95,7 +95,7 @@ class Reader:
             types = views.record_counts(conn, "observation_type", namespace)
             strategies = views.record_counts(conn, "strategy", namespace)
             rows = views.retrieval_latencies(conn, since, namespace)
-            failed = reads.failed_batches(conn, namespace)
+            failed = batches.failed_batches(conn, namespace)
         events: dict[str, int] = {}
         for entry in stats["namespaces"]:
             for kind, count in entry["events"].items():
