@@ -122,6 +122,12 @@ def test_a_stalled_retrieval_still_stores_and_never_injects_late(home, ctx, monk
     try:
         retrieval_pid = next(r["pid"] for r in status()["roles"] if r["role"] == "retrieval")
         with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as client:
+            def answered() -> bool:  # ingest's socket to retrieval is connected
+                reply = client.call("put_event", {"event": make_event(
+                    "prompt", "warm up", session_id="warm"), "retrieve": True})
+                return reply["retrieval"]["outcome"] in ("ok", "empty")
+
+            wait_for(answered, message="retrieval to answer ingest")
             os.kill(retrieval_pid, signal.SIGSTOP)  # stalled: reads nothing, answers nothing
             try:
                 stalled = make_event("prompt", "uuid")
