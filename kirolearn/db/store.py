@@ -12,9 +12,12 @@ Every failure is one of ``db.errors``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
+
+from kirolearn.db import errors
 
 
 class Cursor(Protocol):
@@ -68,3 +71,23 @@ class Params:
 
     def list(self, values: Iterable[Any]) -> str:
         return "(" + ", ".join(self(value) for value in values) + ")"
+
+
+@contextlib.contextmanager
+def transaction(conn: Connection, begin: str) -> Iterator[Connection]:
+    """``begin`` (the dialect's BEGIN) … ``COMMIT``, or ``ROLLBACK`` when the body raises;
+    a rollback that fails too (SQLite may have rolled back already, on a full disk) is
+    let go: the first error is the one."""
+    conn.execute(begin)
+    try:
+        yield conn
+    except BaseException:
+        with contextlib.suppress(errors.StoreError):
+            conn.execute("ROLLBACK")
+        raise
+    try:
+        conn.execute("COMMIT")
+    except errors.StoreError:
+        with contextlib.suppress(errors.StoreError):
+            conn.execute("ROLLBACK")
+        raise

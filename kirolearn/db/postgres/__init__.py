@@ -16,10 +16,11 @@ import contextlib
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from kirolearn.db import errors
+from kirolearn.db import errors, store
 from kirolearn.db.postgres import fts, schema
 
 if TYPE_CHECKING:
@@ -111,22 +112,9 @@ class Connection:
         with _errors():
             self.raw.execute(script.encode())
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[Connection]:
-        """``BEGIN`` … ``COMMIT``, or ``ROLLBACK`` when the body raises."""
-        self.execute("BEGIN")
-        try:
-            yield self
-        except BaseException:
-            with contextlib.suppress(errors.StoreError):
-                self.execute("ROLLBACK")
-            raise
-        try:
-            self.execute("COMMIT")
-        except errors.StoreError:
-            with contextlib.suppress(errors.StoreError):
-                self.execute("ROLLBACK")
-            raise
+    def transaction(self) -> AbstractContextManager[Connection]:
+        """``BEGIN`` … ``COMMIT`` (``store.transaction``)."""
+        return store.transaction(self, "BEGIN")
 
     def indexed_by(self, index: str) -> str:
         return ""  # PostgreSQL's planner picks by the figures it keeps

@@ -15,10 +15,11 @@ import os
 import sqlite3
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from kirolearn.db import errors
+from kirolearn.db import errors, store
 from kirolearn.db.sqlite import fts, schema
 
 __all__ = ["Connection", "check", "connect_reader", "connect_writer", "damage", "fts",
@@ -151,22 +152,9 @@ class Connection:
                     self.execute(buffer)
                 buffer = ""
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[Connection]:
-        """``BEGIN IMMEDIATE`` … ``COMMIT``, or ``ROLLBACK`` when the body raises."""
-        self.execute("BEGIN IMMEDIATE")
-        try:
-            yield self
-        except BaseException:
-            with contextlib.suppress(errors.StoreError):  # SQLite may have rolled back
-                self.execute("ROLLBACK")                   # already (a full disk): the
-            raise                                          # first error is the one
-        try:
-            self.execute("COMMIT")
-        except errors.StoreError:
-            with contextlib.suppress(errors.StoreError):
-                self.execute("ROLLBACK")
-            raise
+    def transaction(self) -> AbstractContextManager[Connection]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT`` (``store.transaction``)."""
+        return store.transaction(self, "BEGIN IMMEDIATE")
 
     def indexed_by(self, index: str) -> str:
         return f" INDEXED BY {index}"
