@@ -15,7 +15,6 @@ the heuristic one, or a model that falls back to it whenever it cannot be used.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import threading
@@ -91,8 +90,7 @@ class ExtractionWorker(base.Role):
             while not self.stop_saying.wait(WORKING_EVERY_S):
                 working = self.working
                 if working:
-                    with contextlib.suppress(zmq.Again):
-                        sock.send(protocol.pack({"working": working}), flags=zmq.NOBLOCK)
+                    base.send_now(sock, protocol.pack({"working": working}))
         finally:
             sock.close(linger=0)
 

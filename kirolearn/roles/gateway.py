@@ -21,8 +21,6 @@ answers before it starts).
 
 from __future__ import annotations
 
-import contextlib
-
 import zmq
 
 from kirolearn import access, config, keys, paths, protocol, transport
@@ -117,15 +115,12 @@ class Gateway(base.Role):
         # Passed on as the roles read it: the envelope's own keys, and whose it is.
         message = {**protocol.request(op, message["body"], message["id"]),
                    "client": client or f"worker {worker}"}
-        frames = [*envelope, protocol.pack(message)]
-        try:
-            self.roles[target].send_multipart(frames, flags=zmq.NOBLOCK)
-            waiting = self.routes.get(envelope[0], (None, None, 0))[2]
-            self.routes[envelope[0]] = client, worker, waiting + 1
-        except zmq.Again:
+        if not base.send_now(self.roles[target], *envelope, protocol.pack(message)):
             transport.send_reply(self.front, envelope, protocol.reply_error(
                 message["id"], Code.UNAVAILABLE, f"the daemon's {target} is not running"))
             return
+        waiting = self.routes.get(envelope[0], (None, None, 0))[2]
+        self.routes[envelope[0]] = client, worker, waiting + 1
         self.passed += 1
 
     def _on_reply(self, sock: zmq.Socket) -> None:
@@ -139,8 +134,7 @@ class Gateway(base.Role):
             if not self._still_allowed(frames[0]):
                 self.log.warning("dropped a reply to a key revoked since it asked")
                 continue
-            with contextlib.suppress(zmq.Again):
-                self.front.send_multipart(frames, flags=zmq.NOBLOCK)
+            base.send_now(self.front, *frames)
 
     def _still_allowed(self, route: bytes) -> bool:
         client, worker, waiting = self.routes.pop(route, (None, None, 0))

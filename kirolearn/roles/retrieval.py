@@ -216,10 +216,8 @@ class Retrieval(base.Role):
         self.searcher.add_vectors(batch)
         items = [{"record_id": item["record_id"], "text_hash": item["text_hash"],
                   "vector": embeddings.to_blob(item["vector"])} for item in batch]
-        message = protocol.request("put_embeddings", {"items": items})
-        try:
-            self.storage.send_multipart([b"", protocol.pack(message)], flags=zmq.NOBLOCK)
-        except zmq.Again:  # storage is away: the records stay un-embedded and come back
+        if base.Outbox(self.storage).request("put_embeddings", {"items": items}) is None:
+            # storage is away: the records stay un-embedded and come back
             self.log.warning("storage did not take %d vector(s); retrying later", len(items))
 
     def _on_storage_reply(self, sock: zmq.Socket) -> None:
