@@ -230,7 +230,7 @@ def main() -> None:
             started = time.perf_counter()
             commit_of: dict[str, str] = {}
             given = 0
-            with transport.Client(paths.endpoint("ingest", base), timeout_ms=60_000) as ingest:
+            with transport.Client(paths.Home(base).endpoint("ingest"), timeout_ms=60_000) as ingest:
                 for commit in stored:
                     events = session_events(args.repo, commit, namespace)
                     commit_of.update((e["event_id"], commit.sha) for e in events)
@@ -259,7 +259,7 @@ def main() -> None:
             mrr: dict[str, list[float]] = {"kirolearn": [], "bm25": [], "newest": []}
             chars: dict[int, list[int]] = {k: [] for k in KS}
             latencies = []
-            with transport.Client(paths.endpoint("retrieval", base),
+            with transport.Client(paths.Home(base).endpoint("retrieval"),
                                   timeout_ms=60_000) as retrieval:
                 for commit in questions:
                     for k in KS:

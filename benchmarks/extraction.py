@@ -109,8 +109,8 @@ def run(workers: int, turns: int, env: dict[str, str]) -> dict:
     subprocess.run([*KL, "start", "--extraction-workers", str(workers)], check=True,
                    stdout=subprocess.DEVNULL)
     try:
-        conn = sqlite3.connect(f"file:{paths.db_path(home)}?mode=ro", uri=True)
-        client = transport.Client(paths.endpoint("ingest"), timeout_ms=10_000)
+        conn = sqlite3.connect(f"file:{paths.Home(home).db_path}?mode=ro", uri=True)
+        client = transport.Client(paths.Home.current().endpoint("ingest"), timeout_ms=10_000)
         started = time.perf_counter()
         for start in range(0, len(events), 100):  # as an import sends them
             client.call("put_events", {"events": events[start:start + 100]})

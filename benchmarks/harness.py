@@ -30,8 +30,8 @@ def figures(prefix: str, values: list[float]) -> dict:
 def write_records(base: Path, records: Iterable[dict], where: db.Location | None = None) -> None:
     """Put records straight into the database of the home at base, or the store at where
     (daemon stopped)."""
-    paths.ensure_layout(base)
-    conn = db.connect_writer(where or paths.db_path(base))
+    paths.Home(base).ensure_layout()
+    conn = db.connect_writer(where or paths.Home(base).db_path)
     conn.execute("BEGIN")
     writes.insert_records(conn, records)
     conn.execute("COMMIT")
@@ -43,7 +43,8 @@ def require_embeddings(base: Path, mode: str, bench: str) -> None:
     embedding model: its records would never get the vectors the run waits for."""
     if mode == "lexical":
         return
-    state = (control.embeddings_state(base) or {}).get("embeddings", "retrieval did not answer")
+    state = (control.embeddings_state(paths.Home(base)) or {}).get(
+        "embeddings", "retrieval did not answer")
     if not state.startswith("on"):
         raise SystemExit(f"{bench}: --mode {mode} needs the embedding model, and embeddings are"
                          f" {state} (`kirolearn embeddings download`, or --mode lexical)")

@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 from harness import figures, say
 
-from kirolearn import contract, control
+from kirolearn import contract, control, paths
 from kirolearn.viewer.auth import load_token
 
 KL = [sys.executable, "-m", "kirolearn"]
@@ -43,7 +43,7 @@ TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 def processes() -> dict[str, int]:
     """The daemon's processes by name (the supervisor's too)."""
-    status = control.status()
+    status = control.status(paths.Home.current())
     if status is None:
         raise SystemExit("idle: the daemon is not running")
     return {"supervisor": status["pid"],
@@ -75,11 +75,11 @@ class LivePage:
     """The viewer's live page as a browser holds it: the page, then its event stream."""
 
     def __init__(self, base: Path):
-        info = control.viewer_info(base) or {}
+        info = control.viewer_info(paths.Home(base)) or {}
         if "url" not in info:
             raise SystemExit("idle: the viewer is not listening")
         self.http = httpx.Client(base_url=info["url"], timeout=None, headers={
-            "authorization": f"Bearer {load_token(base)}"})
+            "authorization": f"Bearer {load_token(paths.Home(base))}"})
         self.http.get("/live").raise_for_status()
         self.opened = threading.Event()
         self.closing = False
@@ -108,7 +108,8 @@ def prompt_ms(index: int) -> float:
         namespace=NAMESPACE, actor_id="bench", session_id="idle", surface="kiro-cli",
         version="bench", client_id="bench")
     started = time.perf_counter()
-    control.call("ingest", "put_event", {"event": event, "retrieve": True}, timeout_ms=5000)
+    control.call("ingest", "put_event", {"event": event, "retrieve": True}, timeout_ms=5000,
+                 home=paths.Home.current())
     return (time.perf_counter() - started) * 1000
 
 

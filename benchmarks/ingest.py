@@ -62,7 +62,7 @@ def make_events(count: int, tag: str) -> list[dict]:
 def live_path(events: list[dict], concurrency: int) -> dict:
     """Keep `concurrency` put_event requests in flight (like that many shims at once)."""
     ctx = zmq.Context()
-    sock = transport.make_socket(ctx, zmq.DEALER, connect=paths.endpoint("ingest"))
+    sock = transport.make_socket(ctx, zmq.DEALER, connect=paths.Home.current().endpoint("ingest"))
     sent: dict[str, float] = {}
     latencies: list[float] = []
     statuses: dict[str, int] = {}
@@ -113,7 +113,7 @@ def prompt_clients(clients: int, stop: threading.Event, prompts_each: int | None
 
     def client(number: int) -> None:
         sent = 0
-        rpc = transport.Client(paths.endpoint("ingest"), timeout_ms=BUDGET_MS)
+        rpc = transport.Client(paths.Home.current().endpoint("ingest"), timeout_ms=BUDGET_MS)
         while (sent == 0 or not stop.is_set()) and (prompts_each is None or sent < prompts_each):
             started = time.perf_counter()
             event = contract.make_event(

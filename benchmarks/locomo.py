@@ -83,7 +83,7 @@ def wait_until(what: str, ready, timeout_s: float = 1800) -> None:
 
 
 def pipeline_done(base: Path, embedded: bool) -> bool:
-    conn = db.connect_reader(paths.db_path(base))
+    conn = db.connect_reader(paths.Home(base).db_path)
     try:
         totals = reads.stats(conn)["totals"]
         left = reads.count_unembedded(conn) if embedded else 0
@@ -116,7 +116,7 @@ def main() -> None:
             dialog_of: dict[str, str] = {}
             namespaces = {}
             started = time.perf_counter()
-            with transport.Client(paths.endpoint("ingest", base), timeout_ms=60_000) as ingest:
+            with transport.Client(paths.Home(base).endpoint("ingest"), timeout_ms=60_000) as ingest:
                 for sample in samples:
                     namespace = f"/actor/locomo/project/{sample['sample_id']}/"
                     namespaces[sample["sample_id"]] = namespace
@@ -133,7 +133,7 @@ def main() -> None:
             skipped = 0
             latencies = []
             known = set(dialog_of.values())
-            with transport.Client(paths.endpoint("retrieval", base),
+            with transport.Client(paths.Home(base).endpoint("retrieval"),
                                   timeout_ms=60_000) as retrieval:
                 for sample in samples:
                     for qa in sample["qa"]:

@@ -81,7 +81,7 @@ def embed_records(home: Path, records: list[dict], embedder: embeddings.Embedder
         say(f"  {len(sources)} records embedded in {time.perf_counter() - started:.0f} s")
         cache.parent.mkdir(parents=True, exist_ok=True)
         np.save(cache, matrix)
-    conn = db.connect_writer(paths.db_path(home))
+    conn = db.connect_writer(paths.Home(home).db_path)
     conn.execute("BEGIN")
     conn.executemany(
         "UPDATE memory_records SET embedding = $1, embedding_hash = $2 WHERE record_id = $3",
@@ -139,14 +139,14 @@ def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap
                                       len(query_sets["prompts"]))
     subprocess.run([*KL, "start"], check=True, stdout=subprocess.DEVNULL)
     try:
-        retrieval = transport.Client(paths.endpoint("retrieval"), timeout_ms=10_000)
-        ingest = transport.Client(paths.endpoint("ingest"), timeout_ms=10_000)
+        retrieval = transport.Client(paths.Home.current().endpoint("retrieval"), timeout_ms=10_000)
+        ingest = transport.Client(paths.Home.current().endpoint("ingest"), timeout_ms=10_000)
         timed_calls(retrieval, "search", [{"query": q, "namespace": SEARCHED, "mode": mode}
                                           for q in warmup])
         floor, _ = timed_calls(retrieval, "ping", [{}] * 200)
         exact = None  # the seed's ranking: every term scored over every record
         if overlap and mode == "lexical":
-            exact = searcher.Searcher(paths.db_path(home), term_budget=10**12)
+            exact = searcher.Searcher(paths.Home(home).db_path, term_budget=10**12)
         for name, queries in query_sets.items():
             say(f"  {len(queries)} {name} queries")
             bodies = [{"query": q, "namespace": SEARCHED, "mode": mode} for q in queries]
@@ -169,7 +169,7 @@ def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap
                 row[f"outcome_{outcome}"] = sum(r["outcome"] == outcome for r in replies)
             row["windowed"] = sum(r["window"] is not None for r in replies)
             if embedder is not None and name == "prompts" and not titles_only:
-                hybrid = searcher.Searcher(paths.db_path(home), embedder=embedder)
+                hybrid = searcher.Searcher(paths.Home(home).db_path, embedder=embedder)
                 row["known_item_recall_at_10"] = known_item_recall(hybrid, known, mode)
                 hybrid.close()
             if exact is not None:
@@ -185,7 +185,7 @@ def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap
                 row["seed_ratio_p99"] = round(row["seed_search_p99_ms"] / row["search_p99_ms"], 1)
                 row["seed_overlap_at_10"] = round(statistics.mean(shares), 3) if shares else None
                 if name == "prompts":
-                    budgeted = searcher.Searcher(paths.db_path(home))
+                    budgeted = searcher.Searcher(paths.Home(home).db_path)
                     row["known_item_recall_at_10"] = known_item_recall(budgeted, known)
                     row["seed_known_item_recall_at_10"] = known_item_recall(exact, known)
                     budgeted.close()

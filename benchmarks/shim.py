@@ -41,7 +41,7 @@ import corpus
 from harness import percentile, say, write_records
 
 import kirolearn
-from kirolearn import control, project
+from kirolearn import control, paths, project
 
 KL = [sys.executable, "-m", "kirolearn"]
 BIN = Path(sys.executable).parent
@@ -93,14 +93,15 @@ def first_prompts(shim: list[str], proj: Path, env: dict, prompts: list[str]) ->
     subprocess.run([*KL, "start"], env=env, check=True, capture_output=True, cwd="/tmp")
     try:
         base = Path(env["KIROLEARN_HOME"])
-        state = control.embeddings_state(base) or {}
+        state = control.embeddings_state(paths.Home(base)) or {}
         if not state.get("embeddings", "").startswith("on"):
             raise SystemExit(f"shim: the first prompt after a start is timed with the embedding"
                              f" model, and embeddings are {state.get('embeddings')}"
                              " (`kirolearn embeddings download`)")
         say("embedding the records once, for the cold starts")
         deadline = time.monotonic() + 1800
-        while (control.embeddings_state(base, backfill=True) or {}).get("unembedded", 1):
+        home = paths.Home(base)
+        while (control.embeddings_state(home, backfill=True) or {}).get("unembedded", 1):
             if time.monotonic() > deadline:
                 raise SystemExit("shim: the back-fill did not finish in 30 minutes")
             time.sleep(1)

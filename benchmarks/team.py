@@ -103,14 +103,14 @@ def run_clients(clients: int, turns: int, one_turn) -> tuple[dict, float]:
 def requests_case(path: str, base: Path, namespace: str, clients: int, turns: int,
                   prompts: list[str]) -> dict:
     """What a shim sends, from threads: through the gateway (``base`` connected) or ipc."""
-    away = control.remote(base)
+    away = control.remote(paths.Home(base))
 
     def one_turn(number: int, turn: int, found: dict) -> None:
         if away is not None:
             rpc = transport.Client(away.endpoint, timeout_ms=BUDGET_MS, curve=away.curve,
                                    to="ingest")
         else:
-            rpc = transport.Client(paths.endpoint("ingest", base), timeout_ms=BUDGET_MS)
+            rpc = transport.Client(paths.Home(base).endpoint("ingest"), timeout_ms=BUDGET_MS)
         session = f"{path}-{number}-{turn}"
         with rpc:
             for index in range(1 + TOOLS_PER_TURN):
@@ -173,7 +173,7 @@ def hooks_case(path: str, base: Path, proj: Path, env: dict, clients: int, turns
 
     found, seconds = run_clients(clients, turns, one_turn)
     hooks = len(found["prompt"]) + len(found["tool_use"])
-    spooled = len(list(paths.spool_dir(base).glob("*.json")))
+    spooled = len(list(paths.Home(base).spool_dir.glob("*.json")))
     return {"bench": "team", "case": "hooks", "path": path, "clients": clients,
             "hooks": hooks, "hooks_per_s": round(hooks / seconds, 1),
             **latency_figures("prompt_wall", found["prompt"]),
@@ -265,11 +265,12 @@ def team_cases(args: argparse.Namespace, cases: set[str], url: str | None) -> No
     subprocess.run([*KL, "start", "--listen", address], env=server_env, check=True,
                    capture_output=True, cwd="/tmp")
     try:
-        server_key = keys.server_pair(daemon_home).public.decode()
+        server_key = keys.server_pair(paths.Home(daemon_home)).public.decode()
         subprocess.run([*KL, "connect", address, "--server-key", server_key],
                        env={**env, "KIROLEARN_HOME": str(laptop)}, check=True,
                        capture_output=True)
-        keys.allow(ACTOR, keys.client_pair(laptop).public.decode(), daemon_home)
+        keys.allow(ACTOR, keys.client_pair(paths.Home(laptop)).public.decode(),
+                   paths.Home(daemon_home))
         storage = {"storage": "postgresql" if url else "sqlite"}
         for path, base in (("tcp", laptop), ("ipc", daemon_home)):
             if "requests" in cases:

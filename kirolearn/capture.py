@@ -16,11 +16,11 @@ from pathlib import Path
 from kirolearn import paths
 
 
-def paused(base: Path | None = None) -> dict:
+def paused(home: paths.Home) -> dict:
     """``{"everywhere": bool, "projects": [root…]}``; nothing paused when there is no
     file (or an unreadable one)."""
     try:
-        state = json.loads(paths.paused_file(base).read_text("utf-8"))
+        state = json.loads(home.paused_file.read_text("utf-8"))
     except (OSError, ValueError):
         return {"everywhere": False, "projects": []}
     projects = state.get("projects") if isinstance(state, dict) else None
@@ -29,9 +29,9 @@ def paused(base: Path | None = None) -> dict:
             if isinstance(projects, list) else []}
 
 
-def save_paused(state: dict, base: Path | None = None) -> None:
+def save_paused(state: dict, home: paths.Home) -> None:
     """Write the pause state (the file goes when nothing is paused)."""
-    path = paths.paused_file(base)
+    path = home.paused_file
     if not state["everywhere"] and not state["projects"]:
         path.unlink(missing_ok=True)
         return
@@ -39,30 +39,29 @@ def save_paused(state: dict, base: Path | None = None) -> None:
     paths.write_private(path, json.dumps(state, indent=1).encode(), durable=True)
 
 
-def exclude_patterns(base: Path | None = None) -> list[str]:
+def exclude_patterns(home: paths.Home) -> list[str]:
     """``capture.exclude`` (raises config.ConfigError when the file is broken). The user's
     file is parsed only when it, or the environment, names exclusions."""
-    base = base or paths.home()
     try:
-        text = (base / "config.toml").read_bytes()
+        text = home.config_file.read_bytes()
     except OSError:
         text = b""
     if b"exclude" not in text and "KIROLEARN_CAPTURE_EXCLUDE" not in os.environ:
         return []
     from kirolearn import config
 
-    return config.load(base)["capture"]["exclude"]
+    return config.load(home)["capture"]["exclude"]
 
 
 def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def why_off(project_root: str, cwd: str, base: Path | None = None) -> str | None:
+def why_off(project_root: str, cwd: str, home: paths.Home) -> str | None:
     """Why nothing is captured (nor injected) for this project and directory; None when
     it is. A configuration that cannot be read turns capture off: an exclusion is never
     ignored."""
-    state = paused(base)
+    state = paused(home)
     if state["everywhere"]:
         return "capture is paused everywhere (kirolearn resume)"
     real = os.path.realpath(cwd)
@@ -70,7 +69,7 @@ def why_off(project_root: str, cwd: str, base: Path | None = None) -> str | None
         if project_root == root or _within(real, root):
             return f"capture is paused for {root} (kirolearn resume --project {root})"
     try:
-        patterns = exclude_patterns(base)
+        patterns = exclude_patterns(home)
     except ValueError as exc:  # config.ConfigError
         return f"capture.exclude cannot be read ({exc})"
     if not patterns:

@@ -85,11 +85,11 @@ def _coerce(name: str, default: Any, value: Any) -> Any:
     raise ConfigError(f"{name}: expected {type(default).__name__}, got {value!r}")
 
 
-def load(base: Path | None = None, environ: dict[str, str] | None = None) -> dict:
+def load(home: paths.Home, environ: dict[str, str] | None = None) -> dict:
     """The effective settings as ``{section: {key: value}}``."""
     settings = defaults()
     environ = os.environ if environ is None else environ
-    user_file = (base or paths.home()) / "config.toml"
+    user_file = home.config_file
     if user_file.exists():
         user = _read_toml(user_file)
         for section, values in user.items():
@@ -146,13 +146,13 @@ def _check_storage_url(url: str) -> str:
     return url
 
 
-def storage_url(base: Path | None = None, environ: dict[str, str] | None = None) -> str:
+def storage_url(home: paths.Home, environ: dict[str, str] | None = None) -> str:
     """``storage.url`` alone: where the store is stays known (to ``stats``, ``export``,
     ``status``) while another setting is broken."""
     environ = os.environ if environ is None else environ
     if "KIROLEARN_STORAGE_URL" in environ:
         return _check_storage_url(environ["KIROLEARN_STORAGE_URL"])
-    user_file = (base or paths.home()) / "config.toml"
+    user_file = home.config_file
     user = _read_toml(user_file) if user_file.exists() else {}
     url = user.get("storage", {}).get("url", "") if isinstance(user.get("storage"), dict) else ""
     if not isinstance(url, str):
@@ -160,12 +160,12 @@ def storage_url(base: Path | None = None, environ: dict[str, str] | None = None)
     return _check_storage_url(url)
 
 
-def remember(section: str, key: str, value: Any, base: Path | None = None) -> None:
+def remember(section: str, key: str, value: Any, home: paths.Home) -> None:
     """Set one setting in the home's ``config.toml`` (made if missing, private: it may
     hold a database URL), keeping the rest of the file as it was."""
     import tomlkit
 
-    user_file = (base or paths.home()) / "config.toml"
+    user_file = home.config_file
     document = (tomlkit.parse(user_file.read_text("utf-8")) if user_file.exists()
                 else tomlkit.document())
     before = user_file.read_text("utf-8") if user_file.exists() else None
@@ -173,7 +173,7 @@ def remember(section: str, key: str, value: Any, base: Path | None = None) -> No
     paths.ensure_private_dir(user_file.parent)
     _write_private(user_file, tomlkit.dumps(document))
     try:
-        load(base, environ={})  # a setting this kirolearn would refuse is not kept
+        load(home, environ={})  # a setting this kirolearn would refuse is not kept
     except ConfigError:
         if before is None:
             user_file.unlink()

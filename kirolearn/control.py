@@ -60,22 +60,21 @@ class Remote(NamedTuple):
     curve: transport.Curve  # this machine's pair and the daemon's public key
 
 
-_remotes: dict[Path, tuple[float, Remote | None]] = {}
+_remotes: dict[paths.Home, tuple[float, Remote | None]] = {}
 
 
-def remote(base: Path | None = None) -> Remote | None:
+def remote(home: paths.Home) -> Remote | None:
     """What ``kirolearn connect`` set up (``remote.json`` and this machine's client key
     pair), or None: the daemon is this machine's own. A broken setup is BadRemote,
     saying what to do."""
     from kirolearn import keys
 
-    base = base or paths.home()
-    path = paths.remote_file(base)
+    path = home.remote_file
     try:
         stamp = path.stat().st_mtime
     except FileNotFoundError:
         return None
-    cached = _remotes.get(base)
+    cached = _remotes.get(home)
     if cached and cached[0] == stamp:
         return cached[1]
     try:
@@ -85,138 +84,136 @@ def remote(base: Path | None = None) -> Remote | None:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BadRemote(f"{path} is broken ({exc}); run `kirolearn connect` again") from exc
     try:
-        pair = keys.client_pair(base)
+        pair = keys.client_pair(home)
     except keys.KeysError as exc:
         raise BadRemote(f"{exc}; run `kirolearn connect` again") from exc
     if pair is None:
         raise BadRemote(f"{path} names a daemon, but this machine has no client key pair;"
                          " run `kirolearn connect` again")
     result = Remote(endpoint, transport.Curve(pair.public, pair.secret, server_key))
-    _remotes[base] = (stamp, result)
+    _remotes[home] = (stamp, result)
     return result
 
 
-def running(base: Path | None = None) -> bool:
+def running(home: paths.Home) -> bool:
     """Whether a supervisor holds the pidfile lock."""
-    return paths.daemon_running(base)
+    return home.daemon_running()
 
 
-def served(base: Path | None = None) -> bool:
+def served(home: paths.Home) -> bool:
     """Whether a daemon serves this machine: its own, running, or one elsewhere."""
-    return remote(base) is not None or running(base)
+    return remote(home) is not None or running(home)
 
 
-def listening(target: str, base: Path | None = None) -> bool:
+def listening(target: str, home: paths.Home) -> bool:
     """Whether the socket file of ``target`` exists (a cheap check before a call); a
     daemon elsewhere is always worth a try (the call's timeout bounds it)."""
-    if target in REMOTE_TARGETS and remote(base) is not None:
+    if target in REMOTE_TARGETS and remote(home) is not None:
         return True
-    return os.path.exists(paths.endpoint(target, base)[len("ipc://"):])
+    return os.path.exists(home.endpoint(target)[len("ipc://"):])
 
 
 def call(target: str, op: str, body: dict | None = None, *, timeout_ms: int = CONTROL_MS,
-         base: Path | None = None, ctx=None) -> dict:
+         home: paths.Home, ctx=None) -> dict:
     """One request to ``target`` (``ingest``, ``retrieval``, ``storage``, ``supervisor.ctl``
     or ``<process>.ctl``): the reply's body, or Timeout / RemoteError."""
-    away = remote(base) if target in REMOTE_TARGETS else None
+    away = remote(home) if target in REMOTE_TARGETS else None
     if away is not None:
         client = transport.Client(away.endpoint, ctx, timeout_ms, curve=away.curve, to=target)
     else:
-        client = transport.Client(paths.endpoint(target, base), ctx, timeout_ms)
+        client = transport.Client(home.endpoint(target), ctx, timeout_ms)
     with client:
         return client.call(op, body)
 
 
 # -- starting -----------------------------------------------------------------------------------
 
-def spawn(base: Path | None = None, workers: int | None = None):
+def spawn(home: paths.Home, workers: int | None = None):
     """Start the supervisor as a detached process (the one recipe): a new session, no
     terminal, output to ``logs/supervisor.out``, and the home as its cwd (a daemon must
     not pin the caller's directory, and ``python -m`` puts the cwd first on sys.path,
     where a source checkout would shadow the installed code)."""
     import subprocess
 
-    base = paths.ensure_layout(base)
+    home = home.ensure_layout()
     argv = [sys.executable, "-m", "kirolearn.supervisor"]
     if workers is not None:
         argv += ["--extraction-workers", str(workers)]
-    fd = os.open(paths.log_dir(base) / "supervisor.out", os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+    fd = os.open(home.log_dir / "supervisor.out", os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                  0o600)
     os.fchmod(fd, 0o600)  # private, like the logs beside it (one made before was not)
     with open(fd, "ab") as out:
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                start_new_session=True, cwd=base,
-                                env={**os.environ, "KIROLEARN_HOME": str(base)})
+                                start_new_session=True, cwd=home.root,
+                                env={**os.environ, "KIROLEARN_HOME": str(home.root)})
 
 
-def start_in_background(base: Path | None = None) -> bool:
+def start_in_background(home: paths.Home) -> bool:
     """Start the daemon unless it runs or was started in the last AUTOSTART_EVERY_S (a
     burst of hooks starts it once); whether a start was made. On a client of a daemon
     elsewhere nothing is started here but the spool's drain (``start_draining``)."""
-    base = base or paths.home()
-    if remote(base) is not None:
-        return start_draining(base)
-    if running(base):
+    if remote(home) is not None:
+        return start_draining(home)
+    if running(home):
         return False
-    marker = paths.spool_dir(base) / ".autostart"
+    marker = home.spool_dir / ".autostart"
     try:
         if time.time() - marker.stat().st_mtime < AUTOSTART_EVERY_S:
             return False
     except FileNotFoundError:
-        paths.ensure_layout(base)
+        home.ensure_layout()
         paths.ensure_private_dir(marker.parent)
     marker.touch()
-    spawn(base)
+    spawn(home)
     return True
 
 
-def start_draining(base: Path) -> bool:
+def start_draining(home: paths.Home) -> bool:
     """On a client of a daemon elsewhere: start ``drain_spool`` in the background, at most
     every AUTOSTART_EVERY_S and only while events wait; whether it was started."""
     import subprocess
 
-    marker = paths.spool_dir(base) / ".drain"
+    marker = home.spool_dir / ".drain"
     try:
         if time.time() - marker.stat().st_mtime < AUTOSTART_EVERY_S:
             return False
     except FileNotFoundError:
         pass
-    if not spool.waiting(base, 1):
+    if not spool.waiting(home, 1):
         return False
     marker.touch()
     subprocess.Popen([sys.executable, "-m", "kirolearn.control"], stdin=subprocess.DEVNULL,
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True, cwd=base, env={**os.environ,
-                                                             "KIROLEARN_HOME": str(base)})
+                     start_new_session=True, cwd=home.root, env={**os.environ,
+                                                             "KIROLEARN_HOME": str(home.root)})
     return True
 
 
-def drain_spool(base: Path | None = None) -> dict:
+def drain_spool(home: paths.Home) -> dict:
     """Hand the spooled events to the daemon elsewhere, 200 at a time, until none is left
     or it does not answer: ``{stored, rejected, left}``. A rejected event goes to the
     quarantine with the reason, as the daemon's own ingest does with its spool. One
     drain at a time (a lock); a second returns at once."""
     import fcntl
 
-    base = base or paths.home()
     counts = {"stored": 0, "rejected": 0, "left": 0}
-    lock = os.open(paths.ensure_private_dir(paths.spool_dir(base)) / ".drain.lock",
+    lock = os.open(paths.ensure_private_dir(home.spool_dir) / ".drain.lock",
                    os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            counts["left"] = len(spool.waiting(base))
+            counts["left"] = len(spool.waiting(home))
             return counts
         chunk = SPOOL_CHUNK
-        while files := spool.waiting(base, chunk):
+        while files := spool.waiting(home, chunk):
             lines = []
             for path in files:
                 event = spool.read(path)
                 lines.append(json.dumps(event) if isinstance(event, dict) else "")
             try:
                 results = call("ingest", "put_events", {"lines": lines},
-                               timeout_ms=IMPORT_MS, base=base)["results"]
+                               timeout_ms=IMPORT_MS, home=home)["results"]
             except RemoteError as exc:
                 if exc.code != protocol.ErrorCode.FORBIDDEN:
                     break
@@ -228,19 +225,18 @@ def drain_spool(base: Path | None = None) -> dict:
                 break
             for path, result in zip(files, results, strict=True):
                 if result["status"] == "rejected":
-                    spool.reject(path, result.get("reason") or "rejected", base)
+                    spool.reject(path, result.get("reason") or "rejected", home)
                     counts["rejected"] += 1
                 else:
                     counts["stored"] += result["status"] == "stored"
                     path.unlink(missing_ok=True)
-        counts["left"] = len(spool.waiting(base))
+        counts["left"] = len(spool.waiting(home))
         return counts
     finally:
         os.close(lock)
 
 
-def wait_ready(daemon=None, timeout_s: float = READY_TIMEOUT_S,
-               base: Path | None = None) -> dict:
+def wait_ready(home: paths.Home, daemon=None, timeout_s: float = READY_TIMEOUT_S) -> dict:
     """The supervisor's status once every role is RUNNING or one is FATAL (or the last
     status seen when ``timeout_s`` runs out). ``daemon``: the supervisor just spawned,
     whose early exit is a StartFailed."""
@@ -254,9 +250,9 @@ def wait_ready(daemon=None, timeout_s: float = READY_TIMEOUT_S,
             raise StartFailed("kirolearn is already running")
         if code is not None:
             raise StartFailed(f"the supervisor exited with status {code}; see"
-                              f" {paths.log_dir(base)}/supervisor.log")
+                              f" {home.log_dir}/supervisor.log")
         try:
-            status = call("supervisor.ctl", "status", timeout_ms=PROBE_MS, base=base)
+            status = call("supervisor.ctl", "status", timeout_ms=PROBE_MS, home=home)
         except Unanswered:
             time.sleep(0.05)
             continue
@@ -267,13 +263,13 @@ def wait_ready(daemon=None, timeout_s: float = READY_TIMEOUT_S,
     return status
 
 
-def wait_answering(target: str, timeout_s: float, base: Path | None = None) -> bool:
+def wait_answering(target: str, timeout_s: float, home: paths.Home) -> bool:
     """Whether ``target`` answers a ping within ``timeout_s`` (for a daemon just started)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if running(base):
+        if running(home):
             try:
-                call(target, "ping", timeout_ms=PROBE_MS, base=base)
+                call(target, "ping", timeout_ms=PROBE_MS, home=home)
                 return True
             except Unanswered:
                 pass
@@ -312,25 +308,25 @@ def remove_socket_files(run_dir: Path) -> list[str]:
     return removed
 
 
-def stop(base: Path | None = None) -> bool:
+def stop(home: paths.Home) -> bool:
     """Stop the daemon if it runs, down the whole ladder (a stop request, SIGTERM to a
     wedged supervisor, SIGKILL after STOP_TIMEOUT_S); whether it was running. When this
     returns, no process of it is left."""
     import signal
 
-    pidfile = paths.pidfile(base)
-    if not running(base):
-        remove_socket_files(paths.runtime_dir(base))
+    pidfile = home.pidfile()
+    if not running(home):
+        remove_socket_files(home.runtime_dir())
         return False
     supervisor_pid = read_pid(pidfile)
     try:
-        call("supervisor.ctl", "stop", base=base)
+        call("supervisor.ctl", "stop", home=home)
     except Unanswered:
         pid = read_pid(pidfile)
         if pid:  # the supervisor is wedged; its roles stop when it goes
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
-    while running(base):
+    while running(home):
         if time.monotonic() > deadline:
             pid = read_pid(pidfile)
             if pid:
@@ -341,13 +337,13 @@ def stop(base: Path | None = None) -> bool:
     deadline = time.monotonic() + 5
     while supervisor_pid and not _exited(supervisor_pid) and time.monotonic() < deadline:
         time.sleep(0.01)
-    remove_socket_files(paths.runtime_dir(base))
+    remove_socket_files(home.runtime_dir())
     return True
 
 
 # -- what it is doing ---------------------------------------------------------------------------
 
-def status(base: Path | None = None, strategy: str = "unknown") -> dict | None:
+def status(home: paths.Home, strategy: str = "unknown") -> dict | None:
     """Everything ``kirolearn status`` shows, or None when the daemon is not running: the
     supervisor's view of each process, each extraction worker's counters (``strategy``
     names the configured extractor), why the database cannot be written (``fault``,
@@ -355,10 +351,10 @@ def status(base: Path | None = None, strategy: str = "unknown") -> dict | None:
     viewer's URL."""
     from kirolearn.supervisor.states import RUNNING
 
-    if not running(base):
+    if not running(home):
         return None
     try:
-        result = call("supervisor.ctl", "status", base=base)
+        result = call("supervisor.ctl", "status", home=home)
     except Unanswered:
         return None
     workers = []
@@ -366,7 +362,7 @@ def status(base: Path | None = None, strategy: str = "unknown") -> dict | None:
         if r["role"] != "extraction" or r["state"] != RUNNING:
             continue
         try:  # a worker answers between batches
-            info = call(f"{r['name']}.ctl", "ping", timeout_ms=BUSY_PROBE_MS, base=base)
+            info = call(f"{r['name']}.ctl", "ping", timeout_ms=BUSY_PROBE_MS, home=home)
         except Unanswered:
             workers.append({"name": r["name"], "busy": True})
             continue
@@ -375,23 +371,23 @@ def status(base: Path | None = None, strategy: str = "unknown") -> dict | None:
                         **{k: info[k] for k in keep if k in info}})
     result["extraction"] = {"strategy": strategy, "workers": workers}
     try:
-        result["fault"] = storage_fault(base, BUSY_PROBE_MS)
+        result["fault"] = storage_fault(home, BUSY_PROBE_MS)
     except Unanswered:  # the roles' states say why
         result["fault"] = None
-    result["pending"] = pending(base)
-    result["embeddings"] = embeddings_state(base)
-    result["viewer"] = (viewer_info(base) or {}).get("url")
+    result["pending"] = pending(home)
+    result["embeddings"] = embeddings_state(home)
+    result["viewer"] = (viewer_info(home) or {}).get("url")
     return result
 
 
-def storage_fault(base: Path | None = None, timeout_ms: int = CONTROL_MS) -> dict | None:
+def storage_fault(home: paths.Home, timeout_ms: int = CONTROL_MS) -> dict | None:
     """Why storage cannot write to the database (``{reason, since}``), or None when it
     can; Timeout or RemoteError when storage does not answer."""
-    found = call("storage", "ping", timeout_ms=timeout_ms, base=base)
+    found = call("storage", "ping", timeout_ms=timeout_ms, home=home)
     return {"reason": found["fault"], "since": found["fault_since"]} if "fault" in found else None
 
 
-def pending(base: Path | None = None) -> dict | None:
+def pending(home: paths.Home) -> dict | None:
     """Events and batches waiting for extraction, per project with any, and the failed
     batches (newest 20, with why); None when the database cannot be read (status must
     still report the processes)."""
@@ -399,7 +395,7 @@ def pending(base: Path | None = None) -> dict | None:
     from kirolearn.db import batches, errors, reads
 
     try:
-        path = db.location(base)
+        path = db.location(home)
     except config.ConfigError:  # which store is unknown; status says what it can
         return None
     if not db.exists(path):
@@ -418,35 +414,35 @@ def pending(base: Path | None = None) -> dict | None:
                            if n["pending_events"] or n["pending_batches"]]}
 
 
-def embeddings_state(base: Path | None = None, backfill: bool = False) -> dict | None:
+def embeddings_state(home: paths.Home, backfill: bool = False) -> dict | None:
     """What retrieval says of its embeddings (on and which model, or off and why; the
     default search mode; the back-fill's progress), or None when it does not answer.
     ``backfill``: start the back-fill at once."""
     try:
         return call("retrieval", "embeddings", {"backfill": True} if backfill else None,
-                    timeout_ms=CONTROL_MS, base=base)
+                    timeout_ms=CONTROL_MS, home=home)
     except Unanswered:
         return None
 
 
-def viewer_info(base: Path | None = None) -> dict | None:
+def viewer_info(home: paths.Home) -> dict | None:
     """Where the running viewer listens (``url``, ``port``, ``pid``), or None."""
     try:
-        return json.loads(paths.viewer_info(base).read_text("utf-8"))
+        return json.loads(home.viewer_info().read_text("utf-8"))
     except (OSError, ValueError):
         return None
 
 
-def viewer_url(base: Path | None = None) -> str | None:
+def viewer_url(home: paths.Home) -> str | None:
     """The viewer's URL with its token (what `kirolearn open` opens), or None when the
     viewer is not up."""
-    info = viewer_info(base)
+    info = viewer_info(home)
     try:
-        token = paths.viewer_token(base).read_text("utf-8").strip()
+        token = home.viewer_token.read_text("utf-8").strip()
     except OSError:
         return None
     return f"{info['url']}?token={token}" if info and token else None
 
 
 if __name__ == "__main__":  # the background drain that start_draining starts
-    drain_spool()
+    drain_spool(paths.Home.current())

@@ -47,13 +47,13 @@ class Report:
             self.rejected.append((line_no, reason))
 
 
-def keep_rejected(report: Report, texts: dict[int, str], base: Path | None = None) -> None:
+def keep_rejected(report: Report, texts: dict[int, str], home: paths.Home) -> None:
     """Write the rejected lines (scrubbed), with their number and reason, to the
     quarantine."""
     if not report.rejected:
         return
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    path = paths.ensure_private_dir(paths.quarantine_dir(base)) / f"import-{stamp}.jsonl"
+    path = paths.ensure_private_dir(home.quarantine_dir) / f"import-{stamp}.jsonl"
     data = "".join(json.dumps({"line": line_no, "reason": reason,
                                "text": privacy.scrub_text(texts[line_no])},
                               ensure_ascii=False) + "\n"
@@ -133,13 +133,13 @@ def send_chunk(client: transport.Client, lines: list[str], kind: str = "events")
     return retrying(client.call, op, {"lines": lines, **extra})["results"]
 
 
-def import_lines(lines: Iterable[str | bytes], base=None) -> Report:
+def import_lines(lines: Iterable[str | bytes], home: paths.Home) -> Report:
     """Send every non-blank line through ingest: events, and an export's records and
     tombstones. In a kirolearn export (its first line says so), the events it had
     already distilled are not extracted again. A line of bytes that is not UTF-8 text
     is rejected with that reason. Raises NotAnExport (before sending anything) or
     Stalled when ingest stops answering."""
-    run = Import(base)
+    run = Import(home)
     try:
         with concurrent.futures.ThreadPoolExecutor(IN_FLIGHT) as pool:
             run.pool = pool
@@ -156,12 +156,12 @@ class Import:
     sent at once (each on a thread with its own client), answers collected oldest
     first."""
 
-    def __init__(self, base: Path | None):
-        self.base = base
+    def __init__(self, home: paths.Home):
+        self.home = home
         self.report = Report()
         self.began = db.utc_now()
         self.seen: set[str] = set()  # event ids answered so far: a second is a true duplicate
-        self.endpoint = paths.endpoint("ingest", base)
+        self.endpoint = home.endpoint("ingest")
         self.local = threading.local()
         self.clients: list[transport.Client] = []
         self.pool: concurrent.futures.Executor | None = None
@@ -271,4 +271,4 @@ class Import:
     def close(self) -> None:
         for client in self.clients:
             client.close()
-        keep_rejected(self.report, self.texts, self.base)
+        keep_rejected(self.report, self.texts, self.home)

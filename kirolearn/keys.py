@@ -48,23 +48,23 @@ class KeyPair(NamedTuple):
     secret: bytes
 
 
-def keys_dir(base: Path | None = None) -> Path:
-    return (base or paths.home()) / "keys"
+def keys_dir(home: paths.Home) -> Path:
+    return home.root / "keys"
 
 
-def clients_dir(base: Path | None = None) -> Path:
-    return keys_dir(base) / "clients"
+def clients_dir(home: paths.Home) -> Path:
+    return keys_dir(home) / "clients"
 
 
-def workers_dir(base: Path | None = None) -> Path:
-    return keys_dir(base) / "workers"
+def workers_dir(home: paths.Home) -> Path:
+    return keys_dir(home) / "workers"
 
 
 CLIENT, WORKER = "client", "worker"  # the kinds of key a daemon lets in
 
 
-def kind_dir(kind: str, base: Path | None = None) -> Path:
-    return workers_dir(base) if kind == WORKER else clients_dir(base)
+def kind_dir(kind: str, home: paths.Home) -> Path:
+    return workers_dir(home) if kind == WORKER else clients_dir(home)
 
 
 def check_public_key(text: str) -> bytes:
@@ -132,30 +132,30 @@ def new_pair() -> KeyPair:
 
 # -- the daemon's side ----------------------------------------------------------------------
 
-def init_server(base: Path | None = None) -> KeyPair:
+def init_server(home: paths.Home) -> KeyPair:
     """Make the daemon's key pair; refused when it has one (every client knows that key)."""
-    if read_pair(keys_dir(base), "server") is not None:
-        raise KeysError(f"{keys_dir(base) / 'server.key'} exists; its public key is the one"
+    if read_pair(keys_dir(home), "server") is not None:
+        raise KeysError(f"{keys_dir(home) / 'server.key'} exists; its public key is the one"
                         " every client was given (see `kirolearn keys list`)")
     pair = new_pair()
-    write_pair(keys_dir(base), "server", pair)
-    paths.ensure_private_dir(clients_dir(base))
+    write_pair(keys_dir(home), "server", pair)
+    paths.ensure_private_dir(clients_dir(home))
     return pair
 
 
-def server_pair(base: Path | None = None) -> KeyPair:
-    pair = read_pair(keys_dir(base), "server")
+def server_pair(home: paths.Home) -> KeyPair:
+    pair = read_pair(keys_dir(home), "server")
     if pair is None:
         raise KeysError("the daemon has no CURVE key pair to listen on TCP with; make one"
                         " with `kirolearn keys init`")
     return pair
 
 
-def allowed(base: Path | None = None, kind: str = CLIENT) -> dict[str, bytes]:
+def allowed(home: paths.Home, kind: str = CLIENT) -> dict[str, bytes]:
     """The clients (or workers) let in: name → public key."""
     found = {}
     try:
-        entries = sorted(os.scandir(kind_dir(kind, base)), key=lambda e: e.name)
+        entries = sorted(os.scandir(kind_dir(kind, home)), key=lambda e: e.name)
     except FileNotFoundError:
         return {}
     for entry in entries:
@@ -167,32 +167,32 @@ def allowed(base: Path | None = None, kind: str = CLIENT) -> dict[str, bytes]:
     return found
 
 
-def allow(name: str, public_key: str, base: Path | None = None, kind: str = CLIENT) -> None:
+def allow(name: str, public_key: str, home: paths.Home, kind: str = CLIENT) -> None:
     """Let a client (or a worker) in; refused when the name or the key is already in, as
     either kind (revoke first)."""
     check_name(name)
     key = check_public_key(public_key)
-    if key == server_pair(base).public:
+    if key == server_pair(home).public:
         raise KeysError("that is the daemon's own public key; give the client's (its"
                         " `kirolearn connect` prints it)")
     for other_kind in (CLIENT, WORKER):
-        for other, other_key in allowed(base, other_kind).items():
+        for other, other_key in allowed(home, other_kind).items():
             if other == name:
                 raise KeysError(f"{name} is already allowed (as a {other_kind});"
                                 f" `kirolearn keys revoke {name}` first to give it another key")
             if other_key == key:
                 raise KeysError(f"that key is already allowed as {other} (a {other_kind})")
-    paths.write_private(paths.ensure_private_dir(kind_dir(kind, base)) / f"{name}.key",
+    paths.write_private(paths.ensure_private_dir(kind_dir(kind, home)) / f"{name}.key",
                         _certificate(key, None), durable=True)
 
 
-def revoke(name: str, base: Path | None = None) -> str:
+def revoke(name: str, home: paths.Home) -> str:
     """Shut a client or a worker out (its grants go with it); which kind it was."""
     check_name(name)
     for kind in (CLIENT, WORKER):
-        path = kind_dir(kind, base) / f"{name}.key"
+        path = kind_dir(kind, home) / f"{name}.key"
         if path.exists():
-            (clients_dir(base) / f"{name}.grants").unlink(missing_ok=True)
+            (clients_dir(home) / f"{name}.grants").unlink(missing_ok=True)
             path.unlink()
             return kind
     raise KeysError(f"no client or worker is allowed as {name} (see `kirolearn keys list`)")
@@ -203,27 +203,27 @@ def revoke(name: str, base: Path | None = None) -> str:
 PROJECT_ID = re.compile(r"^[0-9a-f]{64}$")
 
 
-def grants(name: str, base: Path | None = None) -> set[str]:
+def grants(name: str, home: paths.Home) -> set[str]:
     """The project ids granted to the client ``name``."""
     try:
-        text = (clients_dir(base) / f"{name}.grants").read_text("ascii")
+        text = (clients_dir(home) / f"{name}.grants").read_text("ascii")
     except (OSError, UnicodeDecodeError):
         return set()
     return {line.strip() for line in text.splitlines() if PROJECT_ID.match(line.strip())}
 
 
-def grant(name: str, project_id: str, base: Path | None = None, revoke: bool = False) -> None:
+def grant(name: str, project_id: str, home: paths.Home, revoke: bool = False) -> None:
     """Grant (or, with ``revoke``, take back) the client ``name`` the project's memories."""
     check_name(name)
-    if name not in allowed(base):
+    if name not in allowed(home):
         raise KeysError(f"no client is allowed as {name} (see `kirolearn keys list`)")
     if not PROJECT_ID.match(project_id):
         raise KeysError(f"{project_id!r} is not a project id (64 hex digits)")
-    held = grants(name, base)
+    held = grants(name, home)
     if revoke and project_id not in held:
         raise KeysError(f"{name} was not granted {project_id}")
     held = held - {project_id} if revoke else held | {project_id}
-    paths.write_private(clients_dir(base) / f"{name}.grants",
+    paths.write_private(clients_dir(home) / f"{name}.grants",
                         "".join(f"{p}\n" for p in sorted(held)).encode("ascii"), durable=True)
 
 
@@ -232,8 +232,8 @@ class Keyring:
     their folder changes, so ``keys add``, ``keys grant`` and ``keys revoke`` take effect
     at once, without a restart."""
 
-    def __init__(self, base: Path, kind: str = CLIENT):
-        self.base = base
+    def __init__(self, home: paths.Home, kind: str = CLIENT):
+        self.home = home
         self.kind = kind
         self._stamp: tuple[int, int] | None = None
         self._names: dict[bytes, str] = {}
@@ -242,14 +242,14 @@ class Keyring:
     def _refresh(self) -> None:
         """Read the keys again if their folder changed since the last look."""
         try:
-            info = os.stat(kind_dir(self.kind, self.base))
+            info = os.stat(kind_dir(self.kind, self.home))
             stamp = (info.st_mtime_ns, info.st_ino)
         except FileNotFoundError:
             stamp = None
         if stamp == self._stamp:
             return
-        self._names = {key: name for name, key in allowed(self.base, self.kind).items()}
-        self._grants = ({name: grants(name, self.base) for name in self._names.values()}
+        self._names = {key: name for name, key in allowed(self.home, self.kind).items()}
+        self._grants = ({name: grants(name, self.home) for name in self._names.values()}
                         if self.kind == CLIENT else {})
         self._stamp = stamp
 
@@ -273,12 +273,12 @@ class Keyring:
 
 # -- a client's side ------------------------------------------------------------------------
 
-def client_pair(base: Path | None = None, create: bool = False,
+def client_pair(home: paths.Home, create: bool = False,
                 kind: str = CLIENT) -> KeyPair | None:
     """This machine's pair as a client (or an extraction worker, ``kind``) of a daemon
     elsewhere (made when ``create``)."""
-    pair = read_pair(keys_dir(base), kind)
+    pair = read_pair(keys_dir(home), kind)
     if pair is None and create:
         pair = new_pair()
-        write_pair(keys_dir(base), kind, pair)
+        write_pair(keys_dir(home), kind, pair)
     return pair

@@ -1,7 +1,7 @@
 """Where kirolearn keeps its files and sockets. Standard library (and the contract
 module) only.
 
-Everything lives under ``KIROLEARN_HOME`` (default ``~/.kirolearn``): the
+Everything lives in one ``Home``, ``KIROLEARN_HOME`` (default ``~/.kirolearn``): the
 database, ``run/`` (sockets, pidfile), ``logs/``, ``spool/`` (events a shim could
 not deliver), ``quarantine/``, ``backups/`` and ``sessions/`` (each project's current
 session). ipc socket
@@ -16,52 +16,12 @@ import contextlib
 import fcntl
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from kirolearn.contract import sha256
 
 IPC_PATH_MAX = 100  # a little under libzmq's limit, for the longest socket name
-
-
-def home() -> Path:
-    return Path(os.environ.get("KIROLEARN_HOME") or Path.home() / ".kirolearn").absolute()
-
-
-def db_path(base: Path | None = None) -> Path:
-    return (base or home()) / "kirolearn.db"
-
-
-def log_dir(base: Path | None = None) -> Path:
-    return (base or home()) / "logs"
-
-
-def spool_dir(base: Path | None = None) -> Path:
-    return (base or home()) / "spool"
-
-
-def quarantine_dir(base: Path | None = None) -> Path:
-    """What could not be stored, kept for a person with the reason: spool files
-    (``<event_id>.json`` and ``.reason``) and import lines (``import-<time>.jsonl``)."""
-    return (base or home()) / "quarantine"
-
-
-def backup_dir(base: Path | None = None) -> Path:
-    """Where ``kirolearn backup`` writes when it is given no path."""
-    return (base or home()) / "backups"
-
-
-def paused_file(base: Path | None = None) -> Path:
-    """Where ``kirolearn pause`` says capture is off (everywhere, or for projects)."""
-    return (base or home()) / "paused.json"
-
-
-def sessions_dir(base: Path | None = None) -> Path:
-    return (base or home()) / "sessions"
-
-
-def remote_file(base: Path | None = None) -> Path:
-    """Where ``kirolearn connect`` says this machine is a client of a daemon elsewhere."""
-    return (base or home()) / "remote.json"
 
 
 RUNTIME_NAMES = 8  # names tried in /tmp for a deep home's runtime directory
@@ -71,51 +31,126 @@ class UnsafeRuntimeDir(PermissionError):
     """No name in /tmp could be used for a deep home's sockets; the message says why."""
 
 
-def runtime_dir(base: Path | None = None) -> Path:
-    """Where the sockets and the pidfile are: ``run/`` in the home, or, for a home too
-    deep for a socket's path, a folder in /tmp named after it. Another user can make
-    that name first (or a link there): a name is used only while it is free or is a
-    real folder of ours, private (0700), and the next is tried otherwise, so every
-    process of this home, trying them in order, agrees on it."""
-    base = base or home()
-    run = base / "run"
-    if len(str(run)) + len("/extraction-999.ctl") <= IPC_PATH_MAX:
-        return run
-    digest = sha256(str(base).encode()).hexdigest()[:12]
-    first = Path("/tmp") / f"kirolearn-{os.getuid()}-{digest}"
-    free = None
-    refused = []
-    for n in range(RUNTIME_NAMES):
-        candidate = first if n == 0 else first.with_name(f"{first.name}-{n}")
-        try:
-            info = os.lstat(candidate)
-        except FileNotFoundError:
-            free = free or candidate
-            continue
-        if (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
-                and stat.S_IMODE(info.st_mode) == 0o700):
-            return candidate
-        refused.append(candidate)
-    if free is None:
-        raise UnsafeRuntimeDir(
-            f"no private runtime directory can be made for {base}: {', '.join(map(str, refused))}"
-            " each belong to another user, are links, or are not private (0700); remove"
-            " them, or set KIROLEARN_HOME to a shorter path")
-    return free
+@dataclass(frozen=True)
+class Home:
+    """One kirolearn home: where its files and sockets are. A process makes it once,
+    where it starts (``Home.current()``: ``KIROLEARN_HOME``), and passes it down, so
+    nothing below reads the environment to find its files."""
 
+    root: Path
 
-def pidfile(base: Path | None = None) -> Path:
-    return runtime_dir(base) / "supervisor.pid"
+    @classmethod
+    def current(cls) -> Home:
+        return cls(Path(os.environ.get("KIROLEARN_HOME") or Path.home() / ".kirolearn").absolute())
 
+    @property
+    def db_path(self) -> Path:
+        return self.root / "kirolearn.db"
 
-def viewer_info(base: Path | None = None) -> Path:
-    """Where the running viewer listens (``url``, ``port``, ``pid``), written at its start."""
-    return runtime_dir(base) / "viewer.json"
+    @property
+    def config_file(self) -> Path:
+        return self.root / "config.toml"
 
+    @property
+    def log_dir(self) -> Path:
+        return self.root / "logs"
 
-def viewer_token(base: Path | None = None) -> Path:
-    """The viewer's token (made at its first start, 0600)."""
-    return (base or home()) / "viewer.token"
+    @property
+    def spool_dir(self) -> Path:
+        return self.root / "spool"
+
+    @property
+    def quarantine_dir(self) -> Path:
+        """What could not be stored, kept for a person with the reason: spool files
+        (``<event_id>.json`` and ``.reason``) and import lines (``import-<time>.jsonl``)."""
+        return self.root / "quarantine"
+
+    @property
+    def backup_dir(self) -> Path:
+        """Where ``kirolearn backup`` writes when it is given no path."""
+        return self.root / "backups"
+
+    @property
+    def paused_file(self) -> Path:
+        """Where ``kirolearn pause`` says capture is off (everywhere, or for projects)."""
+        return self.root / "paused.json"
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.root / "sessions"
+
+    @property
+    def remote_file(self) -> Path:
+        """Where ``kirolearn connect`` says this machine is a client of a daemon elsewhere."""
+        return self.root / "remote.json"
+
+    @property
+    def viewer_token(self) -> Path:
+        """The viewer's token (made at its first start, 0600)."""
+        return self.root / "viewer.token"
+
+    def runtime_dir(self) -> Path:
+        """Where the sockets and the pidfile are: ``run/`` in the home, or, for a home too
+        deep for a socket's path, a folder in /tmp named after it. Another user can make
+        that name first (or a link there): a name is used only while it is free or is a
+        real folder of ours, private (0700), and the next is tried otherwise, so every
+        process of this home, trying them in order, agrees on it."""
+        run = self.root / "run"
+        if len(str(run)) + len("/extraction-999.ctl") <= IPC_PATH_MAX:
+            return run
+        digest = sha256(str(self.root).encode()).hexdigest()[:12]
+        first = Path("/tmp") / f"kirolearn-{os.getuid()}-{digest}"
+        free = None
+        refused = []
+        for n in range(RUNTIME_NAMES):
+            candidate = first if n == 0 else first.with_name(f"{first.name}-{n}")
+            try:
+                info = os.lstat(candidate)
+            except FileNotFoundError:
+                free = free or candidate
+                continue
+            if (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+                    and stat.S_IMODE(info.st_mode) == 0o700):
+                return candidate
+            refused.append(candidate)
+        if free is None:
+            raise UnsafeRuntimeDir(
+                f"no private runtime directory can be made for {self.root}:"
+                f" {', '.join(map(str, refused))} each belong to another user, are links,"
+                " or are not private (0700); remove them, or set KIROLEARN_HOME to a"
+                " shorter path")
+        return free
+
+    def pidfile(self) -> Path:
+        return self.runtime_dir() / "supervisor.pid"
+
+    def viewer_info(self) -> Path:
+        """Where the running viewer listens (``url``, ``port``, ``pid``), written at its start."""
+        return self.runtime_dir() / "viewer.json"
+
+    def daemon_running(self) -> bool:
+        return is_locked(self.pidfile())
+
+    def endpoint(self, name: str) -> str:
+        """``ipc://`` address of a named socket: a role's service ('ingest', 'storage',
+        'retrieval', 'batches', 'records') or a process's control socket ('<process>.ctl')."""
+        suffix = "" if name.endswith(".ctl") else ".sock"
+        return f"ipc://{self.runtime_dir() / name}{suffix}"
+
+    def ensure_layout(self) -> Home:
+        """The home, its logs and its runtime directory made (private), or refused."""
+        for directory in (self.root, self.log_dir):
+            ensure_private_dir(directory)
+        run = self.runtime_dir()
+        if run.parent == Path("/tmp"):  # made here, never through a link someone left
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(run, 0o700)
+            info = os.lstat(run)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+                raise UnsafeRuntimeDir(f"{run} was taken by someone else while kirolearn"
+                                       " made it; try again")
+        ensure_private_dir(run)
+        return self
 
 
 def is_locked(path: Path) -> bool:
@@ -134,17 +169,6 @@ def is_locked(path: Path) -> bool:
         os.close(fd)
 
 
-def daemon_running(base: Path | None = None) -> bool:
-    return is_locked(pidfile(base))
-
-
-def endpoint(name: str, base: Path | None = None) -> str:
-    """``ipc://`` address of a named socket: a role's service ('ingest', 'storage',
-    'retrieval', 'batches', 'records') or a process's control socket ('<process>.ctl')."""
-    suffix = "" if name.endswith(".ctl") else ".sock"
-    return f"ipc://{runtime_dir(base) / name}{suffix}"
-
-
 def ensure_private_dir(path: Path) -> Path:
     """Create path (mode 0700) or tighten it; refuse one owned by somebody else."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -154,22 +178,6 @@ def ensure_private_dir(path: Path) -> Path:
     if stat.S_IMODE(info.st_mode) != 0o700:
         path.chmod(0o700)
     return path
-
-
-def ensure_layout(base: Path | None = None) -> Path:
-    base = base or home()
-    for directory in (base, log_dir(base)):
-        ensure_private_dir(directory)
-    run = runtime_dir(base)
-    if run.parent == Path("/tmp"):  # made here, never through a link someone left
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(run, 0o700)
-        info = os.lstat(run)
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-            raise UnsafeRuntimeDir(f"{run} was taken by someone else while kirolearn made"
-                                   " it; try again")
-    ensure_private_dir(run)
-    return base
 
 
 def write_private(path: Path, data: bytes, durable: bool = False) -> Path:

@@ -62,7 +62,7 @@ PRIVATE = "+private"  # the end of a private actor's name: its memories are its 
 def _connection() -> dict | None:
     """What ``kirolearn connect`` saved, or None: not connected (or unreadable)."""
     try:
-        found = json.loads(paths.remote_file().read_bytes())
+        found = json.loads(paths.Home.current().remote_file.read_bytes())
     except (OSError, ValueError):
         return None
     return found if isinstance(found, dict) else None

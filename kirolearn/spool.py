@@ -23,21 +23,21 @@ from kirolearn import paths
 SUFFIX = ".json"
 
 
-def write(event: dict, base: Path | None = None) -> Path:
+def write(event: dict, home: paths.Home) -> Path:
     """Spool one event atomically; returns its file."""
-    directory = paths.ensure_private_dir(paths.spool_dir(base))
+    directory = paths.ensure_private_dir(home.spool_dir)
     data = json.dumps(event, ensure_ascii=False).encode("utf-8")
     return paths.write_private(directory / f"{event['event_id']}{SUFFIX}", data, durable=True)
 
 
-def waiting(base: Path | None = None, limit: int | None = None) -> list[Path]:
+def waiting(home: paths.Home, limit: int | None = None) -> list[Path]:
     """Spooled event files, oldest first (ULIDs sort by time)."""
     try:
-        names = sorted(n for n in os.listdir(paths.spool_dir(base))
+        names = sorted(n for n in os.listdir(home.spool_dir)
                        if n.endswith(SUFFIX) and not n.startswith("."))
     except FileNotFoundError:
         return []
-    directory = paths.spool_dir(base)
+    directory = home.spool_dir
     return [directory / n for n in names[:limit]]
 
 
@@ -49,11 +49,11 @@ def read(path: Path) -> object:
         return f"unreadable spool file {path.name}: {type(exc).__name__}: {exc}"
 
 
-def discard(namespace: str, base: Path | None = None) -> int:
+def discard(namespace: str, home: paths.Home) -> int:
     """Delete the spooled events of one namespace (its project is being forgotten); how
     many."""
     removed = 0
-    for path in waiting(base):
+    for path in waiting(home):
         event = read(path)
         if isinstance(event, dict) and event.get("namespace") == namespace:
             path.unlink(missing_ok=True)
@@ -61,9 +61,9 @@ def discard(namespace: str, base: Path | None = None) -> int:
     return removed
 
 
-def reject(path: Path, reason: str, base: Path | None = None) -> None:
+def reject(path: Path, reason: str, home: paths.Home) -> None:
     """Move a file ingest cannot accept to the quarantine, with the reason next to it."""
-    directory = paths.ensure_private_dir(paths.quarantine_dir(base))
+    directory = paths.ensure_private_dir(home.quarantine_dir)
     os.replace(path, directory / path.name)
     paths.write_private(directory / f"{path.name}.reason", (reason + "\n").encode("utf-8"))
 

@@ -142,21 +142,21 @@ def new_session_id() -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def _sessions_file(base: Path, key: str) -> Path:
-    return paths.sessions_dir(base) / f"{project.sha256_hex(key)[:16]}.json"
+def _sessions_file(home: paths.Home, key: str) -> Path:
+    return home.sessions_dir / f"{project.sha256_hex(key)[:16]}.json"
 
 
-def load_state(base: Path, key: str) -> dict:
+def load_state(home: paths.Home, key: str) -> dict:
     """The small state kept between hooks of one session (its id, the last prompt)."""
     try:
-        state = json.loads(_sessions_file(base, key).read_text("utf-8"))
+        state = json.loads(_sessions_file(home, key).read_text("utf-8"))
     except (OSError, ValueError):
         return {}
     return state if isinstance(state, dict) else {}
 
 
-def save_state(base: Path, key: str, state: dict) -> None:
-    path = _sessions_file(base, key)
+def save_state(home: paths.Home, key: str, state: dict) -> None:
+    path = _sessions_file(home, key)
     paths.ensure_private_dir(path.parent)
     paths.write_private(path, json.dumps({**state, "updated": time.time()}).encode("utf-8"))
 
@@ -166,12 +166,12 @@ class Shim:
 
     def __init__(self, surface: str, cwd: str | None = None):
         self.surface = surface
-        self.base = paths.home()
+        self.home = paths.Home.current()
         self.cwd = cwd or os.getcwd()
         self.project = project.resolve_project(self.cwd)
         self.actor = project.actor_id()
         self.namespace = self.project.namespace(self.actor)
-        self.off = capture.why_off(self.project.root, self.cwd, self.base)
+        self.off = capture.why_off(self.project.root, self.cwd, self.home)
 
     def event(self, kind: str, body: dict, session_id: str,
               parent_event_id: str | None = None) -> dict:
@@ -202,8 +202,8 @@ class Shim:
         if reply is None:
             self._spool(event)
             return ""
-        if control.remote(self.base) is not None:  # it answers: send what the spool holds
-            control.start_in_background(self.base)
+        if control.remote(self.home) is not None:  # it answers: send what the spool holds
+            control.start_in_background(self.home)
         retrieval = reply.get("retrieval") or {}
         context = retrieval.get("context")
         return context if isinstance(context, str) else ""
@@ -211,7 +211,7 @@ class Shim:
     def _request(self, event: dict, retrieve: bool | str, timeout_ms: int) -> dict | None:
         """The daemon's reply, or None when it is not there or not in time."""
         try:
-            listening = control.listening("ingest", self.base)
+            listening = control.listening("ingest", self.home)
         except (control.BadRemote, paths.UnsafeRuntimeDir) as exc:  # doctor says it too
             debug(str(exc))
             return None
@@ -223,7 +223,7 @@ class Shim:
             if retrieve is True and not self.project.is_global:  # its memories, if close
                 body["global_namespace"] = project.global_namespace(self.actor)
             return control.call("ingest", "put_event", body, timeout_ms=timeout_ms,
-                                base=self.base)
+                                home=self.home)
         except control.Timeout:
             debug(f"no acknowledgement within {timeout_ms} ms")
             return None
@@ -233,11 +233,11 @@ class Shim:
         the daemon is away (ingest scrubs it again, with the newest rules)."""
         from kirolearn import privacy  # the slow path only: its rules cost a few ms
 
-        privacy.use_saved_rules(self.base)
-        path = spool.write(privacy.scrub_event(event), self.base)
+        privacy.use_saved_rules(self.home)
+        path = spool.write(privacy.scrub_event(event), self.home)
         debug(f"spooled {path.name}")
         if os.environ.get("KIROLEARN_AUTOSTART", "1") != "0" and control.start_in_background(
-                self.base):
+                self.home):
             debug("started the daemon (or, connected, the spool's drain) in the background")
 
 
@@ -250,9 +250,9 @@ class Session:
     """
 
     def __init__(self, shim: Shim, key: str):
-        self.base = shim.base
+        self.home = shim.home
         self.key = key
-        self.state = load_state(self.base, key)
+        self.state = load_state(self.home, key)
 
     def current(self, session_id: str | None = None, fresh: bool = False) -> str:
         """This session's id: the agent's when given; a new one when fresh, unknown,
@@ -273,7 +273,7 @@ class Session:
     def save(self, prompt_event_id: str | None = None) -> None:
         if prompt_event_id:
             self.state["prompt_event_id"] = prompt_event_id
-        save_state(self.base, self.key, self.state)
+        save_state(self.home, self.key, self.state)
 
 
 def text_body(content: object) -> dict:

@@ -15,15 +15,15 @@ from kirolearn.supervisor.states import RET_CONFIG, RET_PIDFILE
 
 def run_daemon(workers: int | None, foreground: bool) -> int:
     os.umask(0o077)  # logs, database and sockets are the user's alone
-    base = paths.home()
-    paths.ensure_layout(base)
+    home = paths.Home.current()
+    home.ensure_layout()
     try:
-        settings = config.load(base)
+        settings = config.load(home)
     except config.ConfigError as exc:
         print(f"kirolearn: configuration error: {exc}", file=sys.stderr)
         return RET_CONFIG
     handler = logging.handlers.RotatingFileHandler(
-        paths.log_dir(base) / "supervisor.log", maxBytes=settings["logging"]["max_bytes"],
+        home.log_dir / "supervisor.log", maxBytes=settings["logging"]["max_bytes"],
         backupCount=settings["logging"]["backups"])
     handlers: list[logging.Handler] = [handler]
     if foreground:
@@ -34,7 +34,7 @@ def run_daemon(workers: int | None, foreground: bool) -> int:
     workers = settings["extraction"]["workers"] if workers is None else workers
     privacy.scrubber()  # built once, before the threads that scrub the roles' logs
     try:
-        return Arbiter(base, settings, workers).run()
+        return Arbiter(home, settings, workers).run()
     except AlreadyRunning as exc:
         print(f"kirolearn: {exc}", file=sys.stderr)
         return RET_PIDFILE

@@ -111,8 +111,8 @@ class Process:
 
 
 class Arbiter:
-    def __init__(self, base: Path, settings: dict, extraction_workers: int):
-        self.base = base
+    def __init__(self, home: paths.Home, settings: dict, extraction_workers: int):
+        self.home = home
         self.settings = settings
         self.sup = settings["supervisor"]
         self.ctx = zmq.Context()
@@ -136,7 +136,7 @@ class Arbiter:
             logger.propagate = False
             logger.setLevel(logging.INFO)
             handler = logging.handlers.RotatingFileHandler(
-                paths.log_dir(self.base) / f"{role}.log",
+                self.home.log_dir / f"{role}.log",
                 maxBytes=self.settings["logging"]["max_bytes"],
                 backupCount=self.settings["logging"]["backups"])
             handler.setFormatter(logging.Formatter("%(message)s"))
@@ -169,11 +169,11 @@ class Arbiter:
         self.workers = count
 
     def _spawn(self, proc: Process) -> None:
-        env = dict(os.environ, KIROLEARN_HOME=str(self.base), PYTHONUNBUFFERED="1")
+        env = dict(os.environ, KIROLEARN_HOME=str(self.home.root), PYTHONUNBUFFERED="1")
         proc.popen = subprocess.Popen(
             [sys.executable, "-m", f"kirolearn.roles.{proc.role}", "--name", proc.name],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-            cwd=self.base)  # not the caller's cwd: a source checkout there would shadow us
+            cwd=self.home.root)  # not the caller's cwd: a source checkout there would shadow us
         threading.Thread(target=self._pipe_output, args=(proc, proc.popen.stdout),
                          name=f"log-{proc.name}", daemon=True).start()
         proc.started = time.monotonic()
@@ -183,12 +183,12 @@ class Arbiter:
     def _listening(self, proc: Process) -> bool:
         """Whether proc's control socket is there to ping (a ping before would only wait
         out its timeout, holding up the loop)."""
-        return Path(paths.endpoint(f"{proc.name}.ctl", self.base).removeprefix("ipc://")
+        return Path(self.home.endpoint(f"{proc.name}.ctl").removeprefix("ipc://")
                     ).exists()
 
     def _ping(self, proc: Process) -> bool:
         if proc.client is None:
-            proc.client = transport.Client(paths.endpoint(f"{proc.name}.ctl", self.base),
+            proc.client = transport.Client(self.home.endpoint(f"{proc.name}.ctl"),
                                            self.ctx, timeout_ms=100)
         try:
             return proc.client.call("ping").get("name") == proc.name
@@ -241,7 +241,7 @@ class Arbiter:
         proc.stop_stage = 0
         proc.stop_deadline = time.monotonic() + self.sup["stop_timeout_s"]
         try:
-            with transport.Client(paths.endpoint(f"{proc.name}.ctl", self.base), self.ctx,
+            with transport.Client(self.home.endpoint(f"{proc.name}.ctl"), self.ctx,
                                   timeout_ms=200) as client:
                 client.call("shutdown")
         except (transport.Timeout, protocol.RemoteError, protocol.DecodeError):
@@ -327,7 +327,7 @@ class Arbiter:
                     "uptime_s": round(now - p.started, 1) if p.alive() else 0.0,
                     "restarts": p.restarts,
                 })
-        return {"running": True, "pid": os.getpid(), "home": str(self.base),
+        return {"running": True, "pid": os.getpid(), "home": str(self.home.root),
                 "extraction_workers": self.workers, "roles": roles}
 
     @base.op("ping", "control")
@@ -369,8 +369,8 @@ class Arbiter:
         self.signals.append(signum)
 
     def run(self) -> int:
-        run_dir = paths.runtime_dir(self.base)
-        lock = PidLock(paths.pidfile(self.base))
+        run_dir = self.home.runtime_dir()
+        lock = PidLock(self.home.pidfile())
         lock.acquire()  # before any bind: a second daemon must not steal live sockets
         try:
             stale = remove_socket_files(run_dir)
@@ -385,9 +385,9 @@ class Arbiter:
             poller = zmq.Poller()
             old_umask = os.umask(0o077)
             control = transport.make_socket(self.ctx, zmq.ROUTER,
-                                            bind=paths.endpoint("supervisor.ctl", self.base))
+                                            bind=self.home.endpoint("supervisor.ctl"))
             os.umask(old_umask)
-            log.info("supervisor started (pid %d, home %s)", os.getpid(), self.base)
+            log.info("supervisor started (pid %d, home %s)", os.getpid(), self.home.root)
             table = base.op_table(self, "control")
             poller.register(control, zmq.POLLIN)
             poller.register(wake_r, zmq.POLLIN)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import zmq
-from helpers import free_ports, kl, processes_using
+from helpers import free_ports, here, kl, processes_using
 from postgres_server import PostgresServer
 
 from kirolearn import paths, transport
@@ -43,7 +43,7 @@ def private_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     leftovers = processes_using(base)
     for pid in leftovers:
         os.kill(pid, 9)
-    sockets = [p.name for p in paths.runtime_dir(base).glob("*") if p.is_socket()]
+    sockets = [p.name for p in paths.Home(base).runtime_dir().glob("*") if p.is_socket()]
     shutil.rmtree(base, ignore_errors=True)
     assert not leftovers, f"test leaked processes: {leftovers}"
     assert not sockets, f"test leaked socket files: {sockets}"
@@ -114,7 +114,7 @@ def ctx():
 
 @pytest.fixture
 def ingest(daemon, ctx):
-    client = transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000)
+    client = transport.Client(here().endpoint("ingest"), ctx, timeout_ms=5000)
     yield client
     client.close()
 

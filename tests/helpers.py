@@ -26,7 +26,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from kirolearn import contract, control, db, project
+from kirolearn import contract, control, db, paths, project
 from kirolearn.db import writes
 
 KL = [sys.executable, "-m", "kirolearn"]
@@ -48,6 +48,11 @@ def wait_for(predicate, timeout: float = 30, interval: float = 0.05,
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {message}")
         time.sleep(interval)
+
+
+def here() -> paths.Home:
+    """The test's home (its ``KIROLEARN_HOME``)."""
+    return paths.Home.current()
 
 
 def processes_using(home: Path) -> list[int]:
@@ -128,7 +133,7 @@ class Workspace:
 
 def stored_events() -> list[dict]:
     """Every stored event, oldest first (export also writes the records: left out)."""
-    if not db.exists(db.location()):
+    if not db.exists(db.location(here())):
         return []
     out = kl("export", check=True).stdout
     lines = [json.loads(line) for line in out.splitlines() if line.strip()]
@@ -142,7 +147,7 @@ def wait_events(count: int, timeout: float = 30) -> list[dict]:
 
 
 def retrieval(op: str, body: dict) -> dict:
-    return control.call("retrieval", op, body, timeout_ms=control.LOOKUP_MS)
+    return control.call("retrieval", op, body, timeout_ms=control.LOOKUP_MS, home=here())
 
 
 def settled_context(namespace: str, query: str, timeout: float = 30) -> str:
@@ -153,7 +158,7 @@ def settled_context(namespace: str, query: str, timeout: float = 30) -> str:
 
     def settled() -> bool:
         seen.append(retrieval("search", {"query": query, "namespace": namespace})["context"])
-        waiting = (control.embeddings_state() or {}).get("unembedded", 0)
+        waiting = (control.embeddings_state(here()) or {}).get("unembedded", 0)
         return len(seen) > 1 and seen[-1] == seen[-2] and not waiting
 
     wait_for(settled, timeout, 0.5, f"a settled answer to {query!r}")
@@ -163,7 +168,7 @@ def settled_context(namespace: str, query: str, timeout: float = 30) -> str:
 def logged_retrieval(prompt_event_id: str) -> dict:
     """The retrieval log's entry for a prompt (written just after the answer)."""
     def row() -> tuple | None:
-        with db.reading(db.location()) as conn:
+        with db.reading(db.location(here())) as conn:
             return conn.execute("SELECT context, outcome, error FROM retrievals"
                                 " WHERE prompt_event_id = $1", (prompt_event_id,)).fetchone()
 

@@ -17,6 +17,7 @@ from helpers import (
     clone,
     connect,
     free_ports,
+    here,
     kl,
     make_event,
     new_machine,
@@ -51,7 +52,7 @@ def record(namespace: str, title: str, summary: str) -> dict:
 
 def request(base, target: str, op: str, body: dict) -> dict:
     """A request from the machine at ``base`` to the daemon it is connected to."""
-    return control.call(target, op, body, base=base, timeout_ms=5000)
+    return control.call(target, op, body, home=paths.Home(base), timeout_ms=5000)
 
 
 def refused(base, target: str, op: str, body: dict) -> str:
@@ -158,7 +159,7 @@ def test_a_key_reaches_only_its_own_actor_and_the_projects_it_works_on(team, tmp
                                                  "namespaces": [ns("mallory")]}) == {
         "deleted": False}
     assert sorted(json.dumps(line, sort_keys=True) for line in exported()) == before
-    log = (paths.log_dir() / "gateway.log").read_text()
+    log = (here().log_dir / "gateway.log").read_text()
     assert log.count("FORBIDDEN: mallory asked") == len(attempts)
 
 
@@ -173,10 +174,10 @@ def test_a_hook_run_as_another_user_stores_nothing_as_them(team, tmp_path):
         "prompt": "store this as bob"}), capture_output=True, text=True, env=env, cwd=repo,
         timeout=30)
     assert done.returncode == 0 and done.stdout == ""
-    assert len(spool.waiting(mallory)) == 1  # refused there: kept here, not lost
-    counts = control.drain_spool(mallory)
+    assert len(spool.waiting(paths.Home(mallory))) == 1  # refused there: kept here, not lost
+    counts = control.drain_spool(paths.Home(mallory))
     assert counts == {"stored": 0, "rejected": 1, "left": 0}
-    reason = next(paths.quarantine_dir(mallory).glob("*.reason")).read_text()
+    reason = next(paths.Home(mallory).quarantine_dir.glob("*.reason")).read_text()
     assert "mallory" in reason and "bob" in reason
     assert not [line for line in exported() if "kind" in line]
     doctor = kl("doctor", env=env)  # says why, and what to do
@@ -229,13 +230,13 @@ class RawWorker:
 
 
 def storage_log() -> str:
-    return (paths.log_dir() / "storage.log").read_text()
+    return (here().log_dir / "storage.log").read_text()
 
 
 @pytest.fixture
 def workerless(home):
     """A daemon listening on TCP with no local workers: (its address, its public key)."""
-    pair = keys.init_server(home)
+    pair = keys.init_server(paths.Home(home))
     address = f"tcp://127.0.0.1:{free_ports()}"
     kl("start", "--listen", address, "--extraction-workers", "0", check=True)
     yield address, pair.public.decode()
@@ -246,7 +247,7 @@ def put(namespace: str, text: str, kind: str = "session_summary") -> dict:
     actor = project.parts(namespace)[0]
     event = make_event(kind, text, namespace=namespace, actor_id=actor)
     assert control.call("ingest", "put_event", {"event": event},
-                        timeout_ms=5000)["status"] == "stored"
+                        timeout_ms=5000, home=here())["status"] == "stored"
     return event
 
 
@@ -254,8 +255,8 @@ def test_worker_ports_take_worker_keys_only_and_keep_records_to_their_batch(
         workerless, home, ctx):
     address, server_key = workerless
     client, worker = keys.new_pair(), keys.new_pair()
-    keys.allow("carol", client.public.decode(), home)
-    keys.allow("gpu-box", worker.public.decode(), home, keys.WORKER)
+    keys.allow("carol", client.public.decode(), paths.Home(home))
+    keys.allow("gpu-box", worker.public.decode(), paths.Home(home), keys.WORKER)
 
     # A client's key is refused on the workers' ports, and a worker's on the clients' one.
     intruder = RawWorker(ctx, address, client, server_key)
@@ -285,7 +286,7 @@ def test_worker_ports_take_worker_keys_only_and_keep_records_to_their_batch(
             {"batch_id": contract.new_ulid(), "records": [planted]}]}))
 
         def committed():
-            with db.reading(db.location()) as conn:
+            with db.reading(db.location(here())) as conn:
                 return conn.execute("SELECT state FROM extraction_batches WHERE batch_id = $1",
                                     (batch["batch_id"],)).fetchone() == ("done",)
         wait_for(committed, message="the worker's batch committed")
@@ -296,7 +297,7 @@ def test_worker_ports_take_worker_keys_only_and_keep_records_to_their_batch(
     assert "hunter2" not in records[0]["summary"] and "[REDACTED" in records[0]["summary"]
     log = storage_log()
     assert "not the batch's" in log and "which it was not given" in log
-    with db.reading(db.location()) as conn:
+    with db.reading(db.location(here())) as conn:
         states = dict(conn.execute("SELECT namespace, state FROM extraction_batches"))
     assert states[ns("dave+private")] == "ready"
 
@@ -305,8 +306,8 @@ def test_a_revoked_worker_is_cut_off_mid_take_and_its_batch_goes_out_again(
         workerless, home, ctx):
     address, server_key = workerless
     first, second = keys.new_pair(), keys.new_pair()
-    keys.allow("first", first.public.decode(), home, keys.WORKER)
-    keys.allow("second", second.public.decode(), home, keys.WORKER)
+    keys.allow("first", first.public.decode(), paths.Home(home), keys.WORKER)
+    keys.allow("second", second.public.decode(), paths.Home(home), keys.WORKER)
     put(ns("dave"), "the zebrafrost outage came from the cache")
     revoked = RawWorker(ctx, address, first, server_key)
     other = None
@@ -327,7 +328,7 @@ def test_a_revoked_worker_is_cut_off_mid_take_and_its_batch_goes_out_again(
             {"batch_id": batch["batch_id"], "records": []}]}))
 
         def state():
-            with db.reading(db.location()) as conn:
+            with db.reading(db.location(here())) as conn:
                 return conn.execute("SELECT state FROM extraction_batches").fetchone()[0]
         wait_for(lambda: state() == "done", message="the batch done by the second worker")
         assert "from a worker no longer allowed" in storage_log()

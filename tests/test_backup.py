@@ -41,7 +41,7 @@ def test_a_backup_taken_during_an_import_holds_every_acknowledged_event(daemon, 
     events = [make_event("tool_use", f"src/module_{i}.py", session_id=f"s{i % 7}")
               for i in range(EVENTS)]
     source = _import(tmp_path, events)
-    db = paths.db_path(daemon)
+    db = paths.Home(daemon).db_path
     importer = subprocess.Popen([*KL, "import", str(source)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, cwd="/tmp")
     wait_for(lambda: _read(db, "SELECT count(*) FROM events")[0][0] >= EVENTS // 4,
@@ -94,7 +94,7 @@ def test_the_default_backup_goes_to_the_homes_backups_folder_and_any_name_works(
 def test_bad_backups_and_restores_are_refused_and_change_nothing(daemon, tmp_path):
     kl("import", str(_import(tmp_path, [make_event("prompt", f"note {i}") for i in range(3)])),
        check=True)
-    db = paths.db_path(daemon)
+    db = paths.Home(daemon).db_path
     before, pid = _event_ids(db), status()["pid"]
     good = tmp_path / "good.db"
     kl("backup", str(good), check=True)
@@ -160,4 +160,4 @@ def test_scheduled_backups_are_taken_while_it_runs_and_the_oldest_removed(home, 
     assert len(kept) == 2 and by_hand.exists()  # the oldest scheduled ones only
     for copy in kept:
         assert _read(copy, "PRAGMA integrity_check") == [("ok",)]
-    assert _event_ids(kept[-1]) == _event_ids(paths.db_path(home))
+    assert _event_ids(kept[-1]) == _event_ids(paths.Home(home).db_path)

@@ -11,9 +11,9 @@ import os
 import click
 import pytest
 from click.testing import CliRunner
-from helpers import kl, make_event, stored_events
+from helpers import here, kl, make_event, stored_events
 
-from kirolearn import control, paths
+from kirolearn import control
 from kirolearn.cli import cli
 
 HOSTILE = ["\x00", "-1", "../" * 12 + "etc/passwd", "x" * 5000, "tcp://", "{}", "\u202e"]
@@ -57,7 +57,7 @@ def test_every_command_with_hostile_arguments_ends_in_a_message(home, monkeypatc
         assert result.exception is None or isinstance(result.exception, SystemExit), (
             argv[:4], repr(result.exception), result.output[-500:])
         assert "Traceback" not in result.output, argv[:4]
-    assert not control.running()
+    assert not control.running(here())
 
 
 def test_an_import_of_a_binary_or_latin1_file_says_which_lines_and_stores_the_rest(
@@ -85,13 +85,13 @@ def test_a_settings_file_that_is_not_utf8_toml_is_named_by_every_command(home, b
         result = kl(command)
         assert "Traceback" not in result.stdout + result.stderr, command
         assert expected in result.stdout + result.stderr, (command, result)
-    assert kl("start").returncode == 1 and not control.running()
+    assert kl("start").returncode == 1 and not control.running(here())
 
 
 def test_settings_out_of_range_are_refused_with_the_range(home):
     (home / "config.toml").write_text("[extraction]\nworkers = 100000\n")
     result = kl("start")
-    assert result.returncode == 1 and not control.running()
+    assert result.returncode == 1 and not control.running(here())
     assert "extraction.workers: must be from 0 to 64, got 100000" in result.stderr
     (home / "config.toml").write_text("[retrieval]\nbudget_ms = -5\n")
     assert "retrieval.budget_ms: must not be negative, got -5" in kl("start").stderr
@@ -105,10 +105,11 @@ def test_a_database_with_damaged_pages_is_not_started_on_and_exports_what_it_can
     kl("start", check=True)
     events = [make_event("prompt", f"prompt number {n} " + "lorem ipsum " * 40)
               for n in range(300)]
-    results = control.call("ingest", "put_events", {"events": events}, timeout_ms=30_000)
+    results = control.call("ingest", "put_events", {"events": events}, timeout_ms=30_000,
+                           home=here())
     assert {r["status"] for r in results["results"]} == {"stored"}
     kl("stop", check=True)
-    database = paths.db_path()
+    database = here().db_path
     page = 4096
     with database.open("r+b") as handle:  # a few pages of the events' table overwritten
         for number in (30, 60):
@@ -120,7 +121,8 @@ def test_a_database_with_damaged_pages_is_not_started_on_and_exports_what_it_can
         assert started.returncode == 1 and "Traceback" not in started.stderr
         assert "is damaged" in started.stderr and "quick check" not in started.stderr
         with pytest.raises(control.RemoteError, match="is damaged"):
-            control.call("ingest", "put_event", {"event": make_event("prompt", "refused")})
+            control.call("ingest", "put_event", {"event": make_event("prompt", "refused")},
+                         home=here())
     finally:
         kl("stop", check=True)
     assert hashlib.sha256(database.read_bytes()).hexdigest() == before  # left as it is

@@ -8,7 +8,7 @@ import json
 import time
 
 import zmq
-from helpers import NAMESPACE, kl, make_event, status, wait_for
+from helpers import NAMESPACE, here, kl, make_event, status, wait_for
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -65,10 +65,10 @@ def test_a_take_is_committed_a_slice_at_a_time_and_no_take_goes_out_meanwhile(ho
     transaction, so the loop answers the events queued meanwhile between them; until the
     last slice is in, storage is due at once and hands no worker another take."""
     monkeypatch.setattr(handout, "RESULTS_SLICE_S", 0.0)  # one batch a slice
-    paths.ensure_layout(home)
-    role = storage_role.Storage("storage", home, config.load(home))
+    paths.Home(home).ensure_layout()
+    role = storage_role.Storage("storage", paths.Home(home), config.load(paths.Home(home)))
     role.setup()
-    worker = transport.make_socket(role.ctx, zmq.PULL, connect=paths.endpoint("batches", home))
+    worker = transport.make_socket(role.ctx, zmq.PULL, connect=paths.Home(home).endpoint("batches"))
     try:
         wait_for(role.handout._worker_free, message="the worker connected")
         batch_ids = []
@@ -98,7 +98,7 @@ def test_a_take_is_committed_a_slice_at_a_time_and_no_take_goes_out_meanwhile(ho
         worker.close()
         role.teardown()
         role.ctx.destroy(linger=0)
-        for endpoint in paths.runtime_dir(home).glob("*"):
+        for endpoint in paths.Home(home).runtime_dir().glob("*"):
             endpoint.unlink()
 
 
@@ -106,7 +106,7 @@ def test_a_poison_batch_is_failed_with_its_reason_listed_and_retried(home):
     """A stored event no worker can read (a body that is not JSON, as a damaged or
     hand-edited database may hold): its batch is tried, said failed with the reason, and
     handed out again on demand; the events around it still become records."""
-    conn = db.connect_writer(paths.db_path(home))
+    conn = db.connect_writer(paths.Home(home).db_path)
     assert kl("extraction", "failed").stdout.strip() == "no failed batches"
     with conn.transaction():
         poison = prepare(make_event(content="poison"))[0]
@@ -114,7 +114,7 @@ def test_a_poison_batch_is_failed_with_its_reason_listed_and_retried(home):
     conn.close()
     kl("start", check=True)
     try:
-        with transport.Client(paths.endpoint("ingest"), timeout_ms=5000) as ingest:
+        with transport.Client(here().endpoint("ingest"), timeout_ms=5000) as ingest:
             for event in (make_event("prompt", "Rename the billing module"),
                           make_event("session_summary", "Renamed it")):
                 assert ingest.call("put_event", {"event": event})["status"] == "stored"
@@ -145,7 +145,7 @@ def test_a_prompt_stored_before_the_previous_turn_is_batched_stays_with_its_own_
     first = [make_event("prompt", "Fix the export crash"),
              make_event("tool_use", "src/export.py"),
              make_event("session_summary", "Fixed the export crash")]
-    with transport.Client(paths.endpoint("ingest", daemon)) as ingest:
+    with transport.Client(paths.Home(daemon).endpoint("ingest")) as ingest:
         ingest.call("put_events", {"events": [*first, make_event(
             "prompt", "Now document the export format")]})
         wait_for(records, message="the first turn's record")

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import Workspace, kl, stored_events
-
-from kirolearn import paths
+from helpers import Workspace, here, kl, stored_events
 
 
 def prompt(ws: Workspace, text: str, hook: str = "kirolearn-claude-code") -> str:
@@ -43,14 +41,14 @@ def test_pause_and_resume_everywhere_or_for_a_project(daemon, tmp_path):
     assert kl("resume", check=True).stdout.strip() == "capture was not paused"
     prompt(ws, "captured again")
     assert prompts() == ["the other project goes on", "captured again"]
-    assert not list(paths.spool_dir().glob("*.json"))
+    assert not list(here().spool_dir.glob("*.json"))
 
 
 def test_a_paused_hook_neither_spools_nor_starts_the_daemon(home, tmp_path):
     ws = Workspace(tmp_path)
     kl("pause", check=True)
     assert "not captured" in prompt(ws, "while paused and stopped", "kirolearn-kiro-cli")
-    assert not paths.spool_dir().exists() or not list(paths.spool_dir().iterdir())
+    assert not here().spool_dir.exists() or not list(here().spool_dir.iterdir())
     stopped = kl("status")
     assert "not running" in stopped.stdout + stopped.stderr
 

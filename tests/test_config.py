@@ -7,20 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from kirolearn import config
+from kirolearn import config, paths
 
 DOCS = Path(__file__).parent.parent / "docs" / "configuration.md"
 
 
 def test_defaults_load_without_a_user_file(tmp_path):
-    settings = config.load(tmp_path, environ={})
+    settings = config.load(paths.Home(tmp_path), environ={})
     assert settings["retrieval"]["budget_ms"] == 500
     assert settings["storage"]["batch_idle_s"] == 30
 
 
 def test_user_file_then_environment(tmp_path):
     (tmp_path / "config.toml").write_text("[retrieval]\nbudget_ms = 300\nlimit = 5\n")
-    settings = config.load(tmp_path, environ={"KIROLEARN_RETRIEVAL_LIMIT": "7"})
+    settings = config.load(paths.Home(tmp_path), environ={"KIROLEARN_RETRIEVAL_LIMIT": "7"})
     assert settings["retrieval"]["budget_ms"] == 300 and settings["retrieval"]["limit"] == 7
     assert settings["retrieval"]["session_tokens"] == 1000  # untouched: the default
 
@@ -38,12 +38,12 @@ def test_user_file_then_environment(tmp_path):
 def test_bad_user_settings_are_named(tmp_path, text, message):
     (tmp_path / "config.toml").write_text(text)
     with pytest.raises(config.ConfigError, match=message.replace("[", r"\[")):
-        config.load(tmp_path, environ={})
+        config.load(paths.Home(tmp_path), environ={})
 
 
 def test_bad_environment_value_is_named(tmp_path):
     with pytest.raises(config.ConfigError, match="KIROLEARN_STORAGE_LEASE_S"):
-        config.load(tmp_path, environ={"KIROLEARN_STORAGE_LEASE_S": "soon"})
+        config.load(paths.Home(tmp_path), environ={"KIROLEARN_STORAGE_LEASE_S": "soon"})
 
 
 def test_every_setting_is_documented_with_its_default():

@@ -11,7 +11,7 @@ import subprocess
 import msgpack
 import pytest
 import zmq
-from helpers import KL, kl, make_event, processes_using, status, stored_events, wait_for
+from helpers import KL, here, kl, make_event, processes_using, status, stored_events, wait_for
 
 from kirolearn import contract, db, paths, protocol, transport
 from kirolearn.db import schema
@@ -25,7 +25,7 @@ def test_start_status_stop_leaves_nothing_behind(home):
     for role in roles:
         assert role["state"] == "RUNNING" and role["pid"] > 0 and role["restarts"] == 0
         assert set(role) >= {"role", "pid", "state", "uptime_s", "restarts"}
-    run = paths.runtime_dir(home)
+    run = paths.Home(home).runtime_dir()
     assert run.stat().st_mode & 0o777 == 0o700
     assert all(p.stat().st_mode & 0o077 == 0 for p in run.iterdir())
     second = kl("start")
@@ -39,8 +39,8 @@ def test_start_status_stop_leaves_nothing_behind(home):
 
 
 def test_stale_pidfile_and_sockets_from_a_crash_are_cleaned(home):
-    run = paths.runtime_dir(home)
-    paths.ensure_layout(home)
+    run = paths.Home(home).runtime_dir()
+    paths.Home(home).ensure_layout()
     (run / "supervisor.pid").write_text("999999\n")  # pid of a daemon that died
     for name in ("ingest.sock", "storage.sock"):
         sock = zmq.Context.instance().socket(zmq.REP)
@@ -63,7 +63,7 @@ def test_put_event_scrubs_stores_and_dedups(store, ingest, daemon):
     assert ingest.call("put_event", {"event": event})["status"] == "duplicate"
     retried = {**event, "event_id": contract.new_ulid()}  # the same hook, sent again
     assert ingest.call("put_event", {"event": retried})["status"] == "duplicate"
-    with db.reading(db.location()) as conn:
+    with db.reading(db.location(here())) as conn:
         [(body, digest)] = conn.execute("SELECT body_json, content_hash FROM events").fetchall()
     assert "1234" not in body and secret not in body
     assert "[REDACTED:private]" in body and "[REDACTED:aws-access-key]" in body
@@ -102,7 +102,7 @@ def test_malformed_frames_get_error_replies_and_nothing_crashes(ingest, daemon, 
               b"\x00" * (protocol.MAX_FRAME_BYTES + 10)]
     for endpoint in ("ingest", "storage", "retrieval", "ingest.ctl", "storage.ctl"):
         for frame in frames:
-            sock = transport.make_socket(ctx, zmq.REQ, connect=paths.endpoint(endpoint))
+            sock = transport.make_socket(ctx, zmq.REQ, connect=here().endpoint(endpoint))
             sock.send(frame)
             assert sock.poll(3000), f"{endpoint} did not answer a malformed frame"
             reply = protocol.parse_reply(sock.recv())
@@ -124,11 +124,11 @@ def test_malformed_worker_messages_crash_nothing_and_extraction_goes_on(ingest, 
                                       {"batch_id": "D" * 26, "error": "x"}],
                           "seconds": "slow"})]
     push = transport.make_socket(ctx, zmq.PUSH, linger_ms=5000,
-                                 connect=paths.endpoint("records"))
+                                 connect=here().endpoint("records"))
     for frame in bad:
         push.send(frame)
     push.close()
-    storage_log = paths.log_dir() / "storage.log"
+    storage_log = here().log_dir / "storage.log"
     wait_for(lambda: f"batch {'D' * 26}: an attempt failed" in storage_log.read_text(),
              message="storage to read the bad messages")
     log = storage_log.read_text()
@@ -148,10 +148,10 @@ def test_a_hook_event_goes_ahead_of_an_import(ingest, daemon, ctx):
     storage_pid = next(r["pid"] for r in status()["roles"] if r["role"] == "storage")
     chunks = [[json.dumps(make_event("tool_use", f"chunk {c} file {i}.py")) for i in range(300)]
               for c in range(3)]
-    client = transport.make_socket(ctx, zmq.DEALER, connect=paths.endpoint("ingest"))
+    client = transport.make_socket(ctx, zmq.DEALER, connect=here().endpoint("ingest"))
     imports, order = [], []
     try:
-        with transport.Client(paths.endpoint("ingest.ctl"), ctx) as control:
+        with transport.Client(here().endpoint("ingest.ctl"), ctx) as control:
             os.kill(storage_pid, signal.SIGSTOP)
             try:
                 for lines in chunks:
@@ -244,8 +244,8 @@ def test_scale_and_crash_restart(daemon):
 
 
 def test_a_role_that_cannot_start_ends_fatal_not_looping(home):
-    paths.ensure_layout(home)
-    conn = db.connect_writer(paths.db_path(home))  # a database from a newer kirolearn
+    paths.Home(home).ensure_layout()
+    conn = db.connect_writer(paths.Home(home).db_path)  # a database from a newer kirolearn
     conn.execute("INSERT INTO _migrations VALUES (999, 'future', '', '')")
     conn.close()
     kl("start")
@@ -272,7 +272,7 @@ def test_configuration_errors_are_refused_before_anything_starts(home, text, mes
     result = kl("start")
     assert result.returncode == 1 and "configuration error: " in result.stderr
     assert message in result.stderr
-    assert not paths.pidfile(home).exists()
+    assert not paths.Home(home).pidfile().exists()
     assert "kirolearn is not running" in kl("stop", check=True).stdout
 
 
@@ -289,9 +289,9 @@ def test_concurrent_events_are_committed_in_groups(store, ingest, daemon, ctx):
     events (without holding it, how many are queued at once depends on the machine's
     load)."""
     storage_pid = next(r["pid"] for r in status()["roles"] if r["role"] == "storage")
-    sock = transport.make_socket(ctx, zmq.DEALER, connect=paths.endpoint("ingest"))
+    sock = transport.make_socket(ctx, zmq.DEALER, connect=here().endpoint("ingest"))
     ids = []
-    with transport.Client(paths.endpoint("ingest.ctl"), ctx) as control:
+    with transport.Client(here().endpoint("ingest.ctl"), ctx) as control:
         os.kill(storage_pid, signal.SIGSTOP)
         try:
             for i in range(300):
@@ -309,7 +309,7 @@ def test_concurrent_events_are_committed_in_groups(store, ingest, daemon, ctx):
         replies[reply["id"]] = reply["body"]["status"]
     sock.close(linger=0)
     assert set(replies.values()) == {"stored"}
-    with transport.Client(paths.endpoint("storage.ctl"), ctx) as control:
+    with transport.Client(here().endpoint("storage.ctl"), ctx) as control:
         counters = control.call("ping")
     assert counters["events_stored"] == 300
     assert counters["commits"] < 300 / 3  # acknowledged in groups, not one commit each
@@ -320,7 +320,7 @@ def test_retrievals_are_logged_for_prompts(ingest, daemon):
     ingest.call("put_event", {"event": prompt, "retrieve": True})
 
     def logged():
-        conn = sqlite3.connect(paths.db_path(daemon))
+        conn = sqlite3.connect(paths.Home(daemon).db_path)
         try:
             return conn.execute("SELECT outcome, latency_ms FROM retrievals WHERE"
                                 " prompt_event_id = ?", (prompt["event_id"],)).fetchall()
@@ -337,7 +337,7 @@ def test_an_expired_lease_is_handed_out_again_and_committed_once(store, home, mo
     try:
         stuck = next(r for r in status()["roles"] if r["role"] == "extraction")
         os.kill(stuck["pid"], signal.SIGSTOP)  # takes the batch, never answers
-        with transport.Client(paths.endpoint("ingest")) as client:
+        with transport.Client(here().endpoint("ingest")) as client:
             client.call("put_event", {"event": make_event("prompt", "Adopt WAL mode")})
             client.call("put_event", {"event": make_event("session_summary", "WAL adopted")})
         kl("scale", "extraction", "2", check=True)
@@ -399,7 +399,7 @@ def test_logs_follow_prints_new_lines(daemon):
                                 stdout=subprocess.PIPE, text=True)
     try:
         assert "[kirolearn.storage]" in follower.stdout.readline()  # it is following now
-        with transport.Client(paths.endpoint("ingest")) as client:
+        with transport.Client(here().endpoint("ingest")) as client:
             client.call("put_event", {"event": make_event("prompt", "follow me")})
             client.call("put_event", {"event": make_event("session_summary", "followed")})
         line = follower.stdout.readline()  # the batch commit is logged by storage
@@ -455,7 +455,7 @@ def test_import_rejects_oversized_lines_alone(daemon):
 
 def test_storage_rejects_malformed_events_alone_and_keeps_going(ingest, daemon, ctx):
     storage_pid = next(r["pid"] for r in status()["roles"] if r["role"] == "storage")
-    with transport.Client(paths.endpoint("storage"), ctx) as storage:
+    with transport.Client(here().endpoint("storage"), ctx) as storage:
         reply = storage.call("put_events", {"events": [5, {"event_id": "x"}]})
         assert [r["status"] for r in reply["results"]] == ["rejected", "rejected"]
         with pytest.raises(protocol.RemoteError) as info:

@@ -9,11 +9,11 @@ import json
 
 import pytest
 from conftest import private_home
-from helpers import kl, make_event, wait_for
+from helpers import here, kl, make_event, wait_for
 from test_heuristic import KIRO_CLI_SESSION
 from test_llm import GOOD, ScriptedEndpoint
 
-from kirolearn import contract, control, db, paths, transport
+from kirolearn import contract, control, db, transport
 from kirolearn.db import schema, writes
 from kirolearn.roles.checks import prepare
 
@@ -30,7 +30,7 @@ def records_of(lines: list[str]) -> dict[str, dict]:
 def settled() -> bool:
     """Nothing waits for extraction or for a vector."""
     totals = json.loads(kl("stats", "--json", check=True).stdout)["totals"]
-    waiting = (control.embeddings_state() or {}).get("unembedded", 1)
+    waiting = (control.embeddings_state(here()) or {}).get("unembedded", 1)
     return totals["pending_events"] == 0 and totals["pending_batches"] == 0 and not waiting
 
 
@@ -49,7 +49,7 @@ def test_export_import_export_is_identical_with_every_strategy(home, monkeypatch
     monkeypatch.setenv("KIROLEARN_EXTRACTION_LLM_MODEL", "scripted")
     kl("start", check=True)
     try:
-        with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as client:
+        with transport.Client(here().endpoint("ingest"), ctx, timeout_ms=5000) as client:
             for number in (1, 2):
                 for event in session(number):
                     assert client.call("put_event", {"event": event})["status"] == "stored"
@@ -127,7 +127,7 @@ def test_export_import_export_is_identical_with_every_strategy(home, monkeypatch
 
 def test_export_leaves_out_a_damaged_event_and_says_so(home):
     good, bad = make_event(content="kept"), make_event(content="damaged")
-    conn = db.connect_writer(paths.db_path())
+    conn = db.connect_writer(here().db_path)
     for event in (good, bad):
         with conn.transaction():
             writes.insert_event(conn, prepare(event)[0], 0)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import zmq
-from helpers import KL, NAMESPACE, kl, make_event, wait_for
+from helpers import KL, NAMESPACE, here, kl, make_event, wait_for
 
 from kirolearn import paths, protocol, transport
 
@@ -19,7 +19,7 @@ def test_a_worker_started_by_hand_takes_batches_and_stops_on_ctrl_c(home, ctx):
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                               cwd="/tmp")
     try:
-        ctl = paths.endpoint(f"worker-{worker.pid}.ctl")
+        ctl = here().endpoint(f"worker-{worker.pid}.ctl")
         with transport.Client(ctl, ctx, timeout_ms=200) as control:
             def answers() -> bool:
                 try:
@@ -27,7 +27,7 @@ def test_a_worker_started_by_hand_takes_batches_and_stops_on_ctrl_c(home, ctx):
                 except transport.Timeout:
                     return False
             wait_for(answers, message="the worker's control socket")
-        with (transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as client,
+        with (transport.Client(here().endpoint("ingest"), ctx, timeout_ms=5000) as client,
               transport.Client(ctl, ctx, timeout_ms=5000) as control):
             projects = iter(range(1000))
 
@@ -64,9 +64,9 @@ def test_a_worker_answers_each_batch_of_a_take_and_survives_malformed_takes(home
     """A worker on its own, storage's two sockets played by the test: malformed takes are
     dropped, a batch that cannot be extracted is answered with its error, and the good
     batch of the same take with its records."""
-    paths.ensure_layout(home)
-    batches = transport.make_socket(ctx, zmq.PUSH, bind=paths.endpoint("batches", home))
-    records = transport.make_socket(ctx, zmq.PULL, bind=paths.endpoint("records", home))
+    paths.Home(home).ensure_layout()
+    batches = transport.make_socket(ctx, zmq.PUSH, bind=paths.Home(home).endpoint("batches"))
+    records = transport.make_socket(ctx, zmq.PULL, bind=paths.Home(home).endpoint("records"))
     worker = subprocess.Popen([sys.executable, "-m", "kirolearn.roles.extraction"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -94,7 +94,7 @@ def test_a_worker_answers_each_batch_of_a_take_and_survives_malformed_takes(home
         _, log = worker.communicate(timeout=10)
         batches.close()
         records.close()
-        for leftover in paths.runtime_dir(home).glob("*"):  # the supervisor's cleanup
+        for leftover in paths.Home(home).runtime_dir().glob("*"):  # the supervisor's cleanup
             leftover.unlink()
     assert worker.returncode == 0, log
     assert log.count("dropped a malformed take") == 3

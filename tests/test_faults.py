@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import KL, Workspace, kl, make_event, status, stored_events, wait_for
+from helpers import KL, Workspace, here, kl, make_event, status, stored_events, wait_for
 
 from kirolearn import db, paths, protocol, spool, transport
 
@@ -25,7 +25,7 @@ def _pid(role: str) -> int:
 
 
 def _stored_count(home) -> int:
-    with db.reading(db.location(home)) as conn:
+    with db.reading(db.location(paths.Home(home))) as conn:
         return conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
 
 
@@ -51,7 +51,7 @@ def test_sigkill_storage_and_ingest_mid_import_loses_nothing(store, daemon, tmp_
     # Chunks were retried across the restarts: what their first attempt stored is counted
     # as stored, not as a duplicate.
     assert out.strip() == f"stored {EVENTS}, duplicate 0, rejected 0", err
-    with db.reading(db.location()) as conn:
+    with db.reading(db.location(here())) as conn:
         ids = [row[0] for row in conn.execute("SELECT event_id FROM events")]
     assert sorted(ids) == sorted(e["event_id"] for e in events)  # each exactly once
     restarts = {r["role"]: r["restarts"] for r in status()["roles"]}
@@ -96,7 +96,7 @@ def test_a_disk_fault_is_said_at_once_and_mended_by_itself(small_disk, ctx, faul
     make, mend, words = FAULTS[fault]
     kl("start", check=True)
     try:
-        with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as ingest:
+        with transport.Client(here().endpoint("ingest"), ctx, timeout_ms=5000) as ingest:
             before = make_event(content="stored before the fault")
             assert ingest.call("put_event", {"event": before})["status"] == "stored"
             make(small_disk)
@@ -129,10 +129,10 @@ def _stored(ingest: transport.Client, event: dict) -> bool:
 
 
 def test_a_deleted_wal_hides_nothing_from_readers(daemon, ctx):
-    with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as ingest:
+    with transport.Client(here().endpoint("ingest"), ctx, timeout_ms=5000) as ingest:
         first = make_event(content="committed before the WAL went")
         assert ingest.call("put_event", {"event": first})["status"] == "stored"
-        Path(f"{paths.db_path(daemon)}-wal").unlink()
+        Path(f"{paths.Home(daemon).db_path}-wal").unlink()
         second = make_event(content="committed after the WAL went")
         assert ingest.call("put_event", {"event": second})["status"] == "stored"
 
@@ -150,16 +150,16 @@ def test_a_deleted_wal_hides_nothing_from_readers(daemon, ctx):
 def test_a_damaged_database_is_said_and_a_good_copy_is_taken_up(home, ctx, tmp_path):
     ws = Workspace(tmp_path)
     kl("start", check=True)
-    with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as ingest:
+    with transport.Client(here().endpoint("ingest"), ctx, timeout_ms=5000) as ingest:
         assert ingest.call("put_event", {"event": make_event(content="kept")})["status"] == "stored"
     kl("stop", check=True)
-    path = paths.db_path(home)
+    path = paths.Home(home).db_path
     good = path.read_bytes()
     path.write_bytes(b"\xde\xad" * 50 + good[100:])  # the header gone: not a database
     started = kl("start")  # every role comes up, to say what is wrong; but not a success
     assert started.returncode == 1 and "is damaged" in started.stderr
     try:
-        with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as ingest:
+        with transport.Client(here().endpoint("ingest"), ctx, timeout_ms=5000) as ingest:
             with pytest.raises(protocol.RemoteError) as refused:
                 ingest.call("put_event", {"event": make_event(content="refused")})
             assert refused.value.code == protocol.ErrorCode.UNAVAILABLE
@@ -171,11 +171,11 @@ def test_a_damaged_database_is_said_and_a_good_copy_is_taken_up(home, ctx, tmp_p
             hooked, _ = ws.hook("kirolearn-kiro-cli", {  # an agent's turn ends meanwhile
                 "hook_event_name": "stop", "cwd": str(ws.project),
                 "assistant_response": "said during the fault"})
-            assert hooked.returncode == 0 and len(spool.waiting()) == 1  # kept, not lost
+            assert hooked.returncode == 0 and len(spool.waiting(here())) == 1  # kept, not lost
             path.write_bytes(good)  # a good copy put back
             after = make_event(content="after the repair")
             wait_for(lambda: _stored(ingest, after), timeout=30, message="writes to resume")
-            wait_for(lambda: not spool.waiting(), timeout=30, message="the spool to drain")
+            wait_for(lambda: not spool.waiting(here()), timeout=30, message="the spool to drain")
         assert sorted(e["body"]["content"] for e in stored_events()) == [
             "after the repair", "kept", "said during the fault"]
     finally:
@@ -185,7 +185,7 @@ def test_a_damaged_database_is_said_and_a_good_copy_is_taken_up(home, ctx, tmp_p
 def test_a_read_only_database_is_said_and_taken_up_once_writable(home, ctx):
     kl("start", check=True)
     kl("stop", check=True)
-    path = str(paths.db_path(home))
+    path = str(paths.Home(home).db_path)
     mounted = subprocess.run(["mount", "--bind", path, path], capture_output=True, text=True)
     if mounted.returncode:
         pytest.skip(f"a read-only file needs mount rights: {mounted.stderr.strip()}")
@@ -193,7 +193,7 @@ def test_a_read_only_database_is_said_and_taken_up_once_writable(home, ctx):
         subprocess.run(["mount", "-o", "remount,bind,ro", path], check=True)
         started = kl("start")  # every role up, to say what is wrong; but not a success
         assert started.returncode == 1 and "started, but storage cannot write" in started.stderr
-        with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as ingest:
+        with transport.Client(here().endpoint("ingest"), ctx, timeout_ms=5000) as ingest:
             with pytest.raises(protocol.RemoteError) as refused:
                 ingest.call("put_event", {"event": make_event(content="refused")})
             assert "cannot be written (a read-only file" in refused.value.reason

@@ -9,10 +9,10 @@ import json
 import os
 
 import httpx
-from helpers import Workspace, kl, make_event, stored_events, wait_for, wait_records
+from helpers import Workspace, here, kl, make_event, stored_events, wait_for, wait_records
 from test_mcp import call, saved_id, serve
 
-from kirolearn import contract, db, paths, project, spool
+from kirolearn import contract, db, project, spool
 from kirolearn.db import writes
 
 
@@ -66,14 +66,14 @@ def test_forget_by_id_and_by_query_shows_asks_and_removes(store, daemon, ingest,
                  "--yes", check=True)
     assert nothing.stdout.strip() == "no memories matched; nothing was forgotten"
     if store == "postgresql":  # nothing holds the word, nor counts it (VACUUM took the rows)
-        with db.reading(db.location()) as conn:
+        with db.reading(db.location(here())) as conn:
             assert conn.execute("SELECT count(*) FROM memory_records WHERE title || summary"
                                 " LIKE '%zebraquartz%'").fetchone()[0] == 0
             assert conn.execute("SELECT count(*) FROM record_terms WHERE term = 'zebraquartz'"
                                 " AND docs > 0").fetchone()[0] == 0
         return
     kl("stop", check=True)  # neither the record nor its words in the index are left in the file
-    assert b"zebraquartz" not in paths.db_path().read_bytes()
+    assert b"zebraquartz" not in here().db_path.read_bytes()
 
 
 def test_a_wrong_id_forgets_nothing(daemon, ingest, tmp_path):
@@ -102,7 +102,7 @@ def test_forget_a_project_while_the_viewer_tails_and_an_mcp_client_is_open(home,
         forget_a_project(ws, other)
     finally:
         kl("stop", check=True)  # the WAL folded in: what is on disk is all there is
-    assert b"zebra-quartz" not in paths.db_path().read_bytes()
+    assert b"zebra-quartz" not in here().db_path.read_bytes()
 
 
 def forget_a_project(ws: Workspace, other: Workspace) -> None:
@@ -111,7 +111,7 @@ def forget_a_project(ws: Workspace, other: Workspace) -> None:
     spool.write(contract.make_event(  # a hook's event, spooled and not yet drained
         "prompt", {"type": "text", "content": "spooled zebra-quartz prompt"},
         namespace=ws.namespace, actor_id="tester", session_id="s-1", surface="claude-code",
-        version="0.1.0", client_id="testhost", project_path=ws.root))
+        version="0.1.0", client_id="testhost", project_path=ws.root), here())
     url = kl("open", "--url", check=True).stdout.strip()
     base = url.split("?token=")[0]
     with httpx.Client(timeout=10) as http:
@@ -148,7 +148,7 @@ def forget_a_project(ws: Workspace, other: Workspace) -> None:
     assert fetched[0] and "none of these records" in fetched[1]
     assert not again[0]
     assert [m["title"] for m in memories["records"]] == ["After the forget"]
-    assert not spool.waiting()  # discarded with the project, never stored
+    assert not spool.waiting(here())  # discarded with the project, never stored
     kept = json.loads(kl("stats", "--json", check=True).stdout)["namespaces"]
     assert {n["namespace"]: n["events_total"] for n in kept} == {
         ws.namespace: 1, other.namespace: 1}
@@ -202,7 +202,7 @@ def test_a_forgotten_memory_leaves_the_retrieval_log_its_events_and_the_file(
     assert "quokkaflux" in later.stdout
 
     def logged() -> int:
-        with db.reading(db.location()) as conn:
+        with db.reading(db.location(here())) as conn:
             return conn.execute("SELECT count(*) FROM retrievals WHERE context LIKE"
                                 " '%quokkaflux%'").fetchone()[0]
     wait_for(logged, message="the retrieval log holding the memory's text")
@@ -210,7 +210,7 @@ def test_a_forgotten_memory_leaves_the_retrieval_log_its_events_and_the_file(
     done = kl("forget", "--query", "quokkaflux", "--yes", cwd=str(ws.project), env=ws.env(),
               check=True)
     assert "forgot mr_" in done.stdout
-    with db.reading(db.location()) as conn:
+    with db.reading(db.location(here())) as conn:
         for table, column in (("retrievals", "context"), ("events", "body_json"),
                               ("memory_records", "summary")):
             assert conn.execute(f"SELECT count(*) FROM {table} WHERE {column} LIKE"
@@ -221,7 +221,7 @@ def test_a_forgotten_memory_leaves_the_retrieval_log_its_events_and_the_file(
         "why does the cache expire every hour"]  # the forgotten turn's events went with it
     if store == "sqlite":
         kl("stop", check=True)  # the WAL folded in: what is on disk is all there is
-        assert b"quokkaflux" not in paths.db_path().read_bytes()
+        assert b"quokkaflux" not in here().db_path.read_bytes()
 
 
 def test_forget_by_query_says_where_it_stopped_and_can_take_every_match(daemon, ingest,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import NAMESPACE, kl, make_event, retrieval, wait_for
+from helpers import NAMESPACE, here, kl, make_event, retrieval, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -486,7 +486,7 @@ def test_a_memory_given_to_a_turn_that_touched_its_files_proved_useful(ingest, d
         return reply["retrieval"]["context"]
 
     def records() -> dict[str, tuple]:
-        with db.reading(paths.db_path(daemon)) as conn:
+        with db.reading(paths.Home(daemon).db_path) as conn:
             return {title: (record_id, useful) for record_id, title, useful in conn.execute(
                 "SELECT record_id, title, useful_count FROM memory_records")}
 
@@ -503,7 +503,7 @@ def test_a_memory_given_to_a_turn_that_touched_its_files_proved_useful(ingest, d
     now = made(3)
     assert now["Cache the user lookups in app/cache.py"] == (first, 1)
     assert now["Make the user lookups cache expire after ten minutes"][1] == 0
-    with db.reading(paths.db_path(daemon)) as conn:
+    with db.reading(paths.Home(daemon).db_path) as conn:
         known = fts.signals(conn, [first, now[
             "Make the user lookups cache expire after ten minutes"][0]])
     assert [stale for _, _, stale in known.values()] == [True, False]
@@ -550,7 +550,7 @@ def save(ingest: transport.Client, records: list[dict]) -> None:
 
 
 def unembedded(home: Path) -> int:
-    conn = db.connect_reader(paths.db_path(home))
+    conn = db.connect_reader(paths.Home(home).db_path)
     try:
         return conn.execute("SELECT count(*) FROM memory_records WHERE embedding_hash IS NULL"
                             ).fetchone()[0]
@@ -559,7 +559,7 @@ def unembedded(home: Path) -> int:
 
 
 def stored_vectors(home: Path) -> dict[str, bytes]:
-    conn = db.connect_reader(paths.db_path(home))
+    conn = db.connect_reader(paths.Home(home).db_path)
     try:
         return dict(conn.execute("SELECT record_id, embedding FROM memory_records"))
     finally:
@@ -594,7 +594,7 @@ def test_a_merge_re_embeds_the_new_text(ingest, daemon):
     save(ingest, [first])
     wait_for(lambda: unembedded(daemon) == 0, timeout=30, message="the back-fill")
     before = stored_vectors(daemon)[first["record_id"]]
-    conn = db.connect_writer(paths.db_path(daemon))  # as a batch's merge does
+    conn = db.connect_writer(paths.Home(daemon).db_path)  # as a batch's merge does
     with conn.transaction():
         merged_into = writes.save_record(conn, record(
             "Deploy checklist", "Announce the release in the team channel.",
@@ -622,7 +622,7 @@ def test_the_back_fill_survives_a_stop_half_way(home, embedder):
     many = decisions(400)
     kl("start", check=True)
     try:
-        with transport.Client(paths.endpoint("ingest"), timeout_ms=5000) as ingest:
+        with transport.Client(here().endpoint("ingest"), timeout_ms=5000) as ingest:
             save(ingest, many)
     finally:
         kl("stop", check=True)  # most likely mid-way through the back-fill
@@ -647,9 +647,9 @@ def test_the_back_fill_yields_to_searches_but_is_never_starved(home):
     many = decisions(40)
     kl("start", check=True)
     try:
-        with transport.Client(paths.endpoint("ingest"), timeout_ms=5000) as ingest:
+        with transport.Client(here().endpoint("ingest"), timeout_ms=5000) as ingest:
             save(ingest, many)
-        with transport.Client(paths.endpoint("retrieval"), timeout_ms=5000) as retrieval:
+        with transport.Client(here().endpoint("retrieval"), timeout_ms=5000) as retrieval:
             def embedded_while_searched() -> bool:
                 retrieval.call("search", {"query": "which option", "namespace": NAMESPACE})
                 return retrieval.call("embeddings")["embedded"] >= len(many)
@@ -663,7 +663,7 @@ def test_without_the_model_search_is_lexical_and_status_says_so(home, monkeypatc
     monkeypatch.setenv("KIROLEARN_EMBEDDINGS_MODEL_DIR", str(tmp_path))
     kl("start", check=True)
     try:
-        with transport.Client(paths.endpoint("ingest"), timeout_ms=5000) as ingest:
+        with transport.Client(here().endpoint("ingest"), timeout_ms=5000) as ingest:
             save(ingest, RECORDS[:1])
         status = kl("status", check=True).stdout
         assert (f"embeddings off: embeddings.model_dir {tmp_path} lacks model.onnx,"
@@ -673,7 +673,7 @@ def test_without_the_model_search_is_lexical_and_status_says_so(home, monkeypatc
         assert "### How to run database migrations" in found.stdout
     finally:
         kl("stop", check=True)
-    with sqlite3.connect(paths.db_path(home)) as conn:
+    with sqlite3.connect(paths.Home(home).db_path) as conn:
         assert conn.execute("SELECT count(*) FROM memory_records WHERE embedding IS NULL"
                             ).fetchone()[0] == 1
 
@@ -683,7 +683,7 @@ def test_storage_keeps_only_vectors_made_from_the_current_text(ingest, daemon, c
     save(ingest, [current])
     good = embeddings.text_hash(embeddings.record_text(current))
     vector = embeddings.to_blob(np.ones(embeddings.DIMENSIONS, dtype=np.float32) / 20)
-    with transport.Client(paths.endpoint("storage"), ctx) as storage:
+    with transport.Client(here().endpoint("storage"), ctx) as storage:
         with pytest.raises(protocol.RemoteError, match="'items' must be a list"):
             storage.call("put_embeddings", {"items": "nope"})
         stale = {"record_id": current["record_id"], "text_hash": "0" * 64, "vector": vector}
@@ -712,7 +712,7 @@ def test_a_turn_that_says_the_same_in_other_words_is_merged_into_the_earlier(ing
         assert ingest.call("put_events", {"events": events})["results"][-1]["status"] == "stored"
 
     def records() -> dict[str, dict]:
-        with db.reading(paths.db_path(daemon)) as conn:
+        with db.reading(paths.Home(daemon).db_path) as conn:
             return {r[1]: {"id": r[0], "invalid": r[2], "session": r[3], "sources": r[4]}
                     for r in conn.execute(
                         "SELECT record_id, title, invalid_reason, session_id,"

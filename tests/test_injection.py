@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import Workspace, kl, make_event, stored_events, wait_for, wait_records
+from helpers import Workspace, here, kl, make_event, stored_events, wait_for, wait_records
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -116,5 +116,5 @@ def test_a_prompt_with_a_nul_and_an_override_is_stored_without_them(daemon, inge
     body = wait_for(lambda: [e["body"] for e in stored_events()], message="the prompt")[0]
     assert body["content"] == "deploy the ppa app now[31m"
     reply = control.call("retrieval", "search", {"query": "deploy app",
-                                                 "namespace": prompt["namespace"]})
+                                                 "namespace": prompt["namespace"]}, home=here())
     assert "\x00" not in reply["context"]

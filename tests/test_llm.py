@@ -14,10 +14,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from helpers import NAMESPACE, kl, make_event, status, wait_for
+from helpers import NAMESPACE, here, kl, make_event, status, wait_for
 from test_heuristic import KIRO_CLI_SESSION
 
-from kirolearn import config, contract, db, paths, transport
+from kirolearn import config, contract, db, transport
 from kirolearn.extract import heuristic, llm
 
 GOOD = {"records": [{"title": "Export rows without a customer no longer crash",
@@ -227,7 +227,7 @@ def test_the_daemon_extracts_with_the_configured_model(home, monkeypatch, ctx):
     secrets = make_event("prompt", "deploy with key AKIAIOSFODNN7EXAMPLE and"
                          " <private>my pin is 4711</private>", session_id="s-0")
     try:
-        with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as client:
+        with transport.Client(here().endpoint("ingest"), ctx, timeout_ms=5000) as client:
             assert client.call("put_event", {"event": secrets})["status"] == "stored"
             send_session(client)
 
@@ -254,13 +254,13 @@ def test_a_worker_killed_while_the_model_thinks_loses_nothing_and_repeats_nothin
     kl("start", check=True)
     try:
         worker = next(r for r in status()["roles"] if r["role"] == "extraction")
-        with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as client:
+        with transport.Client(here().endpoint("ingest"), ctx, timeout_ms=5000) as client:
             send_session(client)
         wait_for(lambda: server.requests, message="the worker to ask the model")
         os.kill(worker["pid"], signal.SIGKILL)  # mid-batch: the model has not answered
 
         wait_for(records_exported, timeout=20, message="the re-dispatched batch's records")
-        with db.reading(db.location()) as conn:  # done: a later result is ignored, not added
+        with db.reading(db.location(here())) as conn:  # done: a later result is ignored, not added
             assert {row[0] for row in conn.execute(
                 "SELECT state FROM extraction_batches")} == {"done"}
         assert [r["strategy"] for r in records_exported()] == ["llm-summary"]
@@ -279,7 +279,7 @@ def test_status_shows_busy_workers_the_model_budget_and_what_waits(home, monkeyp
         monkeypatch.setenv(f"KIROLEARN_EXTRACTION_{name}", value)
     kl("start", check=True)
     try:
-        with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as client:
+        with transport.Client(here().endpoint("ingest"), ctx, timeout_ms=5000) as client:
             send_session(client)
             waiting = NAMESPACE.replace("a" * 64, "c" * 64)
             client.call("put_event", {"event": make_event("prompt", "half a turn",

@@ -13,6 +13,7 @@ from helpers import (
     BIN,
     Workspace,
     call,
+    here,
     kl,
     retrieval,
     serve,
@@ -23,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mcp import Client
 
-from kirolearn import mcp_server, paths, project, protocol, transport
+from kirolearn import mcp_server, project, protocol, transport
 
 TOOLS = {"search_memory", "recall", "resume_session", "timeline", "get_records",
          "save_observation",
@@ -531,7 +532,7 @@ def test_a_call_starts_the_daemon_when_it_is_down(ws):
     try:
         is_error, text = serve(ws, scenario)
         assert not is_error, text
-        assert paths.daemon_running()
+        assert here().daemon_running()
         assert stored(saved_id(text), [ws.namespace])
     finally:
         kl("stop")
@@ -544,7 +545,7 @@ def test_with_autostart_off_a_call_says_how_to_start_it(ws):
 
     for is_error, text in serve(ws, scenario, KIROLEARN_AUTOSTART="0"):
         assert is_error and "kirolearn is not running; start it with `kirolearn start`" in text
-    assert not paths.daemon_running()
+    assert not here().daemon_running()
 
 
 # -- the daemon's side: ingest and retrieval operations --------------------------------------
@@ -596,7 +597,7 @@ def test_ingest_checks_put_record_and_forget(ingest):
 def test_retrieval_checks_get_records_and_timeline(daemon):
     from helpers import NAMESPACE
 
-    with transport.Client(paths.endpoint("retrieval"), timeout_ms=5000) as client:
+    with transport.Client(here().endpoint("retrieval"), timeout_ms=5000) as client:
         for op, body, reason in [
             ("get_records", {"ids": ["x"]}, "'namespaces' must be a list"),
             ("get_records", {"ids": [], "namespaces": [NAMESPACE]}, "'ids' must be a list"),

@@ -14,21 +14,21 @@ from kirolearn import paths, spool
 
 def test_a_deep_home_moves_sockets_to_a_short_private_directory(tmp_path):
     deep = tmp_path / ("d" * 60) / ("e" * 60)
-    run = paths.runtime_dir(deep)
+    run = paths.Home(deep).runtime_dir()
     assert str(run).startswith("/tmp/kirolearn-")
-    assert run == paths.runtime_dir(deep)  # stable for the same home
-    assert run != paths.runtime_dir(tmp_path / "other" / ("d" * 60) / ("e" * 60))
-    longest = paths.endpoint("extraction-64.ctl", deep)[len("ipc://"):]
+    assert run == paths.Home(deep).runtime_dir()  # stable for the same home
+    assert run != paths.Home(tmp_path / "other" / ("d" * 60) / ("e" * 60)).runtime_dir()
+    longest = paths.Home(deep).endpoint("extraction-64.ctl")[len("ipc://"):]
     assert len(longest) <= zmq.IPC_PATH_MAX_LEN
 
 
 def test_layout_is_private(tmp_path):
     base = tmp_path / "home"
-    paths.ensure_layout(base)
-    for directory in (base, paths.runtime_dir(base), paths.log_dir(base)):
+    paths.Home(base).ensure_layout()
+    for directory in (base, paths.Home(base).runtime_dir(), paths.Home(base).log_dir):
         assert directory.stat().st_mode & 0o777 == 0o700
     os.chmod(base, 0o755)
-    paths.ensure_layout(base)  # a loosened directory is tightened again
+    paths.Home(base).ensure_layout()  # a loosened directory is tightened again
     assert base.stat().st_mode & 0o777 == 0o700
 
 
@@ -48,7 +48,7 @@ def test_a_deep_homes_runtime_name_taken_by_another_user_is_passed_over(home, tm
     status and doctor say why, without a traceback, and a hook keeps its event."""
     deep = home / ("d" * 60) / ("e" * 60)
     env = {**os.environ, "KIROLEARN_HOME": str(deep)}
-    first = paths.runtime_dir(deep)
+    first = paths.Home(deep).runtime_dir()
     names = [first] + [first.with_name(f"{first.name}-{n}") for n in range(1, 8)]
     ours = tmp_path / "ours"
     ours.mkdir(mode=0o700)
@@ -58,14 +58,14 @@ def test_a_deep_homes_runtime_name_taken_by_another_user_is_passed_over(home, tm
         names[1].symlink_to(ours)  # a link to a folder of ours
         names[2].mkdir(mode=0o777)  # ours, but open to all
         os.chmod(names[2], 0o777)
-        assert paths.runtime_dir(deep) == names[3]
+        assert paths.Home(deep).runtime_dir() == names[3]
         kl("start", env=env, check=True)
         ws = Workspace(tmp_path)
         try:
             result, _ = ws.hook("kirolearn-claude-code", {
                 "session_id": "s", "cwd": str(ws.project), "hook_event_name": "UserPromptSubmit",
                 "prompt": "hello"}, KIROLEARN_HOME=str(deep), KIROLEARN_AUTOSTART="0")
-            assert result.returncode == 0 and not spool.waiting(deep)
+            assert result.returncode == 0 and not spool.waiting(paths.Home(deep))
             assert (names[3] / "ingest.sock").exists() and not os.listdir(ours)
         finally:
             kl("stop", env=env, check=True)
@@ -81,7 +81,7 @@ def test_a_deep_homes_runtime_name_taken_by_another_user_is_passed_over(home, tm
         result, _ = ws.hook("kirolearn-claude-code", {
             "session_id": "s", "cwd": str(ws.project), "hook_event_name": "UserPromptSubmit",
             "prompt": "later"}, KIROLEARN_HOME=str(deep), KIROLEARN_AUTOSTART="0")
-        assert result.returncode == 0 and len(spool.waiting(deep)) == 1
+        assert result.returncode == 0 and len(spool.waiting(paths.Home(deep))) == 1
     finally:
         for name in names:
             if name.is_symlink():

@@ -9,7 +9,7 @@ import json
 import msgpack
 import pytest
 import zmq
-from helpers import kl, make_event, status, stored_events, wait_for
+from helpers import here, kl, make_event, status, stored_events, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -54,20 +54,20 @@ def test_a_deep_payload_is_refused_with_its_reason_and_the_rest_stored(ingest, d
 
 
 def test_a_poison_spool_file_is_quarantined_and_the_rest_stored(home):
-    directory = paths.ensure_private_dir(paths.spool_dir())
+    directory = paths.ensure_private_dir(here().spool_dir)
     poison = tool_use(deep(600))
     (directory / f"{poison['event_id']}.json").write_text(json.dumps(poison))
     (directory / "01ARZ3NDEKTSV4RRFFQ69G5FAV.json").write_text("[" * 5000 + "]" * 5000)
-    spool.write(make_event(content="delivered late"))
+    spool.write(make_event(content="delivered late"), here())
     kl("start", check=True)
     try:
-        wait_for(lambda: not spool.waiting(), message="the spool to drain")
+        wait_for(lambda: not spool.waiting(here()), message="the spool to drain")
         assert [e["body"]["content"] for e in stored_events()] == ["delivered late"]
-        kept = sorted(p.name for p in paths.quarantine_dir().iterdir())
+        kept = sorted(p.name for p in here().quarantine_dir.iterdir())
         assert kept == sorted([f"{poison['event_id']}.json", f"{poison['event_id']}.json.reason",
                                "01ARZ3NDEKTSV4RRFFQ69G5FAV.json",
                                "01ARZ3NDEKTSV4RRFFQ69G5FAV.json.reason"])
-        assert DEEP in (paths.quarantine_dir() / f"{poison['event_id']}.json.reason").read_text()
+        assert DEEP in (here().quarantine_dir / f"{poison['event_id']}.json.reason").read_text()
         assert all(r["state"] == "RUNNING" for r in status()["roles"])
         restarted = kl("restart")  # a start that finds the quarantine still comes up
         assert restarted.returncode == 0, restarted.stderr
@@ -88,7 +88,7 @@ def test_an_import_with_poison_lines_stores_every_other_line(daemon, tmp_path):
     result = kl("import", str(source))
     assert result.stdout.strip() == "stored 1998, duplicate 0, rejected 2", result.stderr
     assert f"line 700: rejected: event: {DEEP}" in result.stderr
-    [kept] = paths.quarantine_dir().glob("import-*.jsonl")
+    [kept] = here().quarantine_dir.glob("import-*.jsonl")
     assert str(kept) in result.stderr
     quarantined = [json.loads(line) for line in kept.read_text().splitlines()]
     # kept as they came, less their secrets (the deep one holds a token and a password)
@@ -105,7 +105,7 @@ def test_mixed_map_keys_are_refused_and_hold_up_nothing(daemon, ctx):
     bad = {**make_event(content="bad"), b"event_id": b"x"}
     sockets = []
     for event in (good, bad):
-        sock = transport.make_socket(ctx, zmq.REQ, connect=paths.endpoint("ingest"))
+        sock = transport.make_socket(ctx, zmq.REQ, connect=here().endpoint("ingest"))
         sock.send(msgpack.packb(protocol.request("put_event", {"event": event}),
                                 use_bin_type=True))
         sockets.append(sock)
@@ -130,7 +130,7 @@ deep_values = st.builds(deep, st.integers(0, 300), json_values)
 
 @pytest.fixture(scope="module")
 def ingest_client(module_daemon):
-    client = transport.Client(paths.endpoint("ingest"), timeout_ms=10_000)
+    client = transport.Client(here().endpoint("ingest"), timeout_ms=10_000)
     yield client
     client.close()
 
@@ -179,7 +179,7 @@ def raw_sockets(module_daemon):
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(endpoint=st.sampled_from(["ingest", "storage", "retrieval"]), frame=frames)
 def test_every_fuzzed_request_is_answered(raw_sockets, endpoint, frame):
-    sock = transport.make_socket(raw_sockets, zmq.REQ, connect=paths.endpoint(endpoint))
+    sock = transport.make_socket(raw_sockets, zmq.REQ, connect=here().endpoint(endpoint))
     try:
         sock.send(frame)
         assert sock.poll(5000), f"{endpoint} did not answer {frame[:80]!r}"

@@ -9,11 +9,11 @@ import json
 import re
 
 import pytest
-from helpers import kl, make_db, make_event
+from helpers import here, kl, make_db, make_event
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kirolearn import config, control, db, protocol
+from kirolearn import config, control, db, paths, protocol
 from kirolearn.db import errors, postgres, schema, writes
 from kirolearn.db.store import Params
 from kirolearn.search import searcher
@@ -204,8 +204,8 @@ def test_start_storage_remembers_the_database_for_every_command(home, postgres_s
     try:
         event = make_event("prompt", "the team's store is PostgreSQL")
         assert control.call("ingest", "put_event", {"event": event},
-                            timeout_ms=5000)["status"] == "stored"
-        assert config.load(home)["storage"]["url"] == url
+                            timeout_ms=5000, home=here())["status"] == "stored"
+        assert config.load(paths.Home(home))["storage"]["url"] == url
         assert (home / "config.toml").stat().st_mode & 0o777 == 0o600
         assert not (home / "kirolearn.db").exists()
         stats = json.loads(kl("stats", "--json", check=True).stdout)
@@ -231,7 +231,7 @@ def test_a_database_that_cannot_be_reached_is_said_and_writes_are_unavailable(ho
         assert "cannot be written" in started.stderr and "127.0.0.1:1" in started.stderr
         event = make_event("prompt", "kept while the database is away")
         with pytest.raises(protocol.RemoteError, match="UNAVAILABLE: storage cannot write"):
-            control.call("ingest", "put_event", {"event": event}, timeout_ms=8000)
+            control.call("ingest", "put_event", {"event": event}, timeout_ms=8000, home=here())
     finally:
         kl("stop", check=True)
 

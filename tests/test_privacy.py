@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from secret_corpus import KINDS, PRIVATE, SECRETS
 
+from kirolearn import paths
 from kirolearn.contract import canonical_json
 from kirolearn.privacy import marker, may_need_scrub, redact, rules, scrub, scrub_text
 
@@ -220,17 +221,18 @@ def test_every_detector_of_detect_secrets_is_described_or_left_out_with_a_reason
 
 
 def test_saved_rules_are_what_a_shim_loads(tmp_path):
-    saved = rules.save(tmp_path)
+    home = paths.Home(tmp_path)
+    saved = rules.save(home)
     assert (tmp_path / "secret-rules.json").stat().st_mode & 0o777 == 0o600
-    assert rules.load(tmp_path) == saved
+    assert rules.load(home) == saved
     (tmp_path / "secret-rules.json").write_text(json.dumps({"kirolearn": "0.0.0", "rules": []}))
-    assert rules.load(tmp_path) == saved  # another version's file: read from the library
+    assert rules.load(home) == saved  # another version's file: read from the library
 
 
 def test_a_shim_scrubbing_with_saved_rules_never_imports_detect_secrets(tmp_path):
-    rules.save(tmp_path)
-    code = ("import sys, pathlib; from kirolearn import privacy;"
-            " privacy.use_saved_rules(pathlib.Path(sys.argv[1]));"
+    rules.save(paths.Home(tmp_path))
+    code = ("import sys, pathlib; from kirolearn import paths, privacy;"
+            " privacy.use_saved_rules(paths.Home(pathlib.Path(sys.argv[1])));"
             " print(privacy.scrub_text('DB_PASSWORD=hunter2x AKIAIOSFODNN7EXAMPLE'));"
             " print('detect_secrets' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,

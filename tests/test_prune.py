@@ -7,7 +7,7 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 
-from helpers import kl, make_event, wait_for
+from helpers import here, kl, make_event, wait_for
 
 from kirolearn import control
 
@@ -32,10 +32,12 @@ def test_prune_removes_old_distilled_events_only_and_gives_the_space_back(home, 
         recent = [make_event("prompt", "today's work", namespace=OTHER),
                   make_event("session_summary", "done today", namespace=OTHER)]
         for event in [*turn, *recent]:
-            control.call("ingest", "put_event", {"event": event}, timeout_ms=control.WRITE_MS)
+            control.call("ingest", "put_event", {"event": event}, timeout_ms=control.WRITE_MS,
+                         home=here())
         wait_for(lambda: (now := totals())["pending_batches"] == now["pending_events"] == 0,
                  message="every turn distilled")
-        control.call("ingest", "put_event", {"event": pending}, timeout_ms=control.WRITE_MS)
+        control.call("ingest", "put_event", {"event": pending}, timeout_ms=control.WRITE_MS,
+                     home=here())
         records = totals()["records"]
 
         assert kl("prune", "--events-older-than", "90d", "--namespace", OTHER, "--yes",

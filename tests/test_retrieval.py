@@ -10,7 +10,7 @@ import subprocess
 import time
 
 import pytest
-from helpers import KL, NAMESPACE, kl, make_event, status, wait_for
+from helpers import KL, NAMESPACE, here, kl, make_event, status, wait_for
 
 from kirolearn import db, paths, project, protocol, transport
 from kirolearn.db import writes
@@ -40,7 +40,7 @@ UUID_CONTEXT = fenced(
 
 def seed(home, *records: dict) -> None:
     """Write records into the home's database, as extraction would have."""
-    conn = db.connect_writer(paths.db_path(home))
+    conn = db.connect_writer(paths.Home(home).db_path)
     with conn.transaction():
         for record in records:
             writes.insert_record(conn, record)
@@ -48,7 +48,7 @@ def seed(home, *records: dict) -> None:
 
 
 def retrieval_log(home, event_id: str) -> list[tuple]:
-    conn = sqlite3.connect(paths.db_path(home))
+    conn = sqlite3.connect(paths.Home(home).db_path)
     try:
         return conn.execute("SELECT outcome, record_ids_json, latency_ms, error FROM retrievals"
                             " WHERE prompt_event_id = ?", (event_id,)).fetchall()
@@ -71,7 +71,7 @@ def seeded(home, monkeypatch):
 
 @pytest.fixture
 def client(seeded, ctx):
-    with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as c:
+    with transport.Client(here().endpoint("ingest"), ctx, timeout_ms=5000) as c:
         yield c
 
 
@@ -121,7 +121,7 @@ def test_a_stalled_retrieval_still_stores_and_never_injects_late(home, ctx, monk
     kl("start", check=True)
     try:
         retrieval_pid = next(r["pid"] for r in status()["roles"] if r["role"] == "retrieval")
-        with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as client:
+        with transport.Client(here().endpoint("ingest"), ctx, timeout_ms=5000) as client:
             def answered() -> bool:  # ingest's socket to retrieval is connected
                 reply = client.call("put_event", {"event": make_event(
                     "prompt", "warm up", session_id="warm"), "retrieve": True})
@@ -151,7 +151,7 @@ def test_a_stalled_retrieval_still_stores_and_never_injects_late(home, ctx, monk
                                               "retrieve": True})
             assert again["retrieval"]["context"] == UUID_CONTEXT
         assert wait_for(lambda: retrieval_log(home, stalled["event_id"]))[0][0] == "timeout"
-        conn = sqlite3.connect(paths.db_path(home))
+        conn = sqlite3.connect(paths.Home(home).db_path)
         stored = conn.execute("SELECT count(*) FROM events WHERE event_id = ?",
                               (stalled["event_id"],)).fetchone()[0]
         conn.close()
@@ -161,7 +161,7 @@ def test_a_stalled_retrieval_still_stores_and_never_injects_late(home, ctx, monk
 
 
 def test_bad_search_requests_are_refused_and_change_nothing(seeded, ctx):
-    with transport.Client(paths.endpoint("retrieval"), ctx, timeout_ms=5000) as retrieval:
+    with transport.Client(here().endpoint("retrieval"), ctx, timeout_ms=5000) as retrieval:
         for body, words in [({"namespace": NAMESPACE}, "'query'"),
                             ({"query": 3, "namespace": NAMESPACE}, "'query'"),
                             ({"query": "uuid"}, "'namespace'"),
@@ -270,7 +270,7 @@ def test_a_finished_turn_is_remembered_for_the_next_prompt(store, home, ctx):
     ]
     kl("start", check=True)
     try:
-        with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as client:
+        with transport.Client(here().endpoint("ingest"), ctx, timeout_ms=5000) as client:
             for event in turn:
                 assert client.call("put_event", {"event": event})["status"] == "stored"
             wait_for(lambda: json.loads(kl("stats", "--json").stdout)["totals"]["records"] >= 2,
@@ -298,7 +298,7 @@ def test_a_prompt_whose_search_cannot_be_sent_is_logged_with_why(home):
         wait_for(lambda: {r["role"]: r["state"] for r in status()["roles"]}["retrieval"]
                  == "FATAL", timeout=30, message="retrieval FATAL")
         event = make_event("prompt", "what broke the build?")
-        with transport.Client(paths.endpoint("ingest"), timeout_ms=5000) as client:
+        with transport.Client(here().endpoint("ingest"), timeout_ms=5000) as client:
             reply = client.call("put_event", {"event": event, "retrieve": True})
         assert reply["status"] == "stored"
         assert reply["retrieval"]["outcome"] == "error" and reply["retrieval"]["context"] == ""
@@ -319,7 +319,7 @@ def test_a_prompt_that_refers_back_is_searched_with_the_previous_one(daemon, ctx
             "command": "create", "path": f"/tmp/project/{path}", "file_text": "x = 1\n"},
             "tool_response": {"success": True}}}
 
-    with transport.Client(paths.endpoint("ingest"), ctx, timeout_ms=5000) as client:
+    with transport.Client(here().endpoint("ingest"), ctx, timeout_ms=5000) as client:
         for request, path in (("Fix the invoice CSV exporter for missing customers",
                                "src/invoice_csv.py"),
                               ("Tune the zmq reconnect backoff", "src/backoff.py")):

@@ -120,8 +120,8 @@ def every_shim(ws: Workspace, **env: str) -> list[str]:
 
 def viewer_pages(base: Path) -> str:
     """Every page and API answer of the viewer that shows stored text."""
-    app = TestClient(create_app(base, load_token(base)), base_url="http://127.0.0.1")
-    app.cookies.set(COOKIE, load_token(base))
+    app = TestClient(create_app(paths.Home(base), load_token(paths.Home(base))), base_url="http://127.0.0.1")
+    app.cookies.set(COOKIE, load_token(paths.Home(base)))
     shown = []
     for path in ("/", "/live", "/memories", "/sessions", "/retrievals", "/export"):
         answer = app.get(path)
@@ -148,13 +148,13 @@ def test_no_secret_of_the_corpus_rests_or_leaves_anywhere(home, tmp_path, monkey
     try:
         # The daemon is away: every hook is spooled, scrubbed before the first byte.
         every_shim(ws, KIROLEARN_AUTOSTART="0")
-        spooled = sorted(paths.spool_dir(home).glob("*.json"))
+        spooled = sorted(paths.Home(home).spool_dir.glob("*.json"))
         assert len(spooled) == 11
-        assert leaked(files_text(paths.spool_dir(home))) == []
-        assert "[REDACTED:aws-access-key]" in files_text(paths.spool_dir(home))
+        assert leaked(files_text(paths.Home(home).spool_dir)) == []
+        assert "[REDACTED:aws-access-key]" in files_text(paths.Home(home).spool_dir)
 
         kl("start", check=True)
-        wait_for(lambda: not any(paths.spool_dir(home).glob("*.json")), 30, 0.1,
+        wait_for(lambda: not any(paths.Home(home).spool_dir.glob("*.json")), 30, 0.1,
                  "the spool drained")
         printed = every_shim(ws)
 
@@ -192,18 +192,18 @@ def test_no_secret_of_the_corpus_rests_or_leaves_anywhere(home, tmp_path, monkey
             "the model's prompts": "\n".join(model.prompts),
             "the export": kl("export", check=True).stdout,
             "the viewer": viewer_pages(home),
-            "the database (running)": paths.db_path(home).read_bytes(),
-            "the WAL (running)": Path(f"{paths.db_path(home)}-wal").read_bytes(),
-            "the retrieval log": json.dumps(sqlite3.connect(paths.db_path(home)).execute(
+            "the database (running)": paths.Home(home).db_path.read_bytes(),
+            "the WAL (running)": Path(f"{paths.Home(home).db_path}-wal").read_bytes(),
+            "the retrieval log": json.dumps(sqlite3.connect(paths.Home(home).db_path).execute(
                 "SELECT context, error FROM retrievals").fetchall()),
         }
         kl("stop", check=True)
         where.update({
-            "the database (stopped)": paths.db_path(home).read_bytes(),
-            "the logs": files_text(paths.log_dir(home)),
-            "the spool": files_text(paths.spool_dir(home)),
-            "the quarantine": files_text(paths.quarantine_dir(home))
-            if paths.quarantine_dir(home).exists() else "",
+            "the database (stopped)": paths.Home(home).db_path.read_bytes(),
+            "the logs": files_text(paths.Home(home).log_dir),
+            "the spool": files_text(paths.Home(home).spool_dir),
+            "the quarantine": files_text(paths.Home(home).quarantine_dir)
+            if paths.Home(home).quarantine_dir.exists() else "",
         })
         assert {place: leaked(text) for place, text in where.items() if leaked(text)} == {}
         assert "[REDACTED:private]" in where["the model's prompts"]
@@ -230,8 +230,8 @@ def plant(base: Path, namespace: str) -> str:
               "concepts": ["deploy"], "files_touched": [], "observation_type": "decision",
               "strategy": "heuristic", "source_event_ids": [event["event_id"]],
               "created_at": contract.now_iso()}
-    paths.ensure_layout(base)
-    conn = db.connect_writer(paths.db_path(base))
+    paths.Home(base).ensure_layout()
+    conn = db.connect_writer(paths.Home(base).db_path)
     conn.execute("BEGIN")
     body_json = contract.canonical_json(event["body"])
     writes.insert_event(conn, contract.stored_form(event, body_json, 0, event["content_hash"]), 0)
@@ -251,10 +251,10 @@ def old(data: str | bytes) -> list[str]:
 def test_each_exit_scrubs_what_older_rules_let_through_and_scrub_purges_it(home, tmp_path):
     ws = Workspace(tmp_path)
     record_id = plant(home, ws.namespace)
-    assert old(paths.db_path(home).read_bytes()) == ["aws", "hf", "pw"]
+    assert old(paths.Home(home).db_path.read_bytes()) == ["aws", "hf", "pw"]
     kl("start", check=True)
     try:
-        logs = sorted(paths.log_dir(home).iterdir())
+        logs = sorted(paths.Home(home).log_dir.iterdir())
         assert {log.name: log.stat().st_mode & 0o777 for log in logs} == {
             log.name: 0o600 for log in logs} and len(logs) > 3
         exits = {
@@ -277,21 +277,21 @@ def test_each_exit_scrubs_what_older_rules_let_through_and_scrub_purges_it(home,
 
         dry = kl("scrub", "--dry-run", check=True).stdout
         assert dry.startswith("would redact ") and "events: " in dry and "memory_records: " in dry
-        assert old(paths.db_path(home).read_bytes()) == ["aws", "hf", "pw"]  # nothing changed
+        assert old(paths.Home(home).db_path.read_bytes()) == ["aws", "hf", "pw"]  # nothing changed
         done = kl("scrub", check=True).stdout
         assert done.replace("redacted", "would redact", 1) == dry
         assert "retrievals: " in done and "aws-access-key" in done and "password" in done
         again = kl("scrub", check=True).stdout
         assert again.strip() == "redacted 0 secret(s); nothing was found"
-        wait_for(lambda: not old(paths.db_path(home).read_bytes()
-                                 + Path(f"{paths.db_path(home)}-wal").read_bytes()), 10, 0.1,
+        wait_for(lambda: not old(paths.Home(home).db_path.read_bytes()
+                                 + Path(f"{paths.Home(home).db_path}-wal").read_bytes()), 10, 0.1,
                  "the old secrets gone from the database file, its index and its WAL")
         [record] = retrieval("get_records", {"ids": [record_id], "namespaces": [ws.namespace]}
                              )["records"]
         assert record["title"] == "Deploy with [REDACTED:aws-access-key]"
     finally:
         kl("stop", check=True)
-    assert old(paths.db_path(home).read_bytes()) == []
+    assert old(paths.Home(home).db_path.read_bytes()) == []
 
 
 def test_the_model_prompt_is_scrubbed_as_it_leaves():
@@ -304,13 +304,13 @@ def test_the_model_prompt_is_scrubbed_as_it_leaves():
 def test_log_lines_are_scrubbed(home):
     """Each line a role writes is scrubbed on its way to its log (a key block a role
     printed over several lines is not: roles log values with repr, on one line)."""
-    arbiter = Arbiter(home, config.defaults(), 1)
-    paths.ensure_layout(home)
+    arbiter = Arbiter(paths.Home(home), config.defaults(), 1)
+    paths.Home(home).ensure_layout()
     one_line = [(text, secret) for _, text, secret in SECRETS if "\n" not in text]
     lines = "".join(f"{text}\n" for text, _ in one_line).encode()
     arbiter._pipe_output(Process("ingest", "ingest"), io.BytesIO(lines))
     arbiter.ctx.term()
-    log = paths.log_dir(home) / "ingest.log"
+    log = paths.Home(home).log_dir / "ingest.log"
     written = log.read_text()
     assert [secret for _, secret in one_line if secret in written] == []
     assert written.count("\n") == len(one_line)

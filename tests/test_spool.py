@@ -7,7 +7,7 @@ import os
 import signal
 
 import pytest
-from helpers import Workspace, kl, status, stored_events, wait_events, wait_for
+from helpers import Workspace, here, kl, status, stored_events, wait_events, wait_for
 
 from kirolearn import paths, spool
 
@@ -26,7 +26,7 @@ HOOKS = [  # one prompt per surface: the hook that waits longest
 
 
 def spooled() -> list[dict]:
-    return [json.loads(p.read_text()) for p in spool.waiting()]
+    return [json.loads(p.read_text()) for p in spool.waiting(here())]
 
 
 def test_daemon_down_events_wait_in_the_spool_and_are_stored_once(home, ws):
@@ -43,16 +43,16 @@ def test_daemon_down_events_wait_in_the_spool_and_are_stored_once(home, ws):
     waiting = spooled()
     assert [e["body"]["content"] for e in waiting] == ["first", "second", "third"]
     assert all(e["namespace"] == ws.namespace for e in waiting)
-    assert oct(paths.spool_dir().stat().st_mode & 0o777) == "0o700"
-    assert all(oct(p.stat().st_mode & 0o777) == "0o600" for p in spool.waiting())
-    assert not paths.daemon_running()  # autostart was off
+    assert oct(here().spool_dir.stat().st_mode & 0o777) == "0o700"
+    assert all(oct(p.stat().st_mode & 0o777) == "0o600" for p in spool.waiting(here()))
+    assert not here().daemon_running()  # autostart was off
 
     kl("start", check=True)
     try:
         events = wait_events(3)
         assert sorted(e["event_id"] for e in events) == sorted(e["event_id"] for e in waiting)
         # A spool file goes once storage has committed its event (event ids are unique).
-        wait_for(lambda: not spool.waiting(), message="the spool to drain")
+        wait_for(lambda: not spool.waiting(here()), message="the spool to drain")
         assert len(stored_events()) == 3  # once each
     finally:
         kl("stop", check=True)
@@ -67,14 +67,14 @@ def test_a_hook_starts_the_daemon_when_it_is_down(home, ws):
     # a loaded machine.
     assert elapsed < 1.0
     try:
-        wait_for(paths.daemon_running, timeout=20, message="the daemon to start")
+        wait_for(here().daemon_running, timeout=20, message="the daemon to start")
         events = wait_events(1, timeout=20)
         assert [e["body"]["content"] for e in events] == ["hello"]
         wait_for(lambda: all(r["state"] == "RUNNING" for r in status()["roles"]), timeout=20,
                  message="every role RUNNING")
-        wait_for(lambda: not spool.waiting(), message="the spool to drain")
+        wait_for(lambda: not spool.waiting(here()), message="the spool to drain")
     finally:
-        wait_for(lambda: kl("stop").returncode == 0 and not paths.daemon_running(),
+        wait_for(lambda: kl("stop").returncode == 0 and not here().daemon_running(),
                  timeout=30, message="the daemon to stop")
 
 
@@ -93,14 +93,14 @@ def test_a_late_acknowledgement_stores_the_event_once(daemon, ws):
         assert len(spooled()) == 1
     finally:
         os.kill(ingest["pid"], signal.SIGCONT)
-    wait_for(lambda: not spool.waiting(), message="the spool to drain")
+    wait_for(lambda: not spool.waiting(here()), message="the spool to drain")
     events = wait_events(1)
     assert len(stored_events()) == 1  # the spooled copy and a late one share an event id
     assert events[0]["body"]["data"]["tool_name"] == "fs_read"
 
 
 def test_a_bad_spool_file_is_set_aside_and_the_rest_stored(home, ws):
-    directory = paths.ensure_private_dir(paths.spool_dir())
+    directory = paths.ensure_private_dir(here().spool_dir)
     (directory / "01ARZ3NDEKTSV4RRFFQ69G5FAV.json").write_text("{not json")
     (directory / "01ARZ3NDEKTSV4RRFFQ69G5FAW.json").write_text('{"kind": "prompt"}')
     result, _ = ws.hook("kirolearn-kiro-cli", {"hook_event_name": "stop", "cwd": str(ws.project),
@@ -109,9 +109,9 @@ def test_a_bad_spool_file_is_set_aside_and_the_rest_stored(home, ws):
     assert result.returncode == 0
     kl("start", check=True)
     try:
-        wait_for(lambda: not spool.waiting(), message="the spool to drain")
+        wait_for(lambda: not spool.waiting(here()), message="the spool to drain")
         assert [e["body"]["content"] for e in stored_events()] == ["ok"]
-        quarantine = paths.quarantine_dir()
+        quarantine = here().quarantine_dir
         rejected = sorted(p.name for p in quarantine.iterdir())
         assert rejected == ["01ARZ3NDEKTSV4RRFFQ69G5FAV.json",
                             "01ARZ3NDEKTSV4RRFFQ69G5FAV.json.reason",

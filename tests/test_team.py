@@ -25,6 +25,7 @@ from helpers import (
     clone,
     connect,
     free_ports,
+    here,
     kl,
     make_event,
     new_machine,
@@ -42,24 +43,25 @@ from kirolearn.roles import gateway, leases
 
 
 def stored_ids() -> set[str]:
-    with sqlite3.connect(paths.db_path()) as conn:
+    with sqlite3.connect(here().db_path) as conn:
         return {row[0] for row in conn.execute("SELECT event_id FROM events")}
 
 
 # -- keys -------------------------------------------------------------------------------------
 
 def test_keys_are_private_checked_and_never_silently_replaced(home):
-    pair = keys.init_server(home)
+    pair = keys.init_server(paths.Home(home))
     with pytest.raises(keys.KeysError, match="exists"):
-        keys.init_server(home)
-    assert keys.server_pair(home) == pair
-    for path in (keys.keys_dir(home), keys.clients_dir(home)):
+        keys.init_server(paths.Home(home))
+    assert keys.server_pair(paths.Home(home)) == pair
+    for path in (keys.keys_dir(paths.Home(home)), keys.clients_dir(paths.Home(home))):
         assert stat.S_IMODE(path.stat().st_mode) == 0o700
-    assert stat.S_IMODE((keys.keys_dir(home) / "server.key_secret").stat().st_mode) == 0o600
+    secret = keys.keys_dir(paths.Home(home)) / "server.key_secret"
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
     client = keys.new_pair()
-    keyring = keys.Keyring(home)
+    keyring = keys.Keyring(paths.Home(home))
     assert keyring.name_of(client.public) is None
-    keys.allow("alice", client.public.decode(), home)
+    keys.allow("alice", client.public.decode(), paths.Home(home))
     assert keyring.name_of(client.public) == "alice"
     assert keyring.name_of(zmq.utils.z85.decode(client.public)) == "alice"  # raw, as ZAP
     refusals = {
@@ -71,12 +73,12 @@ def test_keys_are_private_checked_and_never_silently_replaced(home):
     }
     for why, (name, key) in refusals.items():
         with pytest.raises(keys.KeysError, match="is not a CURVE" if why == "bad-key" else why):
-            keys.allow(name, key, home)
-    assert list(keys.allowed(home)) == ["alice"]
-    keys.revoke("alice", home)
+            keys.allow(name, key, paths.Home(home))
+    assert list(keys.allowed(paths.Home(home))) == ["alice"]
+    keys.revoke("alice", paths.Home(home))
     assert keyring.name_of(client.public) is None
     with pytest.raises(keys.KeysError, match="no client or worker is allowed as alice"):
-        keys.revoke("alice", home)
+        keys.revoke("alice", paths.Home(home))
     listed = json.loads(kl("keys", "list", "--json", check=True).stdout)
     assert listed == {"server": pair.public.decode(), "clients": {}, "workers": {}, "grants": {}}
     refused = kl("keys", "add", "carol", "short")
@@ -102,7 +104,7 @@ def test_listening_needs_the_daemon_key_pair_and_a_good_address(home):
     kl("keys", "init", check=True)
     refused = kl("start", "--listen", "udp://127.0.0.1")
     assert refused.returncode == 1 and "tcp://HOST:PORT" in refused.stderr
-    assert not control.running()
+    assert not control.running(here())
 
 
 # -- clients elsewhere ------------------------------------------------------------------------
@@ -119,9 +121,9 @@ def test_a_client_elsewhere_is_served_only_while_its_key_is_allowed(server, mach
     result, _ = ws.hook("kirolearn-claude-code", {**prompt, "cwd": str(ws.project)},
                         KIROLEARN_HOME=str(laptop), KIROLEARN_AUTOSTART="0")
     assert result.returncode == 0 and result.stdout == ""
-    waiting = spool.waiting(laptop)
+    waiting = spool.waiting(paths.Home(laptop))
     assert len(waiting) == 1 and not stored_ids()
-    broken = spool.write({"event_id": "01" + "Z" * 24, "kind": "not an event"}, laptop)
+    broken = spool.write({"event_id": "01" + "Z" * 24, "kind": "not an event"}, paths.Home(laptop))
 
     # Allowed: the next hook is answered there, and the spool follows it in the background.
     allow(command, "tester")
@@ -129,10 +131,10 @@ def test_a_client_elsewhere_is_served_only_while_its_key_is_allowed(server, mach
                                                    "prompt": "and the backups?"},
                         KIROLEARN_HOME=str(laptop))
     assert result.returncode == 0
-    wait_for(lambda: not spool.waiting(laptop) and len(stored_ids()) == 2,
+    wait_for(lambda: not spool.waiting(paths.Home(laptop)) and len(stored_ids()) == 2,
              message="the laptop's spool drained to the daemon")
     assert waiting[0].stem in stored_ids()
-    kept = paths.quarantine_dir(laptop) / broken.name  # what the daemon refused, kept here
+    kept = paths.Home(laptop).quarantine_dir / broken.name  # what the daemon refused, kept here
     assert kept.exists() and kept.with_name(kept.name + ".reason").read_text().strip()
     events = [json.loads(line) for line in kl("export", check=True).stdout.splitlines()
               if '"kind"' in line]
@@ -146,7 +148,7 @@ def test_a_client_elsewhere_is_served_only_while_its_key_is_allowed(server, mach
     # The CLI there searches here; what a client elsewhere may not ask is refused.
     found = kl("search", "postgres", env=on(laptop, HOME=str(ws.home), USER="tester"))
     assert found.returncode == 0, found.stderr
-    with (transport.Client(address, timeout_ms=5000, curve=control.remote(laptop).curve,
+    with (transport.Client(address, timeout_ms=5000, curve=control.remote(paths.Home(laptop)).curve,
                            to="storage") as storage,
           pytest.raises(control.RemoteError, match="not served over TCP")):
         storage.call("ping")
@@ -156,7 +158,7 @@ def test_a_client_elsewhere_is_served_only_while_its_key_is_allowed(server, mach
                               (protocol.pack({**protocol.request("ping"), "to": [1]}),
                                protocol.ErrorCode.UNKNOWN_OP)):
             sock = transport.make_socket(context, zmq.REQ, connect=address,
-                                         curve=control.remote(laptop).curve)
+                                         curve=control.remote(paths.Home(laptop)).curve)
             sock.send(payload)
             assert sock.poll(5000)
             assert protocol.parse_reply(sock.recv())["error"]["code"] == code
@@ -169,9 +171,9 @@ def test_a_client_elsewhere_is_served_only_while_its_key_is_allowed(server, mach
     result, _ = ws.hook("kirolearn-claude-code", {**prompt, "cwd": str(ws.project),
                                                    "prompt": "one more"},
                         KIROLEARN_HOME=str(laptop), KIROLEARN_AUTOSTART="0")
-    assert result.returncode == 0 and len(spool.waiting(laptop)) == 1
+    assert result.returncode == 0 and len(spool.waiting(paths.Home(laptop))) == 1
     assert len(stored_ids()) == 2
-    assert control.call("ingest", "ping")["role"] == "ingest"
+    assert control.call("ingest", "ping", home=here())["role"] == "ingest"
 
 
 def test_an_mcp_server_elsewhere_saves_and_recalls_through_the_daemon(server, machines,
@@ -195,7 +197,7 @@ def test_an_mcp_server_elsewhere_saves_and_recalls_through_the_daemon(server, ma
     records = [json.loads(line) for line in kl("export", check=True).stdout.splitlines()
                if '"record_id"' in line]
     assert [r["namespace"] for r in records] == [ws.namespace]  # stored here, as hers
-    assert not control.running(laptop)
+    assert not control.running(paths.Home(laptop))
 
 
 def test_strangers_and_garbage_on_the_port_change_nothing(server, ctx):
@@ -224,12 +226,12 @@ def test_strangers_and_garbage_on_the_port_change_nothing(server, ctx):
         plain.close()
     # The unknown key was said in the log (the others fail their handshake before they
     # are asked about), and nothing came in; the daemon still serves.
-    wait_for(lambda: stranger.public.decode() in (paths.log_dir() / "gateway.log").read_text(),
+    wait_for(lambda: stranger.public.decode() in (here().log_dir / "gateway.log").read_text(),
              message="the stranger's key refused in the gateway's log")
     assert not stored_ids()
     assert {r["state"] for r in json.loads(kl("status", "--json").stdout)["roles"]} == {
         "RUNNING"}
-    assert control.call("ingest", "put_event", {"event": event})["status"] == "stored"
+    assert control.call("ingest", "put_event", {"event": event}, home=here())["status"] == "stored"
 
 
 def test_a_hook_keeps_its_budget_when_the_daemon_elsewhere_is_gone(home, machines, tmp_path):
@@ -237,13 +239,13 @@ def test_a_hook_keeps_its_budget_when_the_daemon_elsewhere_is_gone(home, machine
     laptop = new_machine(machines)
     ws = Workspace(tmp_path)
     address = f"tcp://127.0.0.1:{free_ports()}"  # nothing listens there
-    connect(laptop, address, keys.server_pair(home).public.decode())
+    connect(laptop, address, keys.server_pair(paths.Home(home)).public.decode())
     result, _ = ws.hook("kirolearn-claude-code", {
         "hook_event_name": "UserPromptSubmit", "session_id": "s", "cwd": str(ws.project),
         "prompt": "is anyone there"}, KIROLEARN_HOME=str(laptop), KIROLEARN_AUTOSTART="0")
     assert result.returncode == 0 and result.stdout == ""
-    assert len(spool.waiting(laptop)) == 1
-    assert not control.running(laptop)  # nothing was started on the laptop
+    assert len(spool.waiting(paths.Home(laptop))) == 1
+    assert not control.running(paths.Home(laptop))  # nothing was started on the laptop
     doctor = kl("doctor", env=on(laptop, HOME=str(ws.home), USER="tester"))
     assert doctor.returncode == 1 and f"FAIL  connection: {address} does not answer" in (
         doctor.stdout) and "kirolearn keys add" in doctor.stdout
@@ -269,7 +271,7 @@ def test_a_worker_elsewhere_killed_mid_batch_leaves_the_batch_committed_once(
     kl("keys", "init", check=True)  # the lease is the default's 300 s: silence says it
     address = f"tcp://127.0.0.1:{free_ports()}"
     kl("start", "--listen", address, "--extraction-workers", "0", check=True)
-    server_key = keys.server_pair(home).public.decode()
+    server_key = keys.server_pair(paths.Home(home)).public.decode()
     try:
         stall = tmp_path / "stall"
         stall.write_text(STALL)
@@ -280,8 +282,8 @@ def test_a_worker_elsewhere_killed_mid_batch_leaves_the_batch_committed_once(
             f'[extraction]\nstrategy = "command"\nllm_command = "{stall} {taken} 60"\n'
             'llm_timeout_s = 120.0\n')
         for n, machine in enumerate((slow, quick)):
-            keys.allow(f"worker-{n}", keys.client_pair(machine, True, keys.WORKER).public.decode(),
-                       home, keys.WORKER)
+            pair = keys.client_pair(paths.Home(machine), True, keys.WORKER)
+            keys.allow(f"worker-{n}", pair.public.decode(), paths.Home(home), keys.WORKER)
 
         def worker(machine: Path) -> subprocess.Popen:
             return subprocess.Popen(
@@ -294,7 +296,7 @@ def test_a_worker_elsewhere_killed_mid_batch_leaves_the_batch_committed_once(
                            ("session_summary", "we chose postgres because ops runs it")):
             event = make_event(kind, text, namespace=NAMESPACE)
             assert control.call("ingest", "put_event", {"event": event},
-                                timeout_ms=5000)["status"] == "stored"
+                                timeout_ms=5000, home=here())["status"] == "stored"
         wait_for(taken.exists, message="the worker elsewhere in the middle of its batch")
         os.killpg(first.pid, signal.SIGKILL)  # the worker and its model, mid-batch
         first.communicate()
@@ -302,7 +304,7 @@ def test_a_worker_elsewhere_killed_mid_batch_leaves_the_batch_committed_once(
         second = worker(quick)
         try:
             def done() -> tuple | None:
-                with db.reading(db.location()) as conn:
+                with db.reading(db.location(here())) as conn:
                     return conn.execute("SELECT batch_id, attempts, record_count FROM"
                                         " extraction_batches WHERE state = 'done'").fetchone()
             _, attempts, count = wait_for(done, timeout=90, message="the batch committed")
@@ -310,13 +312,13 @@ def test_a_worker_elsewhere_killed_mid_batch_leaves_the_batch_committed_once(
             second.send_signal(signal.SIGINT)
             _, log = second.communicate(timeout=20)
         assert second.returncode == 0, log
-        with db.reading(db.location()) as conn:
+        with db.reading(db.location(here())) as conn:
             batches = [tuple(row) for row in conn.execute("SELECT state FROM extraction_batches")]
             records = [tuple(row) for row in conn.execute("SELECT strategy FROM memory_records")]
         assert batches == [("done",)] and attempts >= 1
         assert count >= 1 and records == [("heuristic",)] * count
         assert '"batches": 1' in log  # the second worker did it, once
-        assert "its worker elsewhere has said nothing" in (paths.log_dir() / "storage.log"
+        assert "its worker elsewhere has said nothing" in (here().log_dir / "storage.log"
                                                           ).read_text()
     finally:
         kl("stop", check=True)
@@ -352,14 +354,14 @@ def test_a_connected_machine_names_a_project_alike_wherever_it_is_cloned(home, t
     where = {"home": str(tmp_path / "home"), "override": ""}
     alone = [project.resolve_project(d, **where).project_id for d in (first, second, plain)]
     assert alone == [project.sha256_hex(str(d)) for d in (first, second, plain)]  # as ever
-    paths.write_private(paths.remote_file(), json.dumps({"endpoint": "tcp://h:5555",
+    paths.write_private(here().remote_file, json.dumps({"endpoint": "tcp://h:5555",
                                                          "server_key": "k"}).encode())
     team = [project.resolve_project(d, **where).project_id for d in (first, second, plain)]
     assert team == [project.sha256_hex("git:git.example.org/t/app")] * 2 + [alone[2]]
     assert project.resolve_project(tmp_path / "home", **where).project_id == (
         project.sha256_hex("global:alice"))
     assert project.actor_id() == "alice"
-    paths.write_private(paths.remote_file(), json.dumps({"endpoint": "tcp://h:5555",
+    paths.write_private(here().remote_file, json.dumps({"endpoint": "tcp://h:5555",
                                                          "server_key": "k",
                                                          "private": True}).encode())
     assert project.actor_id() == "alice+private"
@@ -391,14 +393,14 @@ def test_a_projects_memories_are_shared_by_the_team_unless_private(store, server
         namespace = project.namespace_for(actor, team_project)
         hook(name, {"hook_event_name": "UserPromptSubmit", "prompt": prompt})
         event = make_event("session_summary", answer, namespace=namespace, actor_id=actor)
-        control.call("ingest", "put_event", {"event": event}, base=laptops[name],
+        control.call("ingest", "put_event", {"event": event}, home=paths.Home(laptops[name]),
                      timeout_ms=5000)
         wait_records(namespace)
 
     def found(name: str, actor: str, query: str) -> set[str]:
         reply = control.call("retrieval", "search", {
             "query": query, "namespace": project.namespace_for(actor, team_project),
-            "records": True}, base=laptops[name], timeout_ms=5000)
+            "records": True}, home=paths.Home(laptops[name]), timeout_ms=5000)
         return {project.parts(r["namespace"])[0] for r in reply["records"]}
 
     teach("alice", "alice", "how do we rotate the signing keys", "rotate signing keys with"
@@ -436,34 +438,34 @@ def test_a_slow_worker_elsewhere_keeps_its_batch_while_it_says_it_is_working(
         (slow / "config.toml").write_text(
             f'[extraction]\nstrategy = "command"\nllm_command = "{stall} {taken} {seconds}"\n'
             'llm_timeout_s = 120.0\n')
-        keys.allow("slow", keys.client_pair(slow, True, keys.WORKER).public.decode(), home,
-                   keys.WORKER)
+        pair = keys.client_pair(paths.Home(slow), True, keys.WORKER)
+        keys.allow("slow", pair.public.decode(), paths.Home(home), keys.WORKER)
         worker = subprocess.Popen(
             [*KL, "worker", "extraction", "--connect", address, "--server-key",
-             keys.server_pair(home).public.decode()], env=on(slow),
+             keys.server_pair(paths.Home(home)).public.decode()], env=on(slow),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd="/tmp")
         try:
             for kind, text in (("prompt", "why is the build slow"),
                                ("session_summary", "the build is slow: no cache for wheels")):
                 event = make_event(kind, text, namespace=NAMESPACE)
-                control.call("ingest", "put_event", {"event": event}, timeout_ms=5000)
+                control.call("ingest", "put_event", {"event": event}, timeout_ms=5000, home=here())
 
             def done() -> tuple | None:
-                with sqlite3.connect(paths.db_path()) as conn:
+                with sqlite3.connect(here().db_path) as conn:
                     return conn.execute("SELECT attempts FROM extraction_batches"
                                         " WHERE state = 'done'").fetchone()
             assert wait_for(done, timeout=90, message="the slow batch committed") == (1,)
         finally:
             worker.send_signal(signal.SIGINT)
             worker.communicate(timeout=20)
-        assert "said nothing" not in (paths.log_dir() / "storage.log").read_text()
+        assert "said nothing" not in (here().log_dir / "storage.log").read_text()
     finally:
         kl("stop", check=True)
 
 
 def test_the_printed_keys_add_takes_a_key_that_begins_with_a_dash(home):
     """Z85 has '-': the command `connect` prints for the host must still read it as a key."""
-    keys.init_server(home)
+    keys.init_server(paths.Home(home))
     dashed = next(pair for pair in iter(keys.new_pair, None) if pair.public.startswith(b"-"))
     allow(f"kirolearn keys add -- dash '{dashed.public.decode()}'", "dash")
-    assert keys.allowed(home) == {"dash": dashed.public}
+    assert keys.allowed(paths.Home(home)) == {"dash": dashed.public}

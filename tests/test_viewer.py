@@ -63,7 +63,8 @@ def one_turn(ws: Workspace) -> None:
 
 def client(base: Path, token: str | None = None) -> TestClient:
     """The app for this home, as a browser that has been handed the token."""
-    app_client = TestClient(create_app(base, load_token(base)), base_url=BASE_URL)
+    home = paths.Home(base)
+    app_client = TestClient(create_app(home, load_token(home)), base_url=BASE_URL)
     if token is not None:
         app_client.cookies.set(COOKIE, token)
     return app_client
@@ -83,7 +84,7 @@ def turn(module_daemon, tmp_path_factory) -> dict:
                                               "namespace": ws.namespace})["record_ids"]) >= 2,
              message="the turn's records")
     shown = json.loads(claude(ws, "UserPromptSubmit", prompt="why does test_backoff fail"))
-    app = client(module_daemon, load_token(module_daemon))
+    app = client(module_daemon, load_token(paths.Home(module_daemon)))
     records = app.get("/api/memories", params={"project": ws.namespace}).json()["records"]
     return {"ws": ws, "app": app, "records": records,
             "injected": shown["hookSpecificOutput"]["additionalContext"],
@@ -110,13 +111,13 @@ def test_the_overview_counts_events_records_and_retrievals(turn):
 
 
 def test_the_overview_shows_failed_batches_with_why(home):
-    conn = db.connect_writer(paths.db_path(home))
+    conn = db.connect_writer(paths.Home(home).db_path)
     with conn.transaction():
         writes.insert_event(conn, prepare(make_event(content="a poison turn"))[0], 0)
         [batch_id] = batches.form_batches(conn, NAMESPACE, "turn_end", 1 << 20)
         batches.fail_batch(conn, batch_id, "5 attempts failed; last: ValueError: no")
     conn.close()
-    app = client(home, load_token(home))
+    app = client(home, load_token(paths.Home(home)))
     [failed] = app.get("/api/overview").json()["failed_batches"]
     assert (failed["batch_id"], failed["events"]) == (batch_id, 1)
     page = app.get("/").text
@@ -216,7 +217,7 @@ def test_export_is_what_the_cli_exports(turn):
 def test_forget_needs_the_token_in_the_request_and_goes_through_the_daemon(daemon, ws):
     one_turn(ws)
     wait_records(ws.namespace)
-    token = load_token(daemon)
+    token = load_token(paths.Home(daemon))
     app = client(daemon, token)
     record = wait_for(lambda: app.get("/api/memories").json()["records"], message="records")[0]
     path = f"/memories/{record['record_id']}/forget"
@@ -249,8 +250,8 @@ PROTECTED = ["/", "/live", "/memories", "/memories/mr_x", "/retrievals", "/retri
 
 
 def test_every_page_and_api_call_needs_the_token_and_the_host_must_be_ours(home):
-    db.connect_writer(paths.db_path(home)).close()
-    token = load_token(home)
+    db.connect_writer(paths.Home(home).db_path).close()
+    token = load_token(paths.Home(home))
     stranger = client(home)
     for path in PROTECTED:
         answer = stranger.get(path)
@@ -278,8 +279,8 @@ def test_every_page_and_api_call_needs_the_token_and_the_host_must_be_ours(home)
 
 
 def test_security_headers_on_every_answer_and_nothing_inline(home):
-    db.connect_writer(paths.db_path(home)).close()
-    app = client(home, load_token(home))
+    db.connect_writer(paths.Home(home).db_path).close()
+    app = client(home, load_token(paths.Home(home)))
     for path in ("/", "/live", "/static/viewer.js", "/static/viewer.css", "/nope",
                  "/api/overview", "/memories/mr_missing"):
         headers = app.get(path).headers
@@ -299,26 +300,26 @@ def test_security_headers_on_every_answer_and_nothing_inline(home):
 
 
 def test_the_token_is_made_once_private_and_kept(home):
-    first = load_token(home)
-    path = paths.viewer_token(home)
+    first = load_token(paths.Home(home))
+    path = paths.Home(home).viewer_token
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert len(first) >= 40 and load_token(home) == first
+    assert len(first) >= 40 and load_token(paths.Home(home)) == first
     path.write_text("short\n")  # a damaged file is replaced, not trusted
-    assert load_token(home) not in (first, "short")
+    assert load_token(paths.Home(home)) not in (first, "short")
 
 
 def test_the_viewer_runs_in_the_daemon_and_streams_events_as_they_arrive(daemon, ws):
     state = status()
     roles = {r["name"]: r for r in state["roles"]}
     assert roles["viewer"]["state"] == "RUNNING"
-    assert state["viewer"] == control.viewer_info(daemon)["url"]
+    assert state["viewer"] == control.viewer_info(paths.Home(daemon))["url"]
     assert f"viewer: {state['viewer']} (kirolearn open)" in kl("status", check=True).stdout
     url = kl("open", "--url", check=True).stdout.strip()
     base, token = url.split("?token=")
-    info = control.viewer_info(daemon)
+    info = control.viewer_info(paths.Home(daemon))
     assert base == info["url"] == f"http://127.0.0.1:{info['port']}/"
-    assert token == load_token(daemon)
-    for private in (paths.viewer_info(daemon), paths.viewer_token(daemon)):
+    assert token == load_token(paths.Home(daemon))
+    for private in (paths.Home(daemon).viewer_info(), paths.Home(daemon).viewer_token):
         assert stat.S_IMODE(private.stat().st_mode) == 0o600
     opened = daemon / "opened.txt"  # a stand-in browser: $BROWSER gets the URL
     fake = daemon / "browser.sh"
@@ -350,7 +351,7 @@ def test_the_viewer_runs_in_the_daemon_and_streams_events_as_they_arrive(daemon,
         assert item["seq"] > after
         assert arrived < pages.FEED_WAIT_S  # woken by storage's feed, not by the poll timer
     kl("stop", check=True)
-    assert control.viewer_info(daemon) is None
+    assert control.viewer_info(paths.Home(daemon)) is None
     kl("start", check=True)
 
 
@@ -363,10 +364,10 @@ def test_a_taken_port_moves_the_viewer_and_open_says_where(home, monkeypatch):
     try:
         kl("start", check=True)
         try:
-            info = control.viewer_info(home)
+            info = control.viewer_info(paths.Home(home))
             assert info["port"] != port
             assert kl("open", "--url", check=True).stdout.startswith(info["url"] + "?token=")
-            log = (paths.log_dir(home) / "viewer.log").read_text()
+            log = (paths.Home(home).log_dir / "viewer.log").read_text()
             assert f"port {port} is taken; the viewer listens on {info['port']}" in log
         finally:
             kl("stop", check=True)
@@ -432,7 +433,7 @@ def test_a_retrieval_past_its_budget_is_logged_with_its_reason(home, ws, monkeyp
         # The shim polls with a budget of its own: 1 ms there would spool the prompt
         # before ingest has it, and a spooled prompt is never searched for.
         monkeypatch.setenv("KIROLEARN_RETRIEVAL_BUDGET_MS", "5000")
-        app = client(home, load_token(home))
+        app = client(home, load_token(paths.Home(home)))
 
         sent = 0
 
@@ -474,7 +475,7 @@ def stored_record(home: Path) -> dict:
               "facts": [], "concepts": [], "files_touched": [], "observation_type": "decision",
               "strategy": "heuristic", "source_event_ids": [],
               "created_at": "2026-11-01T10:00:00+00:00"}
-    conn = db.connect_writer(paths.db_path(home))
+    conn = db.connect_writer(paths.Home(home).db_path)
     writes.insert_record(conn, record)
     conn.close()
     return record
@@ -482,7 +483,7 @@ def stored_record(home: Path) -> dict:
 
 def test_search_and_forget_say_so_when_the_daemon_is_down(home):
     record = stored_record(home)
-    app = client(home, load_token(home))
+    app = client(home, load_token(paths.Home(home)))
     page = app.get("/memories", params={"q": "wal", "project": record["namespace"]})
     assert page.status_code == 200
     assert "the daemon&#39;s retrieval role is not running" in page.text
@@ -491,7 +492,7 @@ def test_search_and_forget_say_so_when_the_daemon_is_down(home):
     assert answer.json() == {"error": "the daemon's retrieval role is not running"}
     assert app.get("/api/memories").json()["records"][0]["title"] == "Use WAL mode"  # reads stay
     refused = app.post(f"/api/memories/{record['record_id']}/forget",
-                       headers={"x-kirolearn-token": load_token(home)})
+                       headers={"x-kirolearn-token": load_token(paths.Home(home))})
     assert refused.status_code == 503
     assert app.get(f"/api/memories/{record['record_id']}").status_code == 200
 
@@ -501,8 +502,9 @@ def test_a_refusal_behind_forget_is_a_400_and_a_bug_a_500(home, monkeypatch):
     daemon that does not answer is a 503; anything else raised behind a call is a bug,
     answered 500 and never dressed as 400."""
     record = stored_record(home)
-    token = load_token(home)
-    app = TestClient(create_app(home, token), base_url=BASE_URL, raise_server_exceptions=False)
+    token = load_token(paths.Home(home))
+    app = TestClient(create_app(paths.Home(home), token), base_url=BASE_URL,
+                     raise_server_exceptions=False)
     forget = f"/api/memories/{record['record_id']}/forget"
     headers = {"authorization": f"Bearer {token}"}
 

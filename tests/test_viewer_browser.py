@@ -54,7 +54,7 @@ def shot(driver: webdriver.Chrome, name: str) -> None:
 def logged(home: Path, prompt: str) -> bool:
     """Whether the retrieval for this prompt is logged (the page shows what is, when
     it is loaded)."""
-    with db.reading(paths.db_path(home)) as conn:
+    with db.reading(paths.Home(home).db_path) as conn:
         return conn.execute("SELECT 1 FROM retrievals r JOIN events e ON e.event_id ="
                             " r.prompt_event_id WHERE e.body_json LIKE $1",
                             (f"%{prompt}%",)).fetchone() is not None

@@ -16,7 +16,7 @@ import os
 
 import click
 
-from kirolearn import __version__
+from kirolearn import __version__, paths
 from kirolearn.cli import (
     agents,
     backup,
@@ -52,11 +52,13 @@ class Commands(click.Group):
 
 @click.group(cls=Commands)
 @click.version_option(__version__, prog_name="kirolearn")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Long-term memory for AI coding agents.
 
     Everything lives under KIROLEARN_HOME (default ~/.kirolearn).
     """
+    ctx.obj = paths.Home.current()  # read once; each command finds it (common.home)
 
 
 for module in (daemon, data, records, capture, backup, embeddings, extraction, agents,

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from kirolearn import config, control, install, project
+from kirolearn.cli import common
 
 
 def _install_target(project_dir: str | None, global_: bool) -> Path | None:
@@ -64,7 +65,7 @@ def install_(agents: tuple[str, ...], project_dir: str | None, global_: bool, ab
         click.echo(f"Note: kirolearn is not on PATH, so these files name"
                    f" {install.installed('kirolearn')} and work on this machine only; put"
                    " its folder on PATH and install again for files every teammate can use.")
-    if not control.running():
+    if not control.running(common.home()):
         click.echo("The daemon is not running; the first hook starts it (or: kirolearn start).")
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from kirolearn import control, paths
+from kirolearn.cli import common
 from kirolearn.cli.daemon import start
 from kirolearn.db.sqlite import backup as backups
 from kirolearn.supervisor.arbiter import AlreadyRunning, PidLock
@@ -30,9 +31,10 @@ def backup(path: Path | None) -> None:
         kirolearn backup ~/safe/kirolearn-monday.db
     """
     if path is None:
-        path = paths.ensure_private_dir(paths.backup_dir()) / f"kirolearn-{backups.stamp()}.db"
+        folder = paths.ensure_private_dir(common.home().backup_dir)
+        path = folder / f"kirolearn-{backups.stamp()}.db"
     try:
-        summary = backups.take(paths.db_path(), path)
+        summary = backups.take(common.home().db_path, path)
     except backups.BackupError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"backed up {_describe(summary)} to {path.absolute()}")
@@ -55,11 +57,11 @@ def restore(ctx: click.Context, path: Path, yes: bool) -> None:
         summary = backups.verify(path)
     except backups.BackupError as exc:
         raise click.ClickException(str(exc)) from exc
-    target = paths.db_path(paths.ensure_layout())
+    target = common.home().ensure_layout().db_path
     if not yes:
         click.confirm(f"Replace {target} with the backup's {_describe(summary)}?", abort=True)
-    was_running = control.stop()
-    lock = PidLock(paths.pidfile())  # no daemon starts (a hook's autostart) meanwhile
+    was_running = control.stop(common.home())
+    lock = PidLock(common.home().pidfile())  # no daemon starts (a hook's autostart) meanwhile
     try:
         lock.acquire()
     except AlreadyRunning as exc:

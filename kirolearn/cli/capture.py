@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from kirolearn import capture, project
+from kirolearn.cli import common
 
 
 def _root(directory: str) -> str:
@@ -24,7 +25,7 @@ def pause(directory: str | None) -> None:
         kirolearn pause
         kirolearn pause --project ~/code/client-app
     """
-    state = capture.paused()
+    state = capture.paused(common.home())
     if directory is None:
         state["everywhere"] = True
         where = "everywhere"
@@ -32,7 +33,7 @@ def pause(directory: str | None) -> None:
         root = _root(directory)
         state["projects"] = sorted({*state["projects"], root})
         where = f"for {root}"
-    capture.save_paused(state)
+    capture.save_paused(state, common.home())
     click.echo(f"capture paused {where}; `kirolearn resume` turns it back on")
 
 
@@ -48,12 +49,12 @@ def resume(directory: str | None) -> None:
         kirolearn resume
         kirolearn resume --project ~/code/client-app
     """
-    state = capture.paused()
+    state = capture.paused(common.home())
     if directory is None:
         if not state["everywhere"] and not state["projects"]:
             click.echo("capture was not paused")
             return
-        capture.save_paused({"everywhere": False, "projects": []})
+        capture.save_paused({"everywhere": False, "projects": []}, common.home())
         click.echo("capture resumed everywhere")
         return
     root = _root(directory)
@@ -63,7 +64,7 @@ def resume(directory: str | None) -> None:
             + ("; it is paused everywhere: `kirolearn resume` ends that" if state["everywhere"]
                else ""))
     state["projects"].remove(root)
-    capture.save_paused(state)
+    capture.save_paused(state, common.home())
     click.echo(f"capture resumed for {root}"
                + ("; it is still paused everywhere" if state["everywhere"] else ""))
 

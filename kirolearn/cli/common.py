@@ -14,11 +14,16 @@ from kirolearn.db.store import Connection
 log = logging.getLogger("kirolearn.cli")
 
 
+def home() -> paths.Home:
+    """The home this command works in (``KIROLEARN_HOME``, read once by the group)."""
+    return click.get_current_context().find_object(paths.Home)
+
+
 def settings() -> dict:
     """The configuration, refused (with why) when it is broken or names an extraction
     strategy that cannot work."""
     try:
-        loaded = config.load(paths.home())
+        loaded = config.load(home())
         extract.from_settings(loaded, log)
     except config.ConfigError as exc:
         raise click.ClickException(f"configuration error: {exc}") from exc
@@ -29,7 +34,7 @@ def ask(target: str, op: str, body: dict, doing: str, timeout_ms: int = control.
         ) -> dict:
     """One request to the daemon; its failure is an error that says what was being done."""
     try:
-        return control.call(target, op, body, timeout_ms=timeout_ms)
+        return control.call(target, op, body, timeout_ms=timeout_ms, home=home())
     except control.Unanswered as exc:
         raise click.ClickException(f"{doing} failed: {exc}") from exc
 
@@ -42,7 +47,7 @@ def daemon_search(body: dict, loaded: dict) -> dict:
 
 
 def require_running() -> None:
-    if not control.running():
+    if not control.running(home()):
         raise click.ClickException("kirolearn is not running; start it with 'kirolearn start'")
 
 
@@ -50,7 +55,7 @@ def require_served() -> None:
     """For commands that only call ingest and retrieval: this machine's daemon runs, or
     one elsewhere serves it (``kirolearn connect``)."""
     try:
-        if control.served():
+        if control.served(home()):
             return
     except control.BadRemote as exc:
         raise click.ClickException(str(exc)) from exc
@@ -61,7 +66,7 @@ def require_served() -> None:
 def reader() -> Iterator[Connection]:
     """A read-only connection to this home's database, closed after the block."""
     try:
-        path = db.location()
+        path = db.location(home())
     except config.ConfigError as exc:
         raise click.ClickException(f"configuration error: {exc}") from exc
     if not db.exists(path):

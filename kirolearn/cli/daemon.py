@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from kirolearn import __version__, config, control, keys, paths, project, transport
+from kirolearn.cli import common
 from kirolearn.cli.common import require_running, settings
 from kirolearn.supervisor.states import EXIT_NOT_RUNNING, RUNNING, START_ORDER
 
@@ -52,44 +53,44 @@ def start(foreground: bool, extraction_workers: int | None, listen: str | None,
         os.environ["KIROLEARN_NETWORK_LISTEN"] = listen  # for the processes it starts
     if storage is not None:  # kept in config.toml: the CLI's reads and later starts use it
         try:
-            config.remember("storage", "url", storage)
+            config.remember("storage", "url", storage, common.home())
         except config.ConfigError as exc:
             raise click.ClickException(str(exc)) from exc
     loaded = settings()
     workers = (loaded["extraction"]["workers"] if extraction_workers is None
                else extraction_workers)
-    paths.ensure_layout()
+    common.home().ensure_layout()
     if loaded["network"]["listen"]:
         try:
-            keys.server_pair()
+            keys.server_pair(common.home())
         except keys.KeysError as exc:
             raise click.ClickException(str(exc)) from exc
     try:
-        elsewhere = control.remote()
+        elsewhere = control.remote(common.home())
     except control.BadRemote:
         elsewhere = None  # starting a daemon here is what is asked
     if elsewhere is not None:
         raise click.ClickException(f"this machine is a client of {elsewhere.endpoint};"
                                    " `kirolearn connect --off` first to run a daemon here")
-    if control.running():
+    if control.running(common.home()):
         raise click.ClickException(
-            f"kirolearn is already running (pid {control.read_pid(paths.pidfile())})")
+            f"kirolearn is already running (pid {control.read_pid(common.home().pidfile())})")
     if foreground:
         from kirolearn.supervisor.__main__ import run_daemon
 
         sys.exit(run_daemon(workers, foreground=True))
     try:
-        status = control.wait_ready(control.spawn(workers=workers))
+        status = control.wait_ready(common.home(), control.spawn(common.home(), workers=workers))
     except control.StartFailed as exc:
         raise click.ClickException(str(exc)) from exc
     if not status or any(r["state"] != RUNNING for r in status["roles"]):
         if status:
             print_status(status)
         raise click.ClickException(
-            f"not every role reached RUNNING; see the logs in {paths.log_dir()}")
+            f"not every role reached RUNNING; see the logs in {common.home().log_dir}")
     print_status(status)
     try:
-        fault = control.storage_fault()
+        fault = control.storage_fault(common.home())
     except control.Unanswered:
         fault = None  # every role is RUNNING: a late ping is no fault
     if fault:
@@ -104,7 +105,7 @@ def stop() -> None:
     Example:
         kirolearn stop
     """
-    click.echo("kirolearn stopped" if control.stop() else "kirolearn is not running")
+    click.echo("kirolearn stopped" if control.stop(common.home()) else "kirolearn is not running")
 
 
 @click.command()
@@ -120,7 +121,7 @@ def restart(ctx: click.Context, extraction_workers: int | None, listen: str | No
     Example:
         kirolearn restart --extraction-workers 2
     """
-    control.stop()
+    control.stop(common.home())
     ctx.invoke(start, foreground=False, extraction_workers=extraction_workers, listen=listen,
                storage=storage)
 
@@ -142,7 +143,7 @@ def status(as_json: bool) -> None:
         strategy = settings()["extraction"]["strategy"]
     except click.ClickException as exc:  # the file changed since start and is broken now
         strategy, broken = "unknown", exc.message
-    result = control.status(strategy=strategy)
+    result = control.status(common.home(), strategy=strategy)
     if result is None:
         if as_json:
             click.echo(json.dumps({"running": False, "roles": [], "settings_error": broken}))
@@ -208,7 +209,7 @@ def scale(role: str, count: int) -> None:
         kirolearn scale extraction 4
     """
     require_running()
-    control.call("supervisor.ctl", "scale", {"role": role, "count": count})
+    control.call("supervisor.ctl", "scale", {"role": role, "count": count}, home=common.home())
     click.echo(f"{role}: {count} worker(s)")
 
 
@@ -223,7 +224,7 @@ def logs(role: str | None, follow: bool, lines: int) -> None:
     Example:
         kirolearn logs storage -f
     """
-    files = [paths.log_dir() / f"{name}.log" for name in ([role] if role
+    files = [common.home().log_dir / f"{name}.log" for name in ([role] if role
                                                           else ["supervisor", *START_ORDER])]
     prefix = (lambda path: "") if role else (lambda path: f"{path.stem}: ")
     positions: dict[Path, int] = {}
@@ -290,12 +291,12 @@ def worker_extraction(daemon: str | None, server_key: str | None) -> None:
 
     elsewhere = None
     if daemon and daemon.startswith("tcp://"):
-        home = paths.ensure_layout()
+        home = common.home().ensure_layout()
         elsewhere = _daemon_elsewhere(daemon, server_key)
     else:
-        home = Path(daemon).resolve() if daemon else paths.home()
+        home = paths.Home(Path(daemon).resolve()) if daemon else common.home()
         if not control.running(home):
-            raise click.ClickException(f"no kirolearn daemon is running in {home}")
+            raise click.ClickException(f"no kirolearn daemon is running in {home.root}")
     try:
         loaded = config.load(home)
     except config.ConfigError as exc:
@@ -311,7 +312,7 @@ def _daemon_elsewhere(address: str, server_key: str | None) -> control.Remote:
     try:
         transport.tcp_endpoints(address)
         if server_key is None:
-            saved = control.remote()
+            saved = control.remote(common.home())
             if saved is None:
                 raise click.UsageError("give the daemon's public key: --server-key KEY")
             key = saved.curve.server_key
@@ -319,7 +320,7 @@ def _daemon_elsewhere(address: str, server_key: str | None) -> control.Remote:
             key = keys.check_public_key(server_key)
     except (ValueError, control.BadRemote) as exc:
         raise click.UsageError(str(exc)) from exc
-    pair = keys.client_pair(create=True, kind=keys.WORKER)
+    pair = keys.client_pair(common.home(), create=True, kind=keys.WORKER)
     found = control.Remote(address, transport.Curve(pair.public, pair.secret, key))
     with transport.Client(address, timeout_ms=control.LOOKUP_MS, curve=found.curve,
                           to="ingest") as client:
@@ -348,7 +349,7 @@ def open_(url_only: bool) -> None:
         kirolearn open --url     # e.g. to open it in another browser
     """
     require_running()
-    url = control.viewer_url()
+    url = control.viewer_url(common.home())
     if url is None:
         raise click.ClickException("the viewer is not up; see: kirolearn logs viewer")
     if url_only:

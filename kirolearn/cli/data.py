@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from kirolearn import contract, importer, paths, privacy, protocol
+from kirolearn.cli import common
 from kirolearn.cli.common import (
     ask,
     daemon_search,
@@ -43,7 +44,7 @@ def import_(file) -> None:
     """
     require_served()
     try:
-        report = importer.import_lines(file)
+        report = importer.import_lines(file, common.home())
     except (importer.Stalled, importer.NotAnExport) as exc:
         raise click.ClickException(str(exc)) from exc
     for line_no, reason in sorted(report.rejected):
@@ -230,7 +231,8 @@ def scrub(dry_run: bool) -> None:
     require_running()
     redacted = ask("ingest", "scrub", {"dry_run": dry_run}, "scrubbing",
                    protocol.MAINTENANCE_MS)["redacted"]
-    for place, directory in (("spool", paths.spool_dir()), ("quarantine", paths.quarantine_dir())):
+    home = common.home()
+    for place, directory in (("spool", home.spool_dir), ("quarantine", home.quarantine_dir)):
         counts = _scrub_files(directory, dry_run)
         if counts:
             redacted[place] = dict(counts)

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from kirolearn import config, control, db, install, keys, paths, project, spool
+from kirolearn.cli import common
 from kirolearn.db import errors, schema
 from kirolearn.supervisor.states import RUNNING
 
@@ -33,26 +34,26 @@ def doctor(project_dir: str | None) -> None:
         click.echo(f"{mark}  {what}: {detail}")
 
     try:
-        elsewhere = control.remote()
+        elsewhere = control.remote(common.home())
     except control.BadRemote as exc:
         elsewhere = None
         report(False, "connection", str(exc))
     if elsewhere is not None:
         report(*_check_connection(elsewhere))
     try:
-        paths.runtime_dir()
+        common.home().runtime_dir()
     except paths.UnsafeRuntimeDir as exc:  # hooks cannot reach a daemon: say why, and stop
         report(False, "sockets", f"{exc}; until then every hook keeps its event in"
-               f" {paths.spool_dir()}")
+               f" {common.home().spool_dir}")
         sys.exit(1)
-    running = control.running()
+    running = control.running(common.home())
     if elsewhere is None:
         report(True if running else None, "daemon",
-               f"running (pid {control.read_pid(paths.pidfile())})" if running
+               f"running (pid {control.read_pid(common.home().pidfile())})" if running
                else "not running; the first hook starts it (or: kirolearn start)")
     if running:
         try:
-            roles = control.call("supervisor.ctl", "status")["roles"]
+            roles = control.call("supervisor.ctl", "status", home=common.home())["roles"]
             bad = [f"{r['name']} {r['state']}" for r in roles if r["state"] != RUNNING]
             report(not bad, "roles", "all RUNNING" if not bad else
                    f"{', '.join(bad)}; see: kirolearn logs")
@@ -60,12 +61,12 @@ def doctor(project_dir: str | None) -> None:
             report(False, "roles",
                    f"the supervisor does not answer ({exc}); run: kirolearn restart")
         try:
-            control.call("ingest", "ping")
-            report(True, "sockets", f"ingest answers on {paths.endpoint('ingest')}")
+            control.call("ingest", "ping", home=common.home())
+            report(True, "sockets", f"ingest answers on {common.home().endpoint('ingest')}")
         except control.Unanswered as exc:
             report(False, "sockets", f"ingest does not answer ({exc}); run: kirolearn restart")
         try:
-            fault = control.storage_fault()
+            fault = control.storage_fault(common.home())
             report(not fault, "writes", f"storage cannot write: {fault['reason']}; it"
                    " retries by itself and takes events again once that is fixed" if fault
                    else "storage can write to the database")
@@ -74,10 +75,10 @@ def doctor(project_dir: str | None) -> None:
                    " storage")
     if elsewhere is None:
         report(*_check_database())
-    waiting = len(spool.waiting())
+    waiting = len(spool.waiting(common.home()))
     if waiting:
         report(None, "spool",
-               f"{waiting} event(s) waiting in {paths.spool_dir()}; " + (
+               f"{waiting} event(s) waiting in {common.home().spool_dir}; " + (
                    "the next hook that reaches the daemon sends them there" if elsewhere
                    else "the daemon stores them within seconds of starting"))
     else:
@@ -111,9 +112,9 @@ def doctor(project_dir: str | None) -> None:
 def _check_connection(elsewhere: control.Remote) -> tuple[bool, str, str]:
     """Whether the daemon this machine is connected to answers it."""
     try:
-        answer = control.call("ingest", "ping", timeout_ms=control.LOOKUP_MS)
+        answer = control.call("ingest", "ping", timeout_ms=control.LOOKUP_MS, home=common.home())
     except control.Unanswered as exc:
-        pair = keys.client_pair()
+        pair = keys.client_pair(common.home())
         return False, "connection", (
             f"{elsewhere.endpoint} does not answer ({exc}): is the daemon listening there,"
             " and is this machine allowed? On its host: kirolearn keys add --"
@@ -133,7 +134,7 @@ def _check_connection(elsewhere: control.Remote) -> tuple[bool, str, str]:
 
 def _check_quarantine() -> tuple[bool | None, str, str]:
     """What could not be stored: each spool file and import kept aside, and why."""
-    directory = paths.quarantine_dir()
+    directory = common.home().quarantine_dir
     kept = sorted(p for p in directory.glob("*") if not p.name.endswith(".reason")
                   and not p.name.startswith(".")) if directory.is_dir() else []
     if not kept:
@@ -154,7 +155,7 @@ def _check_quarantine() -> tuple[bool | None, str, str]:
 
 def _check_database() -> tuple[bool | None, str, str]:
     try:
-        where = db.location()
+        where = db.location(common.home())
     except config.ConfigError as exc:
         return False, "database", f"where it is cannot be read: {exc}"
     name = db.describe(where)

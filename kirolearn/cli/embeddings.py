@@ -7,6 +7,7 @@ import time
 import click
 
 from kirolearn import config, control
+from kirolearn.cli import common
 from kirolearn.cli.common import reader, require_running
 from kirolearn.db import reads
 from kirolearn.search import embeddings as model
@@ -27,7 +28,7 @@ def embeddings() -> None:
 def embeddings_status() -> None:
     """Whether embeddings are on (and which model), and how many records wait for one."""
     require_running()
-    found = control.embeddings_state()
+    found = control.embeddings_state(common.home())
     if found is None:
         raise click.ClickException("retrieval does not answer; see: kirolearn logs retrieval")
     click.echo(f"embeddings {found['embeddings']}; search mode {found['mode']}")
@@ -48,7 +49,7 @@ def embeddings_backfill(timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            found = control.call("retrieval", "embeddings", {"backfill": True})
+            found = control.call("retrieval", "embeddings", {"backfill": True}, home=common.home())
         except control.Unanswered as exc:
             raise click.ClickException(f"retrieval does not answer ({exc})") from exc
         if "unembedded" not in found:
@@ -76,11 +77,11 @@ def embeddings_download() -> None:
     for name, path in fetched.items():
         click.echo(f"{name}: {path}")
     try:
-        files = model.find_model(config.load()["embeddings"]["model_dir"])
+        files = model.find_model(config.load(common.home())["embeddings"]["model_dir"])
     except model.Unavailable as exc:
         raise click.ClickException(f"downloaded, but {exc}") from exc
     click.echo(f"the daemon uses the model from: {files.source}")
-    if control.running():
+    if control.running(common.home()):
         click.echo("restart to load it: kirolearn restart")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from kirolearn import control
+from kirolearn.cli import common
 from kirolearn.cli.common import reader, require_running
 from kirolearn.db import batches
 
@@ -41,7 +42,8 @@ def extraction_retry() -> None:
     e.g. the model's endpoint)."""
     require_running()
     try:
-        requeued = control.call("storage", "retry_batches", timeout_ms=control.WRITE_MS)
+        requeued = control.call("storage", "retry_batches", timeout_ms=control.WRITE_MS,
+                                home=common.home())
     except control.Unanswered as exc:
         raise click.ClickException(f"storage does not answer ({exc}); see: kirolearn logs"
                                    " storage") from exc

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from kirolearn import control, keys, paths, project, transport
+from kirolearn.cli import common
 
 
 def _keys_call(action, *args):
@@ -39,9 +40,10 @@ def keys_group() -> None:
 @keys_group.command(name="init")
 def keys_init() -> None:
     """Make the daemon's key pair (once); print the public key that clients are given."""
-    pair = _keys_call(keys.init_server)
+    pair = _keys_call(keys.init_server, common.home())
     click.echo(f"server public key: {pair.public.decode()}")
-    click.echo(f"secret key in {keys.keys_dir() / 'server.key_secret'} (0600); keep it there")
+    secret = keys.keys_dir(common.home()) / "server.key_secret"
+    click.echo(f"secret key in {secret} (0600); keep it there")
     click.echo("next: kirolearn start --listen tcp://0.0.0.0:5555")
 
 
@@ -55,7 +57,7 @@ def keys_add(name: str, public_key: str, worker: bool) -> None:
     """Let the client with PUBLIC_KEY in, as NAME: the actor whose memories it reads and
     writes (`kirolearn connect` on that machine prints the exact command). With
     --worker, an extraction worker instead, which takes batches and nothing else."""
-    _keys_call(keys.allow, name, public_key, None, keys.WORKER if worker else keys.CLIENT)
+    _keys_call(keys.allow, name, public_key, common.home(), keys.WORKER if worker else keys.CLIENT)
     click.echo(f"allowed {name}" + (" (extraction worker)" if worker else ""))
 
 
@@ -82,7 +84,7 @@ def keys_grant(name: str, project_ref: str, revoke: bool) -> None:
     URL, or a clone's folder) before it has contributed to it itself; --revoke takes that
     back (what it contributed to stays visible to it)."""
     project_id = _project_id(project_ref)
-    _keys_call(keys.grant, name, project_id, None, revoke)
+    _keys_call(keys.grant, name, project_id, common.home(), revoke)
     click.echo(f"{'took back from' if revoke else 'granted'} {name}: project {project_id}")
 
 
@@ -91,12 +93,13 @@ def keys_grant(name: str, project_ref: str, revoke: bool) -> None:
 def keys_list(as_json: bool) -> None:
     """The daemon's public key and every client allowed in."""
     try:
-        server = keys.server_pair().public.decode()
+        server = keys.server_pair(common.home()).public.decode()
     except keys.KeysError:
         server = None
-    clients = {name: key.decode() for name, key in keys.allowed().items()}
-    workers = {name: key.decode() for name, key in keys.allowed(kind=keys.WORKER).items()}
-    grants = {name: sorted(keys.grants(name)) for name in clients}
+    home = common.home()
+    clients = {name: key.decode() for name, key in keys.allowed(home).items()}
+    workers = {name: key.decode() for name, key in keys.allowed(home, kind=keys.WORKER).items()}
+    grants = {name: sorted(keys.grants(name, home)) for name in clients}
     if as_json:
         click.echo(json.dumps({"server": server, "clients": clients, "workers": workers,
                                "grants": grants}))
@@ -117,7 +120,7 @@ def keys_list(as_json: bool) -> None:
 def keys_revoke(name: str) -> None:
     """Shut the client or worker NAME out, within a second: its requests are refused and
     its replies dropped; a worker's connection is closed and its batches go out again."""
-    kind = _keys_call(keys.revoke, name)
+    kind = _keys_call(keys.revoke, name, common.home())
     click.echo(f"revoked {name}" + (" (extraction worker)" if kind == keys.WORKER else ""))
 
 
@@ -144,14 +147,14 @@ def connect(address: str | None, server_key: str | None, private: bool, off: boo
         kirolearn connect
         kirolearn connect --off
     """
-    target = paths.remote_file()
+    target = common.home().remote_file
     if off:
         target.unlink(missing_ok=True)
         click.echo("this machine uses its own daemon again (kirolearn start)")
         return
     if address is None:
         try:
-            found = control.remote()
+            found = control.remote(common.home())
         except control.BadRemote as exc:
             raise click.ClickException(str(exc)) from exc
         click.echo(f"connected to {found.endpoint} as {project.actor_id()}" if found else
@@ -164,15 +167,15 @@ def connect(address: str | None, server_key: str | None, private: bool, off: boo
         key = keys.check_public_key(server_key)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    if control.running():
+    if control.running(common.home()):
         raise click.ClickException("this machine's own daemon is running; stop it first"
                                    " (kirolearn stop)")
-    pair = keys.client_pair(create=True)
-    paths.ensure_layout()
+    pair = keys.client_pair(common.home(), create=True)
+    common.home().ensure_layout()
     paths.write_private(target, json.dumps({"endpoint": address, "server_key": key.decode(),
                                             "private": private}).encode())
     try:
-        control.call("ingest", "ping", timeout_ms=control.LOOKUP_MS)
+        control.call("ingest", "ping", timeout_ms=control.LOOKUP_MS, home=common.home())
     except control.Unanswered:
         click.echo(f"saved; {address} does not answer yet. On the daemon's host, allow this"
                    " machine with:")

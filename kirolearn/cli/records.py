@@ -7,6 +7,7 @@ import os
 import click
 
 from kirolearn import contract, protocol, spool
+from kirolearn.cli import common
 from kirolearn.cli.common import (
     ask,
     daemon_search,
@@ -115,13 +116,13 @@ def _forget_project(namespace: str, yes: bool) -> None:
     require_running()
     with reader() as conn:
         found = reads.stats(conn, namespace)["totals"]
-    if not found["events"] and not found["records"] and not spool.waiting():
+    if not found["events"] and not found["records"] and not spool.waiting(common.home()):
         click.echo(f"nothing is stored for {namespace}; nothing was forgotten")
         return
     click.echo(f"{namespace}: {found['events']} event(s) and {found['records']} record(s)")
     if not yes:
         click.confirm("Forget everything captured in this project?", abort=True)
-    spool.discard(namespace)  # not stored after the forget, by ingest's next drain
+    spool.discard(namespace, common.home())  # not stored after the forget, by ingest's next drain
     removed = ask("ingest", "forget_project", {"namespace": namespace},
                   f"forgetting {namespace}", protocol.MAINTENANCE_MS)
     click.echo(f"forgot {removed['events']} event(s) and {removed['records']} record(s)"

@@ -37,14 +37,14 @@ from kirolearn.db.store import Connection
 Location = Path | str  # a SQLite file, or a PostgreSQL URL
 
 
-def location(base: Path | None = None, settings: dict | None = None) -> Location:
+def location(home: paths.Home, settings: dict | None = None) -> Location:
     """Where the home's store is: ``storage.url`` when set, else its SQLite file."""
     if settings is None:
         from kirolearn import config
-        url = config.storage_url(base)
+        url = config.storage_url(home)
     else:
         url = settings["storage"]["url"]
-    return url or paths.db_path(base)
+    return url or home.db_path
 
 
 def dialect(where: Location) -> ModuleType:

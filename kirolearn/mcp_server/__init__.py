@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -65,10 +64,10 @@ def _problem(error: Any) -> str:
     return error["msg"]
 
 
-def build_server(scope: Scope, base: Path, autostart: bool = True) -> MCPServer:
-    """The server and its tools, bound to one scope and the daemon of ``base``."""
-    privacy.use_saved_rules(base)  # what it hands the agent is scrubbed once more
-    memory = Memory(scope, base, autostart)
+def build_server(scope: Scope, home: paths.Home, autostart: bool = True) -> MCPServer:
+    """The server and its tools, bound to one scope and the daemon of ``home``."""
+    privacy.use_saved_rules(home)  # what it hands the agent is scrubbed once more
+    memory = Memory(scope, home, autostart)
     server = KirolearnServer(SERVER_NAME, instructions=INSTRUCTIONS, version=__version__)
     for tool, hints in tools.TOOLS:
         bound = functools.partial(tool, memory)  # the schema: the parameters after memory
@@ -80,7 +79,7 @@ def build_server(scope: Scope, base: Path, autostart: bool = True) -> MCPServer:
 
 def main(scope_name: str | None = None) -> None:
     """``kirolearn mcp``: serve on stdio until the agent closes it."""
-    base = paths.home()
-    settings = config.load(base)
+    home = paths.Home.current()
+    settings = config.load(home)
     scope = resolve_scope(scope_name or settings["mcp"]["scope"])
-    build_server(scope, base, os.environ.get("KIROLEARN_AUTOSTART", "1") != "0").run()
+    build_server(scope, home, os.environ.get("KIROLEARN_AUTOSTART", "1") != "0").run()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import NamedTuple
 
 from mcp.server.mcpserver.exceptions import ToolError
@@ -41,21 +40,21 @@ def resolve_scope(name: str, cwd: str | None = None) -> Scope:
     return Scope(name, (here, everywhere), "this project or the global memory")
 
 
-def ask(target: str, op: str, body: dict, timeout_ms: int, base: Path,
+def ask(target: str, op: str, body: dict, timeout_ms: int, home: paths.Home,
         autostart: bool) -> dict:
     """The reply body of ``op`` on ``target`` (the daemon is started first when it is down
     and ``autostart``); ToolError with what to do otherwise."""
-    if not control.served(base):
+    if not control.served(home):
         if not autostart:
             raise ToolError("kirolearn is not running; start it with `kirolearn start`")
-        control.start_in_background(base)
-        if not control.wait_answering(target, START_WAIT_S, base):
+        control.start_in_background(home)
+        if not control.wait_answering(target, START_WAIT_S, home):
             raise ToolError(f"kirolearn is not running and did not start within"
                             f" {START_WAIT_S:.0f} s; see"
-                            f" {paths.log_dir(base) / 'supervisor.out'}, or run"
+                            f" {home.log_dir / 'supervisor.out'}, or run"
                             " `kirolearn doctor`")
     try:
-        return control.call(target, op, body, timeout_ms=timeout_ms, base=base)
+        return control.call(target, op, body, timeout_ms=timeout_ms, home=home)
     except control.Timeout as exc:
         raise ToolError(f"kirolearn did not answer in time ({exc}); check it with"
                         " `kirolearn status` and `kirolearn logs`") from exc
@@ -67,13 +66,13 @@ class Memory:
     """The daemon as the tools of one server see it: bound to its scope and home; every
     failure a ToolError that says what to do."""
 
-    def __init__(self, scope: Scope, base: Path, autostart: bool = True):
+    def __init__(self, scope: Scope, home: paths.Home, autostart: bool = True):
         self.scope = scope
-        self.base = base
+        self.home = home
         self.autostart = autostart
 
     def call(self, target: str, op: str, body: dict, timeout_ms: int = control.LOOKUP_MS) -> dict:
-        return ask(target, op, body, timeout_ms, self.base, self.autostart)
+        return ask(target, op, body, timeout_ms, self.home, self.autostart)
 
     @property
     def namespaces(self) -> list[str]:

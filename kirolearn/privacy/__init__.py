@@ -18,12 +18,11 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import ahocorasick_rs
 
-from kirolearn import contract
+from kirolearn import contract, paths
 from kirolearn.privacy import rules as rule_set
 
 PRIVATE = "private"
@@ -186,20 +185,20 @@ def scrubber() -> Scrubber:
     return _scrubber
 
 
-def save_rules(base: Path | None = None) -> None:
+def save_rules(home: paths.Home) -> None:
     """Build this process's scrubber from detect-secrets and save its rules where a
     shim reads them (ingest, at every start: an update of either is picked up)."""
     global _scrubber
-    _scrubber = Scrubber(rule_set.compile_all(rule_set.save(base)))
+    _scrubber = Scrubber(rule_set.compile_all(rule_set.save(home)))
     _redact_short.cache_clear()
 
 
-def use_saved_rules(base: Path | None = None) -> None:
+def use_saved_rules(home: paths.Home) -> None:
     """Build this process's scrubber from the rules ingest saved (a shim: importing
     detect-secrets would cost it most of its time)."""
     global _scrubber
     if _scrubber is None:
-        _scrubber = Scrubber(rule_set.compile_all(rule_set.load(base)))
+        _scrubber = Scrubber(rule_set.compile_all(rule_set.load(home)))
 
 
 def may_need_scrub(encoded: str) -> bool:

@@ -452,23 +452,23 @@ OURS: list[Rule] = [
 
 # -- the cache a shim reads ------------------------------------------------------------------
 
-def _cache_file(base: Path | None) -> Path:
-    return (base or paths.home()) / "secret-rules.json"
+def _cache_file(home: paths.Home) -> Path:
+    return home.root / "secret-rules.json"
 
 
-def save(base: Path | None = None) -> list[dict]:
+def save(home: paths.Home) -> list[dict]:
     """Write detect-secrets' rules where a shim finds them (ingest, at every start)."""
     found = from_detect_secrets()
-    paths.write_private(_cache_file(base), json.dumps(
+    paths.write_private(_cache_file(home), json.dumps(
         {"kirolearn": __version__, "rules": found}).encode("utf-8"))
     return found
 
 
-def load(base: Path | None = None) -> list[dict]:
+def load(home: paths.Home) -> list[dict]:
     """detect-secrets' rules as ingest last saved them, or read from the library when
     there is no such file (or one from another version of kirolearn)."""
     try:
-        saved = json.loads(_cache_file(base).read_bytes())
+        saved = json.loads(_cache_file(home).read_bytes())
         if saved.get("kirolearn") == __version__ and isinstance(saved.get("rules"), list):
             return saved["rules"]
     except (OSError, ValueError, AttributeError):

@@ -33,7 +33,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import zmq
@@ -223,9 +222,9 @@ class Role:
     role = "role"
     refuse_while_stopping = False  # answer SHUTTING_DOWN to all but ping once stopping
 
-    def __init__(self, name: str, base: Path, settings: dict):
+    def __init__(self, name: str, home: paths.Home, settings: dict):
         self.name = name
-        self.base = base
+        self.home = home
         self.settings = settings
         self.log = logging.getLogger(f"kirolearn.{name}")
         self.ctx = zmq.Context()
@@ -350,7 +349,7 @@ class Role:
         """Serve until stopped. ``standalone``: started from a terminal, not by the
         supervisor, so Ctrl-C stops it like SIGTERM."""
         self._watch_signals_and_parent(standalone)
-        self.serve_on(paths.endpoint(f"{self.name}.ctl", self.base), "control")
+        self.serve_on(self.home.endpoint(f"{self.name}.ctl"), "control")
         try:
             try:
                 self.setup()
@@ -394,12 +393,12 @@ def main(role_class: type[Role], argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=f"kirolearn.roles.{role_class.role}")
     parser.add_argument("--name", default=role_class.role, help="process name (for sockets, logs)")
     args = parser.parse_args(argv)
-    base = paths.home()
+    home = paths.Home.current()
     try:
-        settings = config.load(base)
+        settings = config.load(home)
     except config.ConfigError as exc:
         setup_logging(args.name).error("configuration error: %s", exc)
         sys.exit(RET_CONFIG)
     setup_logging(args.name, settings["logging"]["level"])
-    paths.ensure_layout(base)
-    sys.exit(role_class(args.name, base, settings).run())
+    home.ensure_layout()
+    sys.exit(role_class(args.name, home, settings).run())

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import zmq
 
-from kirolearn import control, extract, paths, protocol, tooluse, transport
+from kirolearn import control, extract, protocol, tooluse, transport
 from kirolearn.roles import base
 
 NICENESS = 10
@@ -57,7 +57,7 @@ class ExtractionWorker(base.Role):
     def setup(self) -> None:
         os.nice(NICENESS)  # background work: hooks' acks and searches come first
         if self.daemon is None:
-            endpoints = {name: paths.endpoint(name, self.base) for name in ("batches", "records")}
+            endpoints = {name: self.home.endpoint(name) for name in ("batches", "records")}
             curve = None
         else:
             endpoints, curve = transport.tcp_endpoints(self.daemon.endpoint), self.daemon.curve

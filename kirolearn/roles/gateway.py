@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import zmq
 
-from kirolearn import access, config, keys, paths, protocol, transport
+from kirolearn import access, config, keys, protocol, transport
 from kirolearn.roles import base
 
 Code = protocol.ErrorCode
@@ -43,17 +43,17 @@ class Gateway(base.Role):
     def setup(self) -> None:
         try:
             endpoint = transport.tcp_endpoints(self.settings["network"]["listen"])["requests"]
-            pair = keys.server_pair(self.base)
+            pair = keys.server_pair(self.home)
         except ValueError as exc:  # keys.KeysError too: FATAL, with what to do
             raise config.ConfigError(str(exc)) from exc
-        self.keyring = keys.Keyring(self.base)
-        self.workers = keys.Keyring(self.base, keys.WORKER)
+        self.keyring = keys.Keyring(self.home)
+        self.workers = keys.Keyring(self.home, keys.WORKER)
         self.answer_zap(lambda key: self.keyring.name_of(key) or self.workers.name_of(key))
         self.front = self.add_socket(
             self.bind(zmq.ROUTER, endpoint, curve=transport.Curve(pair.public, pair.secret)),
             self._on_request)
         self.roles = {target: self.add_socket(
-            transport.make_socket(self.ctx, zmq.DEALER, connect=paths.endpoint(target, self.base)),
+            transport.make_socket(self.ctx, zmq.DEALER, connect=self.home.endpoint(target)),
             self._on_reply) for target in REMOTE_OPS}
         self.passed = self.refused = 0
         # Whose each connection waiting for replies is (its routing id → its key's names,

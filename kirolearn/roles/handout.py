@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import zmq
 
-from kirolearn import config, contract, db, keys, paths, privacy, project, protocol, transport
+from kirolearn import config, contract, db, keys, privacy, project, protocol, transport
 from kirolearn.db import batches, errors
 from kirolearn.roles import base
 from kirolearn.roles.leases import MAX_BATCH_ATTEMPTS, Leases
@@ -84,8 +84,8 @@ class Handout:
         self.dispatch_due: float | None = 0.0  # batches may be waiting from the last run
         self.last_work = 0.0
         # Where takes go: this machine's workers first, then those elsewhere.
-        self.batches = [role.bind(zmq.PUSH, paths.endpoint("batches", role.base), hwm=1)]
-        role.add_socket(role.bind(zmq.PULL, paths.endpoint("records", role.base)),
+        self.batches = [role.bind(zmq.PUSH, role.home.endpoint("batches"), hwm=1)]
+        role.add_socket(role.bind(zmq.PULL, role.home.endpoint("records")),
                         self.on_records)
         self.keyring: keys.Keyring | None = None
         self.keys_check_at = float("inf")
@@ -96,10 +96,10 @@ class Handout:
         """The batches and records sockets on TCP, with CURVE, for workers elsewhere."""
         try:
             endpoints = transport.tcp_endpoints(listen)
-            pair = keys.server_pair(self.role.base)
+            pair = keys.server_pair(self.role.home)
         except ValueError as exc:  # keys.KeysError too: FATAL, with what to do
             raise config.ConfigError(str(exc)) from exc
-        self.keyring = keys.Keyring(self.role.base, keys.WORKER)
+        self.keyring = keys.Keyring(self.role.home, keys.WORKER)
         self.worker_names = self.keyring.names()  # to see a revoke, whoever reads it first
         self.keys_check_at = time.monotonic() + KEYS_CHECK_S
         self.role.answer_zap(self.keyring.name_of)

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import zmq
 
-from kirolearn import contract, paths, privacy, protocol, spool, transport
+from kirolearn import contract, privacy, protocol, spool, transport
 from kirolearn.roles import base
 from kirolearn.roles.checks import (
     BadLine,
@@ -91,19 +91,19 @@ class Ingest(base.Role):
     refuse_while_stopping = True
 
     def setup(self) -> None:
-        privacy.save_rules(self.base)
+        privacy.save_rules(self.home)
         self.budget_s = max(0.0, self.settings["retrieval"]["budget_ms"] / 1000 - REPLY_RESERVE_S)
         self.spool_interval_s = self.settings["ingest"]["spool_interval_s"]
         self.next_spool = 0.0  # drain at start
         self.ticked_at = 0.0
         self.spooling = False  # a chunk of the spool is with storage
         self.storage_timeout_s = self.settings["ingest"]["storage_timeout_ms"] / 1000
-        self.serve_on(paths.endpoint("ingest", self.base))
+        self.serve_on(self.home.endpoint("ingest"))
         self.storage = transport.make_socket(self.ctx, zmq.DEALER,
-                                             connect=paths.endpoint("storage", self.base))
+                                             connect=self.home.endpoint("storage"))
         retrieval = transport.make_socket(self.ctx, zmq.DEALER)
         retrieval.setsockopt(zmq.IMMEDIATE, 1)  # see ``searches``
-        retrieval.connect(paths.endpoint("retrieval", self.base))
+        retrieval.connect(self.home.endpoint("retrieval"))
         self.add_socket(self.storage, self._on_storage)
         self.add_socket(retrieval, self._on_retrieval)
         self.to_storage = base.Outbox(self.storage)
@@ -125,7 +125,7 @@ class Ingest(base.Role):
 
     def counters(self) -> dict:
         return {"in_flight": len(self.by_storage_id), "accepted": self.accepted,
-                "spool_waiting": len(spool.waiting(self.base))}
+                "spool_waiting": len(spool.waiting(self.home))}
 
     # -- clients ----------------------------------------------------------------------------
 
@@ -427,7 +427,7 @@ class Ingest(base.Role):
     # -- the spool -------------------------------------------------------------------------
 
     def _drain_spool(self, now: float) -> None:
-        files = spool.waiting(self.base, SPOOL_CHUNK)
+        files = spool.waiting(self.home, SPOOL_CHUNK)
         if not files:
             self.next_spool = now + self.spool_interval_s
             return
@@ -446,8 +446,8 @@ class Ingest(base.Role):
             try:
                 if result["status"] == "rejected":
                     self.log.warning("spool: %s rejected (%s); moved to %s", path.name,
-                                     result["reason"], paths.quarantine_dir(self.base))
-                    spool.reject(path, result["reason"], self.base)
+                                     result["reason"], self.home.quarantine_dir)
+                    spool.reject(path, result["reason"], self.home)
                 else:
                     stored += result["status"] == "stored"
                     path.unlink(missing_ok=True)

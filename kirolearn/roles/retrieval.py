@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from kirolearn import access, contract, db, keys, paths, privacy, project, protocol, transport
+from kirolearn import access, contract, db, keys, privacy, project, protocol, transport
 from kirolearn.config import MODES
 from kirolearn.db import errors, reads
 from kirolearn.roles import base
@@ -138,7 +138,7 @@ class Retrieval(base.Role):
         self.global_floor = cfg["global_min_similarity"]
         self.embeddings_state, embedder = self._load_embedder()
         self.default_mode = cfg["mode"] if embedder is not None else "lexical"
-        self.searcher = searcher.Searcher(db.location(self.base, self.settings), embedder=embedder,
+        self.searcher = searcher.Searcher(db.location(self.home, self.settings), embedder=embedder,
                                         min_similarity=cfg["min_similarity"],
                                         rrf_k=max(1, cfg["rrf_k"]),
                                         neighbour_weight=max(0.0, cfg["neighbour_weight"]),
@@ -149,21 +149,21 @@ class Retrieval(base.Role):
         # read again (a teammate's first memory is found at once), and the back-fill
         # looks then, not on a timer.
         changes = transport.make_socket(self.ctx, zmq.SUB,
-                                        connect=paths.endpoint("feed", self.base))
+                                        connect=self.home.endpoint("feed"))
         changes.setsockopt(zmq.SUBSCRIBE, b"records")
         self.add_socket(changes, self._on_records_changed)
         if embedder is not None:
             self.storage = transport.make_socket(self.ctx, zmq.DEALER,
-                                                 connect=paths.endpoint("storage", self.base))
+                                                 connect=self.home.endpoint("storage"))
             self.add_socket(self.storage, self._on_storage_reply)
             changes.setsockopt(zmq.SUBSCRIBE, b"vectors")
-            self.backfill = vectors.Backfill(db.location(self.base, self.settings), embedder,
+            self.backfill = vectors.Backfill(db.location(self.home, self.settings), embedder,
                                              self.searcher.vectors, self.log, self.wake)
             self.searcher.request_load = self.backfill.request_load
             self.backfill.start()
         self.outcomes: Counter[str] = Counter()
-        self.keyring = keys.Keyring(self.base)  # clients elsewhere: their names and grants
-        self.serve_on(paths.endpoint("retrieval", self.base))
+        self.keyring = keys.Keyring(self.home)  # clients elsewhere: their names and grants
+        self.serve_on(self.home.endpoint("retrieval"))
 
     def _load_embedder(self) -> tuple[str, embeddings.Embedder | None]:
         """The embedder, and what `kirolearn status` says about it."""

@@ -56,13 +56,13 @@ class Storage(base.Role):
         self.merge_window_s = self.settings["extraction"]["merge_window_s"]
         self.merge_min_similarity = self.settings["extraction"]["merge_min_similarity"]
         self.group_max = max(1, self.settings["storage"]["group_commit_max"])
-        self.path = db.location(self.base, self.settings)
+        self.path = db.location(self.home, self.settings)
         self.writer = Writer(self.path, self.log)
         self.backups = ScheduledBackups(self)
         self.group: list[base.Request] = []  # put_events waiting for the next commit
-        self.service = self.serve_on(paths.endpoint("storage", self.base))
+        self.service = self.serve_on(self.home.endpoint("storage"))
         self.handout = Handout(self, self.writer, self.busy, self.announce)
-        self.feed = self.bind(zmq.PUB, paths.endpoint("feed", self.base), hwm=100)
+        self.feed = self.bind(zmq.PUB, self.home.endpoint("feed"), hwm=100)
         self.purge_due: float | None = None  # when to purge forgotten words from the index
         self.events_stored = 0
         self.commits = 0
@@ -444,7 +444,7 @@ class ScheduledBackups:
             role.log.warning("backup.interval_h is ignored: a PostgreSQL store is backed up"
                              " by PostgreSQL's own tools (pg_dump, base backups)")
             self.every_s = 0
-        self.folder = paths.backup_dir(role.base)
+        self.folder = role.home.backup_dir
         self.due = backups.next_due(self.folder, self.every_s) if self.every_s else math.inf
         self.thread: threading.Thread | None = None
 

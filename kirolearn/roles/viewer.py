@@ -76,17 +76,17 @@ class Viewer(base.Role):
         if wanted and port != wanted:
             self.log.warning("port %d is taken; the viewer listens on %d instead", wanted, port)
         self.feed = Feed()
-        app = create_app(self.base, load_token(self.base), self.feed)
+        app = create_app(self.home, load_token(self.home), self.feed)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=2, date_header=False)
         self.server = QuietServer(config)
         self.thread = threading.Thread(target=self._serve_http, name="http", daemon=True)
         self.thread.start()
-        sub = transport.make_socket(self.ctx, zmq.SUB, connect=paths.endpoint("feed", self.base))
+        sub = transport.make_socket(self.ctx, zmq.SUB, connect=self.home.endpoint("feed"))
         sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.add_socket(sub, self._on_feed)
         self.url = f"http://{HOST}:{port}/"
-        paths.write_private(paths.viewer_info(self.base), json.dumps(
+        paths.write_private(self.home.viewer_info(), json.dumps(
             {"url": self.url, "port": port, "pid": os.getpid()}).encode())
         self.log.info("viewer at %s (kirolearn open)", self.url)
 
@@ -120,8 +120,8 @@ class Viewer(base.Role):
         if getattr(self, "listener", None) is not None:
             self.listener.close()
         with contextlib.suppress(OSError):
-            if (control.viewer_info(self.base) or {}).get("pid") == os.getpid():
-                paths.viewer_info(self.base).unlink()
+            if (control.viewer_info(self.home) or {}).get("pid") == os.getpid():
+                self.home.viewer_info().unlink()
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from kirolearn import privacy
+from kirolearn import paths, privacy
 from kirolearn.viewer import pages
 from kirolearn.viewer.auth import hand_over, link
 from kirolearn.viewer.feed import Feed
@@ -80,8 +80,8 @@ def scrubbed(value: Any) -> Any:
     return privacy.scrub_text(value) if isinstance(value, str) else value
 
 
-def create_app(base: Path, token: str, feed: Feed | None = None) -> Starlette:
-    """The viewer for the kirolearn home ``base``; requests must carry ``token``."""
+def create_app(home: paths.Home, token: str, feed: Feed | None = None) -> Starlette:
+    """The viewer for the kirolearn home ``home``; requests must carry ``token``."""
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                                      autoescape=True, undefined=jinja2.StrictUndefined,
                                      finalize=scrubbed)
@@ -103,9 +103,9 @@ def create_app(base: Path, token: str, feed: Feed | None = None) -> Starlette:
                   Middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1"])]
     app = Starlette(routes=routes, middleware=middleware,
                     exception_handlers={HTTPException: pages.http_error})
-    app.state.base = base
+    app.state.home = home
     app.state.token = token
-    app.state.reader = Reader(base)
+    app.state.reader = Reader(home)
     app.state.feed = feed or Feed()
     app.state.templates = Jinja2Templates(env=environment)
     return app

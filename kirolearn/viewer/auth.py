@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from urllib.parse import urlencode
 
 from starlette.exceptions import HTTPException
@@ -25,9 +24,9 @@ COOKIE = "kirolearn_token"
 TOKEN_HEADER = "x-kirolearn-token"
 
 
-def load_token(base: Path) -> str:
+def load_token(home: paths.Home) -> str:
     """The viewer's token, made at first start: random, in a file only the user can read."""
-    path = paths.viewer_token(base)
+    path = home.viewer_token
     with contextlib.suppress(FileNotFoundError):
         token = path.read_text("utf-8").strip()
         if len(token) >= 32:

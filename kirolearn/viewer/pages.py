@@ -61,11 +61,11 @@ def wants_json(request: Request) -> bool:
 def ask_daemon(request: Request, target: str, op: str, body: dict, timeout_ms: int) -> dict:
     """A call to the daemon (search, forget): 503 when it does not answer, 400 with its
     reason when it refuses; anything else is a bug, and a 500."""
-    if not control.listening(target, request.app.state.base):  # said at once, not in seconds
+    if not control.listening(target, request.app.state.home):  # said at once, not in seconds
         raise HTTPException(503, f"the daemon's {target} role is not running")
     try:
         return control.call(target, op, body, timeout_ms=timeout_ms,
-                            base=request.app.state.base)
+                            home=request.app.state.home)
     except control.Timeout as exc:
         raise HTTPException(503, f"the daemon's {target} role did not answer") from exc
     except control.RemoteError as exc:

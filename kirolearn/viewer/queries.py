@@ -8,11 +8,10 @@ import contextlib
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from starlette.exceptions import HTTPException
 
-from kirolearn import contract, db, project, tooluse
+from kirolearn import contract, db, paths, project, tooluse
 from kirolearn.db import batches, reads, views
 from kirolearn.db.store import Connection
 from kirolearn.viewer.chart import latency_series
@@ -64,8 +63,8 @@ def retrieval_from_row(row: tuple, prompt_chars: int | None = 200) -> dict:
 class Reader:
     """The viewer's reads of one kirolearn home."""
 
-    def __init__(self, base: Path):
-        self.path = db.location(base)
+    def __init__(self, home: paths.Home):
+        self.path = db.location(home)
 
     @contextlib.contextmanager
     def conn(self) -> Iterator[Connection]:
