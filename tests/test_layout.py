@@ -31,7 +31,7 @@ SHIM_MAY_IMPORT = {"kirolearn", "kirolearn.shims", "kirolearn.shims.common",
 # Start-up is most of a hook's cost: each of these costs it milliseconds.
 SHIM_MUST_NOT = ("click", "ulid", "tenacity", "asyncio", "_hashlib", "sqlite3", "logging",
                  "tomllib", "subprocess", "socket", "numpy", "starlette", "mcp", "pydantic",
-                 "uvicorn", "jinja2", "onnxruntime", "tokenizers")
+                 "uvicorn", "jinja2", "onnxruntime", "tokenizers", "dataclasses", "inspect")
 
 
 def section(name: str) -> str:
