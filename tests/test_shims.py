@@ -17,6 +17,7 @@ from helpers import (
     Workspace,
     call,
     check_prompt_answer,
+    kl,
     retrieval,
     serve,
     settled_context,
@@ -321,6 +322,12 @@ def test_a_prompt_gets_the_global_memories_that_clear_their_floor(daemon, ws):
         return json.loads(printed)["hookSpecificOutput"]["additionalContext"] if printed else ""
 
     # (answers are lexical, and hold no global memory, until its vectors are loaded)
-    wait_for(lambda: "sign every commit" in context(
-        "How do I sign my git commits with an SSH key?"), message="the global memory")
+    asked = "How do I sign my git commits with an SSH key?"
+    wait_for(lambda: "sign every commit" in context(asked), message="the global memory")
     assert "sign every commit" not in context("Refactor the invoice CSV exporter")
+    # What `kirolearn search` prints there is what the hook injected, global memory and all.
+    searched = kl("search", asked, cwd=str(ws.project), env=ws.env(), check=True).stdout
+    assert searched.rstrip("\n") == context(asked)
+    found = json.loads(kl("search", asked, "--json", cwd=str(ws.project), env=ws.env(),
+                          check=True).stdout)
+    assert home.namespace(ACTOR) in {r["namespace"] for r in found["records"]}

@@ -16,6 +16,7 @@ from kirolearn.cli import common
 from kirolearn.cli.common import (
     ask,
     daemon_search,
+    global_namespace_of,
     namespace_of,
     reader,
     require_running,
@@ -135,8 +136,9 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
     """Print the context an agent would get for QUERY in this project.
 
     The search runs in the daemon, exactly as for a prompt (same terms, budget and
-    format). Without --namespace or --project, the project is the one the current
-    directory belongs to.
+    format, and, in a project, the memories from outside any project that are close
+    in meaning to it). Without --namespace or --project, the project is the one the
+    current directory belongs to.
 
     \b
     Examples:
@@ -153,6 +155,9 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
     require_served()
     body = {"query": query, "namespace": namespace,
             "limit": limit or loaded["retrieval"]["limit"], "records": as_json}
+    everywhere = global_namespace_of(project) if project is not None else None
+    if everywhere is not None:  # as a hook there asks
+        body["global_namespace"] = everywhere
     if mode:
         body["mode"] = mode
     if types:
