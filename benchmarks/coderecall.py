@@ -10,7 +10,10 @@ the lines it changes (``git blame`` on its parent). A commit's recall at k is th
 share of its targets among the sessions of what a search for k records returns; MRR is
 the mean of 1 / the rank of the first hit from a target (at k = 25). Two baselines
 answer the same questions in the same run: ``bm25`` (one document per stored commit:
-message and paths) and ``newest`` (the newest k stored commits).
+message and paths) and ``newest`` (the newest k stored commits). ``kirolearn-injected``
+is what a hook would inject (``retrieval.limit`` records under ``context_tokens``): its
+recall, the share of questions given any context, and the share of ``OFF_TOPIC``
+prompts (general questions, other projects' requests) given none.
 
 Prints JSON Lines (DESIGN.md §10), one per system and k in 5, 10, 25.
 
@@ -60,6 +63,52 @@ class Commit:
     message: str
     paths: list[str] = field(default_factory=list)
     targets: set[str] = field(default_factory=set)  # commits that last touched its lines
+
+
+# Prompts about nothing a code base's memory holds: general questions, and requests in
+# other projects (other languages, stacks and products). Each should get no context.
+OFF_TOPIC = (
+    "What is the capital of France and Spain?",
+    "Write a haiku about the first snow of winter",
+    "How long should I boil an egg for a soft yolk?",
+    "Who won the football world cup in 2010?",
+    "Recommend three novels for a long train journey",
+    "What is the difference between a crocodile and an alligator?",
+    "Translate 'good morning, how are you' into Italian",
+    "How many calories are in a banana?",
+    "Explain the causes of the French revolution in two paragraphs",
+    "Plan a three day trip to Kyoto in autumn",
+    "What's a good name for a golden retriever puppy?",
+    "Summarise the plot of Hamlet",
+    "How do I get red wine out of a carpet?",
+    "Why is the sky blue?",
+    "Suggest a weekly workout routine for a beginner runner",
+    "Draft a polite email declining a meeting invitation",
+    "What time zone is Auckland in?",
+    "How do tides work?",
+    "Give me a recipe for vegetarian lasagna",
+    "Is it going to rain in Lisbon this weekend?",
+    "Set up React Navigation with a bottom tab bar in our Expo app",
+    "Add a Kubernetes HorizontalPodAutoscaler for the payments deployment",
+    "Write a Terraform module for an S3 bucket with versioning",
+    "Migrate the Django models to use UUID primary keys",
+    "Center the hero image with CSS grid on the landing page",
+    "Fix the memory leak in the Rust tokio websocket server",
+    "Add dark mode to the SwiftUI settings screen",
+    "Configure nginx as a reverse proxy for the Rails app",
+    "Write a SQL query for monthly active users from the events table",
+    "Make the Android RecyclerView load images lazily with Glide",
+    "Add a GraphQL resolver for the orders of a customer",
+    "Port the Jenkins pipeline to GitHub Actions with a build matrix",
+    "Tune the Postgres autovacuum settings for the ledger table",
+    "Animate the shopping cart badge in the Vue storefront",
+    "Add Stripe webhooks for failed invoice payments",
+    "Train a random forest on the churn dataset and plot feature importances",
+    "Write a Go gRPC health check for the inventory service",
+    "Render the PDF invoice with a company logo in the Laravel app",
+    "Debounce the search box in the Angular admin dashboard",
+    "Shard the Elasticsearch index for the product catalog",
+)
 
 
 def git(repo: Path, *args: str) -> str:
@@ -259,9 +308,27 @@ def main() -> None:
             mrr: dict[str, list[float]] = {"kirolearn": [], "bm25": [], "newest": []}
             chars: dict[int, list[int]] = {k: [] for k in KS}
             latencies = []
+            loaded = config.load(paths.Home(base))["retrieval"]
+            injected = {"limit": loaded["limit"], "tokens": loaded["context_tokens"],
+                        "mode": args.mode, "budget_ms": 10_000, "records": True,
+                        "namespace": namespace}
+            hook: dict[str, list[float]] = {"recall": [], "given": [], "chars": []}
+            off_topic_given = []
+            covered: dict[str, list[float]] = {"on-topic": [], "off-topic": []}
             with transport.Client(paths.Home(base).endpoint("retrieval"),
                                   timeout_ms=60_000) as retrieval:
+                for prompt in OFF_TOPIC:  # what a hook would inject for it
+                    reply = retrieval.call("search", {**injected, "query": prompt})
+                    off_topic_given.append(bool(reply["records"]))
+                    covered["off-topic"].append(reply.get("coverage") or 0.0)
                 for commit in questions:
+                    reply = retrieval.call("search", {**injected, "query": commit.message})
+                    found = {commit_of.get(i) for r in reply["records"]
+                             for i in r["source_event_ids"]}
+                    hook["recall"].append(len(commit.targets & found) / len(commit.targets))
+                    hook["given"].append(bool(reply["records"]))
+                    hook["chars"].append(len(reply["context"]))
+                    covered["on-topic"].append(reply.get("coverage") or 0.0)
                     for k in KS:
                         reply = retrieval.call("search", {
                             "query": commit.message, "namespace": namespace, "limit": k,
@@ -287,6 +354,11 @@ def main() -> None:
             subprocess.run([*KL, "stop"], env=env, capture_output=True, cwd="/tmp")
     if not questions:
         raise SystemExit("no later commit changes lines of a stored one")
+    for prompts, values in covered.items():  # where the floor of a lexical match falls
+        if values:
+            cuts = statistics.quantiles(values, n=10) if len(values) > 1 else values * 9
+            say(f"{prompts}: the best lexical match's coverage, deciles"
+                f" {' '.join(f'{c:.2f}' for c in cuts)}")
     for system in ("kirolearn", "bm25", "newest"):
         for k in KS:
             line = {"bench": "coderecall", "system": system, "k": k,
@@ -300,6 +372,15 @@ def main() -> None:
                 line.update(context_chars_mean=round(statistics.mean(chars[k])),
                             search_p50_ms=round(statistics.median(latencies), 2))
             print(json.dumps(line), flush=True)
+    print(json.dumps({
+        "bench": "coderecall", "system": "kirolearn-injected", "mode": args.mode,
+        "k": loaded["limit"], "tokens": loaded["context_tokens"],
+        "recall": round(statistics.mean(hook["recall"]), 4),
+        "ontopic_given_share": round(statistics.mean(hook["given"]), 4),
+        "offtopic_prompts": len(OFF_TOPIC),
+        "offtopic_no_context_share": round(1 - statistics.mean(off_topic_given), 4),
+        "context_chars_mean": round(statistics.mean(hook["chars"])),
+        "questions": len(questions), "repo": args.repo.name}), flush=True)
 
 
 if __name__ == "__main__":

@@ -120,9 +120,13 @@ def test_coderecall_quick_run_finds_the_earlier_work_on_the_same_code(home, tmp_
                             text=True, timeout=300, env=env, cwd="/tmp")
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
-    assert [(r["system"], r["k"]) for r in rows] == [
+    *ranked, injected = rows
+    assert [(r["system"], r["k"]) for r in ranked] == [
         (system, k) for system in ("kirolearn", "bm25", "newest") for k in (5, 10, 25)]
-    for row in rows:
+    assert injected["system"] == "kirolearn-injected" and injected["recall"] == 1.0
+    assert injected["ontopic_given_share"] == 1.0 and injected["offtopic_prompts"] >= 40
+    assert injected["offtopic_no_context_share"] >= 0.5  # none, before stop words
+    for row in ranked:
         assert row["bench"] == "coderecall" and row["questions"] == 3
         assert row["stored_commits"] == 7 and 0 <= row["mrr"] <= 1
     kirolearn = {r["k"]: r for r in rows if r["system"] == "kirolearn"}

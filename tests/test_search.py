@@ -189,7 +189,7 @@ def test_a_prompt_finds_its_records_ranked_and_in_the_fixed_format(searcher):
     assert result.outcome == "ok"
     assert result.record_ids[0] == "R0000000000000000000000001"
     assert "R0000000000000000000000004" not in result.record_ids
-    assert result.terms == ["migrate", "the", "user", "table", "to", "use", "uuid"]
+    assert result.terms == ["migrate", "user", "table", "uuid"]  # no stop words
     scores = [r["score"] for r in result.records]
     assert scores == sorted(scores)
     one = searcher.search(NS_A, "UUID", 1, 5000)
@@ -248,6 +248,46 @@ def test_a_search_keeps_to_the_types_asked_for(tmp_path):
         assert s.search(NS_A, "uuid ids", 10, 5000, types=("error",)).outcome == "ok"
     finally:
         s.close()
+
+
+@given(st.lists(st.tuples(st.sampled_from(sorted(fts_query.STOP_WORDS)),
+                          st.sampled_from(["", "?", ",", "'s", "!", "--"]), st.booleans()),
+                min_size=1, max_size=12))
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+def test_stop_words_alone_never_make_a_match(searcher, parts):
+    prompt = " ".join((word.upper() if upper else word) + mark for word, mark, upper in parts)
+    result = searcher.search(NS_A, prompt, 10, 5000)
+    assert (result.records, result.terms, result.context) == ([], [], "")
+
+
+@given(st.dictionaries(st.text("abcdefghij", min_size=1, max_size=3),
+                       st.floats(0.01, 20), max_size=20), st.data())
+def test_coverage_is_the_share_of_the_telling_terms_a_record_holds(weights, data):
+    held = data.draw(st.sets(st.sampled_from(sorted(weights)) if weights else st.nothing()))
+    share = fts_query.coverage(weights, held)
+    assert 0.0 <= share <= 1.0
+    assert fts_query.coverage(weights, set(weights)) == (1.0 if weights else 0.0)
+    assert fts_query.coverage(weights, set()) == 0.0
+    more = held | set(sorted(weights)[:1])
+    assert fts_query.coverage(weights, more) >= share  # holding more never holds less
+
+
+def test_a_prompt_about_something_else_gets_nothing_for_one_shared_word(searcher):
+    """One word in common with a record ("line"), the rest of the prompt about another
+    subject: the best match holds too little of it, and nothing fits."""
+    prompt = "Write a haiku about the line of winter rain falling on quiet mountains"
+    result = searcher.search(NS_A, prompt, 10, 5000)
+    assert (result.records, result.outcome, result.context) == ([], "empty", "")
+    assert 0 < result.coverage < fts_query.MIN_COVERAGE  # said, for `search --json`
+    assert searcher.search(NS_A, "every log line", 10, 5000).record_ids == [
+        "R0000000000000000000000003"]  # the same word, in a prompt about it
+    assert fts_query.says_what("line") and not fts_query.says_what("(#2648)")
+
+
+@given(st.integers(0, 10**6), st.integers(0, 10**6))
+def test_every_term_weighs_even_against_a_count_a_moment_old(doc_freq, total):
+    assert fts_query.weight(doc_freq, total) > 0
+    assert fts_query.weight(0, total) >= fts_query.weight(max(doc_freq, 1), total)
 
 
 def test_nothing_to_search_is_empty_without_searching(searcher):

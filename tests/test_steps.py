@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kirolearn.search import ranking, steps
+from kirolearn.search.result import Result
 
 NAMESPACE = "/actor/tester/project/" + "a" * 64 + "/"
 ENV = SimpleNamespace(rrf_k=ranking.RRF_K, weights=ranking.RELEVANCE_AND_RECENCY)
@@ -70,3 +71,37 @@ def test_the_fusion_ranks_what_both_sides_found_first():
     assert state.fused[0][0] == "both" and {i for i, _ in state.fused} == {
         "both", "words", "meaning"}
 
+
+
+def lexical(held: dict[str, float]) -> Result:
+    return Result([], "ok", 0.0, held=held)
+
+
+def test_nothing_fits_a_prompt_whose_best_candidate_is_far_in_meaning_and_weak_in_words():
+    env = SimpleNamespace(min_similarity=0.25)
+    far = {"a": 0.24, "b": 0.0}
+    weak = {"a": steps.WEAK_COVERAGE - 0.01}
+    state = search(fused=[("a", 0.9), ("b", 0.5)], cosine=far, lexical=lexical(weak),
+                   rare={"b": {}})
+    steps.fits(env, state)  # a rare word alone, in a prompt about something else
+    assert state.fused == []
+    close = search(fused=[("a", 0.9), ("b", 0.5)], cosine={**far, "b": 0.25},
+                   lexical=lexical(weak))
+    steps.fits(env, close)  # one close enough in meaning: the answer stands, whole
+    assert [i for i, _ in close.fused] == ["a", "b"]
+    worded = search(fused=[("a", 0.9)], cosine=far,
+                    lexical=lexical({"a": steps.WEAK_COVERAGE}))
+    steps.fits(env, worded)  # one holding enough of the prompt's words
+    assert [i for i, _ in worded.fused] == ["a"]
+
+
+def test_a_strong_lexical_match_is_kept_below_the_floor_of_meaning():
+    class Vectors:
+        def similarities(self, namespaces, ids, vector):
+            return {i: 0.0 for i in ids}  # every candidate far in meaning
+
+    env = SimpleNamespace(vectors=Vectors(), min_similarity=0.25)
+    state = search(fused=[("strong", 0.9), ("weak", 0.8)],
+                   lexical=lexical({"strong": steps.STRONG_COVERAGE, "weak": 0.2}))
+    steps.similar_enough(env, state)
+    assert [i for i, _ in state.fused] == ["strong"]

@@ -62,6 +62,44 @@ def with_parts(tokens: list[str]) -> list[str]:
     return list(found)
 
 
+# Words that say how a request is put, not what it is about: English function words, the
+# question words, and the politeness and filler of a prompt. A record matching only these
+# is no match ("what is the capital of France and Spain" has three words to search for,
+# not eight). Words that name work in a code base ("test", "fix", "error", "file") are
+# not among them: BM25 weighs them by how common they are in the memory at hand.
+STOP_WORDS = frozenset((
+    "a", "about", "above", "actually", "after", "again", "against", "all", "almost", "also",
+    "am", "an", "and", "any", "anybody", "anyone", "anything", "are", "aren", "as", "at",
+    "basically", "be", "because", "been", "before", "being", "below", "between", "both", "but",
+    "by", "can", "cannot", "could", "couldn", "d", "did", "didn", "do", "does", "doesn",
+    "doing", "don", "done", "down", "during", "each", "either", "else", "ever", "every",
+    "everyone", "everything", "few", "for", "from", "further", "give", "had", "hadn", "has",
+    "hasn", "have", "haven", "having", "he", "her", "here", "hers", "herself", "him", "himself",
+    "his", "how", "however", "i", "if", "in", "into", "is", "isn", "it", "its", "itself",
+    "just", "kind", "know", "let", "like", "ll", "lot", "lots", "m", "many", "may", "maybe",
+    "me", "might", "mine", "more", "most", "much", "must", "mustn", "my", "myself", "need",
+    "no", "nor", "not", "nothing", "now", "of", "off", "often", "on", "once", "one", "only",
+    "or", "other", "others", "our", "ours", "ourselves", "out", "over", "own", "perhaps",
+    "please", "quite", "rather", "re", "really", "s", "same", "say", "see", "seem", "she",
+    "should", "shouldn", "so", "some", "somebody", "someone", "something", "somewhat", "such",
+    "sure", "t", "tell", "than", "thank", "thanks", "that", "the", "their", "theirs", "them",
+    "themselves", "then", "there", "these", "they", "thing", "things", "this", "those",
+    "though", "through", "to", "too", "under", "until", "up", "upon", "us", "use", "used",
+    "using", "ve", "very", "via", "want", "was", "wasn", "way", "we", "well", "were", "weren",
+    "what", "whatever", "when", "where", "whether", "which", "while", "who", "whom", "whose",
+    "why", "will", "with", "within", "without", "won", "work", "worked", "working", "works",
+    "would", "wouldn", "yes", "yet", "you", "your", "yours", "yourself", "yourselves",
+))
+
+
+def is_stop_word(token: str) -> bool:
+    """Whether every word of a token is a stop word (``What's``, ``the``, ``--is``): it
+    is left out of the search. A token with one word of substance is kept whole
+    (``is_valid``, ``what-if.py``)."""
+    parts = PART.findall(token.lower())
+    return all(part in STOP_WORDS for part in parts)
+
+
 def quote(token: str) -> str:
     """A token as an FTS5 string: a phrase, with no operator meaning."""
     return '"' + token.replace('"', '""') + '"'
@@ -84,6 +122,41 @@ def refers_back(prompt: str) -> bool:
     tests", "why?"): a short one, or one that starts with or names something said
     earlier. Its search then includes the session's previous prompts."""
     return len(prompt.split()) <= SHORT_PROMPT_WORDS or bool(REFERRING.search(prompt))
+
+
+COVERAGE_TERMS = 8  # a query's most telling terms, which a record's match is weighed against
+# A lexical answer whose best match holds less of them is no answer: nothing fits. Low,
+# for words alone cannot tell a new name from another subject (a hybrid search also
+# weighs meaning: ``steps.fits``); on the development histories it loses no recall.
+MIN_COVERAGE = 0.1
+
+
+def weight(doc_freq: int, total: int) -> float:
+    """How much a term tells (its IDF): a word no record holds tells most. The record
+    count may be a moment old (the searcher caches it), even 0 with records there: it
+    is taken as at least 1, so every term still weighs."""
+    return math.log(1 + max(total, doc_freq, 1) / max(doc_freq, 0.5))
+
+
+LETTER = re.compile(r"[^\W\d_]")
+
+
+def says_what(token: str) -> bool:
+    """Whether a token says what a prompt is about: one with a letter. A number, a
+    version or an issue's (``#2648``, ``22.3.0``) names no work a record could hold,
+    so it is searched for but does not weigh in ``coverage``."""
+    return LETTER.search(token) is not None
+
+
+def coverage(weights: dict, held: set) -> float:
+    """The share of a query that a record holds: the weight of the query's terms it holds
+    over that of the query's ``COVERAGE_TERMS`` heaviest (so a long prompt, a pasted log,
+    is weighed by what names its subject), at most 1. A prompt about something else
+    (another project, a general question) shares a word or two with the best record at
+    most, and those the common ones."""
+    top = math.fsum(sorted(weights.values(), reverse=True)[:COVERAGE_TERMS])
+    found = math.fsum(w for term, w in weights.items() if term in held)
+    return min(1.0, found / top) if top else 0.0
 
 
 def is_rare(doc_freq: int, total: int) -> bool:

@@ -21,6 +21,15 @@ class Result:
     distinctive: list[str] = field(default_factory=list)
     error: str | None = None
     block: str | None = None  # the context when it is not the search format (session start)
+    # How much of the query's weight each of the best lexical matches holds (``coverage``),
+    # by record id; the most of them is the answer's ``coverage``.
+    held: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def coverage(self) -> float | None:
+        """The most of the query one of the best lexical matches holds (None: no lexical
+        match was weighed): a lexical answer below ``MIN_COVERAGE`` is no answer."""
+        return max(self.held.values()) if self.held else None
 
     @property
     def context(self) -> str:
@@ -39,6 +48,8 @@ class Result:
                  "terms": self.terms, "window": self.window}
         if with_records:
             reply["records"] = privacy.scrub(self.records)
+        if self.coverage is not None:
+            reply["coverage"] = round(self.coverage, 3)
         if self.error:
             reply["error"] = self.error
         return reply

@@ -43,12 +43,17 @@ from kirolearn.search.context import (
 )
 from kirolearn.search.query import (
     MAX_WORDS,
+    MIN_COVERAGE,
+    coverage,
     fts_expression,
     is_rare,
+    is_stop_word,
     quote,
     refers_back,
+    says_what,
     select_terms,
     term_budget_for,
+    weight,
     with_parts,
     words,
 )
@@ -63,6 +68,7 @@ NAMESPACES_TTL_S = 30.0  # the longest the namespaces present are taken as known
 PREVIOUS_PROMPTS = 2  # joined to a prompt that refers back to them
 MIN_SIMILARITY = 0.25  # cosine below which a record is not a semantic match
 NEIGHBOUR_WEIGHT = 0.3  # share of its neighbours' fused scores a candidate gains
+COVERAGE_CHECKED = 3  # the best-ranked lexical matches whose coverage is read
 
 
 def clearing(records: list[dict], home: str, floor: float) -> list[dict]:
@@ -179,6 +185,8 @@ class Searcher:
                 result = self._search(namespaces, query, limit)
             else:
                 result = self._hybrid(namespaces, query, limit, mode)
+            if result.coverage is not None and result.coverage < MIN_COVERAGE:
+                result.records, result.outcome = [], "empty"  # a lexical answer: nothing fits
             if others_floor is not None:
                 result.records = clearing(result.records, namespaces[0], others_floor)
             result.records = within_tokens(result.records, max_tokens)
@@ -253,7 +261,7 @@ class Searcher:
     # -- the steps --------------------------------------------------------------------------
 
     def _search(self, namespaces: tuple[str, ...], query: str, limit: int) -> Result:
-        raw = with_parts(words(query)[:MAX_WORDS])
+        raw = [t for t in with_parts(words(query)[:MAX_WORDS]) if not is_stop_word(t)]
         if not raw or limit <= 0:
             return Result([], "empty", 0.0)
         conn = self.connection()
@@ -283,8 +291,10 @@ class Searcher:
         records = self._records(conn, ids)
         if len(namespaces) > 1:
             records = without_repeats(records)[:limit]
+        weights = {stems[t]: weight(token_freq[t], total) for t in terms if says_what(t)}
         return Result(records, "ok" if records else "empty", 0.0, terms, window, rare,
-                      distinctive=distinctive)
+                      distinctive=distinctive,
+                      held=self._held(conn, records[:COVERAGE_CHECKED], weights))
 
     def _hybrid(self, namespaces: tuple[str, ...], query: str, limit: int, mode: str) -> Result:
         """Lexical and semantic candidates (limit × 4 each) fused by reciprocal rank with a
@@ -427,6 +437,17 @@ class Searcher:
                 counted += 1
             self._doc_freq[phrase] = bound
         return self._total, self._doc_freq
+
+    def _held(self, conn: Connection, records: list[dict],
+              weights: dict[tuple[str, ...], float]) -> dict[str, float]:
+        """How much of the query's weight each of these records holds (``coverage``), by
+        id: a term is held when the record's text has all its index terms."""
+        if not records or not weights:
+            return {}
+        texts = [" ".join([r["title"], r["summary"], *r["facts"]]) for r in records]
+        found = [set(terms) for terms in conn.dialect.fts.index_terms(conn, texts)]
+        return {r["record_id"]: coverage(weights, {t for t in weights if held.issuperset(t)})
+                for r, held in zip(records, found, strict=True)}
 
     def _rank(self, conn: Connection, namespaces: tuple[str, ...], expression: str,
               limit: int, window: int | None) -> list[tuple[int, float]]:

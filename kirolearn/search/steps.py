@@ -3,7 +3,8 @@
 Each step reads what the steps before it left and adds its own: candidates from the
 words (``lexical``, and the records holding a rare word, ``rare``) and from the
 meaning (``embed_query``, ``vector``), their fusion by reciprocal rank (``fuse``), the
-floor of meaning an unrelated prompt falls under (``similar_enough``), what is known of
+floor of meaning an unrelated prompt falls under (``similar_enough``), no answer when
+the best is far in meaning and weak in words (``fits``), what is known of
 each beyond its text (``weigh``), its neighbours in its session (``neighbours``), the
 places kept for rare matches (``rare_places``), then the records read (``fetch``) and
 put in order with their neighbours (``assemble``, ``diverse``). A step that finds the
@@ -32,6 +33,11 @@ from kirolearn.search.query import embedded_query, fts_expression
 from kirolearn.search.result import Result
 
 RARE_SHARE = 3  # rare matches take at most a third of a hybrid answer's places, one a term
+# Nothing fits a prompt when no candidate is close enough in meaning (the searcher's
+# ``min_similarity``) and none holds this share of its words (``query.coverage``): on the
+# development histories, none of the recall is lost to it.
+WEAK_COVERAGE = 0.3
+STRONG_COVERAGE = 0.5  # a lexical match holding this much stays, however far in meaning
 CANDIDATES = 4  # each side of a hybrid search brings limit × this many candidates
 RETURN_MARGIN_S = 0.005  # a late embedder is given up this long before the deadline
 FALLBACK_RESERVE_S = 0.06  # ... or this long, when a lexical search must still be run
@@ -156,11 +162,24 @@ def fuse(env: Env, s: Search) -> None:
 
 def similar_enough(env: Env, s: Search) -> None:
     """A lexical match on common words only is no match: whatever has a vector must be
-    close enough in meaning (a rare match stays), so an unrelated prompt brings nothing."""
+    close enough in meaning (a rare match, and a strong lexical one, stay), so an
+    unrelated prompt brings nothing."""
     s.cosine = env.vectors.similarities(s.namespaces, [i for i, _ in s.fused], s.query_vector)
     floor = env.min_similarity
+    held = s.lexical.held if s.lexical else {}
     s.fused = [(i, score) for i, score in s.fused
-               if i in s.rare or s.cosine.get(i, floor) >= floor]
+               if i in s.rare or s.cosine.get(i, floor) >= floor
+               or held.get(i, 0.0) >= STRONG_COVERAGE]
+
+
+def fits(env: Env, s: Search) -> None:
+    """Nothing fits when no candidate is close enough in meaning and none holds enough
+    of the prompt's words (a rare word alone, in a prompt about something else, is not
+    enough): then there is no answer, and the agent's context is spent on nothing."""
+    closest = max((s.cosine.get(i, 0.0) for i, _ in s.fused), default=0.0)
+    held = max(s.lexical.held.values(), default=0.0) if s.lexical else 0.0
+    if closest < env.min_similarity and held < WEAK_COVERAGE:
+        s.fused = []
 
 
 def weigh(env: Env, s: Search) -> None:
@@ -239,5 +258,5 @@ def diverse(env: Env, s: Search) -> None:
         s.records = without_repeats(s.records)
 
 
-HYBRID: tuple[Step, ...] = (lexical, embed_query, rare, vector, fuse, similar_enough, weigh,
-                            neighbours, rare_places, fetch, assemble, diverse)
+HYBRID: tuple[Step, ...] = (lexical, embed_query, rare, vector, fuse, similar_enough, fits,
+                            weigh, neighbours, rare_places, fetch, assemble, diverse)
