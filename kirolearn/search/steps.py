@@ -176,9 +176,10 @@ def fits(env: Env, s: Search) -> None:
     """Nothing fits when no candidate is close enough in meaning and none holds enough
     of the prompt's words (a rare word alone, in a prompt about something else, is not
     enough): then there is no answer, and the agent's context is spent on nothing."""
-    closest = max((s.cosine.get(i, 0.0) for i, _ in s.fused), default=0.0)
+    floor = env.min_similarity  # one not embedded yet stands on its words, as above
+    closest = max((s.cosine.get(i, floor) for i, _ in s.fused), default=0.0)
     held = max(s.lexical.held.values(), default=0.0) if s.lexical else 0.0
-    if closest < env.min_similarity and held < WEAK_COVERAGE:
+    if closest < floor and held < WEAK_COVERAGE:
         s.fused = []
 
 
