@@ -156,6 +156,14 @@ def global_namespace(actor: str) -> str:
     return resolve_project(os.path.expanduser("~"), override="").namespace(actor)
 
 
+def also_searched(here: Project, actor: str) -> str | None:
+    """The namespace a prompt in ``here`` also searches: the actor's global one, whose
+    memories come back when close in meaning (``retrieval.global_min_similarity``);
+    None when ``here`` is the global project itself. The hook and ``kirolearn search``
+    ask alike."""
+    return None if here.is_global else global_namespace(actor)
+
+
 def _main_worktree(git_file: Path) -> Path | None:
     """For a worktree's ``.git`` file, the main checkout it belongs to."""
     try:

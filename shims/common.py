@@ -220,8 +220,9 @@ class Shim:
             return None
         try:
             body = {"event": event, "retrieve": retrieve}
-            if retrieve is True and not self.project.is_global:  # its memories, if close
-                body["global_namespace"] = project.global_namespace(self.actor)
+            also = project.also_searched(self.project, self.actor)
+            if retrieve is True and also is not None:
+                body["global_namespace"] = also
             return control.call("ingest", "put_event", body, timeout_ms=timeout_ms,
                                 home=self.home)
         except control.Timeout:

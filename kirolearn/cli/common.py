@@ -83,14 +83,6 @@ def scope_options(command: Callable) -> Callable:
     return click.option("--namespace", default=None, help="Only this namespace.")(command)
 
 
-def global_namespace_of(project_dir: str) -> str | None:
-    """The user's global namespace, whose memories close in meaning to a prompt a hook in
-    ``project_dir`` also gets (``retrieval.global_min_similarity``); None when the
-    directory is in no project (its namespace is the global one)."""
-    here = project.resolve_project(project_dir)
-    return None if here.is_global else project.global_namespace(project.actor_id())
-
-
 def namespace_of(namespace: str | None, project_dir: str | None) -> str | None:
     if namespace and project_dir:
         raise click.UsageError("give --namespace or --project, not both")

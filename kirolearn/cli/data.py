@@ -12,11 +12,11 @@ from pathlib import Path
 import click
 
 from kirolearn import contract, importer, paths, privacy, protocol
+from kirolearn import project as kl_project
 from kirolearn.cli import common
 from kirolearn.cli.common import (
     ask,
     daemon_search,
-    global_namespace_of,
     namespace_of,
     reader,
     require_running,
@@ -155,7 +155,8 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
     require_served()
     body = {"query": query, "namespace": namespace,
             "limit": limit or loaded["retrieval"]["limit"], "records": as_json}
-    everywhere = global_namespace_of(project) if project is not None else None
+    everywhere = (None if project is None else kl_project.also_searched(
+        kl_project.resolve_project(project), kl_project.actor_id()))
     if everywhere is not None:  # as a hook there asks
         body["global_namespace"] = everywhere
     if mode:
