@@ -50,7 +50,8 @@ def main_for(surface: str, read_hook: Callable[[dict], common.Hook]) -> int:
     read_hook, the context printed as ``hookSpecificOutput``."""
     def handle(payload: dict) -> str:
         hook = read_hook(payload)
-        return common.hook_specific_output(hook.name, common.answer(surface, hook))
+        return common.hook_specific_output(hook.name, common.answer(surface, hook,
+                                                                    tool_context=True))
 
     return common.run_stdin_hook(handle)
 

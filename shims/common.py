@@ -43,6 +43,8 @@ from kirolearn import (
 )
 
 SESSION_IDLE_S = 3600  # a surface without a session-start hook starts anew after this
+SESSION_FILES = 50  # the files a session touched that its state keeps (the newest)
+SESSION_GIVEN = 500  # the records a session was given that its state keeps (the newest)
 STDIN_WAIT_S = 0.05  # how long a shim that may get stdin waits for it
 
 
@@ -183,32 +185,38 @@ class Shim:
             version=__version__, client_id=os.uname().nodename[:255] or "unknown",
             project_path=self.project.root, parent_event_id=parent_event_id)
 
-    def post(self, event: dict, retrieve: bool | str = False) -> str:
-        """Hand the event to the daemon; return the context it sent back ("" if none).
-        On any failure to deliver, the event is spooled instead. Where capture is paused
-        or excluded, nothing is sent, spooled or injected."""
+    def post(self, event: dict, retrieve: bool | str = False, hints: dict | None = None
+             ) -> tuple[str, list[str]]:
+        """Hand the event to the daemon; return the context it sent back ("" if none)
+        and the records in it. ``hints``: what the search is told of the session (the
+        files in play, or opened, and the records given already). On any failure to
+        deliver, the event is spooled instead. Where capture is paused or excluded,
+        nothing is sent, spooled or injected."""
         if self.off:
             debug(f"not captured: {self.off}")
-            return ""
+            return "", []
         timeout_ms = prompt_timeout_ms() if retrieve else control.EVENT_MS
         try:
-            reply = self._request(event, retrieve, timeout_ms)
+            reply = self._request(event, retrieve, timeout_ms, hints or {})
         except protocol.RemoteError as exc:
             if exc.code in (protocol.ErrorCode.INVALID_EVENT, protocol.ErrorCode.TOO_LARGE):
                 debug(f"the daemon refused the event: {exc.reason}")
-                return ""  # spooling it would only be refused again
+                return "", []  # spooling it would only be refused again
             debug(f"the daemon could not take the event ({exc}); spooled")
             reply = None
         if reply is None:
             self._spool(event)
-            return ""
+            return "", []
         if control.remote(self.home) is not None:  # it answers: send what the spool holds
             control.start_in_background(self.home)
         retrieval = reply.get("retrieval") or {}
-        context = retrieval.get("context")
-        return context if isinstance(context, str) else ""
+        context, given = retrieval.get("context"), retrieval.get("record_ids")
+        if not isinstance(context, str) or not context:
+            return "", []
+        return context, [i for i in given if isinstance(i, str)] if isinstance(given, list) else []
 
-    def _request(self, event: dict, retrieve: bool | str, timeout_ms: int) -> dict | None:
+    def _request(self, event: dict, retrieve: bool | str, timeout_ms: int,
+                 hints: dict) -> dict | None:
         """The daemon's reply, or None when it is not there or not in time."""
         try:
             listening = control.listening("ingest", self.home)
@@ -219,9 +227,9 @@ class Shim:
             debug("the daemon is not running")
             return None
         try:
-            body = {"event": event, "retrieve": retrieve}
+            body = {**hints, "event": event, "retrieve": retrieve}
             also = project.also_searched(self.project, self.actor)
-            if retrieve is True and also is not None:
+            if retrieve is True and also is not None and event["kind"] == "prompt":
                 body["global_namespace"] = also
             return control.call("ingest", "put_event", body, timeout_ms=timeout_ms,
                                 home=self.home)
@@ -271,6 +279,16 @@ class Session:
         value = self.state.get("prompt_event_id")
         return value if contract.is_ulid(value) else None
 
+    def listed(self, key: str) -> list[str]:
+        """A list the state keeps (``files``: those the session touched, as the project
+        names them; ``given``: the records it was given), oldest first."""
+        value = self.state.get(key)
+        return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+    def add(self, key: str, values: list[str], most: int) -> None:
+        """Add to one of the ``listed``, keeping the newest ``most``."""
+        self.state[key] = list(dict.fromkeys([*self.listed(key), *values]))[-most:]
+
     def save(self, prompt_event_id: str | None = None) -> None:
         if prompt_event_id:
             self.state["prompt_event_id"] = prompt_event_id
@@ -307,9 +325,11 @@ class Hook(NamedTuple):
     tools: tuple[dict, ...] = ()
 
 
-def answer(surface: str, hook: Hook) -> str:
-    """Post hook's event(s) for surface; return the context for a start or a prompt
-    ("" otherwise): the shim puts it in its agent's format."""
+def answer(surface: str, hook: Hook, tool_context: bool = False) -> str:
+    """Post hook's event(s) for surface; return the context for a start or a prompt,
+    and, where the agent reads context after a tool (``tool_context``), what is known
+    of the files a tool use first opened in the session ("" otherwise): the shim puts
+    it in its agent's format."""
     if hook.role == "ignored":
         debug(f"ignored hook {hook.name!r}")
         return ""
@@ -321,23 +341,47 @@ def answer(surface: str, hook: Hook) -> str:
         session.save()
         said = f" ({hook.text})" if isinstance(hook.text, str) and hook.text else ""
         return shim.post(shim.event("note", text_body(f"{surface} session started{said}"),
-                                    session_id), retrieve="session")
+                                    session_id), retrieve="session")[0]
     if hook.role == "prompt":
         event = shim.event("prompt", text_body(hook.text), session_id)
+        in_play = session.listed("files")
+        context, records = shim.post(event, retrieve=True,
+                                     hints={"files": in_play} if in_play else None)
+        session.add("given", records, SESSION_GIVEN)
         session.save(prompt_event_id=event["event_id"])
-        return shim.post(event, retrieve=True)
+        return context
+    contexts = []
     if hook.role == "tool":
         for body in hook.tools:
-            shim.post(shim.event("tool_use", body, session_id, session.prompt_event_id))
+            event = shim.event("tool_use", body, session_id, session.prompt_event_id)
+            opened = [f for f in opened_files(body, shim.project.root)
+                      if f not in session.listed("files")]
+            session.add("files", opened, SESSION_FILES)
+            if not (tool_context and opened):
+                shim.post(event)
+                continue
+            context, records = shim.post(event, retrieve=True, hints={
+                "opened": opened, "exclude": session.listed("given")})
+            session.add("given", records, SESSION_GIVEN)
+            contexts.append(context)
+        session.save()
     elif hook.role == "turn_end":
         shim.post(shim.event("session_summary", text_body(hook.text), session_id,
                              session.prompt_event_id))
     elif hook.role == "end":
         said = f" ({hook.text})" if isinstance(hook.text, str) and hook.text else ""
         shim.post(shim.event("note", text_body(f"{surface} session ended{said}"), session_id))
-    if not given:
+    if not given and hook.role != "tool":
         session.save()  # keeps a session without ids of the agent's own alive
-    return ""
+    return "\n\n".join(c for c in contexts if c)
+
+
+def opened_files(body: dict, root: str | None) -> list[str]:
+    """The files a tool use read or edited, as the project names them."""
+    action = tooluse.observe(body.get("data"))
+    if action.kind not in ("read", "edit"):
+        return []
+    return list(dict.fromkeys(tooluse.relative(p, root) for p in action.paths))
 
 
 def fit_context(context: str, limit: int) -> str:

@@ -65,7 +65,8 @@ def read(payload: dict) -> common.Hook:
 
 def handle(payload: dict) -> str:
     hook = read(payload)
-    return common.hook_specific_output(hook.name, common.answer(SURFACE, hook)) or "{}"
+    return common.hook_specific_output(hook.name, common.answer(
+        SURFACE, hook, tool_context=True)) or "{}"
 
 
 def main() -> int:

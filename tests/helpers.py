@@ -150,14 +150,18 @@ def retrieval(op: str, body: dict) -> dict:
     return control.call("retrieval", op, body, timeout_ms=control.LOOKUP_MS, home=here())
 
 
-def settled_context(namespace: str, query: str, timeout: float = 30) -> str:
-    """The context a prompt gets once the project's new records have their vectors and
-    retrieval has loaded them (until then a hybrid search answers lexically): the same
-    answer twice, half a second apart, with no record waiting for its vector."""
+def settled_context(namespace: str, query: str, timeout: float = 30,
+                    files: tuple[str, ...] = ()) -> str:
+    """The context a prompt gets (in a session that touched ``files``) once the
+    project's new records have their vectors and retrieval has loaded them (until then
+    a hybrid search answers lexically): the same answer twice, half a second apart,
+    with no record waiting for its vector."""
     seen: list[str] = []
+    in_play = {"files": list(files)} if files else {}
 
     def settled() -> bool:
-        seen.append(retrieval("search", {"query": query, "namespace": namespace})["context"])
+        seen.append(retrieval("search", {"query": query, "namespace": namespace,
+                                         **in_play})["context"])
         waiting = (control.embeddings_state(here()) or {}).get("unembedded", 0)
         return len(seen) > 1 and seen[-1] == seen[-2] and not waiting
 
@@ -176,10 +180,12 @@ def logged_retrieval(prompt_event_id: str) -> dict:
     return {"context": context, "outcome": outcome, "error": error}
 
 
-def check_prompt_answer(printed: str, namespace: str, query: str, hybrid: str) -> None:
+def check_prompt_answer(printed: str, namespace: str, query: str, hybrid: str,
+                        files: tuple[str, ...] = ()) -> None:
     """The shim printed exactly what retrieval answered for the prompt it sent, and that
     is the settled hybrid answer, or, where the log says the semantic side was skipped
-    (the query's embedding missed the budget on a busy machine), the lexical one."""
+    (the query's embedding missed the budget on a busy machine), the lexical one (in a
+    session that touched ``files``)."""
     prompt = stored_events()[-1]
     assert prompt["kind"] == "prompt" and contract.body_text(prompt["body"]) == query
     logged = logged_retrieval(prompt["event_id"])
@@ -188,7 +194,7 @@ def check_prompt_answer(printed: str, namespace: str, query: str, hybrid: str) -
     if printed != hybrid:
         assert (logged["error"] or "").startswith("semantic side skipped"), logged
         lexical = retrieval("search", {"query": query, "namespace": namespace,
-                                       "mode": "lexical"})["context"]
+                                       "mode": "lexical", "files": list(files)})["context"]
         assert printed == lexical
 
 

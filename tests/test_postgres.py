@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kirolearn import config, control, db, paths, protocol
-from kirolearn.db import errors, postgres, schema, writes
+from kirolearn.db import errors, fts, postgres, schema, writes
 from kirolearn.db.store import Params
 from kirolearn.search import searcher
 
@@ -366,3 +366,36 @@ def test_sqlite_binds_each_parameter_by_its_number_and_leaves_the_rest(pieces):
     sql = "".join(pieces)
     expected = "".join(f"?{p[1:]}" if p.startswith("$") else p for p in pieces)
     assert sqlite.numbered(sql) == expected
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_the_file_index_follows_records_through_triggers(postgres_server, tmp_path, dialect):
+    """``record_files`` holds each file a valid record names, on both stores: a record
+    written, rewritten (files changed), marked invalid or deleted is found by its files
+    exactly then; ``records_of_files`` gives the newest first, within the namespaces."""
+    where = postgres_server.database() if dialect == "postgresql" else tmp_path / "k.db"
+    first = {**record(1, "Retry the webhook"), "files_touched": ["src/hook.py", "README.md"]}
+    second = {**record(2, "Sign the webhook"), "files_touched": ["src/hook.py"]}
+    elsewhere = {**record(3, "Other project"), "namespace": "/team/project/q/",
+                 "files_touched": ["src/hook.py"]}
+    make_db(where, [first, second, elsewhere])
+    conn = db.connect_writer(where)
+    try:
+        def about(*paths: str) -> list[str]:
+            return [i for _, i in fts.records_of_files(conn, ["/team/project/p/"], paths, 10)]
+
+        assert about("src/hook.py") == [second["record_id"], first["record_id"]]
+        assert about("README.md", "src/hook.py") == [second["record_id"], first["record_id"]]
+        assert about("docs/none.md") == []
+        conn.execute("UPDATE memory_records SET files_touched_json = $1 WHERE record_id = $2",
+                     (json.dumps(["docs/new.md"]), second["record_id"]))
+        assert about("src/hook.py") == [first["record_id"]]
+        assert about("docs/new.md") == [second["record_id"]]
+        conn.execute("UPDATE memory_records SET invalid_reason = 'wrong' WHERE record_id = $1",
+                     (first["record_id"],))
+        assert about("src/hook.py", "README.md") == []
+        assert writes.delete_record(conn, second["record_id"], ["/team/project/p/"])
+        assert about("docs/new.md") == []
+        assert conn.execute("SELECT count(*) FROM record_files").fetchone()[0] == 1
+    finally:
+        conn.close()

@@ -6,17 +6,18 @@ from __future__ import annotations
 import math
 import random
 import sqlite3
+import subprocess
 import time
 
 import pytest
-from helpers import make_db
+from helpers import make_db, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kirolearn import contract, db
 from kirolearn.db import postgres, writes
 from kirolearn.db.sqlite import schema as sqlite_schema
-from kirolearn.search import checkpoint
+from kirolearn.search import checkpoint, worktree
 from kirolearn.search import context as context_format
 from kirolearn.search import query as fts_query
 from kirolearn.search.searcher import Searcher, clearing
@@ -595,3 +596,89 @@ def test_other_namespaces_keep_only_what_clears_their_floor(rows, floor):
             assert (r in kept) == (r["neighbour_of"] in hits)
         else:
             assert (r in kept) == (r["namespace"] == NS_A or (r["relevance"] or 0) >= floor)
+
+
+def test_a_file_brings_back_its_records_best_matching_the_request_first(store_at):
+    """``about_files``: only the records naming the file, those matching the request
+    before newer ones that do not, the newer first among equals, none excluded; with no
+    request, the newest."""
+    def about(n: int, title: str, path: str = "src/client.py") -> dict:
+        return {**record(n, title=title), "files_touched": [path, "README.md"]}
+
+    records = [about(1, "Retry the webhook with exponential backoff"),
+               about(2, "Rename the client's logger"),
+               about(3, "Close idle connections in the pool"),
+               about(4, "Exponential backoff for the uploader", "src/upload.py"),
+               {**record(5, title="Exponential backoff everywhere")}]
+    searcher = Searcher(make_db(store_at, records))
+    try:
+        def ids(query: str, *files: str, exclude: tuple[str, ...] = ()) -> list[int]:
+            result = searcher.about_files(NS_A, files, query, 5, 5000, exclude=exclude)
+            assert result.outcome in ("ok", "empty"), result.error
+            return [int(r["record_id"][1:]) for r in result.records]
+
+        assert ids("exponential backoff for the webhook", "src/client.py") == [1, 3, 2]
+        assert ids("", "src/client.py") == [3, 2, 1]
+        assert ids("exponential backoff", "src/client.py", "src/upload.py") == [4, 1, 3, 2]
+        assert ids("exponential backoff", "src/client.py",
+                   exclude=("R" + "1".zfill(25),)) == [3, 2]
+        assert ids("exponential backoff", "docs/none.md") == []
+        assert searcher.about_files(NS_B, ["src/client.py"], "backoff", 5, 5000).records == []
+    finally:
+        searcher.close()
+
+
+def test_a_match_naming_a_file_in_play_ranks_higher(store_at):
+    """Two records as good a match for the prompt: the one about a file the session
+    touched comes first, and one about it that the words alone left out joins."""
+    records = [{**record(n, title=f"Handle the timeout {word}"), "files_touched": [path]}
+               for n, word, path in ((1, "in the uploader", "src/upload.py"),
+                                     (2, "in the client", "src/client.py"))]
+    records += [record(n, title="Handle the timeout here") for n in range(3, 20)]
+    searcher = Searcher(make_db(store_at, records))
+    try:
+        def ids(*files: str) -> list[int]:
+            result = searcher.search(NS_A, "handle the timeout", 3, 5000, files=files)
+            return [int(r["record_id"][1:]) for r in result.records]
+
+        plain = ids()
+        assert 1 not in plain[:1] and 2 not in plain[:1]
+        assert ids("src/upload.py")[0] == 1
+        assert ids("src/client.py")[0] == 2
+    finally:
+        searcher.close()
+
+
+STATUS_PATHS = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)),
+                       min_size=1, max_size=12)
+
+
+@given(entries=st.lists(st.tuples(st.sampled_from([" M", "M ", "MM", "A ", "D ", "R ", "C "]),
+                                  STATUS_PATHS, STATUS_PATHS), max_size=8))
+def test_the_changed_files_are_read_from_git_status_whatever_their_names(entries):
+    """``git status --porcelain=v1 -z``: each entry's path (a rename's or copy's new
+    one, its old one skipped), in order, once."""
+    output = "".join(f"{xy} {path}\0" + (f"{old}\0" if xy[0] in "RC" else "")
+                     for xy, path, old in entries).encode()
+    assert worktree.parse_status(output) == tuple(dict.fromkeys(
+        path for _, path, _ in entries))[:worktree.MAX_FILES]
+
+
+def test_a_projects_changed_files_are_read_in_the_background(tmp_path):
+    """The first search of a project finds none (no search waits for git); a later one
+    finds the files its working tree changed."""
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "src").mkdir()
+    for name in ("a.py", "b.py"):
+        (tmp_path / "src" / name).write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "first")
+    (tmp_path / "src" / "b.py").write_text("x = 2\n")
+    trees = worktree.Worktrees()
+    assert trees.changed(str(tmp_path)) == ()
+    assert wait_for(lambda: trees.changed(str(tmp_path))) == ("src/b.py",)
+    assert worktree.read(str(tmp_path)) == ("src/b.py",)
+    assert worktree.read(str(tmp_path / "src" / "none")) == ()

@@ -151,10 +151,11 @@ def test_kiro_ide_every_hook(daemon, ws):
 
     wait_records(ws.namespace)
     question = "storage layer WAL mode"
-    hybrid = settled_context(ws.namespace, question)
+    in_play = ("src/db.py",)  # the session wrote it: records of it rank higher
+    hybrid = settled_context(ws.namespace, question, files=in_play)
     context = kiro_ide(ws, "promptSubmit", user_prompt=question)
     assert context
-    check_prompt_answer(context, ws.namespace, question, hybrid)
+    check_prompt_answer(context, ws.namespace, question, hybrid, in_play)
 
 
 def claude(ws: Workspace, hook: str, session_id: str = "5f1c9a2e-claude", **fields) -> str:
@@ -331,3 +332,45 @@ def test_a_prompt_gets_the_global_memories_that_clear_their_floor(daemon, ws):
     found = json.loads(kl("search", asked, "--json", cwd=str(ws.project), env=ws.env(),
                           check=True).stdout)
     assert home.namespace(ACTOR) in {r["namespace"] for r in found["records"]}
+
+
+def test_a_file_opened_brings_back_what_is_known_of_it_once(daemon, ws):
+    """The first time a session reads or edits a file, Claude Code's PostToolUse hook is
+    given what is known of that file, once per file and session, never a record the
+    session was given already; a file nothing is known of adds nothing."""
+    retry, export = ws.project / "src/retry.py", ws.project / "src/export.py"
+    for session, prompt, path, reply in (
+            ("s1", "Make the zmq client back off exponentially", retry, "Retries back off."),
+            ("s2", "Add a CSV export of the invoices", export, "Wrote export_invoices.")):
+        claude(ws, "UserPromptSubmit", session, prompt=prompt)
+        claude(ws, "PostToolUse", session, tool_name="Write",
+               tool_input={"file_path": str(path), "content": "pass\n"},
+               tool_response={"filePath": str(path), "success": True})
+        claude(ws, "Stop", session, stop_hook_active=False, last_assistant_message=reply)
+    wait_for(lambda: json.loads(kl("stats", "--namespace", ws.namespace, "--json",
+                                   check=True).stdout)["namespaces"][0]["records"] == 2,
+             message="two records")
+
+    def read(session: str, path) -> str:
+        printed = claude(ws, "PostToolUse", session, tool_name="Read",
+                         tool_input={"file_path": str(path)},
+                         tool_response={"type": "text", "file": {"filePath": str(path),
+                                                                 "content": "pass\n"}})
+        if not printed:
+            return ""
+        output = json.loads(printed)["hookSpecificOutput"]
+        assert output["hookEventName"] == "PostToolUse"
+        return output["additionalContext"]
+
+    first = read("s3", retry)
+    assert "back off exponentially" in first and "CSV export" not in first
+    searched = kl("search", "", "--opened", "src/retry.py", cwd=str(ws.project), env=ws.env(),
+                  check=True).stdout
+    assert searched.rstrip("\n") == first  # what `kirolearn search --opened` shows
+    assert read("s3", retry) == ""  # once per file and session
+    assert "CSV export" in read("s3", export)
+    assert read("s3", ws.project / "src/unknown.py") == ""
+    # what the session's prompt was given, the file does not give again
+    printed = claude(ws, "UserPromptSubmit", "s4", prompt="zmq client back off exponentially")
+    assert "back off exponentially" in printed
+    assert read("s4", retry) == ""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from kirolearn import contract, importer, paths, privacy, protocol
+from kirolearn import contract, importer, paths, privacy, protocol, tooluse
 from kirolearn import project as kl_project
 from kirolearn.cli import common
 from kirolearn.cli.common import (
@@ -26,6 +26,8 @@ from kirolearn.cli.common import (
 )
 from kirolearn.config import MODES
 from kirolearn.db import reads
+from kirolearn.roles.checks import FILE_LIMIT
+from kirolearn.search import worktree
 
 
 @click.command(name="import")
@@ -129,22 +131,31 @@ def stats(namespace: str | None, project: str | None, as_json: bool) -> None:
                    " lexical when embeddings are off).")
 @click.option("--type", "types", multiple=True, type=click.Choice(contract.OBSERVATION_TYPES),
               help="Only records of this type (repeat it for several).")
+@click.option("--file", "files", multiple=True, metavar="PATH",
+              help="A file the session has touched (repeat it for several): the memories"
+                   " of the files in play rank higher, as in a session.")
+@click.option("--opened", multiple=True, metavar="PATH",
+              help="Instead, what the agent is given when it first opens PATH (repeat it"
+                   " for several) while working on QUERY.")
 @click.option("--json", "as_json", is_flag=True,
               help="The records with their scores, the terms searched and the latency.")
 def search_(query: str, namespace: str | None, project: str | None, limit: int | None,
-            mode: str | None, types: tuple[str, ...], as_json: bool) -> None:
+            mode: str | None, types: tuple[str, ...], files: tuple[str, ...],
+            opened: tuple[str, ...], as_json: bool) -> None:
     """Print the context an agent would get for QUERY in this project.
 
     The search runs in the daemon, exactly as for a prompt (same terms, budget and
-    format, and, in a project, the memories from outside any project that are close
-    in meaning to it). Without --namespace or --project, the project is the one the
-    current directory belongs to.
+    format, the files the git working tree has changed ranked as files in play, and,
+    in a project, the memories from outside any project that are close in meaning to
+    it). Without --namespace or --project, the project is the one the current
+    directory belongs to.
 
     \b
     Examples:
         kirolearn search "why does the migration fail"
         kirolearn search pagination --project ~/code/app --json
         kirolearn search "retry policy" --type decision --type pattern
+        kirolearn search "retry policy" --opened src/client.py
     """
     loaded = settings()
     if not contract.is_text(query):
@@ -154,11 +165,24 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
     namespace = namespace_of(namespace, project)
     require_served()
     body = {"query": query, "namespace": namespace,
-            "limit": limit or loaded["retrieval"]["limit"], "records": as_json}
-    everywhere = (None if project is None else kl_project.also_searched(
-        kl_project.resolve_project(project), kl_project.actor_id()))
-    if everywhere is not None:  # as a hook there asks
-        body["global_namespace"] = everywhere
+            "limit": limit or (FILE_LIMIT if opened else loaded["retrieval"]["limit"]),
+            "records": as_json}
+    here = None if project is None else kl_project.resolve_project(project)
+    root = here.root if here is not None else None
+
+    def named(paths: tuple[str, ...]) -> list[str]:  # as the project names them
+        return list(dict.fromkeys(tooluse.relative(os.path.abspath(p), root) for p in paths))
+
+    if opened:
+        body.update(opened=named(opened))
+    else:
+        in_play = named(files) + list(worktree.read(root) if root else ())
+        if in_play:
+            body["files"] = list(dict.fromkeys(in_play))
+        everywhere = None if here is None else kl_project.also_searched(
+            here, kl_project.actor_id())
+        if everywhere is not None:  # as a hook there asks
+            body["global_namespace"] = everywhere
     if mode:
         body["mode"] = mode
     if types:

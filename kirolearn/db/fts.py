@@ -49,6 +49,20 @@ def like(conn: Connection, namespaces: Sequence[str], text: str,
         f" ORDER BY created_at DESC, id DESC LIMIT {p(limit)}", p.values).fetchall()
 
 
+def records_of_files(conn: Connection, namespaces: Sequence[str], paths: Sequence[str],
+                     limit: int) -> list[tuple[int, str]]:
+    """(row id, record id) of the valid records naming one of these files (the file
+    index, ``record_files``), newest first."""
+    if not paths or not namespaces:
+        return []
+    p = Params()
+    where = f"rf.namespace IN {p.list(namespaces)} AND rf.path IN {p.list(paths)}"
+    return [(row[0], row[1]) for row in conn.execute(
+        "SELECT DISTINCT rf.record_id, mr.record_id FROM record_files rf"
+        f" JOIN memory_records mr ON mr.id = rf.record_id WHERE {where}"
+        f" ORDER BY rf.record_id DESC LIMIT {p(limit)}", p.values)]
+
+
 def records_by_rowid(conn: Connection, ids: Sequence[int]) -> dict[int, dict]:
     """Full records by their row id (read after ranking: only the ranked rows)."""
     if not ids:

@@ -45,6 +45,7 @@ from kirolearn.roles.checks import (
     BadLine,
     check_exported,
     check_forget,
+    check_hints,
     check_namespace,
     check_prune,
     check_put_record,
@@ -135,8 +136,11 @@ class Ingest(base.Role):
         → ``{event_id, status, retrieval?}``, after storage has committed the event; a
         prompt sent with ``retrieve: true`` gets its context (with the memories of
         ``global_namespace`` that clear ``retrieval.global_min_similarity``), a session
-        start (``"session"``) the project's. An invalid event is an ``INVALID_EVENT`` or
-        ``TOO_LARGE`` error."""
+        start (``"session"``) the project's; a tool use sent with ``retrieve: true`` and
+        the files it ``opened`` gets what is known of them. ``files`` (in play) and
+        ``exclude`` (records the session was given) go to the search with them
+        (``check_hints``). An invalid event is an ``INVALID_EVENT`` or ``TOO_LARGE``
+        error."""
         retrieve = request.body.get("retrieve", False)
         if retrieve not in (True, False, "session"):
             raise base.BadRequest("'retrieve' must be true, false or \"session\"")
@@ -144,8 +148,12 @@ class Ingest(base.Role):
         if also is not None and not contract.is_namespace(also):
             raise base.BadRequest("'global_namespace' must be a namespace such as"
                                   " /actor/<id>/project/<id>/")
+        try:
+            hints = check_hints(request.body)
+        except ValueError as exc:
+            raise base.BadRequest(str(exc)) from None
         self._put(request, [request.body.get("event")], retrieve=retrieve,
-                  global_namespace=also)
+                  global_namespace=also, hints=hints)
         return base.LATER
 
     @base.op("put_events")
@@ -298,7 +306,8 @@ class Ingest(base.Role):
 
     def _put(self, request: base.Request | None, events: list, retrieve: bool | str,
              spool_files: list[Path] | None = None, history: bool = False,
-             global_namespace: str | None = None, bulk: bool = False) -> None:
+             global_namespace: str | None = None, bulk: bool = False,
+             hints: dict | None = None) -> None:
         """Prepare each event and queue the valid ones for storage (``request`` None:
         events from the spool; ``history``: already distilled, see ``put_events``;
         ``bulk``: held as the next bulk chunk, ``_bulk_step``)."""
@@ -347,12 +356,15 @@ class Ingest(base.Role):
         self.outbox_bytes += sum(len(event["body_json"]) for event in clean)
         if self.outbox_bytes >= FLUSH_BYTES or self.outbox_events >= FLUSH_EVENTS:
             self._flush()  # keep storage busy while the next requests are prepared
-        if retrieve == "session" or (retrieve is True and clean[0]["kind"] == "prompt"):
-            prompt = {k: clean[0][k] for k in ("event_id", "namespace", "kind", "session_id")}
+        hints = hints or {}
+        if retrieve == "session" or (retrieve is True and (
+                clean[0]["kind"] == "prompt" or hints.get("opened"))):
+            prompt = {k: clean[0][k] for k in ("event_id", "namespace", "kind", "session_id",
+                                               "project_path")}
             pending.event = {**prompt, "body": first_body}
             client = request.client if request is not None else None
             self.searches.ask(pending, pending.event, client, session=retrieve == "session",
-                              global_namespace=global_namespace)
+                              global_namespace=global_namespace, hints=hints)
 
     # -- downstream replies -----------------------------------------------------------------
 

@@ -11,6 +11,7 @@ given, so a request that waited in the queue past its sender's patience is answe
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -20,8 +21,8 @@ import zmq
 from kirolearn import access, contract, db, keys, privacy, project, protocol, transport
 from kirolearn.config import MODES
 from kirolearn.db import errors, reads
-from kirolearn.roles import base
-from kirolearn.search import embeddings, ranking, searcher, vectors
+from kirolearn.roles import base, checks
+from kirolearn.search import embeddings, ranking, searcher, vectors, worktree
 
 MAX_LIMIT = 100
 MAX_NAMESPACES = 8
@@ -43,6 +44,9 @@ class SearchRequest:
     max_tokens: int | None
     types: tuple[str, ...] = ()
     with_global: bool = False  # the last namespace is the global one, under its floor
+    files: tuple[str, ...] = ()  # in play: a match naming one ranks higher
+    opened: tuple[str, ...] = ()  # a search about these files (``about_files``)
+    exclude: tuple[str, ...] = ()  # records an ``opened`` search leaves out
 
 
 def parse_search(body: dict, default_limit: int, default_budget_ms: float,
@@ -52,7 +56,8 @@ def parse_search(body: dict, default_limit: int, default_budget_ms: float,
 
     The query is ``query`` (text) or comes from ``event`` (a prompt: text content,
     last message turn, or JSON data); the namespace is ``namespace`` or the event's,
-    or ``namespaces`` (several, searched as one).
+    or ``namespaces`` (several, searched as one). ``files``, ``opened`` and
+    ``exclude``: see ``checks.check_hints``.
     """
     event = body.get("event")
     if "query" in body:
@@ -104,9 +109,14 @@ def parse_search(body: dict, default_limit: int, default_budget_ms: float,
             or not all(t in contract.OBSERVATION_TYPES for t in types)):
         raise base.BadRequest("'types' must be a list of observation types ("
                               + ", ".join(contract.OBSERVATION_TYPES) + ")")
+    try:
+        hints = checks.check_hints(body)
+    except ValueError as exc:
+        raise base.BadRequest(str(exc)) from None
     return SearchRequest(namespaces, query, limit, float(budget_ms), deadline, with_records,
                          mode, max_tokens, tuple(dict.fromkeys(types)),
-                         with_global and len(namespaces) > 1)
+                         with_global and len(namespaces) > 1,
+                         *(tuple(hints.get(key, ())) for key in ("files", "opened", "exclude")))
 
 
 def parse_namespaces(body: dict) -> tuple[str, ...]:
@@ -162,6 +172,7 @@ class Retrieval(base.Role):
             self.searcher.request_load = self.backfill.request_load
             self.backfill.start()
         self.outcomes: Counter[str] = Counter()
+        self.worktrees = worktree.Worktrees()  # the files in play of this machine's projects
         self.keyring = keys.Keyring(self.home)  # clients elsewhere: their names and grants
         self.serve_on(self.home.endpoint("retrieval"))
 
@@ -248,25 +259,47 @@ class Retrieval(base.Role):
                     conn, access.own_namespaces(client, project_id)))
         return share
 
+    def in_play(self, request: base.Request, event: object) -> tuple[str, ...]:
+        """The files the project's working tree has changed, for a prompt of this
+        machine (``worktree``; a client elsewhere's project is not here)."""
+        if request.client is not None or not isinstance(event, dict):
+            return ()
+        root = event.get("project_path")
+        if (event.get("kind") != "prompt" or not isinstance(root, str)
+                or not os.path.isabs(root) or not os.path.exists(os.path.join(root, ".git"))):
+            return ()
+        return self.worktrees.changed(root)
+
     @base.op("search")
     def search(self, request: base.Request) -> dict:
         """``search {query | event, namespace? | namespaces?, limit?, budget_ms?,
-        deadline_ms?, records?, mode?, tokens?}`` → ``{context, record_ids, records?,
-        outcome, latency_ms, terms, window, error?}``; never fails once the body is
-        valid (a failure is an empty result with its outcome)."""
+        deadline_ms?, records?, mode?, tokens?, files?, opened?, exclude?}`` →
+        ``{context, record_ids, records?, outcome, latency_ms, terms, window, error?}``;
+        never fails once the body is valid (a failure is an empty result with its
+        outcome). With ``opened``, the records about those files (``about_files``), for
+        the request of the event's turn (``query`` when given)."""
         self.tick()  # install vectors loaded since the last tick before searching
         if self.backfill is not None:
             self.backfill.searched_at = time.monotonic()
         asked = parse_search(request.body, self.default_limit, self.default_budget_ms,
                              self.default_mode, self.context_tokens)
         query, event = asked.query, request.body.get("event")
-        if "query" not in request.body and isinstance(event, dict):  # a prompt's
-            query = self.searcher.in_context(event, query)
-        result = self.searcher.search(asked.namespaces, query, asked.limit,
-                                      asked.budget_ms, asked.deadline, asked.mode,
-                                      asked.max_tokens, asked.types,
-                                      self.global_floor if asked.with_global else None,
-                                      self.sharing(request))
+        if asked.opened:  # what is known of files a tool use opened, for its turn's request
+            if "query" not in request.body and isinstance(event, dict):
+                query = self.searcher.request_of(event)
+            result = self.searcher.about_files(
+                asked.namespaces, asked.opened, query, asked.limit, asked.budget_ms,
+                asked.deadline, asked.mode, asked.max_tokens, asked.exclude,
+                self.sharing(request))
+        else:
+            if "query" not in request.body and isinstance(event, dict):  # a prompt's
+                query = self.searcher.in_context(event, query)
+            result = self.searcher.search(asked.namespaces, query, asked.limit,
+                                          asked.budget_ms, asked.deadline, asked.mode,
+                                          asked.max_tokens, asked.types,
+                                          self.global_floor if asked.with_global else None,
+                                          self.sharing(request),
+                                          asked.files + self.in_play(request, event))
         self.outcomes[result.outcome] += 1
         if result.error and result.outcome in ("error", "timeout"):
             self.log.warning("search failed (%s): %s", result.outcome, result.error)

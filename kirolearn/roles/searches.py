@@ -19,7 +19,7 @@ import zmq
 
 from kirolearn import protocol
 from kirolearn.roles import base
-from kirolearn.roles.checks import empty_retrieval
+from kirolearn.roles.checks import FILE_LIMIT, empty_retrieval
 
 UNSENT_RETRY_S = 0.01  # a search retrieval could not take yet is offered again this soon
 
@@ -48,13 +48,16 @@ class Searches:
         self.unsent: dict[str, tuple[Asked, bytes]] = {}  # waiting for retrieval to be there
 
     def ask(self, waiter: object, event: dict, client: str | None = None,
-            session: bool = False, global_namespace: str | None = None) -> None:
-        """Ask for the prompt's context (``session``: the project's, at a session start);
+            session: bool = False, global_namespace: str | None = None,
+            hints: dict | None = None) -> None:
+        """Ask for the prompt's context (``session``: the project's, at a session start;
+        ``hints``: the files in play, or opened, and the records given, ``check_hints``);
         ``client``: the key of a client elsewhere, whose search reads only what it may."""
         if session:
             message = protocol.request("session_context", {"namespace": event["namespace"]})
         else:
-            body = {"event": event, "namespace": event["namespace"], "limit": self.limit,
+            body = {**(hints or {}), "event": event, "namespace": event["namespace"],
+                    "limit": FILE_LIMIT if (hints or {}).get("opened") else self.limit,
                     "budget_ms": self.budget_s * 1000,
                     "deadline_ms": time.time() * 1000 + self.budget_s * 1000}
             if global_namespace and global_namespace != event["namespace"]:

@@ -45,6 +45,7 @@ from kirolearn.search.query import (
     MAX_WORDS,
     MIN_COVERAGE,
     coverage,
+    embedded_query,
     fts_expression,
     is_rare,
     is_stop_word,
@@ -69,6 +70,9 @@ PREVIOUS_PROMPTS = 2  # joined to a prompt that refers back to them
 MIN_SIMILARITY = 0.25  # cosine below which a record is not a semantic match
 NEIGHBOUR_WEIGHT = 0.3  # share of its neighbours' fused scores a candidate gains
 COVERAGE_CHECKED = 3  # the best-ranked lexical matches whose coverage is read
+FILE_RECORDS = 500  # the newest records of the files asked about that are weighed
+IN_PLAY_BOOST = 1.5  # a lexical match naming a file in play: its score × this
+NEWEST_WEIGHT = 0.5  # in what a file brings back, the newest first weigh this much
 
 
 def clearing(records: list[dict], home: str, floor: float) -> list[dict]:
@@ -119,6 +123,7 @@ class Searcher:
         self.conn: Connection | None = None
         self.deadline = math.inf
         self.types: tuple[str, ...] = ()  # of the search under way
+        self.files: tuple[str, ...] = ()  # the files in play, of the search under way
         self._stems: dict[str, tuple[str, ...]] = {}
         self._doc_freq: dict[tuple[str, ...], int] = {}
         self._total = 0
@@ -161,7 +166,8 @@ class Searcher:
     def search(self, namespace: str | Sequence[str], query: str, limit: int, budget_ms: float,
                deadline: float | None = None, mode: str = "lexical",
                max_tokens: int | None = None, types: Sequence[str] = (),
-               others_floor: float | None = None, share: Sharing | None = None) -> Result:
+               others_floor: float | None = None, share: Sharing | None = None,
+               files: Sequence[str] = ()) -> Result:
         """Never raises. ``namespace`` may be several, searched as one (a record whose title
         and summary repeat a better-ranked one's is left out). ``deadline``
         (time.monotonic()) may cut the budget shorter. ``mode`` is one of MODES; without
@@ -169,18 +175,10 @@ class Searcher:
         ``max_tokens`` of context (``within_tokens``). ``types``: only records of these
         observation types (none: all). ``others_floor``: a record of a namespace after
         the first is kept only when its ``relevance`` is at least this (one with none, a
-        lexical answer's, is not). ``share``: see ``shared``."""
-        started = time.monotonic()
-        self.deadline = started + budget_ms / 1000
-        self.types = tuple(types)
-        if deadline is not None:
-            self.deadline = min(self.deadline, deadline)
-        result = Result([], "empty", 0.0)
-        try:
-            if time.monotonic() >= self.deadline:
-                raise DeadlinePassed
-            namespaces = self.shared((namespace,) if isinstance(namespace, str) else namespace,
-                                     share)
+        lexical answer's, is not). ``share``: see ``shared``. ``files``: the files in
+        play (the session's, the working tree's changes): a match naming one of them
+        ranks higher (``_in_play``)."""
+        def run(namespaces: tuple[str, ...]) -> Result:
             if mode == "lexical" or self.embedder is None:
                 result = self._search(namespaces, query, limit)
             else:
@@ -189,6 +187,40 @@ class Searcher:
                 result.records, result.outcome = [], "empty"  # a lexical answer: nothing fits
             if others_floor is not None:
                 result.records = clearing(result.records, namespaces[0], others_floor)
+            return result
+
+        self.types, self.files = tuple(types), tuple(files)
+        return self._answer(namespace, share, budget_ms, deadline, max_tokens, run)
+
+    def about_files(self, namespace: str | Sequence[str], files: Sequence[str], query: str,
+                    limit: int, budget_ms: float, deadline: float | None = None,
+                    mode: str = "lexical", max_tokens: int | None = None,
+                    exclude: Sequence[str] = (), share: Sharing | None = None) -> Result:
+        """What to know of files the agent has just opened: the records naming one of
+        them (the file index), best first by how well they match ``query`` (the request
+        the agent is working on: its words, and in a hybrid search its meaning), the
+        newer first among equals; none of ``exclude`` (what the session was given
+        already). Never raises; the rest as ``search``."""
+        self.types, self.files = (), ()
+        return self._answer(namespace, share, budget_ms, deadline, max_tokens,
+                            lambda namespaces: self._about_files(
+                                namespaces, tuple(files), query, limit, mode, set(exclude)))
+
+    def _answer(self, namespace: str | Sequence[str], share: Sharing | None,
+                budget_ms: float, deadline: float | None, max_tokens: int | None,
+                run: Callable[[tuple[str, ...]], Result]) -> Result:
+        """``run``'s result within the budget and ``max_tokens``, or an empty one with
+        the outcome that says why (never raises)."""
+        started = time.monotonic()
+        self.deadline = started + budget_ms / 1000
+        if deadline is not None:
+            self.deadline = min(self.deadline, deadline)
+        result = Result([], "empty", 0.0)
+        try:
+            if time.monotonic() >= self.deadline:
+                raise DeadlinePassed
+            result = run(self.shared((namespace,) if isinstance(namespace, str)
+                                     else namespace, share))
             result.records = within_tokens(result.records, max_tokens)
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed
@@ -219,6 +251,20 @@ class Searcher:
             self.close()
             return query
         return "\n".join([*earlier, query])
+
+    def request_of(self, event: dict) -> str:
+        """The request a tool use's turn works on: its session's last prompt ("" when
+        there is none, or it cannot be read). Never raises."""
+        session_id, event_id = event.get("session_id"), event.get("event_id")
+        if not (isinstance(session_id, str) and isinstance(event_id, str)):
+            return ""
+        try:
+            last = fts.previous_prompts(self.connection(), event.get("namespace", ""),
+                                        session_id, event_id, 1)
+        except (errors.StoreError, ValueError, TypeError):
+            self.close()
+            return ""
+        return last[-1] if last else ""
 
     def checkpoint(self, namespace: str) -> checkpoint.Checkpoint | None:
         """Where the namespace's last active session left off (None: no session yet)."""
@@ -260,7 +306,51 @@ class Searcher:
 
     # -- the steps --------------------------------------------------------------------------
 
-    def _search(self, namespaces: tuple[str, ...], query: str, limit: int) -> Result:
+    def _about_files(self, namespaces: tuple[str, ...], files: tuple[str, ...], query: str,
+                     limit: int, mode: str, exclude: set[str]) -> Result:
+        conn = self.connection()
+        named = [(row, i) for row, i in fts.records_of_files(conn, namespaces, files,
+                                                            FILE_RECORDS) if i not in exclude]
+        if not named or limit <= 0:
+            return Result([], "empty", 0.0)
+        newest = [i for _, i in named]
+        rankings = [(newest, NEWEST_WEIGHT)]
+        lexical = Result([], "empty", 0.0)
+        if query.strip():
+            lexical = self._search(namespaces, query, limit * steps.CANDIDATES,
+                                   within=[row for row, _ in named])
+            rankings.append(([r["record_id"] for r in lexical.records], 1.0))
+            close = self._closeness(namespaces, query, lexical, newest) if (
+                mode != "lexical" and self.embedder is not None) else {}
+            rankings.append((sorted((i for i in close if close[i] >= self.min_similarity),
+                                    key=lambda i: -close[i]), 1.0))
+        scores: dict[str, float] = {}
+        for ranked, share in rankings:
+            for rank, record_id in enumerate(ranked, start=1):
+                scores[record_id] = scores.get(record_id, 0.0) + share / (self.rrf_k + rank)
+        best = sorted(scores, key=lambda i: -scores[i])[:limit]  # stable: the newer first
+        records = [{**r, "score": -scores[r["record_id"]]} for r in reads.records_by_id(
+            conn, best, namespaces, valid_only=True)]
+        return Result(records, "ok" if records else "empty", 0.0, lexical.terms)
+
+    def _closeness(self, namespaces: tuple[str, ...], query: str, lexical: Result,
+                   record_ids: list[str]) -> dict[str, float]:
+        """How close in meaning each of these records is to the query (none when the
+        vectors are still loading or the embedder does not answer in time)."""
+        if not self.vectors_ready(namespaces):
+            return {}
+        pending = self.embed(embedded_query(query, lexical.distinctive))
+        try:
+            wait_s = self.deadline - time.monotonic() - steps.RETURN_MARGIN_S
+            vector = pending.result(timeout=max(0.0, wait_s))[0]
+        except Exception:  # too slow or broken: the words and the time alone
+            pending.cancel()
+            return {}
+        return self.vectors.similarities(namespaces, record_ids, vector)
+
+    def _search(self, namespaces: tuple[str, ...], query: str, limit: int,
+                within: list[int] | None = None) -> Result:
+        """The lexical search (among these row ids, when ``within`` is given)."""
         raw = [t for t in with_parts(words(query)[:MAX_WORDS]) if not is_stop_word(t)]
         if not raw or limit <= 0:
             return Result([], "empty", 0.0)
@@ -282,10 +372,20 @@ class Searcher:
         try:
             # Room for the repeats `without_repeats` leaves out when namespaces are merged.
             wanted = limit if len(namespaces) == 1 else limit + SCOPE_SLACK
-            ids = self._rank(conn, namespaces, fts_expression(terms), wanted, window)
+            expression = fts_expression(terms)
+            if within is not None:
+                window = None
+                ids = conn.dialect.fts.rank(conn, namespaces, expression, wanted, 0,
+                                            self.types, within)
+            else:
+                ids = self._in_play(conn, namespaces, expression,
+                                    self._rank(conn, namespaces, expression, wanted, window),
+                                    wanted)
         except errors.StoreError:
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed from None
+            if within is not None:  # a substring search would not keep to them
+                return Result([], "empty", 0.0, terms, window)
             ids = fts.like(conn, namespaces, query, limit, self.types)
             return Result(self._records(conn, ids), "fallback", 0.0, terms, window)
         records = self._records(conn, ids)
@@ -448,6 +548,26 @@ class Searcher:
         found = [set(terms) for terms in conn.dialect.fts.index_terms(conn, texts)]
         return {r["record_id"]: coverage(weights, {t for t in weights if held.issuperset(t)})
                 for r, held in zip(records, found, strict=True)}
+
+    def _in_play(self, conn: Connection, namespaces: tuple[str, ...], expression: str,
+                 ranked: list[tuple[int, float]], limit: int) -> list[tuple[int, float]]:
+        """The files in play (``files``) lift the records naming them: the best matches
+        among those join the ranking, and each one's score is multiplied by
+        IN_PLAY_BOOST (lower is better: BM25 and negated ts_rank are negative)."""
+        if not self.files:
+            return ranked
+        named = [row for row, _ in fts.records_of_files(conn, namespaces, self.files,
+                                                        FILE_RECORDS)]
+        if not named:
+            return ranked
+        scores = dict(ranked)
+        scores.update(conn.dialect.fts.rank(conn, namespaces, expression, limit, 0,
+                                            self.types, named))
+        lifted = set(named)
+        order = sorted(scores, key=lambda i: (scores[i] * (IN_PLAY_BOOST if i in lifted
+                                                             else 1.0), -i))
+        return [(i, scores[i] * (IN_PLAY_BOOST if i in lifted else 1.0))
+                for i in order[:limit]]
 
     def _rank(self, conn: Connection, namespaces: tuple[str, ...], expression: str,
               limit: int, window: int | None) -> list[tuple[int, float]]:

@@ -107,12 +107,15 @@ def match_count(conn: Connection, expression: str) -> int:
 
 
 def rank(conn: Connection, namespaces: Sequence[str], expression: str, limit: int,
-         since_id: int = 0, types: Sequence[str] = ()) -> list[tuple[int, float]]:
+         since_id: int = 0, types: Sequence[str] = (),
+         within: Sequence[int] | None = None) -> list[tuple[int, float]]:
     """(id, -ts_rank) of the best matches with an id past ``since_id``, in the
-    namespaces (of these types, when given)."""
+    namespaces (of these types, when given; among these row ids, when given)."""
     p = Params()
     query = tsquery(phrases(expression), p)
     where = f" AND mr.namespace IN {p.list(namespaces)}"
+    if within is not None:
+        where += f" AND mr.id IN {p.list(within or [0])}"
     if types:
         where += f" AND mr.observation_type IN {p.list(types)}"
     wide = since_id > 0 and conn.execute("SELECT max(id) FROM memory_records"

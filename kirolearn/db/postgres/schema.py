@@ -195,8 +195,38 @@ INSERT INTO record_terms SELECT term, count(*) FROM memory_records,
     unnest(tsvector_to_array(search)) AS t(term) GROUP BY term;
 ANALYZE memory_records;
 """),
+    (3, "record_files", """
+-- The file index (SQLite's migration 13): each file a valid record names, kept by a
+-- trigger, so that the records about a file are found by an index seek.
+CREATE TABLE record_files (
+    namespace TEXT NOT NULL,
+    path TEXT NOT NULL,
+    record_id BIGINT NOT NULL,  -- memory_records.id
+    PRIMARY KEY (namespace, path, record_id)
+);
+CREATE INDEX record_files_record ON record_files (record_id);
+CREATE FUNCTION record_files_keep() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        DELETE FROM record_files WHERE record_id = OLD.id;
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.invalid_reason IS NULL THEN
+        INSERT INTO record_files SELECT NEW.namespace, f.path, NEW.id
+        FROM jsonb_array_elements(NEW.files_touched_json::jsonb) AS j(value),
+             LATERAL (SELECT j.value #>> '{}' AS path) AS f
+        WHERE jsonb_typeof(j.value) = 'string' ON CONFLICT DO NOTHING;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER memory_records_files
+AFTER INSERT OR DELETE OR UPDATE OF namespace, files_touched_json, invalid_reason
+ON memory_records FOR EACH ROW EXECUTE FUNCTION record_files_keep();
+INSERT INTO record_files SELECT DISTINCT mr.namespace, j.value #>> '{}', mr.id
+FROM memory_records mr, jsonb_array_elements(mr.files_touched_json::jsonb) AS j(value)
+WHERE mr.invalid_reason IS NULL AND jsonb_typeof(j.value) = 'string';
+"""),
 ]
 
 
 # Each migration's schema, as the SQLite migration it matches (exports name that one).
-SQLITE_SCHEMA = {1: 12, 2: 12}
+SQLITE_SCHEMA = {1: 12, 2: 12, 3: 13}

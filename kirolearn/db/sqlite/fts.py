@@ -41,11 +41,14 @@ def match_count(conn: Connection, expression: str) -> int:
 
 
 def rank(conn: Connection, namespaces: Sequence[str], expression: str, limit: int,
-         since_id: int = 0, types: Sequence[str] = ()) -> list[tuple[int, float]]:
+         since_id: int = 0, types: Sequence[str] = (),
+         within: Sequence[int] | None = None) -> list[tuple[int, float]]:
     """(id, BM25) of the best matches with an id past ``since_id``, in the namespaces
-    (of these types, when given)."""
+    (of these types, when given; among these row ids, when given)."""
     p = Params(expression, since_id)
     where = f" AND mr.namespace IN {p.list(namespaces)}"
+    if within is not None:
+        where += f" AND memory_records_fts.rowid IN {p.list(within or [0])}"
     if types:  # the type is read from the row, not the covering index
         where += f" AND mr.observation_type IN {p.list(types)}"
         join = "JOIN memory_records mr ON mr.id = memory_records_fts.rowid"

@@ -235,4 +235,34 @@ ALTER TABLE memory_records ADD COLUMN files_key TEXT;
 CREATE INDEX memory_records_files ON memory_records (namespace, files_key)
     WHERE files_key IS NOT NULL;
 """),
+    (13, "record_files", """
+-- The file index: each file a valid record names (as the record gives it, relative to
+-- its project), so that the records about a file are found by an index seek: a file
+-- the agent opens, the files in play for a prompt. Kept by triggers, as the full-text
+-- index is: a record forgotten, marked invalid or rewritten by a scrub leaves it.
+CREATE TABLE record_files (
+    namespace TEXT NOT NULL,
+    path TEXT NOT NULL,
+    record_id INTEGER NOT NULL,  -- memory_records.id
+    PRIMARY KEY (namespace, path, record_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX record_files_record ON record_files (record_id);
+CREATE TRIGGER memory_records_files_ai AFTER INSERT ON memory_records
+WHEN new.invalid_reason IS NULL BEGIN
+    INSERT OR IGNORE INTO record_files SELECT new.namespace, value, new.id
+    FROM json_each(new.files_touched_json) WHERE type = 'text';
+END;
+CREATE TRIGGER memory_records_files_ad AFTER DELETE ON memory_records BEGIN
+    DELETE FROM record_files WHERE record_id = old.id;
+END;
+CREATE TRIGGER memory_records_files_au
+AFTER UPDATE OF namespace, files_touched_json, invalid_reason ON memory_records BEGIN
+    DELETE FROM record_files WHERE record_id = old.id;
+    INSERT OR IGNORE INTO record_files SELECT new.namespace, value, new.id
+    FROM json_each(new.files_touched_json) WHERE type = 'text' AND new.invalid_reason IS NULL;
+END;
+INSERT OR IGNORE INTO record_files SELECT mr.namespace, f.value, mr.id
+FROM memory_records mr, json_each(mr.files_touched_json) f
+WHERE mr.invalid_reason IS NULL AND f.type = 'text';
+"""),
 ]
