@@ -14,6 +14,9 @@ message and paths) and ``newest`` (the newest k stored commits). ``kirolearn-inj
 is what a hook would inject (``retrieval.limit`` records under ``context_tokens``): its
 recall, the share of questions given any context, and the share of ``OFF_TOPIC``
 prompts (general questions, other projects' requests) given none.
+``kirolearn-file-opened`` is what the agent is then given when it opens the first file
+the commit changes (``FILE_LIMIT`` records about it, none the prompt was given): its
+recall alone, and with the prompt's.
 
 Prints JSON Lines (DESIGN.md §10), one per system and k in 5, 10, 25.
 
@@ -45,6 +48,7 @@ from harness import require_embeddings, say
 from locomo import pipeline_done, wait_until
 
 from kirolearn import config, contract, paths, transport
+from kirolearn.roles.checks import FILE_LIMIT
 from kirolearn.search import context
 
 KL = [sys.executable, "-m", "kirolearn"]
@@ -313,6 +317,7 @@ def main() -> None:
                         "mode": args.mode, "budget_ms": 10_000, "records": True,
                         "namespace": namespace}
             hook: dict[str, list[float]] = {"recall": [], "given": [], "chars": []}
+            opened: dict[str, list[float]] = {"recall": [], "with_prompt": [], "chars": []}
             off_topic_given = []
             covered: dict[str, list[float]] = {"on-topic": [], "off-topic": []}
             with transport.Client(paths.Home(base).endpoint("retrieval"),
@@ -329,6 +334,17 @@ def main() -> None:
                     hook["given"].append(bool(reply["records"]))
                     hook["chars"].append(len(reply["context"]))
                     covered["on-topic"].append(reply.get("coverage") or 0.0)
+                    # what the agent is given when it then opens the first file it changes
+                    first = next(iter(changed_lines(args.repo, commit)))
+                    reply = retrieval.call("search", {
+                        **injected, "limit": FILE_LIMIT, "query": commit.message,
+                        "opened": [first], "exclude": [r["record_id"] for r in reply["records"]]})
+                    from_file = {commit_of.get(i) for r in reply["records"]
+                                 for i in r["source_event_ids"]}
+                    opened["recall"].append(len(commit.targets & from_file) / len(commit.targets))
+                    opened["with_prompt"].append(
+                        len(commit.targets & (found | from_file)) / len(commit.targets))
+                    opened["chars"].append(len(reply["context"]))
                     for k in KS:
                         reply = retrieval.call("search", {
                             "query": commit.message, "namespace": namespace, "limit": k,
@@ -380,6 +396,12 @@ def main() -> None:
         "offtopic_prompts": len(OFF_TOPIC),
         "offtopic_no_context_share": round(1 - statistics.mean(off_topic_given), 4),
         "context_chars_mean": round(statistics.mean(hook["chars"])),
+        "questions": len(questions), "repo": args.repo.name}), flush=True)
+    print(json.dumps({
+        "bench": "coderecall", "system": "kirolearn-file-opened", "mode": args.mode,
+        "k": FILE_LIMIT, "recall": round(statistics.mean(opened["recall"]), 4),
+        "recall_with_prompt": round(statistics.mean(opened["with_prompt"]), 4),
+        "context_chars_mean": round(statistics.mean(opened["chars"])),
         "questions": len(questions), "repo": args.repo.name}), flush=True)
 
 

@@ -4,7 +4,7 @@
 | --- | --- | --- |
 | ``SessionStart`` | ``note`` | the project's session context |
 | ``UserPromptSubmit`` | ``prompt`` (retrieval) | the prompt's context |
-| ``PostToolUse`` | ``tool_use`` ``{tool_name, tool_input, tool_response}`` | — |
+| ``PostToolUse`` | ``tool_use`` ``{tool_name, tool_input, tool_response}`` | what is known of a file first opened |
 | ``PostToolUseFailure`` | ``tool_use`` whose response is ``{is_error, error, …}`` | — |
 | ``Stop`` | ``session_summary`` from ``last_assistant_message`` | — |
 | ``SessionEnd`` | ``note`` with the reason | — |

@@ -273,10 +273,12 @@ def test_a_slow_embedder_gives_the_lexical_result_within_the_budget(corpus_db, e
     slow = Searcher(corpus_db, embedder=SlowEmbedder(embedder))
     try:
         slow.search(NAMESPACE, "warm up", 1, 10_000, mode="hybrid")  # its vectors loaded
-        expected = lexical.search(NAMESPACE, "database migrations", 10, 300)
-        got = slow.search(NAMESPACE, "database migrations", 10, 300, mode="hybrid")
-        assert got.records == expected.records and got.outcome == "ok"
-        assert got.latency_ms < 300
+        expected = lexical.search(NAMESPACE, "database migrations", 10, 10_000)
+        # a budget the embedder (1 s) misses, with room for the lexical side on a busy
+        # machine: the answer is the lexical one, in time
+        got = slow.search(NAMESPACE, "database migrations", 10, 800, mode="hybrid")
+        assert got.records == expected.records and got.outcome == "ok", got.error
+        assert got.latency_ms < 800
     finally:
         lexical.close()
         slow.close()
