@@ -10,7 +10,11 @@ the lines it changes (``git blame`` on its parent). A commit's recall at k is th
 share of its targets among the sessions of what a search for k records returns; MRR is
 the mean of 1 / the rank of the first hit from a target (at k = 25). Two baselines
 answer the same questions in the same run: ``bm25`` (one document per stored commit:
-message and paths) and ``newest`` (the newest k stored commits). ``kirolearn-injected``
+message and paths), ``bm25-whole-commit`` (message, paths and the lines its hunks
+changed) and ``newest`` (the newest k stored commits), each with the context its k
+documents would take. Only the records a search ranked count (a neighbour shown with a
+hit earns nothing), and a later commit that changes no code line (docs, changelogs,
+settings) is no question. ``kirolearn-injected``
 is what a hook would inject (``retrieval.limit`` records under ``context_tokens``): its
 recall, the share of questions given any context, and the share of ``OFF_TOPIC``
 prompts (general questions, other projects' requests) given none.
@@ -66,7 +70,15 @@ class Commit:
     when: str
     message: str
     paths: list[str] = field(default_factory=list)
+    diff: str = ""  # the lines its hunks changed, for the whole-commit baseline
     targets: set[str] = field(default_factory=set)  # commits that last touched its lines
+
+
+# A file of code, by its suffix: a commit that changes none (docs, changelogs, settings)
+# is no question of coding recall.
+CODE_SUFFIXES = (".py", ".pyi", ".js", ".jsx", ".ts", ".tsx", ".go", ".rs", ".java", ".kt",
+                 ".rb", ".c", ".h", ".cc", ".cpp", ".hpp", ".cs", ".swift", ".php", ".scala",
+                 ".sh", ".sql", ".lua", ".m", ".ex", ".exs", ".clj", ".hs", ".ml", ".vue")
 
 
 # Prompts about nothing a code base's memory holds: general questions, and requests in
@@ -211,6 +223,7 @@ def session_events(repo: Path, commit: Commit, namespace: str) -> list[dict]:
     events = [prompt]
     edits = hunks(repo, commit)
     commit.paths = list(dict.fromkeys(path for path, *_ in edits))
+    commit.diff = "\n".join(f"{old}\n{new}" for _, old, new, _ in edits)
     for path in commit.paths:
         events.append(tool("Read", {"file_path": f"{ROOT}/{path}"}, {"type": "text"}))
     for path, old, new, new_file in edits:
@@ -245,6 +258,21 @@ class BM25:
             scores[key] = sum(self.idf[w] * terms[w] * (self.k1 + 1) / (terms[w] + norm)
                               for w in words if w in terms)
         return sorted((key for key in scores if scores[key] > 0), key=lambda key: -scores[key])[:k]
+
+
+def questions_of(repo: Path, asked: list[Commit], stored: set[str]) -> list[Commit]:
+    """The later commits that change a code line some stored commit last touched, each
+    with those commits as its targets."""
+    questions, skipped = [], 0
+    for commit in asked:
+        if not any(path.endswith(CODE_SUFFIXES) for path in changed_lines(repo, commit)):
+            skipped += 1  # no code line changed: no question of coding recall
+            continue
+        commit.targets = blame_targets(repo, commit) & stored
+        if commit.targets:
+            questions.append(commit)
+    say(f"{len(questions)} questions; {skipped} later commits change no code line")
+    return questions
 
 
 def rank_of_first(ranked: list[set[str]], targets: set[str]) -> float:
@@ -301,22 +329,22 @@ def main() -> None:
                 + "; waiting for the pipeline")
             wait_until("the pipeline", lambda: pipeline_done(base, args.mode != "lexical"))
             say(f"records ready after {time.perf_counter() - started:.1f} s; asking")
-            questions = []
-            for commit in asked:
-                commit.targets = blame_targets(args.repo, commit) & by_sha.keys()
-                if commit.targets:
-                    questions.append(commit)
-            bm25 = BM25({c.sha: c.message + "\n" + " ".join(c.paths) for c in stored})
+            questions = questions_of(args.repo, asked, by_sha.keys())
+            documents = {"bm25": {c.sha: c.message + "\n" + " ".join(c.paths) for c in stored},
+                         "bm25-whole-commit": {c.sha: f"{c.message}\n{' '.join(c.paths)}\n"
+                                               f"{c.diff}" for c in stored}}
+            baselines = {system: BM25(texts) for system, texts in documents.items()}
             newest = [c.sha for c in reversed(stored)]
             recall: dict[tuple[str, int], list[float]] = {}
-            mrr: dict[str, list[float]] = {"kirolearn": [], "bm25": [], "newest": []}
+            mrr: dict[str, list[float]] = {s: [] for s in ("kirolearn", *baselines, "newest")}
+            baseline_chars: dict[tuple[str, int], list[int]] = {}
             chars: dict[int, list[int]] = {k: [] for k in KS}
             latencies = []
             loaded = config.load(paths.Home(base))["retrieval"]
             injected = {"limit": loaded["limit"], "tokens": loaded["context_tokens"],
                         "mode": args.mode, "budget_ms": 10_000, "records": True,
                         "namespace": namespace}
-            hook: dict[str, list[float]] = {"recall": [], "given": [], "chars": []}
+            hook: dict[str, list[float]] = {"recall": [], "given": [], "chars": [], "mrr": []}
             opened: dict[str, list[float]] = {"recall": [], "with_prompt": [], "chars": []}
             off_topic_given = []
             covered: dict[str, list[float]] = {"on-topic": [], "off-topic": []}
@@ -328,9 +356,11 @@ def main() -> None:
                     covered["off-topic"].append(reply.get("coverage") or 0.0)
                 for commit in questions:
                     reply = retrieval.call("search", {**injected, "query": commit.message})
-                    found = {commit_of.get(i) for r in reply["records"]
-                             for i in r["source_event_ids"]}
+                    hits = [{commit_of.get(i) for i in r["source_event_ids"]}
+                            for r in reply["records"] if not r.get("neighbour_of")]
+                    found = set().union(*hits)
                     hook["recall"].append(len(commit.targets & found) / len(commit.targets))
+                    hook["mrr"].append(rank_of_first(hits, commit.targets))
                     hook["given"].append(bool(reply["records"]))
                     hook["chars"].append(len(reply["context"]))
                     covered["on-topic"].append(reply.get("coverage") or 0.0)
@@ -340,7 +370,7 @@ def main() -> None:
                         **injected, "limit": FILE_LIMIT, "query": commit.message,
                         "opened": [first], "exclude": [r["record_id"] for r in reply["records"]]})
                     from_file = {commit_of.get(i) for r in reply["records"]
-                                 for i in r["source_event_ids"]}
+                                 if not r.get("neighbour_of") for i in r["source_event_ids"]}
                     opened["recall"].append(len(commit.targets & from_file) / len(commit.targets))
                     opened["with_prompt"].append(
                         len(commit.targets & (found | from_file)) / len(commit.targets))
@@ -354,10 +384,15 @@ def main() -> None:
                         shown = reply["records"]
                         ranked = [{commit_of[i] for i in r["source_event_ids"] if i in commit_of}
                                   for r in shown if not r.get("neighbour_of")]
-                        found = set().union(*ranked, *(
-                            {commit_of.get(i) for i in r["source_event_ids"]} for r in shown))
+                        found = set().union(*ranked)  # no credit for neighbours shown
                         chars[k].append(len(context.context_block(shown)))
-                        baseline = {"bm25": bm25.top(commit.message, k), "newest": newest[:k]}
+                        baseline = {system: index.top(commit.message, k)
+                                    for system, index in baselines.items()}
+                        baseline["newest"] = newest[:k]
+                        for system, hits in baseline.items():
+                            texts = documents.get(system, documents["bm25"])
+                            baseline_chars.setdefault((system, k), []).append(
+                                sum(len(texts[h]) for h in hits))
                         for system, hits in (("kirolearn", found), *baseline.items()):
                             recall.setdefault((system, k), []).append(
                                 len(commit.targets & set(hits)) / len(commit.targets))
@@ -375,7 +410,7 @@ def main() -> None:
             cuts = statistics.quantiles(values, n=10) if len(values) > 1 else values * 9
             say(f"{prompts}: the best lexical match's coverage, deciles"
                 f" {' '.join(f'{c:.2f}' for c in cuts)}")
-    for system in ("kirolearn", "bm25", "newest"):
+    for system in ("kirolearn", *baselines, "newest"):
         for k in KS:
             line = {"bench": "coderecall", "system": system, "k": k,
                     "mode": args.mode if system == "kirolearn" else None,
@@ -387,11 +422,15 @@ def main() -> None:
             if system == "kirolearn":
                 line.update(context_chars_mean=round(statistics.mean(chars[k])),
                             search_p50_ms=round(statistics.median(latencies), 2))
+            else:  # what its k documents would cost as context
+                line.update(context_chars_mean=round(statistics.mean(
+                    baseline_chars[(system, k)])))
             print(json.dumps(line), flush=True)
     print(json.dumps({
         "bench": "coderecall", "system": "kirolearn-injected", "mode": args.mode,
         "k": loaded["limit"], "tokens": loaded["context_tokens"],
         "recall": round(statistics.mean(hook["recall"]), 4),
+        "mrr": round(statistics.mean(hook["mrr"]), 4),
         "ontopic_given_share": round(statistics.mean(hook["given"]), 4),
         "offtopic_prompts": len(OFF_TOPIC),
         "offtopic_no_context_share": round(1 - statistics.mean(off_topic_given), 4),

@@ -32,7 +32,7 @@ CODE_NAME = re.compile(r"\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+|[a-z]+(?:[A-Z][a-z0-9]
                        r"[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|"
                        r"[A-Z]\w*(?:Error|Exception|Warning))\b")
 KEY_NAME = re.compile(r"^\s*[\"']?([A-Za-z_][\w.-]*)[\"']?\s*[:=]")  # settings: `key = v`
-MAX_IDENTIFIERS = 8
+MAX_IDENTIFIERS = 8  # the names an edit's fact shows (all are searched: its concepts)
 EXCERPT_BYTES = 4096  # what is kept of a read-only tool's use
 EXIT_CODE = re.compile(r"Exit code (-?\d+)\b")
 ERROR_NAME = re.compile(r"\b([A-Z]\w*(?:Error|Exception)|panic|Segmentation fault)\b")
@@ -151,7 +151,7 @@ def touched(new: list[str], old: list[str]) -> list[str]:
     names = DEFINITION.findall("\n".join(after + before)) + CODE_NAME.findall(text)
     names += [m.group(1) for line in changed if (m := KEY_NAME.match(line))
               and not DEFINITION.match(line)]
-    return [n for n in dict.fromkeys(names) if len(n) > 2][:MAX_IDENTIFIERS]
+    return [n for n in dict.fromkeys(names) if len(n) > 2]
 
 
 def only_looks(body: object) -> bool:
@@ -187,7 +187,7 @@ def _test_counts(output: str) -> str:
 def fact(action: Action, root: str | None) -> str | None:
     files = [relative(p, root) for p in action.paths]
     if action.kind == "edit":
-        names = ", ".join(f"`{name}`" for name in action.identifiers)
+        names = ", ".join(f"`{name}`" for name in action.identifiers[:MAX_IDENTIFIERS])
         return f"edited `{files[0]}` (+{action.added} −{action.removed})" + (
             f": {names}" if names else "")
     if action.kind == "read":

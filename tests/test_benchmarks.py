@@ -120,15 +120,20 @@ def test_coderecall_quick_run_finds_the_earlier_work_on_the_same_code(home, tmp_
                             text=True, timeout=300, env=env, cwd="/tmp")
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
-    *ranked, injected = rows
+    *ranked, injected, opened = rows
     assert [(r["system"], r["k"]) for r in ranked] == [
-        (system, k) for system in ("kirolearn", "bm25", "newest") for k in (5, 10, 25)]
+        (system, k) for system in ("kirolearn", "bm25", "bm25-whole-commit", "newest")
+        for k in (5, 10, 25)]
     assert injected["system"] == "kirolearn-injected" and injected["recall"] == 1.0
+    assert injected["mrr"] >= 0.5
     assert injected["ontopic_given_share"] == 1.0 and injected["offtopic_prompts"] >= 40
     assert injected["offtopic_no_context_share"] >= 0.5  # none, before stop words
+    # opening the first file it changes brings the earlier work on it back too
+    assert opened["system"] == "kirolearn-file-opened" and opened["recall_with_prompt"] == 1.0
     for row in ranked:
         assert row["bench"] == "coderecall" and row["questions"] == 3
         assert row["stored_commits"] == 7 and 0 <= row["mrr"] <= 1
+        assert row["context_chars_mean"] > 0
     kirolearn = {r["k"]: r for r in rows if r["system"] == "kirolearn"}
     assert kirolearn[5]["recall"] == 1.0 and kirolearn[5]["mrr"] >= 0.5
     assert kirolearn[5]["context_chars_mean"] > 0 and kirolearn[5]["search_p50_ms"] > 0

@@ -261,3 +261,19 @@ def test_any_batch_gives_valid_records(steps):
         assert contract.validate_record(r) is r
         assert r["namespace"] == NAMESPACE
         assert set(r["source_event_ids"]) <= {e["event_id"] for e in events}
+
+
+def test_every_name_an_edit_touched_is_a_concept_and_the_fact_shows_a_few():
+    """An edit of twelve functions: its fact names the first eight, the record's
+    concepts (searched, never shown) hold all twelve; plain English words a comment
+    caught (``type which``) are neither."""
+    names = [f"handle_case_{n}" for n in range(12)]
+    new = "# a type which is kept\n" + "".join(f"def {name}():\n    pass\n" for name in names)
+    [turn] = heuristic.extract(NAMESPACE, turn_events(
+        ("prompt", text("Split the dispatcher into one handler per case")),
+        ("tool_use", tool("Write", {"file_path": f"{ROOT}/app/cases.py", "content": new},
+                          {"success": True}))))
+    [fact] = turn["facts"]
+    assert fact.endswith(": " + ", ".join(f"`{name}`" for name in names[:8]))
+    assert set(names) <= set(turn["concepts"]) and "which" not in turn["concepts"]
+    assert "which" not in fact

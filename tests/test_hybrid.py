@@ -474,18 +474,22 @@ def test_type_usefulness_and_staleness_order_records_that_match_alike(tmp_path, 
 def test_a_memory_given_to_a_turn_that_touched_its_files_proved_useful(ingest, daemon):
     """Through the daemon: a prompt is given the record of earlier work on app/cache.py,
     and its turn edits that file, so the record proved useful once and is stale now (a
-    later turn changed its file); a turn that touched other files proves nothing."""
+    later turn changed its file); a turn that touched other files proves nothing, nor
+    does a record given to an edit because it is about the file edited."""
     def turn(session: str, prompt: str, path: str, new: str) -> str:
+        """The turn's context: its prompt's, and what its edit was given of its file."""
         asked = make_event("prompt", prompt, session_id=session)
         reply = ingest.call("put_event", {"event": asked, "retrieve": True})
         edit = make_event("tool_use", session_id=session, body={"type": "json", "data": {
             "tool_name": "Edit", "tool_input": {"file_path": f"/tmp/project/{path}",
                                                 "old_string": "", "new_string": new},
             "tool_response": {"success": True}}})
+        opened = ingest.call("put_event", {"event": edit, "retrieve": True, "opened": [path],
+                                           "exclude": reply["retrieval"]["record_ids"]})
         end = make_event("session_summary", "", session_id=session)
-        for event in (edit, end):
-            assert ingest.call("put_event", {"event": event})["status"] == "stored"
-        return reply["retrieval"]["context"]
+        assert opened["status"] == "stored"
+        assert ingest.call("put_event", {"event": end})["status"] == "stored"
+        return reply["retrieval"]["context"] + opened["retrieval"]["context"]
 
     def records() -> dict[str, tuple]:
         with db.reading(paths.Home(daemon).db_path) as conn:
@@ -509,6 +513,12 @@ def test_a_memory_given_to_a_turn_that_touched_its_files_proved_useful(ingest, d
         known = fts.signals(conn, [first, now[
             "Make the user lookups cache expire after ten minutes"][0]])
     assert [stale for _, _, stale in known.values()] == [True, False]
+    # what an edit is given of the file it opens is about that file by design: no proof
+    assert "expire after ten minutes" in turn("s-4", "Rename the helpers", "app/cache.py",
+                                              "def helper(): pass")
+    later = made(4)
+    assert later["Cache the user lookups in app/cache.py"] == (first, 1)
+    assert later["Make the user lookups cache expire after ten minutes"][1] == 0
 
 
 @given(st.lists(st.tuples(st.integers(0, 400), st.booleans()), min_size=1, max_size=12),

@@ -682,3 +682,17 @@ def test_a_projects_changed_files_are_read_in_the_background(tmp_path):
     assert wait_for(lambda: trees.changed(str(tmp_path))) == ("src/b.py",)
     assert worktree.read(str(tmp_path)) == ("src/b.py",)
     assert worktree.read(str(tmp_path / "src" / "none")) == ()
+
+
+def test_a_record_is_found_by_its_concepts_which_are_never_shown(store_at):
+    """The names an edit touched are searched as the record's words are, though its
+    context shows only its title, summary and facts."""
+    found = {**record(1, title="Split the dispatcher"),
+             "concepts": ["handle_refund_case", "cases"]}
+    searcher = Searcher(make_db(store_at, [found, record(2, title="Split the invoices")]))
+    try:
+        result = searcher.search(NS_A, "where is handle_refund_case", 5, 5000)
+        assert [r["record_id"] for r in result.records] == [found["record_id"]]
+        assert "handle_refund_case" not in result.context
+    finally:
+        searcher.close()

@@ -258,7 +258,8 @@ def _complete_batch(conn: Connection, batch_id: str, records: list[dict],
 
 def note_usefulness(conn: Connection, records: list[dict]) -> None:
     """Each record given to a prompt of these records' turns whose files the turn then
-    touched proved useful once more (once per prompt)."""
+    touched proved useful once more (once per prompt). What a tool use was given about
+    the files it opened is about those files by design: it proves nothing."""
     useful: set[tuple[str, str]] = set()  # (prompt event id, record id)
     files_of: dict[str, set[str]] = {}
     for record in records:
@@ -267,8 +268,9 @@ def note_usefulness(conn: Connection, records: list[dict]) -> None:
             continue
         p = Params()
         for prompt_id, ids_json in conn.execute(
-                "SELECT prompt_event_id, record_ids_json FROM retrievals"
-                f" WHERE prompt_event_id IN {p.list(record['source_event_ids'])}",
+                "SELECT r.prompt_event_id, r.record_ids_json FROM retrievals r"
+                " JOIN events e ON e.event_id = r.prompt_event_id AND e.kind = 'prompt'"
+                f" WHERE r.prompt_event_id IN {p.list(record['source_event_ids'])}",
                 p.values).fetchall():
             given = [i for i in json.loads(ids_json) if isinstance(i, str)]
             unknown = [i for i in given if i not in files_of]

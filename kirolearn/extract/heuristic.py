@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kirolearn import contract
-from kirolearn.tooluse import MAX_IDENTIFIERS, Action, cut, fact, first_lines, observe, relative
+from kirolearn.search.query import is_stop_word
+from kirolearn.tooluse import Action, cut, fact, first_lines, observe, relative
 
 STRATEGY = "heuristic"
 TITLE_CHARS = 120
@@ -33,6 +35,7 @@ REQUEST_CHARS = 600
 CONCLUSION_CHARS = 1500
 ERROR_LINES = 8
 MAX_FACTS = 30
+MAX_CONCEPTS = 100  # a record's most (contract.validate_record)
 
 PATH_IN_TEXT = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.(?:py|ts|tsx|js|jsx|go|rs|java|rb|"
                           r"c|h|cpp|cs|md|toml|yaml|yml|json|sql|sh|kt|swift|php))\b")
@@ -74,8 +77,9 @@ def only_asks(text: str) -> bool:
     return asked
 
 
-def concepts_of(texts: list[str], files: list[str]) -> list[str]:
-    """Keywords a search might use: file stems and directories, code identifiers."""
+def concepts_of(texts: list[str], files: list[str], names: Iterable[str] = ()) -> list[str]:
+    """Keywords a search might use, never shown: file stems and directories, every name
+    the turn's edits touched (``names``), the code identifiers in its texts."""
     found: list[str] = []
     for path in files:
         parts = path.replace("\\", "/").split("/")
@@ -83,9 +87,10 @@ def concepts_of(texts: list[str], files: list[str]) -> list[str]:
         stem = os.path.splitext(parts[-1])[0]
         if stem:
             found.append(stem)
+    found += names
     for text in texts:
         found += IDENTIFIER.findall(text)
-    return [c[:100] for c in dict.fromkeys(found)][:12]
+    return [c[:100] for c in dict.fromkeys(found)][:MAX_CONCEPTS]
 
 
 # -- records ---------------------------------------------------------------------------------
@@ -140,8 +145,7 @@ def in_brief(actions: list[Action]) -> list[Action]:
             edit = told[at]
             told[at] = edit._replace(
                 added=edit.added + action.added, removed=edit.removed + action.removed,
-                identifiers=list(dict.fromkeys([*edit.identifiers, *action.identifiers])
-                                 )[:MAX_IDENTIFIERS])
+                identifiers=list(dict.fromkeys([*edit.identifiers, *action.identifiers])))
         elif action.kind == "edit":
             edit_at[action.paths[0]] = len(told)
             told.append(action._replace(identifiers=list(action.identifiers)))
@@ -164,8 +168,17 @@ def is_echo(turn: Turn) -> bool:
             and all(a.kind == "quiet" and not a.failed for a in turn.actions))
 
 
+def code_names(action: Action) -> Action:
+    """The action, without the plain English words its edit's names caught (``which``
+    after ``type`` in a comment)."""
+    if not action.identifiers:
+        return action
+    return action._replace(identifiers=[n for n in action.identifiers
+                                        if not is_stop_word(n.lower())])
+
+
 def turn_records(namespace: str, turn: Turn, root: str | None) -> list[dict]:
-    actions = [a for a in turn.actions if a.kind != "quiet"]
+    actions = [code_names(a) for a in turn.actions if a.kind != "quiet"]
     told = in_brief(actions)
     facts = [f for f in (fact(a, root) for a in told) if f]
     files = list(dict.fromkeys(relative(p, root) for a in actions for p in a.paths))
@@ -183,8 +196,8 @@ def turn_records(namespace: str, turn: Turn, root: str | None) -> list[dict]:
             cut(conclusion, CONCLUSION_CHARS)) if part) or cut(title, REQUEST_CHARS)
         kind = "tool_use" if actions else "discovery"
         records.append(record(namespace, title, summary, kind, list(dict.fromkeys(facts)),
-                              concepts_of([turn.request, *turn.asked, *facts, *identifiers(
-                                  actions)], files), files, turn.event_ids))
+                              concepts_of([turn.request, *turn.asked, *facts], files,
+                                          identifiers(actions)), files, turn.event_ids))
     elif conclusion:  # a turn summary whose prompt and tools were in an earlier batch
         records.append(record(namespace, conclusion.splitlines()[0], conclusion,
                               "session_summary", [], concepts_of([conclusion], []), [],

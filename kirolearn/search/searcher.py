@@ -72,7 +72,10 @@ NEIGHBOUR_WEIGHT = 0.3  # share of its neighbours' fused scores a candidate gain
 COVERAGE_CHECKED = 3  # the best-ranked lexical matches whose coverage is read
 FILE_RECORDS = 500  # the newest records of the files asked about that are weighed
 IN_PLAY_BOOST = 1.5  # a lexical match naming a file in play: its score × this
-NEWEST_WEIGHT = 0.5  # in what a file brings back, the newest first weigh this much
+# What a file brings back is fused from three rankings of its records: by the request's
+# words (weighing 1), by closeness in meaning (hybrid) and newest first (these).
+MEANING_WEIGHT = 0.5
+NEWEST_WEIGHT = 0.5
 
 
 def clearing(records: list[dict], home: str, floor: float) -> list[dict]:
@@ -323,7 +326,7 @@ class Searcher:
             close = self._closeness(namespaces, query, lexical, newest) if (
                 mode != "lexical" and self.embedder is not None) else {}
             rankings.append((sorted((i for i in close if close[i] >= self.min_similarity),
-                                    key=lambda i: -close[i]), 1.0))
+                                    key=lambda i: -close[i]), MEANING_WEIGHT))
         scores: dict[str, float] = {}
         for ranked, share in rankings:
             for rank, record_id in enumerate(ranked, start=1):
@@ -541,10 +544,12 @@ class Searcher:
     def _held(self, conn: Connection, records: list[dict],
               weights: dict[tuple[str, ...], float]) -> dict[str, float]:
         """How much of the query's weight each of these records holds (``coverage``), by
-        id: a term is held when the record's text has all its index terms."""
+        id: a term is held when the record's indexed text (its concepts too) has all its
+        index terms."""
         if not records or not weights:
             return {}
-        texts = [" ".join([r["title"], r["summary"], *r["facts"]]) for r in records]
+        texts = [" ".join([r["title"], r["summary"], *r["facts"], *r["concepts"]])
+                 for r in records]
         found = [set(terms) for terms in conn.dialect.fts.index_terms(conn, texts)]
         return {r["record_id"]: coverage(weights, {t for t in weights if held.issuperset(t)})
                 for r, held in zip(records, found, strict=True)}

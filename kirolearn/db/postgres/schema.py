@@ -225,8 +225,29 @@ INSERT INTO record_files SELECT DISTINCT mr.namespace, j.value #>> '{}', mr.id
 FROM memory_records mr, jsonb_array_elements(mr.files_touched_json::jsonb) AS j(value)
 WHERE mr.invalid_reason IS NULL AND jsonb_typeof(j.value) = 'string';
 """),
+    (4, "concepts_indexed", """
+-- A record's concepts are searched as its words are (SQLite's migration 14): the JSON
+-- list read as text, its punctuation separating words.
+ALTER TABLE memory_records DROP COLUMN search;
+ALTER TABLE memory_records ADD COLUMN search tsvector GENERATED ALWAYS AS (
+    CASE WHEN invalid_reason IS NULL THEN
+        to_tsvector('kirolearn'::regconfig, title || ' ' || summary || ' ' || facts_text
+                                            || ' ' || concepts_json)
+        || kirolearn_identifiers(title || ' ' || summary || ' ' || facts_text || ' '
+                                 || concepts_json)
+    END) STORED;
+CREATE INDEX memory_records_search ON memory_records USING gin (search);
+DROP TRIGGER memory_records_terms ON memory_records;
+CREATE TRIGGER memory_records_terms
+AFTER INSERT OR DELETE OR UPDATE OF title, summary, facts_text, concepts_json, invalid_reason
+ON memory_records FOR EACH ROW EXECUTE FUNCTION record_terms_count();
+DELETE FROM record_terms;
+INSERT INTO record_terms SELECT term, count(*) FROM memory_records,
+    unnest(tsvector_to_array(search)) AS t(term) GROUP BY term;
+ANALYZE memory_records;
+"""),
 ]
 
 
 # Each migration's schema, as the SQLite migration it matches (exports name that one).
-SQLITE_SCHEMA = {1: 12, 2: 12, 3: 13}
+SQLITE_SCHEMA = {1: 12, 2: 12, 3: 13, 4: 14}

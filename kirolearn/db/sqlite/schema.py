@@ -265,4 +265,45 @@ INSERT OR IGNORE INTO record_files SELECT mr.namespace, f.value, mr.id
 FROM memory_records mr, json_each(mr.files_touched_json) f
 WHERE mr.invalid_reason IS NULL AND f.type = 'text';
 """),
+    (14, "concepts_indexed", """
+-- A record's concepts (the names its edits touched, its files' stems) are searched as its
+-- words are, though never shown: the full-text index gains them as a column. The index
+-- reads the JSON list as text: its quotes and commas separate words as spaces do.
+DROP TRIGGER memory_records_ai;
+DROP TRIGGER memory_records_ad;
+DROP TRIGGER memory_records_au;
+DROP TABLE memory_records_fts_vocab;
+DROP TABLE memory_records_fts;
+CREATE VIRTUAL TABLE memory_records_fts USING fts5 (
+    title, summary, facts_text, concepts_json,
+    content = 'memory_records', content_rowid = 'id',
+    tokenize = 'porter unicode61 remove_diacritics 2'
+);
+CREATE VIRTUAL TABLE memory_records_fts_vocab USING fts5vocab (memory_records_fts, 'row');
+CREATE TRIGGER memory_records_ai AFTER INSERT ON memory_records
+WHEN new.invalid_reason IS NULL BEGIN
+    INSERT INTO memory_records_fts (rowid, title, summary, facts_text, concepts_json)
+    VALUES (new.id, new.title, new.summary, new.facts_text, new.concepts_json);
+END;
+CREATE TRIGGER memory_records_ad AFTER DELETE ON memory_records
+WHEN old.invalid_reason IS NULL BEGIN
+    INSERT INTO memory_records_fts (memory_records_fts, rowid, title, summary, facts_text,
+                                    concepts_json)
+    VALUES ('delete', old.id, old.title, old.summary, old.facts_text, old.concepts_json);
+END;
+CREATE TRIGGER memory_records_au
+AFTER UPDATE OF title, summary, facts_text, concepts_json, invalid_reason
+ON memory_records BEGIN
+    INSERT INTO memory_records_fts (memory_records_fts, rowid, title, summary, facts_text,
+                                    concepts_json)
+    SELECT 'delete', old.id, old.title, old.summary, old.facts_text, old.concepts_json
+    WHERE old.invalid_reason IS NULL;
+    INSERT INTO memory_records_fts (rowid, title, summary, facts_text, concepts_json)
+    SELECT new.id, new.title, new.summary, new.facts_text, new.concepts_json
+    WHERE new.invalid_reason IS NULL;
+END;
+INSERT INTO memory_records_fts (rowid, title, summary, facts_text, concepts_json)
+SELECT id, title, summary, facts_text, concepts_json FROM memory_records
+WHERE invalid_reason IS NULL;
+"""),
 ]
