@@ -4,11 +4,12 @@
 | --- | --- | --- |
 | ``SessionStart`` | ``note`` | the project's session context |
 | ``UserPromptSubmit`` | ``prompt`` (retrieval) | the prompt's context |
-| ``PostToolUse`` | ``tool_use`` ``{tool_name, tool_input, tool_response}`` | what is known of a file first opened |
+| ``PostToolUse`` | ``tool_use`` ``{tool_name, tool_input, tool_response}`` | a file's memories |
 | ``PostToolUseFailure`` | ``tool_use`` whose response is ``{is_error, error, …}`` | — |
 | ``Stop`` | ``session_summary`` from ``last_assistant_message`` | — |
 | ``SessionEnd`` | ``note`` with the reason | — |
 
+A file's memories: what is known of a file the session first opens (``common.answer``).
 Context goes out as ``{"hookSpecificOutput": {"hookEventName": …,
 "additionalContext": …}}``, which Claude Code adds to the conversation next to
 the prompt. The session is Claude Code's own ``session_id``. Codex and Gemini CLI

@@ -7,7 +7,7 @@ for context), so the payload is read by ``claude_code.read``:
 | --- | --- | --- |
 | ``SessionStart`` | ``note`` | the project's session context |
 | ``UserPromptSubmit`` | ``prompt`` (retrieval) | the prompt's context |
-| ``PostToolUse`` | ``tool_use`` (``Bash`` with its ``command``) | what is known of a file first edited |
+| ``PostToolUse`` | ``tool_use`` (``Bash`` with its ``command``) | a file's memories |
 | ``Stop`` | ``session_summary`` from ``last_assistant_message`` | — |
 | ``SessionEnd`` | ``note`` with the reason | — |
 

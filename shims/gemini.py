@@ -12,7 +12,7 @@ stored is the user's words alone.
 | --- | --- | --- |
 | ``SessionStart`` | ``note`` | the project's session context |
 | ``BeforeAgent`` | ``prompt`` (retrieval) | the prompt's context, added to the turn |
-| ``AfterTool`` | ``tool_use`` | what is known of a file first opened |
+| ``AfterTool`` | ``tool_use`` | a file's memories |
 | ``AfterAgent`` | ``session_summary`` from ``prompt_response`` | — |
 | ``SessionEnd`` | ``note`` with the reason | — |
 """

@@ -543,14 +543,16 @@ def test_neighbours_never_push_out_a_hit(sizes, budget):
 
 
 def test_a_summary_that_repeats_the_title_is_not_shown_twice():
-    short = context_format.record_section(record("We deploy with pnpm.", "We deploy with pnpm."))
-    assert short == "### We deploy with pnpm."
+    day = "2026-05-14T10:00:00+00:00"  # the day of the work, shown by the title
+    short = context_format.record_section(record("We deploy with pnpm.", "We deploy with pnpm.",
+                                                 created_at=day))
+    assert short == "### We deploy with pnpm. · 2026-05-14"
     text = " ".join(f"w{n}" for n in range(40)) + " and the rest, which the title lacks."
-    long = record(tooluse_cut(text, 120), text + "\n\nDone: edited 1 file.")
+    long = record(tooluse_cut(text, 120), text + "\n\nDone: edited 1 file.", created_at=day)
     section = context_format.record_section(long)
     assert re.findall(r"\bw\d+\b", section) == [f"w{n}" for n in range(40)]
     assert section.endswith("w39 and the rest, which the title lacks.\n\nDone: edited 1 file.")
-    assert "…\n\n…w" in section
+    assert "… · 2026-05-14\n\n…w" in section
 
 
 # -- the daemon: back-fill, status, modes ----------------------------------------------------

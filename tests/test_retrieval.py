@@ -29,10 +29,11 @@ UUID_RECORD = {
 LOGGING_RECORD = {**UUID_RECORD, "record_id": "R" + "2" * 25,
                   "title": "Decide on structured logging",
                   "summary": "We log JSON lines with a request id on every line.", "facts": [],
+                  "concepts": ["logging"], "files_touched": [],
                   "created_at": "2026-11-02T10:00:00.000+00:00"}
 UUID_CONTEXT = fenced(
     "## Prior observations from kirolearn\n\n"
-    "### Switch user ids to UUID\n\n"
+    "### Switch user ids to UUID · 2026-11-01\n\n"
     "Migrated the users table from integer ids to UUIDs in two steps.\n\n"
     "- edited `migrations/0042_user_uuid.py` (+48 −3)\n"
     "- ran `alembic upgrade head` → exit 0")
@@ -337,7 +338,7 @@ def test_a_prompt_that_refers_back_is_searched_with_the_previous_one(daemon, ctx
             return reply["retrieval"]["context"]
 
         def first(text: str, session_id: str = "now") -> str:
-            return context(text, session_id).split("\n### ")[1].split("\n")[0]
+            return context(text, session_id).split("\n### ")[1].split("\n")[0].split(" · ")[0]
 
         invoice = "Fix the invoice CSV exporter for missing customers"
         assert context("and the other one?", "alone") == ""  # stop words alone match nothing

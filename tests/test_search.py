@@ -196,7 +196,7 @@ def test_a_prompt_finds_its_records_ranked_and_in_the_fixed_format(searcher):
     one = searcher.search(NS_A, "UUID", 1, 5000)
     assert one.context == context_format.fenced(
         "## Prior observations from kirolearn\n\n"
-        "### Switch user ids to UUID\n\n"
+        "### Switch user ids to UUID · 2026-01-01\n\n"
         "Migrated the users table from integer ids to UUIDs in two steps.\n\n"
         "- edited `migrations/0042_user_uuid.py` (+48 −3)\n"
         "- ran `alembic upgrade head` → exit 0")
@@ -448,8 +448,8 @@ def test_the_session_context_gives_recent_work_then_what_is_retrieved_most(corpu
         recent = "\n".join(f"- 2026-02-01 Later change {n}: Change {n}." for n in range(15, 10, -1))
         assert result.context == context_format.fenced(
             "## This project so far (from kirolearn)\n\nRecent work:\n" + recent
-            + "\n\n### Fix flaky pagination test\n\nThe cursor was reused between pages; each"
-            " page now gets a new one.\n\n- edited `tests/test_pages.py` (+5 −2)")
+            + "\n\n### Fix flaky pagination test · 2026-01-01\n\nThe cursor was reused between"
+            " pages; each page now gets a new one.\n\n- edited `tests/test_pages.py` (+5 −2)")
         assert result.record_ids[-1] == f"R{2:025d}"  # the one retrieved most, in full
         assert s.session_context(NS_A, 0).as_dict()["context"] == ""
         assert s.session_context("/actor/x/project/none/", 1000).outcome == "empty"

@@ -233,12 +233,23 @@ class HeuristicExtractor:
         return {}
 
 
+def happened(event: dict) -> tuple[float, str] | None:
+    """When an event happened (its ``valid_time``): a record is as old as the work it
+    tells of, not as its extraction (an import, a backlog)."""
+    try:
+        return contract.parse_valid_time(event["valid_time"]).timestamp(), event["valid_time"]
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def extract(namespace: str, events: list[dict]) -> list[dict]:
-    """Records for a batch (events in time order, bodies decoded)."""
+    """Records for a batch (events in time order, bodies decoded), each as old as the
+    last event of its turn."""
     records: list[dict] = []
     turns: dict[str, Turn] = {}
     echoes: dict[str, Turn] = {}  # per session, the echo-only turns waiting for the next
     roots = {e["session_id"]: e.get("project_path") for e in events}
+    done = {e["event_id"]: happened(e) for e in events if happened(e)}  # when, by event
 
     def close(session_id: str) -> None:
         turn = turns.pop(session_id, None)
@@ -249,7 +260,9 @@ def extract(namespace: str, events: list[dict]) -> list[dict]:
             waiting.asked += [*turn.asked, turn.request]
             waiting.event_ids += turn.event_ids
             return
-        records.extend(turn_records(namespace, turn, roots.get(session_id)))
+        made = turn_records(namespace, turn, roots.get(session_id))
+        when = max((done[i] for i in turn.event_ids if i in done), default=None)
+        records.extend({**r, "created_at": when[1]} if when else r for r in made)
 
     def start(session_id: str, request: str = "", event_ids: list[str] | None = None) -> Turn:
         waiting = echoes.pop(session_id, Turn(session_id))
