@@ -344,11 +344,13 @@ def answer(surface: str, hook: Hook, tool_context: bool = False) -> str:
                                     session_id), retrieve="session")[0]
     if hook.role == "prompt":
         event = shim.event("prompt", text_body(hook.text), session_id)
+        session.save(prompt_event_id=event["event_id"])  # before: the turn's tools follow it
         in_play = session.listed("files")
         context, records = shim.post(event, retrieve=True,
                                      hints={"files": in_play} if in_play else None)
-        session.add("given", records, SESSION_GIVEN)
-        session.save(prompt_event_id=event["event_id"])
+        if records:
+            session.add("given", records, SESSION_GIVEN)
+            session.save()
         return context
     contexts = []
     if hook.role == "tool":

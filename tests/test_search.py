@@ -8,6 +8,7 @@ import random
 import sqlite3
 import subprocess
 import time
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from helpers import make_db, wait_for
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from kirolearn import contract, db
 from kirolearn.db import postgres, writes
 from kirolearn.db.sqlite import schema as sqlite_schema
-from kirolearn.search import checkpoint, worktree
+from kirolearn.search import checkpoint, when, worktree
 from kirolearn.search import context as context_format
 from kirolearn.search import query as fts_query
 from kirolearn.search.searcher import Searcher, clearing
@@ -694,5 +695,73 @@ def test_a_record_is_found_by_its_concepts_which_are_never_shown(store_at):
         result = searcher.search(NS_A, "where is handle_refund_case", 5, 5000)
         assert [r["record_id"] for r in result.records] == [found["record_id"]]
         assert "handle_refund_case" not in result.context
+    finally:
+        searcher.close()
+
+
+NOW = datetime(2026, 11, 27, 16, 30, tzinfo=timezone(timedelta(hours=1)))  # a Friday
+
+
+@pytest.mark.parametrize("text, start, end", [
+    ("what did we fix yesterday?", "2026-11-26", "2026-11-27"),
+    ("Today's build", "2026-11-27", "2026-11-28"),
+    ("the change last week", "2026-11-16", "2026-11-23"),
+    ("what broke in May", "2026-05-01", "2026-06-01"),
+    ("the December release", None, None),  # a month alone names no time: "in December"
+    ("in December", "2025-12-01", "2026-01-01"),
+    ("Sept 2025 outage", "2025-09-01", "2025-10-01"),
+    ("3 days ago", "2026-11-24", "2026-11-25"),
+    ("two weeks ago", "2026-11-10", "2026-11-17"),
+    ("the fix on 2026-05-14", "2026-05-14", "2026-05-15"),
+    ("last Tuesday", "2026-11-24", "2026-11-25"),
+    ("on Friday", "2026-11-20", "2026-11-21"),  # the latest before today
+    ("last month", "2026-10-01", "2026-11-01"),
+    ("last year", "2025-01-01", "2026-01-01"),
+    ("fix the retry loop", None, None),
+])
+def test_a_request_names_a_time(text, start, end):
+    found = when.span(text, NOW)
+    if start is None:
+        assert found is None
+    else:
+        assert [t.date().isoformat() for t in found] == [start, end]
+        assert all(t.tzinfo == NOW.tzinfo for t in found)
+
+
+TIME_WORDS = ["yesterday", "today", "last", "past", "this", "week", "weeks", "month", "year",
+              "days", "ago", "in", "on", "May", "sept", "December", "Monday", "sunday", "two",
+              "a", "3", "999", "2025", "2026-02-30", "2026-05-14", "fix", "the", "."]
+
+
+@given(st.one_of(st.text(max_size=60), st.lists(st.sampled_from(TIME_WORDS), max_size=6)
+                 .map(" ".join)),
+       st.datetimes(datetime(2000, 1, 1), datetime(2100, 1, 1), timezones=st.just(UTC)))
+def test_any_text_names_no_time_or_a_span_that_has_begun(text, now):
+    """Never raises; a span named is non-empty, and, but for a date or year the text
+    spells out, begins no later than now (the past is what memories are of)."""
+    found = when.span(text, now)
+    if found is not None:
+        start, end = found
+        assert start < end
+        assert start <= now or any((word.isdigit() and len(word) == 4) or "-" in word
+                                   for word in text.split())
+
+
+def test_work_of_the_day_a_request_names_ranks_first(store_at):
+    """Two records as good a match: the one of the day the request names comes first,
+    though the other is newer."""
+    today = datetime.now().astimezone().replace(hour=12, minute=0, second=0, microsecond=0)
+    records = [{**record(1, title="Fix the retry loop in the client"),
+                "created_at": (today - timedelta(days=1)).isoformat()},
+               {**record(2, title="Fix the retry loop in the server"),
+                "created_at": (today - timedelta(days=9)).isoformat()}]
+    searcher = Searcher(make_db(store_at, records))
+    try:
+        def first(query: str) -> int:
+            return int(searcher.search(NS_A, query, 2, 5000).records[0]["record_id"][1:])
+
+        assert first("fix the retry loop") == 2  # the newer id first on a tie
+        assert first("what did we do to fix the retry loop yesterday") == 1
+        assert first("fix the retry loop 9 days ago") == 2
     finally:
         searcher.close()

@@ -3,6 +3,7 @@ itself (the others are tested through the searcher, in test_hybrid)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 from hypothesis import given
@@ -105,3 +106,29 @@ def test_a_strong_lexical_match_is_kept_below_the_floor_of_meaning():
                    lexical=lexical({"strong": steps.STRONG_COVERAGE, "weak": 0.2}))
     steps.similar_enough(env, state)
     assert [i for i, _ in state.fused] == ["strong"]
+
+
+@given(st.lists(st.tuples(st.floats(0.01, 1), st.integers(0, 30)), max_size=12))
+def test_work_of_the_time_the_request_names_ranks_higher(candidates):
+    """``in_time``: a candidate of the span is lifted by IN_TIME_BOOST, the others keep
+    their scores and their order among themselves."""
+    day = 86_400_000.0
+    now = datetime(2026, 11, 27, 12, tzinfo=UTC)
+    span = (now - timedelta(days=10), now - timedelta(days=5))
+    fused = sorted(((f"r{n}", score) for n, (score, _) in enumerate(candidates)),
+                   key=lambda item: -item[1])
+    created = {f"r{n}": now.timestamp() * 1000 - age * day
+               for n, (_, age) in enumerate(candidates)}
+    state = search(fused=list(fused), created=created)
+    steps.in_time(SimpleNamespace(span=span), state)
+    inside = {i for i, when in created.items()
+              if span[0].timestamp() * 1000 <= when < span[1].timestamp() * 1000}
+    lifted = dict(state.fused)
+    assert lifted == {i: score * (steps.IN_TIME_BOOST if i in inside else 1.0)
+                      for i, score in fused}
+    assert [s for _, s in state.fused] == sorted(lifted.values(), reverse=True)
+    others = [i for i, _ in state.fused if i not in inside]
+    assert others == [i for i, _ in fused if i not in inside]
+    state = search(fused=list(fused), created=created)
+    steps.in_time(SimpleNamespace(span=None), state)
+    assert state.fused == fused  # no time named: nothing moves

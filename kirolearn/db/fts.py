@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 
 from kirolearn import contract
 from kirolearn.db import path_key, reads
@@ -61,6 +62,24 @@ def records_of_files(conn: Connection, namespaces: Sequence[str], paths: Sequenc
         "SELECT DISTINCT rf.record_id, mr.record_id FROM record_files rf"
         f" JOIN memory_records mr ON mr.id = rf.record_id WHERE {where}"
         f" ORDER BY rf.record_id DESC LIMIT {p(limit)}", p.values)]
+
+
+def records_between(conn: Connection, namespaces: Sequence[str], start: datetime,
+                    end: datetime, limit: int) -> list[int]:
+    """The row ids of the valid records of work done in ``[start, end)``, newest first
+    (their times compared as times; the index narrows them by day, a day wider each
+    side for the time zones)."""
+    if not namespaces:
+        return []
+    p = Params()
+    where = (f"namespace IN {p.list(namespaces)} AND invalid_reason IS NULL"
+             f" AND created_at >= {p((start - timedelta(days=1)).date().isoformat())}"
+             f" AND created_at < {p((end + timedelta(days=1)).date().isoformat())}"
+             f" AND julianday(created_at) >= julianday({p(start.isoformat())})"
+             f" AND julianday(created_at) < julianday({p(end.isoformat())})")
+    return [row[0] for row in conn.execute(
+        f"SELECT id FROM memory_records WHERE {where} ORDER BY id DESC LIMIT {p(limit)}",
+        p.values)]
 
 
 def records_by_rowid(conn: Connection, ids: Sequence[int]) -> dict[int, dict]:

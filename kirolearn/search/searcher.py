@@ -26,11 +26,12 @@ import concurrent.futures
 import math
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime
 
 from kirolearn import db, project
 from kirolearn.db import errors, fts, reads
 from kirolearn.db.store import Connection
-from kirolearn.search import checkpoint, embeddings, ranking, steps, vectors
+from kirolearn.search import checkpoint, embeddings, ranking, steps, vectors, when
 from kirolearn.search.context import (
     FENCE_TOKENS,
     SESSION_LOOKBACK,
@@ -72,6 +73,7 @@ NEIGHBOUR_WEIGHT = 0.3  # share of its neighbours' fused scores a candidate gain
 COVERAGE_CHECKED = 3  # the best-ranked lexical matches whose coverage is read
 FILE_RECORDS = 500  # the newest records of the files asked about that are weighed
 IN_PLAY_BOOST = 1.5  # a lexical match naming a file in play: its score × this
+SPAN_RECORDS = 2000  # the newest records of the time a request names that are weighed
 # What a file brings back is fused from three rankings of its records: by the request's
 # words (weighing 1), by closeness in meaning (hybrid) and newest first (these).
 MEANING_WEIGHT = 0.5
@@ -127,6 +129,7 @@ class Searcher:
         self.deadline = math.inf
         self.types: tuple[str, ...] = ()  # of the search under way
         self.files: tuple[str, ...] = ()  # the files in play, of the search under way
+        self.span: tuple[datetime, datetime] | None = None  # the time its request names
         self._stems: dict[str, tuple[str, ...]] = {}
         self._doc_freq: dict[tuple[str, ...], int] = {}
         self._total = 0
@@ -193,6 +196,7 @@ class Searcher:
             return result
 
         self.types, self.files = tuple(types), tuple(files)
+        self.span = when.span(query, datetime.now().astimezone())
         return self._answer(namespace, share, budget_ms, deadline, max_tokens, run)
 
     def about_files(self, namespace: str | Sequence[str], files: Sequence[str], query: str,
@@ -204,7 +208,7 @@ class Searcher:
         the agent is working on: its words, and in a hybrid search its meaning), the
         newer first among equals; none of ``exclude`` (what the session was given
         already). Never raises; the rest as ``search``."""
-        self.types, self.files = (), ()
+        self.types, self.files, self.span = (), (), None
         return self._answer(namespace, share, budget_ms, deadline, max_tokens,
                             lambda namespaces: self._about_files(
                                 namespaces, tuple(files), query, limit, mode, set(exclude)))
@@ -381,9 +385,9 @@ class Searcher:
                 ids = conn.dialect.fts.rank(conn, namespaces, expression, wanted, 0,
                                             self.types, within)
             else:
-                ids = self._in_play(conn, namespaces, expression,
-                                    self._rank(conn, namespaces, expression, wanted, window),
-                                    wanted)
+                ids = self._lifted(conn, namespaces, expression,
+                                   self._rank(conn, namespaces, expression, wanted, window),
+                                   wanted)
         except errors.StoreError:
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed from None
@@ -554,25 +558,27 @@ class Searcher:
         return {r["record_id"]: coverage(weights, {t for t in weights if held.issuperset(t)})
                 for r, held in zip(records, found, strict=True)}
 
-    def _in_play(self, conn: Connection, namespaces: tuple[str, ...], expression: str,
-                 ranked: list[tuple[int, float]], limit: int) -> list[tuple[int, float]]:
-        """The files in play (``files``) lift the records naming them: the best matches
-        among those join the ranking, and each one's score is multiplied by
-        IN_PLAY_BOOST (lower is better: BM25 and negated ts_rank are negative)."""
-        if not self.files:
-            return ranked
-        named = [row for row, _ in fts.records_of_files(conn, namespaces, self.files,
-                                                        FILE_RECORDS)]
-        if not named:
+    def _lifted(self, conn: Connection, namespaces: tuple[str, ...], expression: str,
+                ranked: list[tuple[int, float]], limit: int) -> list[tuple[int, float]]:
+        """What is known beside the words lifts the records it names: the files in play
+        (``files``, × IN_PLAY_BOOST) and the time the request names (``span``,
+        × steps.IN_TIME_BOOST). The best matches among those join the ranking, each
+        one's score multiplied (lower is better: BM25 and negated ts_rank are
+        negative)."""
+        boost: dict[int, float] = {}
+        if self.files:
+            boost.update((row, IN_PLAY_BOOST) for row, _ in fts.records_of_files(
+                conn, namespaces, self.files, FILE_RECORDS))
+        if self.span is not None:
+            for row in fts.records_between(conn, namespaces, *self.span, SPAN_RECORDS):
+                boost[row] = boost.get(row, 1.0) * steps.IN_TIME_BOOST
+        if not boost:
             return ranked
         scores = dict(ranked)
         scores.update(conn.dialect.fts.rank(conn, namespaces, expression, limit, 0,
-                                            self.types, named))
-        lifted = set(named)
-        order = sorted(scores, key=lambda i: (scores[i] * (IN_PLAY_BOOST if i in lifted
-                                                             else 1.0), -i))
-        return [(i, scores[i] * (IN_PLAY_BOOST if i in lifted else 1.0))
-                for i in order[:limit]]
+                                            self.types, list(boost)))
+        order = sorted(scores, key=lambda i: (scores[i] * boost.get(i, 1.0), -i))
+        return [(i, scores[i] * boost.get(i, 1.0)) for i in order[:limit]]
 
     def _rank(self, conn: Connection, namespaces: tuple[str, ...], expression: str,
               limit: int, window: int | None) -> list[tuple[int, float]]:

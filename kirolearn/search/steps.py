@@ -4,9 +4,10 @@ Each step reads what the steps before it left and adds its own: candidates from 
 words (``lexical``, and the records holding a rare word, ``rare``) and from the
 meaning (``embed_query``, ``vector``), their fusion by reciprocal rank (``fuse``), the
 floor of meaning an unrelated prompt falls under (``similar_enough``), no answer when
-the best is far in meaning and weak in words (``fits``), what is known of
-each beyond its text (``weigh``), its neighbours in its session (``neighbours``), the
-places kept for rare matches (``rare_places``), then the records read (``fetch``) and
+the best is far in meaning and weak in words (``fits``), what is known of each beyond
+its text (``weigh``), the time the request names (``in_time``), its neighbours in its
+session (``neighbours``), the places kept for rare matches (``rare_places``), then the
+records read (``fetch``) and
 put in order with their neighbours (``assemble``, ``diverse``). A step that finds the
 semantic side cannot be had (vectors still loading, an embedder too slow) answers with
 the lexical search instead and ends it (``answer``). A new source of candidates, or a
@@ -23,6 +24,7 @@ import concurrent.futures
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from kirolearn.db import fts, reads
@@ -38,6 +40,7 @@ RARE_SHARE = 3  # rare matches take at most a third of a hybrid answer's places,
 # development histories, none of the recall is lost to it.
 WEAK_COVERAGE = 0.3
 STRONG_COVERAGE = 0.5  # a lexical match holding this much stays, however far in meaning
+IN_TIME_BOOST = 2.0  # a record of the time the request names ("yesterday"): its score × this
 CANDIDATES = 4  # each side of a hybrid search brings limit × this many candidates
 RETURN_MARGIN_S = 0.005  # a late embedder is given up this long before the deadline
 FALLBACK_RESERVE_S = 0.06  # ... or this long, when a lexical search must still be run
@@ -76,6 +79,7 @@ class Env(Protocol):
     vectors: vectors.VectorIndex
     deadline: float  # time.monotonic()
     types: tuple[str, ...]
+    span: tuple[datetime, datetime] | None  # the time the request names (``when``)
     min_similarity: float
     rrf_k: int
     weights: ranking.Weights
@@ -193,6 +197,17 @@ def weigh(env: Env, s: Search) -> None:
                             env.weights, s.created)
 
 
+def in_time(env: Env, s: Search) -> None:
+    """Work done when the request says ("yesterday", "in May": ``when.span``) ranks
+    higher: its score × IN_TIME_BOOST."""
+    if env.span is None:
+        return
+    start, end = (moment.timestamp() * 1000 for moment in env.span)
+    s.fused = sorted(((i, score * IN_TIME_BOOST if start <= s.created.get(i, -1.0) < end
+                       else score) for i, score in s.fused),
+                     key=lambda item: -item[1])  # stable: ties keep the fused order
+
+
 def neighbours(env: Env, s: Search) -> None:
     """A turn next to others that match is likelier to matter itself: each candidate
     gains a share of its session neighbours' scores."""
@@ -260,4 +275,4 @@ def diverse(env: Env, s: Search) -> None:
 
 
 HYBRID: tuple[Step, ...] = (lexical, embed_query, rare, vector, fuse, similar_enough, fits,
-                            weigh, neighbours, rare_places, fetch, assemble, diverse)
+                            weigh, in_time, neighbours, rare_places, fetch, assemble, diverse)
