@@ -14,6 +14,8 @@ import os
 import re
 from typing import NamedTuple
 
+from kirolearn.words import STOP_WORDS
+
 PATH_KEYS = ("path", "file_path", "filePath", "target_file", "notebook_path", "file")
 # An edit's new and old text: Kiro CLI (file_text, new_str), Claude Code (content,
 # new_string), the Kiro IDE (fsWrite's text, strReplace's newStr and oldStr).
@@ -141,7 +143,7 @@ def observe(data: object) -> Action:
 def touched(new: list[str], old: list[str]) -> list[str]:
     """The names an edit touched: the definitions in its text (an edit's unchanged lines
     name the function it is in), then the code-like names and setting keys on the lines
-    it changed (all lines of a new file)."""
+    it changed (all lines of a new file); no plain English word (``STOP_WORDS``)."""
     def lines(texts: list[str]) -> list[str]:
         return [line.strip() for text in texts for line in text.splitlines() if line.strip()]
     before, after = lines(old), lines(new)
@@ -151,7 +153,7 @@ def touched(new: list[str], old: list[str]) -> list[str]:
     names = DEFINITION.findall("\n".join(after + before)) + CODE_NAME.findall(text)
     names += [m.group(1) for line in changed if (m := KEY_NAME.match(line))
               and not DEFINITION.match(line)]
-    return [n for n in dict.fromkeys(names) if len(n) > 2]
+    return [n for n in dict.fromkeys(names) if len(n) > 2 and n.lower() not in STOP_WORDS]
 
 
 def only_looks(body: object) -> bool:

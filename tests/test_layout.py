@@ -27,7 +27,8 @@ SHIMS = tuple(f"kirolearn.shims.{agent.shim}" for agent in AGENTS.values())
 SHIM_MAY_IMPORT = {"kirolearn", "kirolearn.shims", "kirolearn.shims.common",
                    "kirolearn.contract", "kirolearn.paths", "kirolearn.project",
                    "kirolearn.protocol", "kirolearn.transport", "kirolearn.spool",
-                   "kirolearn.control", "kirolearn.capture", "kirolearn.tooluse", *SHIMS}
+                   "kirolearn.control", "kirolearn.capture", "kirolearn.tooluse",
+                   "kirolearn.words", *SHIMS}
 # Start-up is most of a hook's cost: each of these costs it milliseconds.
 SHIM_MUST_NOT = ("click", "ulid", "tenacity", "asyncio", "_hashlib", "sqlite3", "logging",
                  "tomllib", "subprocess", "socket", "numpy", "starlette", "mcp", "pydantic",
@@ -101,7 +102,8 @@ def test_a_shim_imports_only_the_light_modules(shim):
 # The layers, lowest first (a folder or module each, as docs/architecture.md draws them):
 # a module imports from a lower layer or from its own folder, never from beside or above.
 LAYERS = (
-    ("kirolearn", "kirolearn.contract", "kirolearn.configs", "kirolearn.supervisor.states"),
+    ("kirolearn", "kirolearn.contract", "kirolearn.configs", "kirolearn.supervisor.states",
+     "kirolearn.words"),
     ("kirolearn.paths", "kirolearn.protocol"),
     ("kirolearn.transport", "kirolearn.project", "kirolearn.spool", "kirolearn.keys",
      "kirolearn.tooluse"),

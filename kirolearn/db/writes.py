@@ -173,7 +173,8 @@ MERGE_COLUMNS = ("id, summary, facts_json, concepts_json, source_event_ids_json,
 
 def same_work(conn: Connection, record: dict, window_s: float) -> list[tuple]:
     """The valid records of the record's namespace, type and strategy created within
-    window_s that say the same as it, newest first: those with its title and files, then
+    window_s before it (the work's time: an import of old sessions merges as live work
+    does) that say the same as it, newest first: those with its title and files, then
     those with its facts when they tell of work done (an edit or a command, not reads
     alone: two questions answered by reading the same file are not the same)."""
     columns = MERGE_COLUMNS
@@ -182,8 +183,9 @@ def same_work(conn: Connection, record: dict, window_s: float) -> list[tuple]:
     rows = [row for row in conn.execute(
         f"SELECT {columns} FROM memory_records{conn.indexed_by('memory_records_title')}"
         " WHERE namespace = $1 AND title = $2 AND observation_type = $3 AND strategy = $4"
-        " AND invalid_reason IS NULL AND julianday(created_at) >= julianday('now') - $5"
-        " ORDER BY id DESC", (kind[0], record["title"], *kind[1:], window_s / 86400))
+        " AND invalid_reason IS NULL AND julianday(created_at) >= julianday($6) - $5"
+        " ORDER BY id DESC", (kind[0], record["title"], *kind[1:], window_s / 86400,
+                              record["created_at"]))
         if set(json.loads(row[5])) == files]
     facts = record.get("facts", [])
     if any(not fact.startswith("read ") for fact in facts):
@@ -195,8 +197,9 @@ def same_work(conn: Connection, record: dict, window_s: float) -> list[tuple]:
             f"{conn.indexed_by('memory_records_facts')}"
             " WHERE namespace = $1 AND substr(facts_json, 1, 200) = substr($2, 1, 200)"
             " AND observation_type = $3 AND strategy = $4 AND invalid_reason IS NULL"
-            " AND julianday(created_at) >= julianday('now') - $5 ORDER BY id DESC",
-            (kind[0], text, *kind[1:], window_s / 86400)) if row[-1] == text]
+            " AND julianday(created_at) >= julianday($6) - $5 ORDER BY id DESC",
+            (kind[0], text, *kind[1:], window_s / 86400, record["created_at"]))
+            if row[-1] == text]
         rows += [row[:-1] for row in same[:1] if row[0] not in {r[0] for r in rows}]
     return rows
 

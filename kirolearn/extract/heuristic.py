@@ -26,7 +26,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kirolearn import contract
-from kirolearn.search.query import is_stop_word
 from kirolearn.tooluse import Action, cut, fact, first_lines, observe, relative
 
 STRATEGY = "heuristic"
@@ -168,17 +167,8 @@ def is_echo(turn: Turn) -> bool:
             and all(a.kind == "quiet" and not a.failed for a in turn.actions))
 
 
-def code_names(action: Action) -> Action:
-    """The action, without the plain English words its edit's names caught (``which``
-    after ``type`` in a comment)."""
-    if not action.identifiers:
-        return action
-    return action._replace(identifiers=[n for n in action.identifiers
-                                        if not is_stop_word(n.lower())])
-
-
 def turn_records(namespace: str, turn: Turn, root: str | None) -> list[dict]:
-    actions = [code_names(a) for a in turn.actions if a.kind != "quiet"]
+    actions = [a for a in turn.actions if a.kind != "quiet"]
     told = in_brief(actions)
     facts = [f for f in (fact(a, root) for a in told) if f]
     files = list(dict.fromkeys(relative(p, root) for a in actions for p in a.paths))
