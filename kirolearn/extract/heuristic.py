@@ -239,7 +239,7 @@ def extract(namespace: str, events: list[dict]) -> list[dict]:
     turns: dict[str, Turn] = {}
     echoes: dict[str, Turn] = {}  # per session, the echo-only turns waiting for the next
     roots = {e["session_id"]: e.get("project_path") for e in events}
-    done = {e["event_id"]: happened(e) for e in events if happened(e)}  # when, by event
+    done = {e["event_id"]: moment for e in events if (moment := happened(e))}
 
     def close(session_id: str) -> None:
         turn = turns.pop(session_id, None)

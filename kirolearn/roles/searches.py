@@ -56,8 +56,9 @@ class Searches:
         if session:
             message = protocol.request("session_context", {"namespace": event["namespace"]})
         else:
-            body = {**(hints or {}), "event": event, "namespace": event["namespace"],
-                    "limit": FILE_LIMIT if (hints or {}).get("opened") else self.limit,
+            hints = hints or {}
+            body = {**hints, "event": event, "namespace": event["namespace"],
+                    "limit": FILE_LIMIT if hints.get("opened") else self.limit,
                     "budget_ms": self.budget_s * 1000,
                     "deadline_ms": time.time() * 1000 + self.budget_s * 1000}
             if global_namespace and global_namespace != event["namespace"]:

@@ -27,6 +27,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Any
 
 from kirolearn import db, project
 from kirolearn.db import errors, fts, reads
@@ -346,12 +347,9 @@ class Searcher:
         vectors are still loading or the embedder does not answer in time)."""
         if not self.vectors_ready(namespaces):
             return {}
-        pending = self.embed(embedded_query(query, lexical.distinctive))
         try:
-            wait_s = self.deadline - time.monotonic() - steps.RETURN_MARGIN_S
-            vector = pending.result(timeout=max(0.0, wait_s))[0]
+            vector = self.query_vector(query, lexical.distinctive, steps.RETURN_MARGIN_S)
         except Exception:  # too slow or broken: the words and the time alone
-            pending.cancel()
             return {}
         return self.vectors.similarities(namespaces, record_ids, vector)
 
@@ -430,9 +428,18 @@ class Searcher:
         """The lexical search, the words' candidates of a hybrid one."""
         return self._search(namespaces, query, limit)
 
-    def embed(self, text: str) -> concurrent.futures.Future:
-        """The text's vector, made on the embedding thread."""
-        return self._embedding.submit(self.embedder.embed, [text])
+    def query_vector(self, query: str, distinctive: list[str], reserve_s: float) -> Any:
+        """The query's vector (a long prompt's start and its rarest words,
+        ``embedded_query``), made on the embedding thread and given up ``reserve_s``
+        before the deadline (raises TimeoutError then, or what the embedder raised)."""
+        pending = self._embedding.submit(self.embedder.embed,
+                                         [embedded_query(query, distinctive)])
+        try:
+            wait_s = self.deadline - time.monotonic() - reserve_s
+            return pending.result(timeout=max(0.0, wait_s))[0]
+        except BaseException:
+            pending.cancel()
+            raise
 
     def rank(self, namespaces: tuple[str, ...], expression: str,
              limit: int) -> list[tuple[int, float]]:

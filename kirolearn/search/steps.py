@@ -20,7 +20,6 @@ embedder, weights and deadline; the search's budget and format are its ``search`
 
 from __future__ import annotations
 
-import concurrent.futures
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from kirolearn.db import fts, reads
 from kirolearn.db.store import Connection
 from kirolearn.search import ranking, vectors
 from kirolearn.search.context import without_repeats
-from kirolearn.search.query import embedded_query, fts_expression
+from kirolearn.search.query import fts_expression
 from kirolearn.search.result import Result
 
 RARE_SHARE = 3  # rare matches take at most a third of a hybrid answer's places, one a term
@@ -94,7 +93,7 @@ class Env(Protocol):
     def lexical_instead(self, namespaces: tuple[str, ...], query: str, limit: int,
                         wide: Result | None, why: str) -> Result: ...
 
-    def embed(self, text: str) -> concurrent.futures.Future: ...
+    def query_vector(self, query: str, distinctive: list[str], reserve_s: float) -> Any: ...
 
     def rank(self, namespaces: tuple[str, ...], expression: str,
              limit: int) -> list[tuple[int, float]]: ...
@@ -118,13 +117,10 @@ def embed_query(env: Env, s: Search) -> None:
     """The query's vector (a long prompt's start and its rarest words, ``embedded_query``),
     made on a thread; the embedder is given up in time for the answer to be the
     lexical one (failing, or too slow)."""
-    pending = env.embed(embedded_query(s.query, s.lexical.distinctive))
+    reserve = RETURN_MARGIN_S if s.lexical.window is None else FALLBACK_RESERVE_S
     try:
-        reserve = RETURN_MARGIN_S if s.lexical.window is None else FALLBACK_RESERVE_S
-        wait_s = env.deadline - time.monotonic() - reserve
-        s.query_vector = pending.result(timeout=max(0.0, wait_s))[0]
+        s.query_vector = env.query_vector(s.query, s.lexical.distinctive, reserve)
     except Exception as exc:  # too slow (TimeoutError) or broken: lexical it is
-        pending.cancel()
         s.answer = env.lexical_instead(s.namespaces, s.query, s.limit, s.lexical,
                                        f"{type(exc).__name__}: {exc}")
         return
