@@ -354,6 +354,10 @@ def main() -> None:
                     reply = retrieval.call("search", {**injected, "query": prompt})
                     off_topic_given.append(bool(reply["records"]))
                     covered["off-topic"].append(reply.get("coverage") or 0.0)
+                    if reply["records"]:  # what made it fit, to see where the floor fails
+                        say(f"off-topic given context: {prompt!r} (coverage "
+                            f"{reply.get('coverage') or 0.0:.2f}): "
+                            f"{reply['records'][0]['title']!r}")
                 for commit in questions:
                     reply = retrieval.call("search", {**injected, "query": commit.message})
                     hits = [{commit_of.get(i) for i in r["source_event_ids"]}

@@ -80,20 +80,24 @@ def lexical(held: dict[str, float]) -> Result:
 
 def test_nothing_fits_a_prompt_whose_best_candidate_is_far_in_meaning_and_weak_in_words():
     env = SimpleNamespace(min_similarity=0.25)
-    far = {"a": 0.24, "b": 0.0}
-    weak = {"a": steps.WEAK_COVERAGE - 0.01}
+    far = {"a": steps.FIT_SIMILARITY - 0.01, "b": 0.0}  # above the floor of one record
+    weak = {"a": steps.STRONG_COVERAGE - 0.01}
     state = search(fused=[("a", 0.9), ("b", 0.5)], cosine=far, lexical=lexical(weak),
                    rare={"b": {}})
     steps.fits(env, state)  # a rare word alone, in a prompt about something else
     assert state.fused == []
-    close = search(fused=[("a", 0.9), ("b", 0.5)], cosine={**far, "b": 0.25},
-                   lexical=lexical(weak))
+    close = search(fused=[("a", 0.9), ("b", 0.5)],
+                   cosine={**far, "b": steps.FIT_SIMILARITY}, lexical=lexical(weak))
     steps.fits(env, close)  # one close enough in meaning: the answer stands, whole
     assert [i for i, _ in close.fused] == ["a", "b"]
     worded = search(fused=[("a", 0.9)], cosine=far,
-                    lexical=lexical({"a": steps.WEAK_COVERAGE}))
+                    lexical=lexical({"a": steps.STRONG_COVERAGE}))
     steps.fits(env, worded)  # one holding enough of the prompt's words
     assert [i for i, _ in worded.fused] == ["a"]
+    strict = search(fused=[("a", 0.9)], cosine={"a": steps.FIT_SIMILARITY + 0.05},
+                    lexical=lexical(weak))
+    steps.fits(SimpleNamespace(min_similarity=steps.FIT_SIMILARITY + 0.1), strict)
+    assert strict.fused == []  # a floor of meaning set higher is the test's floor
 
 
 def test_a_strong_lexical_match_is_kept_below_the_floor_of_meaning():
