@@ -514,7 +514,7 @@ def validate_record(record: Any) -> dict:
     if not is_namespace(record.get("namespace")):
         errors.append(FieldError("namespace", "must look like /actor/<user>/project/<id>/"))
     _check_str(errors, record, "title", 1, 200)
-    _check_str(errors, record, "summary", 1, 4000)
+    _check_str(errors, record, "summary", 0, 4000)  # none when it would repeat the title
     _check_str(errors, record, "strategy", 1, 64)
     _check_str_list(errors, record, "facts", 500, 100)
     _check_str_list(errors, record, "concepts", 100, 100)
@@ -570,7 +570,7 @@ def validate_version(version: Any) -> dict:
     if extra:
         errors.append(FieldError("versions[]", f"unknown field(s): {sorted(extra)}"))
     _check_str(errors, version, "title", 1, 200, "versions[].")
-    _check_str(errors, version, "summary", 1, 4000, "versions[].")
+    _check_str(errors, version, "summary", 0, 4000, "versions[].")
     _check_str(errors, version, "reason", 1, 1000, "versions[].", required=False)
     for field, item_max, count_max in (("facts", 500, 100), ("concepts", 100, 100),
                                        ("files_touched", 500, 500)):

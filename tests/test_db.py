@@ -290,6 +290,25 @@ def test_a_near_duplicate_record_is_merged_into_the_recent_one(conn):
     assert conn.execute("SELECT count(*) FROM record_versions").fetchone()[0] == 0
 
 
+def test_a_merge_of_records_without_summaries_keeps_the_other_request(conn):
+    """A summary that would repeat its title is empty: merged into the same edit made
+    for another request, that request is what the merge adds."""
+    first = {**record_for(["A" * 26]), "title": "bump the version", "summary": "",
+             "facts": ["edited `setup.py` (+1 −1)"], "files_touched": ["setup.py"]}
+    again = {**first, "record_id": contract.new_record_id(), "source_event_ids": ["B" * 26]}
+    other = {**again, "record_id": contract.new_record_id(), "source_event_ids": ["C" * 26],
+             "title": "release 2.0"}
+    with conn.transaction():
+        assert writes.save_record(conn, first, merge_window_s=3600) is None
+        assert writes.save_record(conn, again, merge_window_s=3600) == first["record_id"]
+    [row] = reads.iter_records(conn)
+    assert row["summary"] == ""  # the same request again adds nothing
+    with conn.transaction():
+        assert writes.save_record(conn, other, merge_window_s=3600) == first["record_id"]
+    [row] = reads.iter_records(conn)
+    assert row["summary"] == "release 2.0"
+
+
 def test_a_merge_past_a_records_limits_is_a_new_record(conn):
     first = {**record_for(["A" * 26]), "facts": [f"fact {n}" for n in range(60)]}
     again = {**record_for(["B" * 26]), "facts": [f"fact {n}" for n in range(50, 110)]}

@@ -226,6 +226,25 @@ def test_what_a_prompt_states_is_kept_and_a_question_answered_is_kept():
     assert record["summary"].startswith("The e2e job installs Chromium")
 
 
+def test_a_summary_that_adds_nothing_to_the_title_is_not_written():
+    stated = turn_events(("prompt", text("We deploy with pnpm, never npm.")))
+    [record] = heuristic.extract(NAMESPACE, stated)
+    assert record["title"] == "We deploy with pnpm, never npm." and record["summary"] == ""
+    contract.validate_record(record)
+    concluded = turn_events(("session_summary", text("Billing moved to src/billing.")))
+    [record] = heuristic.extract(NAMESPACE, concluded)  # its prompt was in another batch
+    assert record["title"] == "Billing moved to src/billing." and record["summary"] == ""
+
+
+@given(st.text(max_size=60), st.text(max_size=60))
+def test_a_summary_is_kept_whole_or_left_out_only_when_it_repeats_the_title(title, summary):
+    kept = heuristic.beyond(title, summary)
+    assert kept in ("", summary)
+    plain = [" ".join(t.split()).rstrip(" .!?:").casefold() for t in (title, summary)]
+    assert (kept == "") == (summary == "" or plain[0] == plain[1])
+    assert heuristic.beyond("Fix the cart", " fix  the CART. ") == ""
+
+
 WORD = st.text("abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=8)
 
 

@@ -114,6 +114,21 @@ def test_a_good_answer_becomes_llm_records(endpoint, monkeypatch):
         assert sent["headers"]["anthropic-version"] == "2023-06-01"
 
 
+def test_a_model_record_is_as_old_as_its_work_and_says_no_title_twice(endpoint):
+    """A batch extracted a day late (a backlog, an import) keeps the time of its last
+    event; a summary that only repeats the title is not written."""
+    week_old = [{**e, "valid_time": f"2026-05-14T10:{i:02d}:00.000Z"}
+                for i, e in enumerate(KIRO_CLI_SESSION)]
+    echo = {**GOOD["records"][0], "summary": "  export rows without a customer no longer"
+                                             " crash. "}
+    endpoint.script = [(200, {"records": [echo, GOOD["records"][0]]}, 0)]
+    (said_twice, said), _ = extractor(endpoint).extract(NAMESPACE, week_old)
+    last = week_old[-1]["valid_time"]
+    assert said_twice["created_at"] == said["created_at"] == last
+    assert said_twice["summary"] == "" and said["summary"] == GOOD["records"][0]["summary"]
+    contract.validate_record(said_twice)
+
+
 def test_garbage_then_a_good_answer_is_retried(endpoint):
     endpoint.script = [(200, "Sure! Here are some memories: ...", 0),
                        (200, {"records": "not a list"}, 0), (200, GOOD, 0)]

@@ -148,10 +148,10 @@ def _merge_into(conn: Connection, row: tuple, record: dict,
     """Merge record into the stored one (a row of ``MERGE_COLUMNS``), as ``save_record``
     says; False (nothing changed) when that would pass a record's limits."""
     title, summary = row[7], row[1]
-    added = record["summary"] if record["title"] == title else (
-        f"{record['title']}\n\n{record['summary']}")
-    if record["summary"] not in summary:
-        summary = f"{summary}\n\n{added}"
+    added = record["summary"] if record["title"] == title else "\n\n".join(
+        part for part in (record["title"], record["summary"]) if part)
+    if (record["summary"] or added) not in summary:
+        summary = f"{summary}\n\n{added}".strip()
     facts = list(dict.fromkeys(json.loads(row[2]) + record.get("facts", [])))
     concepts = list(dict.fromkeys(json.loads(row[3]) + record.get("concepts", [])))
     sources = list(dict.fromkeys(json.loads(row[4]) + record["source_event_ids"]))

@@ -99,11 +99,20 @@ def record(namespace: str, title: str, summary: str, observation_type: str,
            source_ids: list[str]) -> dict:
     return {
         "record_id": contract.new_record_id(), "namespace": namespace,
-        "title": cut(title, TITLE_CHARS) or "Untitled", "summary": summary[:4000],
+        "title": cut(title, TITLE_CHARS) or "Untitled",
+        "summary": beyond(cut(title, TITLE_CHARS), summary)[:4000],
         "facts": [f[:500] for f in facts[:MAX_FACTS]], "concepts": concepts,
         "files_touched": [f[:500] for f in files[:100]], "observation_type": observation_type,
         "strategy": STRATEGY, "source_event_ids": source_ids, "created_at": contract.now_iso(),
     }
+
+
+def beyond(title: str, summary: str) -> str:
+    """The summary, or none when it only says the title again (case, spaces and the
+    closing stop aside): a summary that adds nothing is not written."""
+    def plain(text: str) -> str:
+        return " ".join(text.split()).rstrip(" .!?:").casefold()
+    return "" if plain(summary) == plain(title) else summary
 
 
 def identifiers(actions: list[Action]) -> list[str]:
@@ -183,7 +192,7 @@ def turn_records(namespace: str, turn: Turn, root: str | None) -> list[dict]:
         done = _done(told)
         summary = "\n\n".join(part for part in (
             request, asked, f"Done: {done}." if done else "",
-            cut(conclusion, CONCLUSION_CHARS)) if part) or cut(title, REQUEST_CHARS)
+            cut(conclusion, CONCLUSION_CHARS)) if part)
         kind = "tool_use" if actions else "discovery"
         records.append(record(namespace, title, summary, kind, list(dict.fromkeys(facts)),
                               concepts_of([turn.request, *turn.asked, *facts], files,

@@ -49,7 +49,8 @@ Answer with one JSON object and nothing else:
 "facts": ["..."], "concepts": ["..."], "files_touched": ["..."]}]}
 
 - title: what the work was about, at most 200 characters;
-- summary: what was done, found or decided, and why, at most 4000 characters;
+- summary: what was done, found or decided, and why, at most 4000 characters (empty rather
+  than the title again);
 - observation_type: one of tool_use, decision, error, discovery, pattern, session_summary;
 - facts: short, specific statements (commands and their results, files changed, \
 values), at most 500 characters each;
@@ -108,12 +109,12 @@ def parse_answer(text: str) -> list[dict]:
         if not isinstance(item, dict):
             raise Garbage("a record is not an object")
         title, summary = item.get("title"), item.get("summary")
-        if not isinstance(title, str) or not title.strip() or not isinstance(summary, str) \
-                or not summary.strip():
+        if not isinstance(title, str) or not title.strip() or not isinstance(summary, str):
             raise Garbage("a record lacks its title or summary")
         kind = item.get("observation_type")
+        title = tooluse.cut(title, 200)
         parsed.append({
-            "title": tooluse.cut(title, 200), "summary": summary.strip()[:4000],
+            "title": title, "summary": heuristic.beyond(title, summary.strip())[:4000],
             "observation_type": kind if kind in contract.OBSERVATION_TYPES else "discovery",
             "facts": _strings(item.get("facts"), 500, 50),
             "concepts": _strings(item.get("concepts"), 100, 50),
@@ -286,9 +287,12 @@ class LLMExtractor:
             return heuristic.extract(namespace, events), heuristic.STRATEGY
         self.breaker.succeeded(namespace)
         ids = [e["event_id"] for e in events]
+        # as old as the work it tells of (the batch's last event), as the heuristic's
+        moments = [moment for e in events if (moment := heuristic.happened(e))]
+        created_at = max(moments)[1] if moments else contract.now_iso()
         return [{**item, "record_id": contract.new_record_id(), "namespace": namespace,
                  "strategy": STRATEGY, "source_event_ids": ids,
-                 "created_at": contract.now_iso()} for item in items], STRATEGY
+                 "created_at": created_at} for item in items], STRATEGY
 
     def status(self) -> dict:
         now = time.monotonic()
