@@ -293,10 +293,14 @@ def test_a_near_duplicate_record_is_merged_into_the_recent_one(conn):
 def test_a_merge_of_records_without_summaries_keeps_the_other_request(conn):
     """A summary that would repeat its title is empty: merged into the same edit made
     for another request, that request is what the merge adds."""
-    first = {**record_for(["A" * 26]), "title": "bump the version", "summary": "",
+    turns = [make_event(content=f"turn {n}") for n in range(3)]  # of one session
+    for event in turns:
+        store(conn, event)
+    a, b, c = (event["event_id"] for event in turns)
+    first = {**record_for([a]), "title": "bump the version", "summary": "",
              "facts": ["edited `setup.py` (+1 −1)"], "files_touched": ["setup.py"]}
-    again = {**first, "record_id": contract.new_record_id(), "source_event_ids": ["B" * 26]}
-    other = {**again, "record_id": contract.new_record_id(), "source_event_ids": ["C" * 26],
+    again = {**first, "record_id": contract.new_record_id(), "source_event_ids": [b]}
+    other = {**again, "record_id": contract.new_record_id(), "source_event_ids": [c],
              "title": "release 2.0"}
     with conn.transaction():
         assert writes.save_record(conn, first, merge_window_s=3600) is None
@@ -307,6 +311,29 @@ def test_a_merge_of_records_without_summaries_keeps_the_other_request(conn):
         assert writes.save_record(conn, other, merge_window_s=3600) == first["record_id"]
     [row] = reads.iter_records(conn)
     assert row["summary"] == "release 2.0"
+
+
+def test_the_same_edit_made_for_other_requests_keeps_each_request(conn):
+    """Many sessions making one identical edit for different requests are different
+    work: nothing merges, and each request is found by its own words."""
+    requests = [f"{verb} the {thing} handler" for verb in ("fix", "speed up", "document",
+                                                          "rename", "test")
+                for thing in ("upload", "login", "export", "billing")]
+    edit = ["edited `src/app.py` (+1 −1): `TIMEOUT`"]
+    with conn.transaction():
+        for n, request in enumerate(requests):
+            event = make_event(content=request, session_id=f"session-{n}")
+            writes.insert_event(conn, prepare(event)[0], 10_000)
+            record = {**record_for([event["event_id"]], title=request), "summary": "",
+                      "facts": edit, "files_touched": ["src/app.py"],
+                      "observation_type": "tool_use"}
+            assert writes.save_record(conn, record, merge_window_s=3600) is None
+    titles = sorted(r["title"] for r in reads.iter_records(conn))
+    assert titles == sorted(requests)
+    for request in requests:
+        [rowid] = conn.execute("SELECT rowid FROM memory_records_fts WHERE memory_records_fts"
+                               " MATCH $1", (" AND ".join(request.split()),)).fetchall()
+        assert rowid
 
 
 def test_a_merge_past_a_records_limits_is_a_new_record(conn):
@@ -492,14 +519,17 @@ def test_the_same_work_asked_again_strengthens_the_record_it_repeats(conn):
     """A record with another title but the same facts of work done is merged into the
     one it repeats (its title kept in the summary); reads alone, or another type, are
     not the same work."""
+    turns = [make_event(content=f"turn {n}") for n in range(5)]  # of one session
+    for event in turns:
+        store(conn, event)
+    a, b, c, d, e = (event["event_id"] for event in turns)
     work = ["edited `src/export.py` (+2 −1): `customer_id`", "ran `pytest -q` → exit 0"]
-    first = {**record_for(["A" * 26]), "title": "Fix the export crash", "facts": work}
-    again = {**record_for(["B" * 26]), "title": "the export crashes again, fix it",
+    first = {**record_for([a]), "title": "Fix the export crash", "facts": work}
+    again = {**record_for([b]), "title": "the export crashes again, fix it",
              "facts": work, "summary": "Done: edited 1 file, ran 1 command."}
-    error = {**record_for(["C" * 26]), "title": "other", "facts": work,
+    error = {**record_for([c]), "title": "other", "facts": work,
              "observation_type": "error"}
-    looked = [{**record_for([c * 26]), "title": c, "facts": ["read `README.md`"]}
-              for c in "DE"]
+    looked = [{**record_for([i]), "title": i, "facts": ["read `README.md`"]} for i in (d, e)]
     with conn.transaction():
         for record in (first, again, error, *looked):
             writes.save_record(conn, record, merge_window_s=3600)
@@ -509,4 +539,4 @@ def test_the_same_work_asked_again_strengthens_the_record_it_repeats(conn):
     merged = rows[first["record_id"]]
     assert merged["summary"] == (f"{first['summary']}\n\nthe export crashes again, fix it"
                                  "\n\nDone: edited 1 file, ran 1 command.")
-    assert merged["source_event_ids"] == ["A" * 26, "B" * 26] and len(merged["versions"]) == 1
+    assert merged["source_event_ids"] == [a, b] and len(merged["versions"]) == 1

@@ -9,7 +9,7 @@ import json
 import re
 
 import pytest
-from helpers import here, kl, make_db, make_event
+from helpers import NAMESPACE, here, kl, make_db, make_event
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -397,5 +397,32 @@ def test_the_file_index_follows_records_through_triggers(postgres_server, tmp_pa
         assert writes.delete_record(conn, second["record_id"], ["/team/project/p/"])
         assert about("docs/new.md") == []
         assert conn.execute("SELECT count(*) FROM record_files").fetchone()[0] == 1
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_the_same_edit_merges_within_its_session_only(postgres_server, tmp_path, dialect):
+    """On both stores a later turn of a session making the same edit is merged into the
+    earlier one; another session making it, for another request, is a record of its own."""
+    from kirolearn.roles.checks import prepare
+
+    where = postgres_server.database() if dialect == "postgresql" else tmp_path / "k.db"
+    make_db(where, [])
+    conn = db.connect_writer(where)
+    try:
+        events = [make_event(content=f"turn {n}", session_id=session)
+                  for n, session in enumerate(("one", "one", "two"))]
+        edit = {"facts": ["edited `src/app.py` (+1 −1): `TIMEOUT`"],
+                "files_touched": ["src/app.py"], "created_at": "2026-11-27T10:00:00+00:00"}
+        made = [{**record(n, title), **edit, "namespace": NAMESPACE,
+                 "source_event_ids": [e["event_id"]]}
+                for n, (title, e) in enumerate(zip(("raise the timeout", "now the tests",
+                                                    "fix the upload"), events, strict=True))]
+        with conn.transaction():
+            for event in events:
+                writes.insert_event(conn, prepare(event)[0], 10_000)
+            merged = [writes.save_record(conn, r, merge_window_s=3600) for r in made]
+        assert merged == [None, made[0]["record_id"], None]
     finally:
         conn.close()

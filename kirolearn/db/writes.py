@@ -174,9 +174,11 @@ MERGE_COLUMNS = ("id, summary, facts_json, concepts_json, source_event_ids_json,
 def same_work(conn: Connection, record: dict, window_s: float) -> list[tuple]:
     """The valid records of the record's namespace, type and strategy created within
     window_s before it (the work's time: an import of old sessions merges as live work
-    does) that say the same as it, newest first: those with its title and files, then
-    those with its facts when they tell of work done (an edit or a command, not reads
-    alone: two questions answered by reading the same file are not the same)."""
+    does) that tell of the same work, newest first: those of the same request (its title
+    and files), then an earlier turn of its session with its facts when they tell of
+    work done (an edit or a command, not reads alone: two questions answered by reading
+    the same file are not the same). The same edit made for another request, in another
+    session, is other work: each request stays findable."""
     columns = MERGE_COLUMNS
     kind = (record["namespace"], record["observation_type"], record["strategy"])
     files = set(record.get("files_touched", []))
@@ -197,8 +199,11 @@ def same_work(conn: Connection, record: dict, window_s: float) -> list[tuple]:
             f"{conn.indexed_by('memory_records_facts')}"
             " WHERE namespace = $1 AND substr(facts_json, 1, 200) = substr($2, 1, 200)"
             " AND observation_type = $3 AND strategy = $4 AND invalid_reason IS NULL"
-            " AND julianday(created_at) >= julianday($6) - $5 ORDER BY id DESC",
-            (kind[0], text, *kind[1:], window_s / 86400, record["created_at"]))
+            " AND julianday(created_at) >= julianday($6) - $5"
+            " AND session_id = (SELECT session_id FROM events WHERE event_id = $7)"
+            " ORDER BY id DESC",
+            (kind[0], text, *kind[1:], window_s / 86400, record["created_at"],
+             next(iter(record["source_event_ids"]), None)))
             if row[-1] == text]
         rows += [row[:-1] for row in same[:1] if row[0] not in {r[0] for r in rows}]
     return rows
