@@ -10,7 +10,8 @@ through one are invisible to another. So the rule lives here, once:
 3. No marker, or cwd is ``$HOME``: the global project, ``$HOME``.
 
 A git worktree (its ``.git`` is a file pointing into another repository's
-``.git/worktrees/``) maps to the main checkout, so all worktrees share memory.
+``.git/worktrees/``) maps to the main checkout, so all worktrees share memory; its own
+directory is the ``checkout`` its files are named from (``source.project_path``).
 
 A machine connected to a team's daemon (``kirolearn connect``) names a git project by
 its ``origin`` remote instead (``git_origin``): every teammate's clone, wherever it
@@ -44,9 +45,12 @@ MARKERS = (
 
 
 class Project(NamedTuple):
-    root: str  # absolute path recorded as source.project_path
+    root: str  # absolute path: the project (a worktree's main checkout)
     project_id: str  # sha256 hex of the root (or of the explicit name)
     is_global: bool
+    # the working tree the directory is in, recorded as source.project_path: files are
+    # named from it, its changes are the files in play (a worktree's own; else the root)
+    checkout: str
 
     def namespace(self, actor_id: str) -> str:
         return namespace_for(actor_id, self.project_id)
@@ -188,9 +192,10 @@ def _main_worktree(git_file: Path) -> Path | None:
     return common.parent if common.name == ".git" else None
 
 
-def find_root(cwd: str | os.PathLike, home: str | os.PathLike) -> tuple[Path, bool]:
+def find_root(cwd: str | os.PathLike, home: str | os.PathLike) -> tuple[Path, bool, Path]:
     """The nearest marked ancestor of cwd (below home when cwd is in it; the filesystem
-    root is never one); (home, True) when there is none."""
+    root is never one), whether it is the global project, and the checkout: (home,
+    True, home) when there is none; a worktree's main checkout and its own directory."""
     home_path = Path(os.path.realpath(home))
     start = Path(os.path.realpath(cwd))
     for directory in (start, *start.parents):
@@ -203,9 +208,9 @@ def find_root(cwd: str | os.PathLike, home: str | os.PathLike) -> tuple[Path, bo
             if marker == ".git" and candidate.is_file():
                 main = _main_worktree(candidate)
                 if main is not None:
-                    return main, False
-            return directory, False
-    return home_path, True
+                    return main, False, directory
+            return directory, False, directory
+    return home_path, True, home_path
 
 
 def resolve_project(cwd: str | os.PathLike | None = None, *, home: str | None = None,
@@ -217,18 +222,19 @@ def resolve_project(cwd: str | os.PathLike | None = None, *, home: str | None = 
     if override:
         if os.path.isdir(override):
             root = os.path.realpath(override)
-            return Project(root, sha256_hex(root), False)
-        root, _ = find_root(cwd, home)
-        return Project(str(root), sha256_hex("name:" + override), False)
-    root, is_global = find_root(cwd, home)
+            return Project(root, sha256_hex(root), False, root)
+        root, _, checkout = find_root(cwd, home)
+        return Project(str(root), sha256_hex("name:" + override), False, str(checkout))
+    root, is_global, checkout = find_root(cwd, home)
     if _connection() is None:
-        return Project(str(root), sha256_hex(str(root)), is_global)
+        return Project(str(root), sha256_hex(str(root)), is_global, str(checkout))
     # Connected to a team: named alike on every machine (the global project by its user,
     # so it is nobody else's).
     if is_global:
-        return Project(str(root), global_project_id(user()), True)
+        return Project(str(root), global_project_id(user()), True, str(checkout))
     origin = git_origin(root)
-    return Project(str(root), git_project_id(origin) if origin else sha256_hex(str(root)), False)
+    return Project(str(root), git_project_id(origin) if origin else sha256_hex(str(root)),
+                   False, str(checkout))
 
 
 def git_project_id(origin: str) -> str:

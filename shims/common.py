@@ -183,7 +183,7 @@ class Shim:
             kind, contract.truncate_body(body, limit), namespace=self.namespace,
             actor_id=self.actor, session_id=session_id[:128], surface=self.surface,
             version=__version__, client_id=os.uname().nodename[:255] or "unknown",
-            project_path=self.project.root, parent_event_id=parent_event_id)
+            project_path=self.project.checkout, parent_event_id=parent_event_id)
 
     def post(self, event: dict, retrieve: bool | str = False, hints: dict | None = None
              ) -> tuple[str, list[str]]:
@@ -356,7 +356,7 @@ def answer(surface: str, hook: Hook, tool_context: bool = False) -> str:
     if hook.role == "tool":
         for body in hook.tools:
             event = shim.event("tool_use", body, session_id, session.prompt_event_id)
-            opened = [f for f in opened_files(body, shim.project.root)
+            opened = [f for f in opened_files(body, shim.project.checkout)
                       if f not in session.listed("files")]
             session.add("files", opened, SESSION_FILES)
             if not (tool_context and opened):

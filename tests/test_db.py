@@ -219,6 +219,27 @@ def test_a_turn_begun_before_its_batch_is_formed_waits_to_be_batched_whole(conn)
     assert batches.pending_bytes(conn, NAMESPACE) == 0
 
 
+@given(st.lists(st.tuples(st.sampled_from("abcde"), st.booleans(), st.booleans()),
+                max_size=40))
+def test_a_turn_end_never_batches_part_of_another_sessions_turn(steps):
+    """Events of parallel sessions, interleaved (session, ends its turn, is a minute
+    past the wait of an open turn): what a turn's end batches is the longest run of
+    them in which every event not too old belongs to a turn whose end is in it too."""
+    now = 10**9
+    rows = [(seq, end, 1, f"E{seq}", session,
+             now - (batches.OPEN_TURN_WAIT_MS + 60_000 if old else 0))
+            for seq, (session, end, old) in enumerate(steps)]
+
+    def whole(prefix: list[tuple]) -> bool:
+        ended = {row[4]: at for at, row in enumerate(prefix) if row[1]}
+        return all(at <= ended.get(row[4], -1) or now - row[5] >= batches.OPEN_TURN_WAIT_MS
+                   for at, row in enumerate(prefix))
+
+    until = batches.whole_until(rows, now)
+    assert whole(rows[:until])
+    assert not any(whole(rows[:n]) for n in range(until + 1, len(rows) + 1))
+
+
 def test_a_batch_that_keeps_failing_is_split_then_failed_with_its_reason(conn):
     for content in ("one", "two", "three"):
         store(conn, make_event(content=content))

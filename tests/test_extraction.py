@@ -1,4 +1,5 @@
-"""Extraction workers: the take protocol, and workers beyond the daemon's own."""
+"""Extraction workers: the take protocol, and workers beyond the daemon's own; turns of
+parallel sessions kept whole."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import subprocess
 import sys
 
 import zmq
-from helpers import KL, NAMESPACE, here, kl, make_event, wait_for
+from helpers import KL, NAMESPACE, Workspace, here, kl, make_event, wait_for
 
 from kirolearn import paths, protocol, transport
 
@@ -98,3 +99,58 @@ def test_a_worker_answers_each_batch_of_a_take_and_survives_malformed_takes(home
             leftover.unlink()
     assert worker.returncode == 0, log
     assert log.count("dropped a malformed take") == 3
+
+
+def test_parallel_sessions_in_worktrees_never_split_a_turn(home, tmp_path, monkeypatch):
+    """Five agents in five worktrees of one repository (one project) work at once: their
+    hooks interleave, and each turn's end comes while the others are mid-turn. Every
+    record holds its own request, its own edit and its own conclusion, and nothing of
+    another session's."""
+    monkeypatch.setenv("KIROLEARN_STORAGE_BATCH_IDLE_S", "3600")  # turn ends form batches
+    ws = Workspace(tmp_path)
+    main = ws.home / "shop"
+    git = ["git", "-c", "user.name=dev", "-c", "user.email=dev@example.com"]
+    subprocess.run([*git, "init", "-q", str(main)], check=True)
+    subprocess.run([*git, "-C", str(main), "commit", "-q", "--allow-empty", "-m", "start"],
+                   check=True)
+    trees = [main] + [ws.home / f"shop-{n}" for n in range(1, 5)]
+    for tree in trees[1:]:
+        subprocess.run([*git, "-C", str(main), "worktree", "add", "-q", str(tree)], check=True)
+    words = ["alpha", "bravo", "charlie", "delta", "echo"]
+    kl("start", check=True)
+    try:
+        def claude(n: int, event: str, **fields) -> None:
+            payload = {"session_id": f"agent-{words[n]}", "cwd": str(trees[n]),
+                       "transcript_path": f"/x/{n}.jsonl", "hook_event_name": event, **fields}
+            result, _ = ws.hook("kirolearn-claude-code", payload, cwd=trees[n])
+            assert result.returncode == 0 and result.stderr == "", result.stderr
+
+        for turn in (1, 2):
+            for n in range(5):
+                claude(n, "UserPromptSubmit",
+                       prompt=f"Rename the {words[n]} option, step {turn}")
+            for n in (3, 0, 4, 1, 2):  # edits and ends interleaved: one ends, others work
+                path = str(trees[n] / f"{words[n]}_{turn}.py")
+                claude(n, "PostToolUse", tool_name="Edit",
+                       tool_input={"file_path": path, "old_string": "old",
+                                   "new_string": f"{words[n]}_value_{turn}"},
+                       tool_response={"filePath": path})
+                claude(n, "Stop", stop_hook_active=False,
+                       last_assistant_message=f"Renamed {words[n]} in step {turn}.")
+
+        def records() -> list[dict] | None:
+            lines = [json.loads(line) for line in kl("export", check=True).stdout.splitlines()]
+            found = [line for line in lines if "record_id" in line]
+            return found if len(found) >= 10 else None
+
+        made = wait_for(records, 60, 0.2, "a record for each of the ten turns")
+    finally:
+        kl("stop", check=True)
+    assert len(made) == 10 and len({r["namespace"] for r in made}) == 1
+    for record in made:
+        word, turn = next((w, t) for w in words for t in (1, 2)
+                          if record["title"] == f"Rename the {w} option, step {t}")
+        assert f"Renamed {word} in step {turn}." in record["summary"]
+        assert record["files_touched"] == [f"{word}_{turn}.py"]
+        others = [w for w in words if w != word]
+        assert not any(w in json.dumps(record) for w in others), record

@@ -86,7 +86,10 @@ def test_git_worktrees_share_the_main_checkout(tree):
     worktree = tree / "code" / "repo-feature"
     subprocess.run([*git, "-C", str(main), "worktree", "add", "-q", str(worktree)], check=True)
     (worktree / "lib").mkdir()
-    assert project.resolve_project(worktree / "lib", home=str(tree), override="").root == str(main)
+    found = project.resolve_project(worktree / "lib", home=str(tree), override="")
+    assert found.root == str(main) and found.checkout == str(worktree)
+    assert found.project_id == project.resolve_project(main, home=str(tree),
+                                                       override="").project_id
 
 
 names = st.text(st.characters(whitelist_categories=("Ll", "Nd")), min_size=1, max_size=8)

@@ -168,7 +168,7 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
             "limit": limit or (FILE_LIMIT if opened else loaded["retrieval"]["limit"]),
             "records": as_json}
     here = None if project is None else kl_project.resolve_project(project)
-    root = here.root if here is not None else None
+    root = here.checkout if here is not None else None  # the files are named from it
 
     def named(paths: tuple[str, ...]) -> list[str]:  # as the project names them
         return list(dict.fromkeys(tooluse.relative(os.path.abspath(p), root) for p in paths))

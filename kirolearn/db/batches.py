@@ -104,8 +104,9 @@ def form_batches(conn: Connection, namespace: str, reason: str, max_bytes: int,
     most ``max_bytes`` of body (an event larger alone is a batch of its own) and
     ``max_events`` events, cut after a turn's end (a ``session_summary``) where the
     limits leave one, so a turn stays whole. Events stored after this stay pending.
-    ``whole_turns``: the events after the last turn's end stay pending too (the next
-    turn, begun before the batch was formed, waits to be batched whole).
+    ``whole_turns``: the events from the first of a turn still open stay pending too
+    (``whole_until``: a turn begun before the batch was formed, in this session or in
+    another working beside it, waits to be batched whole).
 
     ``history``: ids of events imported from an export that had already distilled them;
     each run of them becomes a batch already done, so they are not extracted again.
@@ -113,12 +114,12 @@ def form_batches(conn: Connection, namespace: str, reason: str, max_bytes: int,
     cursor = conn.execute("SELECT last_seq FROM extraction_cursor WHERE namespace = $1",
                           (namespace,)).fetchone()
     first = (cursor[0] if cursor else 0) + 1
-    rows = conn.execute("SELECT seq, kind = 'session_summary', length(body_json), event_id"
+    rows = conn.execute("SELECT seq, kind = 'session_summary', length(body_json), event_id,"
+                        " session_id, valid_ms"
                         f" FROM events{conn.indexed_by('events_namespace')} WHERE namespace = $1"
                         " AND seq >= $2 ORDER BY seq", (namespace, first)).fetchall()
-    ends = [at for at, row in enumerate(rows) if row[1]]
-    if whole_turns and ends:
-        rows = rows[:ends[-1] + 1]
+    if whole_turns:
+        rows = rows[:whole_until(rows, now_ms())]
     batch_ids = []
     start = 0
     while start < len(rows):
@@ -141,6 +142,34 @@ def form_batches(conn: Connection, namespace: str, reason: str, max_bytes: int,
         conn.execute("INSERT INTO extraction_cursor VALUES ($1, $2) ON CONFLICT (namespace)"
                      " DO UPDATE SET last_seq = excluded.last_seq", (namespace, rows[-1][0]))
     return batch_ids
+
+
+# A turn open this long (a session left mid-turn) no longer holds the others' back.
+OPEN_TURN_WAIT_MS = 300_000
+
+
+def whole_until(rows: list[tuple], now: int) -> int:
+    """How many of these pending events (seq, is a turn's end, size, id, session, time)
+    can be batched without cutting a turn: those before the first event of a turn still
+    open in its session. Parallel sessions (agents in worktrees, two terminals)
+    interleave their events, and one's turn ending must not cut another's in two: its
+    request in one record, its conclusion in the next."""
+    closed_at: list[int | None] = [None] * len(rows)  # where each event's turn ends
+    ends: dict[str, int] = {}
+    for at in range(len(rows) - 1, -1, -1):
+        if rows[at][1]:
+            ends[rows[at][4]] = at
+        closed_at[at] = ends.get(rows[at][4])
+    whole = need = 0
+    for at, row in enumerate(rows):
+        if now - row[5] >= OPEN_TURN_WAIT_MS:
+            closed = at  # waited for long enough
+        elif (closed := closed_at[at]) is None:
+            break  # a turn still open: nothing from here on
+        need = max(need, closed + 1)
+        if need == at + 1:
+            whole = at + 1
+    return whole
 
 
 def _cut(rows: list[tuple], max_bytes: int, max_events: int) -> list[tuple[int, int]]:
