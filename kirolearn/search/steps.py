@@ -38,7 +38,7 @@ RARE_SHARE = 3  # rare matches take at most a third of a hybrid answer's places,
 # when set higher) and none holds STRONG_COVERAGE of its words (``query.coverage``). On
 # the development histories the closest record's cosine is 0.11-0.45 for off-topic
 # prompts (median 0.2) and 0.24-0.82 for the requests of later commits (median 0.5): at
-# 0.3, 80-93% of off-topic prompts get nothing (at the floor of meaning, 0.25, with a
+# 0.3, 78-88% of off-topic prompts get nothing (at the floor of meaning, 0.25, with a
 # third of the words: 62-80%) and no recall is lost. Words add nothing to this test there.
 FIT_SIMILARITY = 0.3
 STRONG_COVERAGE = 0.5  # a lexical match holding this much stays, however far in meaning
