@@ -23,6 +23,7 @@ MODES = ("lexical", "semantic", "hybrid")  # how a search ranks: words, meaning,
 # so a daemon never starts with one of its processes unable to.
 CHOICES = {
     ("retrieval", "mode"): MODES,
+    ("retrieval", "stale_records"): ("leave_out", "mark"),
     ("mcp", "scope"): SCOPES,
     ("extraction", "strategy"): ("heuristic", "openai", "anthropic", "command"),
 }

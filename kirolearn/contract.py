@@ -481,8 +481,28 @@ def validate_event(event: Any) -> CheckedEvent:
 
 RECORD_FIELDS = {
     "record_id", "namespace", "title", "summary", "facts", "concepts", "files_touched",
-    "observation_type", "strategy", "source_event_ids", "created_at",
+    "observation_type", "strategy", "source_event_ids", "created_at", "anchors",
 }
+MAX_ANCHORED_FILES = 100
+MAX_ANCHORED_SYMBOLS = 50
+
+
+def _check_anchors(errors: list[FieldError], record: dict) -> None:
+    """``anchors`` (optional): the code a record is about, ``{path: [name, ...]}``: files
+    as the project names them, and the names the work defined in each."""
+    anchors = record.get("anchors", {})
+    if not isinstance(anchors, dict) or len(anchors) > MAX_ANCHORED_FILES:
+        errors.append(FieldError("anchors", f"must be an object of at most"
+                                            f" {MAX_ANCHORED_FILES} files"))
+        return
+    for path, names in anchors.items():
+        if not 1 <= len(path) <= 500 or not is_text(path):
+            errors.append(FieldError("anchors", "a path must be 1–500 characters"))
+        elif not isinstance(names, list) or len(names) > MAX_ANCHORED_SYMBOLS or not all(
+                isinstance(n, str) and 1 <= len(n) <= 100 and is_text(n) for n in names):
+            errors.append(FieldError(f"anchors[{path!r}]", f"must be a list of at most"
+                                                           f" {MAX_ANCHORED_SYMBOLS} names"
+                                                           " of 1–100 characters"))
 
 
 def _check_str_list(errors: list[FieldError], obj: dict, field: str, item_max: int,
@@ -519,6 +539,7 @@ def validate_record(record: Any) -> dict:
     _check_str_list(errors, record, "facts", 500, 100)
     _check_str_list(errors, record, "concepts", 100, 100)
     _check_str_list(errors, record, "files_touched", 500, 500)
+    _check_anchors(errors, record)
     if record.get("observation_type") not in OBSERVATION_TYPES:
         errors.append(FieldError("observation_type",
                                  f"must be one of {', '.join(OBSERVATION_TYPES)}"))

@@ -56,6 +56,7 @@ class Action(NamedTuple):
     failed: bool = False
     output: str = ""
     identifiers: tuple[str, ...] | list[str] = ()  # what an edit touched
+    new_texts: tuple[str, ...] = ()  # an edit's new text (what it defines: its anchors)
 
 
 # -- reading payloads ---------------------------------------------------------------------
@@ -134,7 +135,8 @@ def observe(data: object) -> Action:
         old_texts = [t for t in old if isinstance(t, str)]
         return action._replace(kind="edit", added=sum(map(_lines, new_texts)),
                                removed=sum(map(_lines, old_texts)),
-                               identifiers=touched(new_texts, old_texts))
+                               identifiers=touched(new_texts, old_texts),
+                               new_texts=tuple(new_texts))
     if READ_TOOLS.search(name) and paths:
         return action._replace(kind="read")
     return action

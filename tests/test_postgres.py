@@ -281,7 +281,18 @@ def test_an_identifier_is_found_as_one_word_in_records_written_before_it_was(pos
                    ("Billing export", "CSV columns")])]
     with monkeypatch.context() as before:
         before.setattr(postgres.schema, "MIGRATIONS", postgres.schema.MIGRATIONS[:1])
-        make_db(url, records)
+        conn = db.connect_writer(url)
+        with conn.transaction():  # as that version's writer wrote them
+            for r in records:
+                conn.execute(
+                    "INSERT INTO memory_records (record_id, namespace, title, summary,"
+                    " facts_json, facts_text, concepts_json, files_touched_json,"
+                    " observation_type, strategy, source_event_ids_json, created_at)"
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                    (r["record_id"], r["namespace"], r["title"], r["summary"], "[]", "",
+                     "[]", "[]", r["observation_type"], r["strategy"],
+                     json.dumps(r["source_event_ids"]), r["created_at"]))
+        conn.close()
     db.connect_writer(url).close()  # migrated to the latest
     assert term_counts(url)["refresh_user_repository"] == 1
     found = searcher.Searcher(url)

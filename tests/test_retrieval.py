@@ -223,6 +223,8 @@ def test_cli_search_defaults_to_the_project_of_the_current_directory(home, tmp_p
     checkout = user_home / "code" / "app"
     (checkout / "src").mkdir(parents=True)
     (checkout / ".git").mkdir()
+    (checkout / "migrations").mkdir()  # the record's file is there: it is not stale
+    (checkout / "migrations" / "0042_user_uuid.py").write_text("upgrade = None\n")
     env = {**os.environ, "HOME": str(user_home)}
     namespace = project.resolve_project(checkout, home=str(user_home)).namespace(
         project.actor_id())

@@ -681,8 +681,18 @@ def test_a_projects_changed_files_are_read_in_the_background(tmp_path):
     trees = worktree.Worktrees()
     assert trees.changed(str(tmp_path)) == ()
     assert wait_for(lambda: trees.changed(str(tmp_path))) == ("src/b.py",)
-    assert worktree.read(str(tmp_path)) == ("src/b.py",)
-    assert worktree.read(str(tmp_path / "src" / "none")) == ()
+    assert worktree.read(str(tmp_path)) == (("src/b.py",), {})
+    assert worktree.read(str(tmp_path / "src" / "none")) == ((), {})
+    git("mv", "src/a.py", "src/c.py")  # renamed, not yet committed
+    assert worktree.read(str(tmp_path), renames=True)[1] == {"src/a.py": "src/c.py"}
+    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qam", "moved")
+    git("mv", "src/c.py", "src/d.py")  # then renamed again
+    assert worktree.read(str(tmp_path), renames=True)[1] == {"src/a.py": "src/d.py",
+                                                             "src/c.py": "src/d.py"}
+    later = worktree.Worktrees()
+    later.renamed(str(tmp_path))
+    assert wait_for(lambda: later.renamed(str(tmp_path))) == {"src/a.py": "src/d.py",
+                                                              "src/c.py": "src/d.py"}
 
 
 def test_a_record_is_found_by_its_concepts_which_are_never_shown(store_at):

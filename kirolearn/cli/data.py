@@ -169,6 +169,8 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
             "records": as_json}
     here = None if project is None else kl_project.resolve_project(project)
     root = here.checkout if here is not None else None  # the files are named from it
+    if root is not None:  # its records are checked against it, as a hook's are
+        body["checkout"] = root
 
     def named(paths: tuple[str, ...]) -> list[str]:  # as the project names them
         return list(dict.fromkeys(tooluse.relative(os.path.abspath(p), root) for p in paths))
@@ -176,7 +178,7 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
     if opened:
         body.update(opened=named(opened))
     else:
-        in_play = named(files) + list(worktree.read(root) if root else ())
+        in_play = named(files) + list(worktree.read(root)[0] if root else ())
         if in_play:
             body["files"] = list(dict.fromkeys(in_play))
         everywhere = None if here is None else kl_project.also_searched(
@@ -193,6 +195,9 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
         click.echo(json.dumps({"query": query, "namespace": namespace, **result},
                               ensure_ascii=False))
         return
+    for gone in result.get("left_out", []):
+        click.echo(f"left out {gone['record_id']} ({gone['title']}): its code is gone:"
+                   f" {gone['why']}", err=True)
     if result["context"]:
         click.echo(result["context"])
     else:

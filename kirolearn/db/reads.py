@@ -49,7 +49,7 @@ def iter_events(conn: Connection, namespace: str | None = None,
 
 RECORD_COLUMNS = ("record_id, namespace, title, summary, facts_json, concepts_json,"
                   " files_touched_json, observation_type, strategy, source_event_ids_json,"
-                  " created_at, invalid_reason")
+                  " created_at, invalid_reason, anchors_json")
 
 
 def record_from_row(row: tuple) -> dict:
@@ -63,6 +63,8 @@ def record_from_row(row: tuple) -> dict:
     }
     if row[11] is not None:
         record["invalid_reason"] = row[11]
+    if row[12] != "{}":
+        record["anchors"] = json.loads(row[12])
     return record
 
 

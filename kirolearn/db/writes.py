@@ -72,9 +72,9 @@ INSERT_RECORD_SQL = (
     "INSERT INTO memory_records (record_id, namespace, title, summary, facts_json,"
     " facts_text, concepts_json, files_touched_json, observation_type, strategy,"
     " source_event_ids_json, created_at, batch_id, invalid_reason, embedding_hash,"
-    " files_key, session_id, turn_seq)"
-    " SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16, e.session_id, e.seq"
-    " FROM (SELECT 1) AS one LEFT JOIN events e ON e.event_id = $17")
+    " files_key, anchors_json, session_id, turn_seq)"
+    " SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17, e.session_id, e.seq"
+    " FROM (SELECT 1) AS one LEFT JOIN events e ON e.event_id = $18")
 
 
 def _new_record_params(record: dict, batch_id: str | None, invalid_reason: str | None) -> tuple:
@@ -85,6 +85,7 @@ def _new_record_params(record: dict, batch_id: str | None, invalid_reason: str |
             record["strategy"], json.dumps(record["source_event_ids"]), record["created_at"],
             batch_id, invalid_reason, None if invalid_reason is None else NOT_EMBEDDED,
             files_key(record.get("files_touched", [])),
+            json.dumps(record.get("anchors") or {}),
             next(iter(record["source_event_ids"]), None))
 
 
@@ -155,20 +156,24 @@ def _merge_into(conn: Connection, row: tuple, record: dict,
     facts = list(dict.fromkeys(json.loads(row[2]) + record.get("facts", [])))
     concepts = list(dict.fromkeys(json.loads(row[3]) + record.get("concepts", [])))
     sources = list(dict.fromkeys(json.loads(row[4]) + record["source_event_ids"]))
-    if len(summary) > MAX_SUMMARY or len(facts) > MAX_ITEMS or len(concepts) > MAX_ITEMS:
+    anchors = json.loads(row[8])
+    for path, names in (record.get("anchors") or {}).items():
+        anchors[path] = list(dict.fromkeys(anchors.get(path, []) + names))[:50]
+    if (len(summary) > MAX_SUMMARY or len(facts) > MAX_ITEMS or len(concepts) > MAX_ITEMS
+            or len(anchors) > MAX_ITEMS):
         return False
     _keep_version(conn, row[0])
     conn.execute(
         "UPDATE memory_records SET summary = $1, facts_json = $2, facts_text = $3,"
         " concepts_json = $4, source_event_ids_json = $5, created_at = $6, batch_id = $7,"
-        " embedding_hash = NULL WHERE id = $8",
+        " embedding_hash = NULL, anchors_json = $8 WHERE id = $9",
         (summary, json.dumps(facts), " ".join(facts), json.dumps(concepts),
-         json.dumps(sources), record["created_at"], batch_id, row[0]))
+         json.dumps(sources), record["created_at"], batch_id, json.dumps(anchors), row[0]))
     return True
 
 
 MERGE_COLUMNS = ("id, summary, facts_json, concepts_json, source_event_ids_json,"
-                 " files_touched_json, record_id, title")
+                 " files_touched_json, record_id, title, anchors_json")
 
 
 def same_work(conn: Connection, record: dict, window_s: float) -> list[tuple]:

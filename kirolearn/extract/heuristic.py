@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kirolearn import contract
+from kirolearn.extract.anchors import of_actions
 from kirolearn.tooluse import Action, cut, fact, first_lines, observe, relative
 
 STRATEGY = "heuristic"
@@ -96,8 +97,8 @@ def concepts_of(texts: list[str], files: list[str], names: Iterable[str] = ()) -
 
 def record(namespace: str, title: str, summary: str, observation_type: str,
            facts: list[str], concepts: list[str], files: list[str],
-           source_ids: list[str]) -> dict:
-    return {
+           source_ids: list[str], anchors: dict[str, list[str]] | None = None) -> dict:
+    return {"anchors": anchors or {},
         "record_id": contract.new_record_id(), "namespace": namespace,
         "title": cut(title, TITLE_CHARS) or "Untitled",
         "summary": beyond(cut(title, TITLE_CHARS), summary)[:4000],
@@ -196,7 +197,8 @@ def turn_records(namespace: str, turn: Turn, root: str | None) -> list[dict]:
         kind = "tool_use" if actions else "discovery"
         records.append(record(namespace, title, summary, kind, list(dict.fromkeys(facts)),
                               concepts_of([turn.request, *turn.asked, *facts], files,
-                                          identifiers(actions)), files, turn.event_ids))
+                                          identifiers(actions)), files, turn.event_ids,
+                              of_actions(actions, root)))
     elif conclusion:  # a turn summary whose prompt and tools were in an earlier batch
         records.append(record(namespace, conclusion.splitlines()[0], conclusion,
                               "session_summary", [], concepts_of([conclusion], []), [],

@@ -22,7 +22,7 @@ from kirolearn import access, contract, db, keys, privacy, project, protocol, tr
 from kirolearn.config import MODES
 from kirolearn.db import errors, reads
 from kirolearn.roles import base, checks
-from kirolearn.search import embeddings, ranking, searcher, vectors, worktree
+from kirolearn.search import embeddings, ranking, searcher, staleness, vectors, worktree
 
 MAX_LIMIT = 100
 MAX_NAMESPACES = 8
@@ -146,6 +146,7 @@ class Retrieval(base.Role):
         self.session_tokens = cfg["session_tokens"]
         self.context_tokens = cfg["context_tokens"] or None
         self.global_floor = cfg["global_min_similarity"]
+        self.mark_stale = cfg["stale_records"] == "mark"
         self.embeddings_state, embedder = self._load_embedder()
         self.default_mode = cfg["mode"] if embedder is not None else "lexical"
         self.searcher = searcher.Searcher(db.location(self.home, self.settings), embedder=embedder,
@@ -270,6 +271,22 @@ class Retrieval(base.Role):
             return ()
         return self.worktrees.changed(root)
 
+    def tree(self, request: base.Request, event: object) -> staleness.Tree | None:
+        """The working tree a search of this machine comes from, which the records it
+        finds are checked against (``staleness``): the event's project path (a prompt,
+        a tool use), or a local ``checkout`` (``kirolearn search``)."""
+        checkout = request.body.get("checkout")
+        if checkout is not None and not (isinstance(checkout, str) and 0 < len(checkout) <= 4096):
+            raise base.BadRequest("'checkout' must be a directory's path")
+        if request.client is not None:
+            return None
+        root = event.get("project_path") if isinstance(event, dict) else checkout
+        if not isinstance(root, str) or not os.path.isabs(root) or not os.path.isdir(root):
+            return None
+        renamed = (self.worktrees.renamed(root) if os.path.exists(os.path.join(root, ".git"))
+                   else {})
+        return staleness.Tree(root, renamed, self.mark_stale)
+
     @base.op("search")
     def search(self, request: base.Request) -> dict:
         """``search {query | event, namespace? | namespaces?, limit?, budget_ms?,
@@ -290,7 +307,7 @@ class Retrieval(base.Role):
             result = self.searcher.about_files(
                 asked.namespaces, asked.opened, query, asked.limit, asked.budget_ms,
                 asked.deadline, asked.mode, asked.max_tokens, asked.exclude,
-                self.sharing(request))
+                self.sharing(request), self.tree(request, event))
         else:
             if "query" not in request.body and isinstance(event, dict):  # a prompt's
                 query = self.searcher.in_context(event, query)
@@ -299,7 +316,8 @@ class Retrieval(base.Role):
                                           asked.max_tokens, asked.types,
                                           self.global_floor if asked.with_global else None,
                                           self.sharing(request),
-                                          asked.files + self.in_play(request, event))
+                                          asked.files + self.in_play(request, event),
+                                          self.tree(request, event))
         self.outcomes[result.outcome] += 1
         if result.error and result.outcome in ("error", "timeout"):
             self.log.warning("search failed (%s): %s", result.outcome, result.error)

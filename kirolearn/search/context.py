@@ -90,6 +90,8 @@ def record_section(record: dict) -> str:
             summary = "…" + summary[start.end():].lstrip()
     day = str(record.get("created_at") or "")[:10]
     parts = ["### " + title + (f" · {day}" if DAY.fullmatch(day) else "")]
+    if record.get("stale"):  # its code is gone from the working tree (``staleness``)
+        parts.append(f"*May be stale: {record['stale']}.*")
     if summary:
         parts.append(summary)
     facts = [" ".join(fact.split()) for fact in record["facts"]]

@@ -24,6 +24,9 @@ class Result:
     # How much of the query's weight each of the best lexical matches holds (``coverage``),
     # by record id; the most of them is the answer's ``coverage``.
     held: dict[str, float] = field(default_factory=dict)
+    # Records whose code is gone from the working tree (``staleness``), left out of the
+    # answer: each with its id, title and why.
+    left_out: list[dict] = field(default_factory=list)
 
     @property
     def coverage(self) -> float | None:
@@ -50,6 +53,8 @@ class Result:
             reply["records"] = privacy.scrub(self.records)
         if self.coverage is not None:
             reply["coverage"] = round(self.coverage, 3)
+        if self.left_out:
+            reply["left_out"] = self.left_out
         if self.error:
             reply["error"] = self.error
         return reply

@@ -32,7 +32,7 @@ from typing import Any
 from kirolearn import db, project
 from kirolearn.db import errors, fts, reads
 from kirolearn.db.store import Connection
-from kirolearn.search import checkpoint, embeddings, ranking, steps, vectors, when
+from kirolearn.search import checkpoint, embeddings, ranking, staleness, steps, vectors, when
 from kirolearn.search.context import (
     FENCE_TOKENS,
     SESSION_LOOKBACK,
@@ -131,6 +131,7 @@ class Searcher:
         self.types: tuple[str, ...] = ()  # of the search under way
         self.files: tuple[str, ...] = ()  # the files in play, of the search under way
         self.span: tuple[datetime, datetime] | None = None  # the time its request names
+        self.checkout = staleness.Checkout()  # working trees' files, read for the check
         self._stems: dict[str, tuple[str, ...]] = {}
         self._doc_freq: dict[tuple[str, ...], int] = {}
         self._total = 0
@@ -174,7 +175,7 @@ class Searcher:
                deadline: float | None = None, mode: str = "lexical",
                max_tokens: int | None = None, types: Sequence[str] = (),
                others_floor: float | None = None, share: Sharing | None = None,
-               files: Sequence[str] = ()) -> Result:
+               files: Sequence[str] = (), tree: staleness.Tree | None = None) -> Result:
         """Never raises. ``namespace`` may be several, searched as one (a record whose title
         and summary repeat a better-ranked one's is left out). ``deadline``
         (time.monotonic()) may cut the budget shorter. ``mode`` is one of MODES; without
@@ -184,7 +185,8 @@ class Searcher:
         the first is kept only when its ``relevance`` is at least this (one with none, a
         lexical answer's, is not). ``share``: see ``shared``. ``files``: the files in
         play (the session's, the working tree's changes): a match naming one of them
-        ranks higher (``_in_play``)."""
+        ranks higher (``_in_play``). ``tree``: the working tree the prompt comes from,
+        which the project's records are checked against (``staleness``)."""
         def run(namespaces: tuple[str, ...]) -> Result:
             if mode == "lexical" or self.embedder is None:
                 result = self._search(namespaces, query, limit)
@@ -198,12 +200,13 @@ class Searcher:
 
         self.types, self.files = tuple(types), tuple(files)
         self.span = when.span(query, datetime.now().astimezone())
-        return self._answer(namespace, share, budget_ms, deadline, max_tokens, run)
+        return self._answer(namespace, share, budget_ms, deadline, max_tokens, run, tree)
 
     def about_files(self, namespace: str | Sequence[str], files: Sequence[str], query: str,
                     limit: int, budget_ms: float, deadline: float | None = None,
                     mode: str = "lexical", max_tokens: int | None = None,
-                    exclude: Sequence[str] = (), share: Sharing | None = None) -> Result:
+                    exclude: Sequence[str] = (), share: Sharing | None = None,
+                    tree: staleness.Tree | None = None) -> Result:
         """What to know of files the agent has just opened: the records naming one of
         them (the file index), best first by how well they match ``query`` (the request
         the agent is working on: its words, and in a hybrid search its meaning), the
@@ -212,13 +215,15 @@ class Searcher:
         self.types, self.files, self.span = (), (), None
         return self._answer(namespace, share, budget_ms, deadline, max_tokens,
                             lambda namespaces: self._about_files(
-                                namespaces, tuple(files), query, limit, mode, set(exclude)))
+                                namespaces, tuple(files), query, limit, mode, set(exclude)),
+                            tree)
 
     def _answer(self, namespace: str | Sequence[str], share: Sharing | None,
                 budget_ms: float, deadline: float | None, max_tokens: int | None,
-                run: Callable[[tuple[str, ...]], Result]) -> Result:
-        """``run``'s result within the budget and ``max_tokens``, or an empty one with
-        the outcome that says why (never raises)."""
+                run: Callable[[tuple[str, ...]], Result],
+                tree: staleness.Tree | None = None) -> Result:
+        """``run``'s result, checked against ``tree``, within the budget and
+        ``max_tokens``, or an empty one with the outcome that says why (never raises)."""
         started = time.monotonic()
         self.deadline = started + budget_ms / 1000
         if deadline is not None:
@@ -227,8 +232,10 @@ class Searcher:
         try:
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed
-            result = run(self.shared((namespace,) if isinstance(namespace, str)
-                                     else namespace, share))
+            namespaces = (namespace,) if isinstance(namespace, str) else tuple(namespace)
+            result = run(self.shared(namespaces, share))
+            if tree is not None:
+                self._check(result, tree, project.parts(namespaces[0])[1])
             result.records = within_tokens(result.records, max_tokens)
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed
@@ -243,6 +250,23 @@ class Searcher:
                 self.close()  # a broken connection is reopened next time
         result.latency_ms = (time.monotonic() - started) * 1000
         return result
+
+    def _check(self, result: Result, tree: staleness.Tree, project_id: str) -> None:
+        """The project's records whose code is gone from the working tree: left out
+        (``left_out`` says why) or, with ``tree.mark``, shown marked. A record of
+        another project (the global one's) names files of its own: it is not checked."""
+        mine = [r for r in result.records if project.parts(r["namespace"])[1] == project_id]
+        stale = self.checkout.check(tree.root, mine, tree.renamed, self.deadline)
+        if not stale:
+            return
+        if tree.mark:
+            result.records = [{**r, "stale": stale[r["record_id"]]}
+                              if r["record_id"] in stale else r for r in result.records]
+            return
+        result.left_out = [{"record_id": r["record_id"], "title": r["title"],
+                            "why": stale[r["record_id"]]}
+                           for r in result.records if r["record_id"] in stale]
+        result.records = [r for r in result.records if r["record_id"] not in stale]
 
     def in_context(self, event: dict, query: str) -> str:
         """A prompt's query with the session's previous prompts (``PREVIOUS_PROMPTS``)

@@ -246,8 +246,12 @@ INSERT INTO record_terms SELECT term, count(*) FROM memory_records,
     unnest(tsvector_to_array(search)) AS t(term) GROUP BY term;
 ANALYZE memory_records;
 """),
+    (5, "record_anchors", """
+-- The code a record is about (SQLite's migration 15).
+ALTER TABLE memory_records ADD COLUMN anchors_json TEXT NOT NULL DEFAULT '{}';
+"""),
 ]
 
 
 # Each migration's schema, as the SQLite migration it matches (exports name that one).
-SQLITE_SCHEMA = {1: 12, 2: 12, 3: 13, 4: 14}
+SQLITE_SCHEMA = {1: 12, 2: 12, 3: 13, 4: 14, 5: 15}

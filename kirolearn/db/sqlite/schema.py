@@ -306,4 +306,9 @@ INSERT INTO memory_records_fts (rowid, title, summary, facts_text, concepts_json
 SELECT id, title, summary, facts_text, concepts_json FROM memory_records
 WHERE invalid_reason IS NULL;
 """),
+    (15, "record_anchors", """
+-- The code a record is about: {path: [names the work defined there]} (extract.anchors),
+-- checked against the working tree before the record is recalled (search.staleness).
+ALTER TABLE memory_records ADD COLUMN anchors_json TEXT NOT NULL DEFAULT '{}';
+"""),
 ]

@@ -1,0 +1,78 @@
+"""A record's anchors: the code it is about, so that it can be checked against the code
+as it is when it would be recalled (``search.staleness``).
+
+For each file a turn edited, the names its edits define: the functions, classes,
+methods and constants of the edit's new text. Python is read with ``ast`` (a whole
+file, or an edit's text when it parses on its own); other languages, and a Python
+fragment that does not parse, by one light pattern for the definitions of the common
+languages (``def``, ``class``, ``function``, ``func`` and Go's methods, ``fn``,
+``struct``, ``enum``, ``trait``, ``interface``, ``type``, ``const``/``let``/``var``)
+and UPPER_CASE constants: Python, JavaScript/TypeScript, Go, Rust, Swift, Kotlin and
+the like; Java's and C#'s methods (no keyword) are anchored by their classes. No
+language server, no file read: what the agent's edit said.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import textwrap
+
+from kirolearn.tooluse import DEFINITION, Action, relative
+from kirolearn.words import STOP_WORDS
+
+MAX_FILES = 100  # anchored files of one record
+MAX_SYMBOLS = 50  # names anchored in one file
+CONSTANT = re.compile(r"^\s*([A-Z][A-Z0-9_]{2,})\s*(?::[^=\n]*)?=(?!=)", re.MULTILINE)
+METHOD = re.compile(r"\bfunc\s*\([^)]*\)\s*([A-Za-z_]\w*)")  # Go: func (s *Server) Name
+MIN_CHARS = 4  # a shorter name (`get`, `run`) is found anywhere: it would anchor nothing
+
+
+def _python(text: str) -> list[str] | None:
+    """The definitions of Python text (top level, and the methods of its classes);
+    None when it does not parse on its own."""
+    try:
+        tree = ast.parse(textwrap.dedent(text))
+    except (SyntaxError, ValueError):
+        return None
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.append(node.name)
+        if isinstance(node, ast.ClassDef):
+            names += [item.name for item in node.body
+                      if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)]
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, ast.AnnAssign) else [])
+        names += [t.id for t in targets if isinstance(t, ast.Name)]
+    return names
+
+
+def definitions(path: str, texts: list[str] | tuple[str, ...]) -> list[str]:
+    """The names these texts (an edit's new text, of one file) define, in order."""
+    found: list[str] = []
+    for text in texts:
+        parsed = _python(text) if path.endswith((".py", ".pyi")) else None
+        found += parsed if parsed is not None else (DEFINITION.findall(text)
+                                                    + METHOD.findall(text)
+                                                    + CONSTANT.findall(text))
+    return [name for name in dict.fromkeys(found)
+            if len(name) >= MIN_CHARS and name.lower() not in STOP_WORDS][:MAX_SYMBOLS]
+
+
+def of_actions(actions: list[Action], root: str | None) -> dict[str, list[str]]:
+    """Each file the turn's edits changed inside its project (as the project names it)
+    and the names those edits define there (none: the file is the anchor)."""
+    anchors: dict[str, list[str]] = {}
+    for action in actions:
+        if action.kind != "edit":
+            continue
+        for path in action.paths:
+            name = relative(path, root)
+            if name.startswith("/") or len(name) > 500:  # outside the project
+                continue
+            if name in anchors or len(anchors) < MAX_FILES:
+                known = anchors.setdefault(name, [])
+                known += [d for d in definitions(name, action.new_texts) if d not in known]
+                del known[MAX_SYMBOLS:]
+    return anchors
