@@ -20,7 +20,12 @@ recall, the share of questions given any context, and the share of ``OFF_TOPIC``
 prompts (general questions, other projects' requests) given none.
 ``kirolearn-file-opened`` is what the agent is then given when it opens the first file
 the commit changes (``FILE_LIMIT`` records about it, none the prompt was given): its
-recall alone, and with the prompt's.
+recall alone, and with the prompt's. ``kirolearn-stale`` counts the injected records
+whose code is gone at the question's parent commit (every anchored file deleted, or
+none of its names left: ``search.staleness``), as the working tree stands there (a
+checkout of that commit): injected unchecked, and checked against that checkout as a
+hook's prompt is (retrieval's own rename map may be a few seconds behind the checkout:
+a renamed file not yet known counts as gone there).
 
 Prints JSON Lines (DESIGN.md §10), one per system and k in 5, 10, 25.
 
@@ -53,7 +58,7 @@ from locomo import pipeline_done, wait_until
 
 from kirolearn import config, contract, paths, transport
 from kirolearn.roles.checks import FILE_LIMIT
-from kirolearn.search import context
+from kirolearn.search import context, staleness, worktree
 
 KL = [sys.executable, "-m", "kirolearn"]
 KS = (5, 10, 25)
@@ -347,6 +352,12 @@ def main() -> None:
             hook: dict[str, list[float]] = {"recall": [], "given": [], "chars": [], "mrr": []}
             opened: dict[str, list[float]] = {"recall": [], "with_prompt": [], "chars": []}
             off_topic_given = []
+            # What the injection holds that names code gone at the question's parent
+            # commit: unchecked (no working tree), then checked against that checkout.
+            stale: dict[str, list[int]] = {"unchecked": [], "checked": [], "checked_recall": []}
+            checkout = base / "checkout"
+            subprocess.run(["git", "-C", str(args.repo), "worktree", "add", "-q", "--detach",
+                            str(checkout), "HEAD"], check=True, capture_output=True)
             covered: dict[str, list[float]] = {"on-topic": [], "off-topic": []}
             with transport.Client(paths.Home(base).endpoint("retrieval"),
                                   timeout_ms=60_000) as retrieval:
@@ -360,6 +371,7 @@ def main() -> None:
                             f"{reply['records'][0]['title']!r}")
                 for commit in questions:
                     reply = retrieval.call("search", {**injected, "query": commit.message})
+                    hook_records = reply["records"]
                     hits = [{commit_of.get(i) for i in r["source_event_ids"]}
                             for r in reply["records"] if not r.get("neighbour_of")]
                     found = set().union(*hits)
@@ -379,6 +391,21 @@ def main() -> None:
                     opened["with_prompt"].append(
                         len(commit.targets & (found | from_file)) / len(commit.targets))
                     opened["chars"].append(len(reply["context"]))
+                    subprocess.run(["git", "-C", str(checkout), "checkout", "-q", "--detach",
+                                    "--force", f"{commit.sha}^"], check=True,
+                                   capture_output=True)
+                    renamed = worktree.read(str(checkout), renames=True)[1] or {}
+                    judge = staleness.Checkout()
+                    checked = retrieval.call("search", {**injected, "query": commit.message,
+                                                        "checkout": str(checkout)})
+                    for name, shown in (("unchecked", hook_records), ("checked",
+                                                                      checked["records"])):
+                        stale[name].append(sum(bool(judge.gone(str(checkout), r, renamed))
+                                               for r in shown))
+                    found_checked = {commit_of.get(i) for r in checked["records"]
+                                     if not r.get("neighbour_of") for i in r["source_event_ids"]}
+                    stale["checked_recall"].append(
+                        len(commit.targets & found_checked) / len(commit.targets))
                     for k in KS:
                         reply = retrieval.call("search", {
                             "query": commit.message, "namespace": namespace, "limit": k,
@@ -407,6 +434,8 @@ def main() -> None:
                                                                  commit.targets))
         finally:
             subprocess.run([*KL, "stop"], env=env, capture_output=True, cwd="/tmp")
+            subprocess.run(["git", "-C", str(args.repo), "worktree", "remove", "--force",
+                            str(base / "checkout")], capture_output=True)
     if not questions:
         raise SystemExit("no later commit changes lines of a stored one")
     for prompts, values in covered.items():  # where the floor of a lexical match falls
@@ -445,6 +474,14 @@ def main() -> None:
         "k": FILE_LIMIT, "recall": round(statistics.mean(opened["recall"]), 4),
         "recall_with_prompt": round(statistics.mean(opened["with_prompt"]), 4),
         "context_chars_mean": round(statistics.mean(opened["chars"])),
+        "questions": len(questions), "repo": args.repo.name}), flush=True)
+    before, after = sum(stale["unchecked"]), sum(stale["checked"])
+    print(json.dumps({
+        "bench": "coderecall", "system": "kirolearn-stale", "mode": args.mode,
+        "stale_injected_unchecked": before, "stale_injected_checked": after,
+        "fewer_share": round(1 - after / before, 4) if before else None,
+        "questions_with_stale_unchecked": sum(1 for n in stale["unchecked"] if n),
+        "recall_checked": round(statistics.mean(stale["checked_recall"]), 4),
         "questions": len(questions), "repo": args.repo.name}), flush=True)
 
 

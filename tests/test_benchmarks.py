@@ -120,7 +120,7 @@ def test_coderecall_quick_run_finds_the_earlier_work_on_the_same_code(home, tmp_
                             text=True, timeout=300, env=env, cwd="/tmp")
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
-    *ranked, injected, opened = rows
+    *ranked, injected, opened, stale = rows
     assert [(r["system"], r["k"]) for r in ranked] == [
         (system, k) for system in ("kirolearn", "bm25", "bm25-whole-commit", "newest")
         for k in (5, 10, 25)]
@@ -130,6 +130,9 @@ def test_coderecall_quick_run_finds_the_earlier_work_on_the_same_code(home, tmp_
     assert injected["offtopic_no_context_share"] >= 0.5  # none, before stop words
     # opening the first file it changes brings the earlier work on it back too
     assert opened["system"] == "kirolearn-file-opened" and opened["recall_with_prompt"] == 1.0
+    # every function the earlier work defined is still there: nothing stale, nothing lost
+    assert stale["system"] == "kirolearn-stale" and stale["stale_injected_unchecked"] == 0
+    assert stale["stale_injected_checked"] == 0 and stale["recall_checked"] == 1.0
     for row in ranked:
         assert row["bench"] == "coderecall" and row["questions"] == 3
         assert row["stored_commits"] == 7 and 0 <= row["mrr"] <= 1

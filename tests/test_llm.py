@@ -127,6 +127,7 @@ def test_a_model_record_is_as_old_as_its_work_and_says_no_title_twice(endpoint):
     assert said_twice["created_at"] == said["created_at"] == last
     assert said_twice["summary"] == "" and said["summary"] == GOOD["records"][0]["summary"]
     contract.validate_record(said_twice)
+    assert said["anchors"] == {"src/billing/export.py": []}  # the file its batch edited
 
 
 def test_garbage_then_a_good_answer_is_retried(endpoint):
@@ -238,6 +239,8 @@ def test_the_daemon_extracts_with_the_configured_model(home, monkeypatch, ctx):
     monkeypatch.setenv("KIROLEARN_EXTRACTION_STRATEGY", "openai")
     monkeypatch.setenv("KIROLEARN_EXTRACTION_LLM_URL", server.url + "/v1")
     monkeypatch.setenv("KIROLEARN_EXTRACTION_LLM_MODEL", "scripted")
+    # the prompt of session s-0 never ends its turn: the batch forms once all is quiet
+    monkeypatch.setenv("KIROLEARN_STORAGE_BATCH_IDLE_S", "1")
     kl("start", check=True)
     secrets = make_event("prompt", "deploy with key AKIAIOSFODNN7EXAMPLE and"
                          " <private>my pin is 4711</private>", session_id="s-0")

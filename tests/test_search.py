@@ -682,7 +682,7 @@ def test_a_projects_changed_files_are_read_in_the_background(tmp_path):
     assert trees.changed(str(tmp_path)) == ()
     assert wait_for(lambda: trees.changed(str(tmp_path))) == ("src/b.py",)
     assert worktree.read(str(tmp_path)) == (("src/b.py",), {})
-    assert worktree.read(str(tmp_path / "src" / "none")) == ((), {})
+    assert worktree.read(str(tmp_path / "src" / "none")) == ((), None)  # not a work tree
     git("mv", "src/a.py", "src/c.py")  # renamed, not yet committed
     assert worktree.read(str(tmp_path), renames=True)[1] == {"src/a.py": "src/c.py"}
     git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qam", "moved")

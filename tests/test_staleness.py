@@ -161,8 +161,10 @@ def test_a_record_whose_function_is_gone_is_left_out_and_a_rename_keeps_it(home,
     (repo / "src" / "headers.py").unlink()
     kl("start", check=True)
     try:
-        shown = kl("search", "header parser", "--project", str(repo), "--mode", "lexical",
-                   check=True).stdout
-        assert "*May be stale: `src/http.py` no longer exists.*" in shown
+        def marked() -> bool:  # once git has read the tree (the first search does not wait)
+            return "*May be stale: `src/http.py` no longer exists.*" in kl(
+                "search", "header parser", "--project", str(repo), "--mode", "lexical",
+                check=True).stdout
+        wait_for(marked, 30, 0.2, "the record shown marked")
     finally:
         kl("stop", check=True)

@@ -75,7 +75,8 @@ def test_the_fusion_ranks_what_both_sides_found_first():
 
 
 def lexical(held: dict[str, float]) -> Result:
-    return Result([], "ok", 0.0, held=held)
+    """A lexical answer whose matches hold these shares of the prompt's words."""
+    return Result([{"record_id": i} for i in held], "ok", 0.0, held=held)
 
 
 def test_nothing_fits_a_prompt_whose_best_candidate_is_far_in_meaning_and_weak_in_words():
@@ -98,6 +99,10 @@ def test_nothing_fits_a_prompt_whose_best_candidate_is_far_in_meaning_and_weak_i
                     lexical=lexical(weak))
     steps.fits(SimpleNamespace(min_similarity=steps.FIT_SIMILARITY + 0.1), strict)
     assert strict.fused == []  # a floor of meaning set higher is the test's floor
+    paraphrase = search(fused=[("a", 0.9)], cosine={"a": 0.26},
+                        lexical=Result([], "empty", 0.0))
+    steps.fits(env, paraphrase)  # no word in common: judged by its meaning alone
+    assert [i for i, _ in paraphrase.fused] == ["a"]
 
 
 def test_a_strong_lexical_match_is_kept_below_the_floor_of_meaning():

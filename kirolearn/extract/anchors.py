@@ -44,7 +44,8 @@ def _python(text: str) -> list[str] | None:
                       if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)]
         targets = (node.targets if isinstance(node, ast.Assign)
                    else [node.target] if isinstance(node, ast.AnnAssign) else [])
-        names += [t.id for t in targets if isinstance(t, ast.Name)]
+        # constants (an edit's text is often a function's body: its names are locals)
+        names += [t.id for t in targets if isinstance(t, ast.Name) and t.id.isupper()]
     return names
 
 

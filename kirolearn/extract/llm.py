@@ -290,9 +290,11 @@ class LLMExtractor:
         # as old as the work it tells of (the batch's last event), as the heuristic's
         moments = [moment for e in events if (moment := heuristic.happened(e))]
         created_at = max(moments)[1] if moments else contract.now_iso()
+        anchors = heuristic.anchors_of(events)  # each record's: those of the files it names
         return [{**item, "record_id": contract.new_record_id(), "namespace": namespace,
-                 "strategy": STRATEGY, "source_event_ids": ids,
-                 "created_at": created_at} for item in items], STRATEGY
+                 "strategy": STRATEGY, "source_event_ids": ids, "created_at": created_at,
+                 "anchors": {path: anchors[path] for path in item["files_touched"]
+                             if path in anchors}} for item in items], STRATEGY
 
     def status(self) -> dict:
         now = time.monotonic()

@@ -281,11 +281,11 @@ class Retrieval(base.Role):
         if request.client is not None:
             return None
         root = event.get("project_path") if isinstance(event, dict) else checkout
-        if not isinstance(root, str) or not os.path.isabs(root) or not os.path.isdir(root):
+        if (not isinstance(root, str) or not os.path.isabs(root)
+                or not os.path.exists(os.path.join(root, ".git"))):
             return None
-        renamed = (self.worktrees.renamed(root) if os.path.exists(os.path.join(root, ".git"))
-                   else {})
-        return staleness.Tree(root, renamed, self.mark_stale)
+        renamed = self.worktrees.renamed(root)  # None: not (yet) read as a git work tree
+        return None if renamed is None else staleness.Tree(root, renamed, self.mark_stale)
 
     @base.op("search")
     def search(self, request: base.Request) -> dict:

@@ -9,7 +9,9 @@ commits) is followed. The check reads only the candidates' files, stats them fir
 and keeps their text by (mtime, size), never walks the tree, and stops at its
 budget: what it could not check in time stands, as a slow filesystem must not cost
 the context. Only the retrieval role of the machine holding the working tree checks
-(a client elsewhere's project is not there), for a prompt of this machine.
+(a client elsewhere's project is not there), for a prompt of this machine, in a git
+working tree git has read (where a moved file can be followed; elsewhere, and before
+the project's first reading, the records are shown as they are).
 """
 
 from __future__ import annotations

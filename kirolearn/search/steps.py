@@ -34,12 +34,15 @@ from kirolearn.search.query import fts_expression
 from kirolearn.search.result import Result
 
 RARE_SHARE = 3  # rare matches take at most a third of a hybrid answer's places, one a term
-# Nothing fits a prompt when no candidate is this close in meaning (or ``min_similarity``,
-# when set higher) and none holds STRONG_COVERAGE of its words (``query.coverage``). On
-# the development histories the closest record's cosine is 0.11-0.45 for off-topic
-# prompts (median 0.2) and 0.24-0.82 for the requests of later commits (median 0.5): at
-# 0.3, 78-88% of off-topic prompts get nothing (at the floor of meaning, 0.25, with a
-# third of the words: 62-80%) and no recall is lost. Words add nothing to this test there.
+# Nothing fits a prompt that shares words with some record when no candidate is this
+# close in meaning (or ``min_similarity``, when set higher) and none holds
+# STRONG_COVERAGE of its words (``query.coverage``): common words shared lift a
+# cosine too. One that shares no word at all is judged by its meaning alone, at
+# ``min_similarity`` (a paraphrase: "where are schema changes kept?" is 0.29 from "How
+# to run database migrations"). On the development histories the closest record's
+# cosine is 0.11-0.45 for off-topic prompts (median 0.2) and 0.24-0.82 for the
+# requests of later commits (median 0.5): 78-88% of off-topic prompts get nothing (at
+# the floor of meaning, 0.25, with a third of the words: 62-80%) and no recall is lost.
 FIT_SIMILARITY = 0.3
 STRONG_COVERAGE = 0.5  # a lexical match holding this much stays, however far in meaning
 IN_TIME_BOOST = 2.0  # a record of the time the request names ("yesterday"): its score × this
@@ -179,7 +182,8 @@ def fits(env: Env, s: Search) -> None:
     """Nothing fits when no candidate is close enough in meaning and none holds enough
     of the prompt's words (a rare word alone, in a prompt about something else, is not
     enough): then there is no answer, and the agent's context is spent on nothing."""
-    floor = max(env.min_similarity, FIT_SIMILARITY)
+    worded = bool(s.lexical and s.lexical.records)
+    floor = max(env.min_similarity, FIT_SIMILARITY) if worded else env.min_similarity
     # one not embedded yet stands on its words, as above
     closest = max((s.cosine.get(i, floor) for i, _ in s.fused), default=0.0)
     held = max(s.lexical.held.values(), default=0.0) if s.lexical else 0.0

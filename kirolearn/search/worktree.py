@@ -69,13 +69,13 @@ def _git(root: str, *args: str) -> bytes | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def read(root: str, renames: bool = False) -> tuple[tuple[str, ...], dict[str, str]]:
+def read(root: str, renames: bool = False) -> tuple[tuple[str, ...], dict[str, str] | None]:
     """The files changed in root's working tree, as git says now, and (``renames``)
     those renamed there and in its last commits; none where git cannot say (not a
-    repository, no git, too slow)."""
+    repository, no git, too slow), and then renames None."""
     status = _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=no")
     if status is None:
-        return (), {}
+        return (), None
     log = _git(root, "log", "-M", "--diff-filter=R", "--name-status", "-z", "--format=",
                f"-n{RENAME_COMMITS}") if renames else None
     return parse_status(status), parse_renames(status, log or b"") if renames else {}
@@ -85,7 +85,7 @@ class Worktrees:
     """The last reading of each project's changed files, refreshed in the background."""
 
     def __init__(self) -> None:
-        self._known: dict[str, tuple[float, tuple[str, ...], dict[str, str]]] = {}
+        self._known: dict[str, tuple[float, tuple[str, ...], dict[str, str] | None]] = {}
         self._reading: set[str] = set()
         self._lock = threading.Lock()
 
@@ -94,13 +94,14 @@ class Worktrees:
         REFRESH_S starts another (for the searches after this one)."""
         return self._last(root)[1]
 
-    def renamed(self, root: str) -> dict[str, str]:
-        """The files renamed there (old path → new), as last read, likewise."""
+    def renamed(self, root: str) -> dict[str, str] | None:
+        """The files renamed there (old path → new), as last read, likewise; None before
+        the first reading, or where git cannot read a working tree."""
         return self._last(root)[2]
 
-    def _last(self, root: str) -> tuple[float, tuple[str, ...], dict[str, str]]:
+    def _last(self, root: str) -> tuple[float, tuple[str, ...], dict[str, str] | None]:
         with self._lock:
-            last = self._known.get(root, (-math.inf, (), {}))
+            last = self._known.get(root, (-math.inf, (), None))
             if time.monotonic() - last[0] >= REFRESH_S and root not in self._reading:
                 self._reading.add(root)
                 threading.Thread(target=self._read, args=(root,), name="worktree",
