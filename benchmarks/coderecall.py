@@ -23,9 +23,9 @@ the commit changes (``FILE_LIMIT`` records about it, none the prompt was given):
 recall alone, and with the prompt's. ``kirolearn-stale`` counts the injected records
 whose code is gone at the question's parent commit (every anchored file deleted, or
 none of its names left: ``search.staleness``), as the working tree stands there (a
-checkout of that commit): injected unchecked, and checked against that checkout as a
-hook's prompt is (retrieval's own rename map may be a few seconds behind the checkout:
-a renamed file not yet known counts as gone there).
+checkout of that commit, each question's its own, read by retrieval before it is
+asked): injected unchecked, and checked against that checkout as a hook's prompt is,
+with the recall of what is then injected.
 
 Prints JSON Lines (DESIGN.md §10), one per system and k in 5, 10, 25.
 
@@ -66,6 +66,7 @@ HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
 MAX_HUNK_LINES = 200  # an edit's old or new text, as an agent would send it
 QUICK_COMMITS = 40
 ROOT = "/src/project"  # where the replayed sessions say the repository lies
+RENAMES_READ_S = 1.0  # time for retrieval to read a new checkout's state from git
 WORD = re.compile(r"[a-z0-9]+")
 
 
@@ -355,9 +356,7 @@ def main() -> None:
             # What the injection holds that names code gone at the question's parent
             # commit: unchecked (no working tree), then checked against that checkout.
             stale: dict[str, list[int]] = {"unchecked": [], "checked": [], "checked_recall": []}
-            checkout = base / "checkout"
-            subprocess.run(["git", "-C", str(args.repo), "worktree", "add", "-q", "--detach",
-                            str(checkout), "HEAD"], check=True, capture_output=True)
+            checkouts = base / "checkouts"
             covered: dict[str, list[float]] = {"on-topic": [], "off-topic": []}
             with transport.Client(paths.Home(base).endpoint("retrieval"),
                                   timeout_ms=60_000) as retrieval:
@@ -391,17 +390,22 @@ def main() -> None:
                     opened["with_prompt"].append(
                         len(commit.targets & (found | from_file)) / len(commit.targets))
                     opened["chars"].append(len(reply["context"]))
-                    subprocess.run(["git", "-C", str(checkout), "checkout", "-q", "--detach",
-                                    "--force", f"{commit.sha}^"], check=True,
+                    checkout = checkouts / commit.sha
+                    subprocess.run(["git", "-C", str(args.repo), "worktree", "add", "-q",
+                                    "--detach", str(checkout), f"{commit.sha}^"], check=True,
                                    capture_output=True)
                     renamed = worktree.read(str(checkout), renames=True)[1] or {}
                     judge = staleness.Checkout()
-                    checked = retrieval.call("search", {**injected, "query": commit.message,
-                                                        "checkout": str(checkout)})
+                    ask = {**injected, "query": commit.message, "checkout": str(checkout)}
+                    retrieval.call("search", ask)  # retrieval reads the new tree with git...
+                    time.sleep(RENAMES_READ_S)  # ... in the background: checked once read
+                    checked = retrieval.call("search", ask)
                     for name, shown in (("unchecked", hook_records), ("checked",
                                                                       checked["records"])):
                         stale[name].append(sum(bool(judge.gone(str(checkout), r, renamed))
                                                for r in shown))
+                    subprocess.run(["git", "-C", str(args.repo), "worktree", "remove",
+                                    "--force", str(checkout)], capture_output=True)
                     found_checked = {commit_of.get(i) for r in checked["records"]
                                      if not r.get("neighbour_of") for i in r["source_event_ids"]}
                     stale["checked_recall"].append(
@@ -434,8 +438,8 @@ def main() -> None:
                                                                  commit.targets))
         finally:
             subprocess.run([*KL, "stop"], env=env, capture_output=True, cwd="/tmp")
-            subprocess.run(["git", "-C", str(args.repo), "worktree", "remove", "--force",
-                            str(base / "checkout")], capture_output=True)
+            subprocess.run(["git", "-C", str(args.repo), "worktree", "prune"],
+                           capture_output=True)
     if not questions:
         raise SystemExit("no later commit changes lines of a stored one")
     for prompts, values in covered.items():  # where the floor of a lexical match falls
