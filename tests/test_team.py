@@ -392,7 +392,8 @@ def test_a_projects_memories_are_shared_by_the_team_unless_private(store, server
         """A turn of ``name``'s agent; its memory stored under ``actor``."""
         namespace = project.namespace_for(actor, team_project)
         hook(name, {"hook_event_name": "UserPromptSubmit", "prompt": prompt})
-        event = make_event("session_summary", answer, namespace=namespace, actor_id=actor)
+        event = make_event("session_summary", answer, namespace=namespace, actor_id=actor,
+                           session_id=f"{name}-1")  # the turn's end, in its session
         control.call("ingest", "put_event", {"event": event}, home=paths.Home(laptops[name]),
                      timeout_ms=5000)
         wait_records(namespace)
