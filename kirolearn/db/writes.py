@@ -158,9 +158,10 @@ def _merge_into(conn: Connection, row: tuple, record: dict,
     sources = list(dict.fromkeys(json.loads(row[4]) + record["source_event_ids"]))
     anchors = json.loads(row[8])
     for path, names in (record.get("anchors") or {}).items():
-        anchors[path] = list(dict.fromkeys(anchors.get(path, []) + names))[:50]
+        anchors[path] = list(dict.fromkeys(anchors.get(path, []) + names))[
+            :contract.MAX_ANCHORED_SYMBOLS]
     if (len(summary) > MAX_SUMMARY or len(facts) > MAX_ITEMS or len(concepts) > MAX_ITEMS
-            or len(anchors) > MAX_ITEMS):
+            or len(anchors) > contract.MAX_ANCHORED_FILES):
         return False
     _keep_version(conn, row[0])
     conn.execute(

@@ -18,11 +18,11 @@ import ast
 import re
 import textwrap
 
+from kirolearn.contract import MAX_ANCHORED_FILES as MAX_FILES
+from kirolearn.contract import MAX_ANCHORED_SYMBOLS as MAX_SYMBOLS
 from kirolearn.tooluse import DEFINITION, Action, relative
 from kirolearn.words import STOP_WORDS
 
-MAX_FILES = 100  # anchored files of one record
-MAX_SYMBOLS = 50  # names anchored in one file
 CONSTANT = re.compile(r"^\s*([A-Z][A-Z0-9_]{2,})\s*(?::[^=\n]*)?=(?!=)", re.MULTILINE)
 METHOD = re.compile(r"\bfunc\s*\([^)]*\)\s*([A-Za-z_]\w*)")  # Go: func (s *Server) Name
 MIN_CHARS = 4  # a shorter name (`get`, `run`) is found anywhere: it would anchor nothing
