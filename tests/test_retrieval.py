@@ -176,7 +176,11 @@ def test_bad_search_requests_are_refused_and_change_nothing(seeded, ctx):
                             ({"query": "uuid", "namespace": NAMESPACE, "types": "error"},
                              "'types'"),
                             ({"query": "uuid", "namespace": NAMESPACE,
-                              "global_namespace": "/home/me"}, "'global_namespace'")]:
+                              "global_namespace": "/home/me"}, "'global_namespace'"),
+                            ({"query": "uuid", "namespace": NAMESPACE, "checkout": 7},
+                             "'checkout'"),
+                            ({"query": "uuid", "namespace": NAMESPACE, "checkout": ""},
+                             "'checkout'")]:
             with pytest.raises(protocol.RemoteError) as caught:
                 retrieval.call("search", body)
             assert caught.value.code == protocol.ErrorCode.BAD_REQUEST

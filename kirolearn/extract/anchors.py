@@ -20,7 +20,7 @@ import textwrap
 
 from kirolearn.contract import MAX_ANCHORED_FILES as MAX_FILES
 from kirolearn.contract import MAX_ANCHORED_SYMBOLS as MAX_SYMBOLS
-from kirolearn.tooluse import DEFINITION, Action, relative
+from kirolearn.tooluse import DEFINITION, Action, observe, relative
 from kirolearn.words import STOP_WORDS
 
 CONSTANT = re.compile(r"^\s*([A-Z][A-Z0-9_]{2,})\s*(?::[^=\n]*)?=(?!=)", re.MULTILINE)
@@ -77,3 +77,16 @@ def of_actions(actions: list[Action], root: str | None) -> dict[str, list[str]]:
                 known += [d for d in definitions(name, action.new_texts) if d not in known]
                 del known[MAX_SYMBOLS:]
     return anchors
+
+
+def of_batch(events: list[dict]) -> dict[str, list[str]]:
+    """The anchors of a batch's edits, every session's (bodies decoded): what a model's
+    records, which name the files they are about, are anchored by."""
+    found: dict[str, list[str]] = {}
+    for event in events:
+        body = event.get("body")
+        if event.get("kind") == "tool_use" and isinstance(body, dict):
+            for path, names in of_actions([observe(body.get("data"))],
+                                          event.get("project_path")).items():
+                found[path] = list(dict.fromkeys(found.get(path, []) + names))
+    return found

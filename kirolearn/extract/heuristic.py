@@ -243,19 +243,6 @@ def happened(event: dict) -> tuple[float, str] | None:
         return None
 
 
-def anchors_of(events: list[dict]) -> dict[str, list[str]]:
-    """The anchors of a batch's edits (``extract.anchors``), every session's: what a
-    model's records, which name the files they are about, are anchored by."""
-    found: dict[str, list[str]] = {}
-    for event in events:
-        body = event.get("body")
-        if event.get("kind") == "tool_use" and isinstance(body, dict):
-            for path, names in of_actions([observe(body.get("data"))],
-                                          event.get("project_path")).items():
-                found[path] = list(dict.fromkeys(found.get(path, []) + names))
-    return found
-
-
 def extract(namespace: str, events: list[dict]) -> list[dict]:
     """Records for a batch (events in time order, bodies decoded), each as old as the
     last event of its turn."""

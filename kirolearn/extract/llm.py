@@ -33,6 +33,7 @@ import tenacity
 
 from kirolearn import config, contract, privacy, tooluse
 from kirolearn.extract import heuristic
+from kirolearn.extract.anchors import of_batch
 
 STRATEGY = "llm-summary"
 EVENT_CHARS = 4000  # of one event's body in the prompt
@@ -290,7 +291,7 @@ class LLMExtractor:
         # as old as the work it tells of (the batch's last event), as the heuristic's
         moments = [moment for e in events if (moment := heuristic.happened(e))]
         created_at = max(moments)[1] if moments else contract.now_iso()
-        anchors = heuristic.anchors_of(events)  # each record's: those of the files it names
+        anchors = of_batch(events)  # each record's: those of the files it names
         return [{**item, "record_id": contract.new_record_id(), "namespace": namespace,
                  "strategy": STRATEGY, "source_event_ids": ids, "created_at": created_at,
                  "anchors": {path: anchors[path] for path in item["files_touched"]

@@ -260,16 +260,22 @@ class Retrieval(base.Role):
                     conn, access.own_namespaces(client, project_id)))
         return share
 
+    @staticmethod
+    def git_tree(request: base.Request, root: object) -> str | None:
+        """``root``, when it is a git working tree a request of this machine comes from
+        (a client elsewhere's project is not here)."""
+        if (request.client is not None or not isinstance(root, str) or not os.path.isabs(root)
+                or not os.path.exists(os.path.join(root, ".git"))):
+            return None
+        return root
+
     def in_play(self, request: base.Request, event: object) -> tuple[str, ...]:
         """The files the project's working tree has changed, for a prompt of this
-        machine (``worktree``; a client elsewhere's project is not here)."""
-        if request.client is not None or not isinstance(event, dict):
+        machine (``worktree``)."""
+        if not isinstance(event, dict) or event.get("kind") != "prompt":
             return ()
-        root = event.get("project_path")
-        if (event.get("kind") != "prompt" or not isinstance(root, str)
-                or not os.path.isabs(root) or not os.path.exists(os.path.join(root, ".git"))):
-            return ()
-        return self.worktrees.changed(root)
+        root = self.git_tree(request, event.get("project_path"))
+        return () if root is None else self.worktrees.changed(root)
 
     def tree(self, request: base.Request, event: object) -> staleness.Tree | None:
         """The working tree a search of this machine comes from, which the records it
@@ -278,11 +284,9 @@ class Retrieval(base.Role):
         checkout = request.body.get("checkout")
         if checkout is not None and not (isinstance(checkout, str) and 0 < len(checkout) <= 4096):
             raise base.BadRequest("'checkout' must be a directory's path")
-        if request.client is not None:
-            return None
-        root = event.get("project_path") if isinstance(event, dict) else checkout
-        if (not isinstance(root, str) or not os.path.isabs(root)
-                or not os.path.exists(os.path.join(root, ".git"))):
+        root = self.git_tree(request, event.get("project_path") if isinstance(event, dict)
+                             else checkout)
+        if root is None:
             return None
         renamed = self.worktrees.renamed(root)  # None: not (yet) read as a git work tree
         return None if renamed is None else staleness.Tree(root, renamed, self.mark_stale)
