@@ -42,6 +42,7 @@ ULID_PATTERN = r"[0-9A-HJKMNP-TV-Z]{26}\Z"
 RECORD_ID_PATTERN = r"mr_[0-9A-HJKMNP-TV-Z]{26}\Z"
 NAMESPACE_PATTERN = r"/actor/[^/]+/project/[^/]+/\Z"
 CONTENT_HASH_PATTERN = r"sha256:[0-9a-f]{64}\Z"
+COMMIT_PATTERN = r"[0-9a-f]{40}(?:[0-9a-f]{24})?\Z"  # a git object id (SHA-1 or SHA-256)
 SURFACE_PATTERN = r"[a-z0-9][a-z0-9._-]{0,63}\Z"
 
 
@@ -411,6 +412,7 @@ def _check_body(errors: list[FieldError], body: Any) -> str | None:
     return encoded
 
 
+SOURCE_FIELDS = {"surface", "version", "client_id", "project_path", "branch", "commit"}
 EVENT_FIELDS = {
     "event_id", "kind", "body", "namespace", "actor_id", "session_id", "valid_time",
     "source", "schema_version", "content_hash", "parent_event_id",
@@ -455,7 +457,7 @@ def validate_event(event: Any) -> CheckedEvent:
     if not isinstance(source, dict):
         errors.append(FieldError("source", "must be an object"))
     else:
-        extra = set(source) - {"surface", "version", "client_id", "project_path"}
+        extra = set(source) - SOURCE_FIELDS
         if extra:
             errors.append(FieldError("source", f"unknown field(s): {sorted(extra)}"))
         surface = source.get("surface")
@@ -464,6 +466,7 @@ def validate_event(event: Any) -> CheckedEvent:
         _check_str(errors, source, "version", 1, 64, "source.")
         _check_str(errors, source, "client_id", 1, 255, "source.")
         _check_str(errors, source, "project_path", 1, 2048, "source.", required=False)
+        _check_git(errors, source, "source.")
     version = event.get("schema_version")
     if version != SCHEMA_VERSION or isinstance(version, bool):
         errors.append(FieldError("schema_version", f"must be {SCHEMA_VERSION}"))
@@ -481,7 +484,7 @@ def validate_event(event: Any) -> CheckedEvent:
 
 RECORD_FIELDS = {
     "record_id", "namespace", "title", "summary", "facts", "concepts", "files_touched",
-    "observation_type", "strategy", "source_event_ids", "created_at", "anchors",
+    "observation_type", "strategy", "source_event_ids", "created_at", "anchors", "code",
 }
 MAX_ANCHORED_FILES = 100
 MAX_ANCHORED_SYMBOLS = 50
@@ -503,6 +506,33 @@ def _check_anchors(errors: list[FieldError], record: dict) -> None:
             errors.append(FieldError(f"anchors[{path!r}]", f"must be a list of at most"
                                                            f" {MAX_ANCHORED_SYMBOLS} names"
                                                            " of 1–100 characters"))
+
+
+def _check_git(errors: list[FieldError], obj: dict, prefix: str) -> None:
+    """``branch`` and ``commit`` (optional): where in git the work was, as the project's
+    ``.git`` said (``project.git_head``)."""
+    _check_str(errors, obj, "branch", 1, 255, prefix, required=False)
+    commit = obj.get("commit")
+    if commit is not None and not (isinstance(commit, str) and _matches(COMMIT_PATTERN, commit)):
+        errors.append(FieldError(prefix + "commit", "must be a git commit id (hex)"))
+
+
+def _check_code(errors: list[FieldError], record: dict) -> None:
+    """``code`` (optional): the code as the record's work left it, ``{branch?, commit?,
+    blobs?}``: the branch and commit its turn was on, and the git blob id of each
+    anchored file as it was then (``extract.anchors.blobs``)."""
+    code = record.get("code", {})
+    if not isinstance(code, dict) or set(code) - {"branch", "commit", "blobs"}:
+        errors.append(FieldError("code", "must be an object of branch, commit and blobs"))
+        return
+    _check_git(errors, code, "code.")
+    blobs = code.get("blobs", {})
+    if (not isinstance(blobs, dict) or len(blobs) > MAX_ANCHORED_FILES
+            or not all(isinstance(path, str) and 1 <= len(path) <= 500 and is_text(path)
+                       and isinstance(blob, str) and _matches(COMMIT_PATTERN, blob)
+                       for path, blob in blobs.items())):
+        errors.append(FieldError("code.blobs", f"must map at most {MAX_ANCHORED_FILES}"
+                                               " paths to git blob ids"))
 
 
 def _check_str_list(errors: list[FieldError], obj: dict, field: str, item_max: int,
@@ -540,6 +570,7 @@ def validate_record(record: Any) -> dict:
     _check_str_list(errors, record, "concepts", 100, 100)
     _check_str_list(errors, record, "files_touched", 500, 500)
     _check_anchors(errors, record)
+    _check_code(errors, record)
     if record.get("observation_type") not in OBSERVATION_TYPES:
         errors.append(FieldError("observation_type",
                                  f"must be one of {', '.join(OBSERVATION_TYPES)}"))
@@ -553,14 +584,25 @@ def validate_record(record: Any) -> dict:
 
 
 # What an export adds to a record line, and what one of its versions holds.
-EXPORTED_RECORD_EXTRAS = {"versions", "invalid_reason", "embedding"}
+EXPORTED_RECORD_EXTRAS = {"versions", "invalid_reason", "embedding", "stale", "superseded_by"}
 VERSION_FIELDS = {"title", "summary", "facts", "concepts", "files_touched",
                   "source_event_ids", "created_at", "replaced_at", "reason"}
 
 
-def split_exported_record(item: Any) -> tuple[dict, list, str | None, dict | None]:
-    """A record line of an export: (record, versions, invalid_reason, embedding), each
-    still to be validated (raises ContractError for the shape of the extras)."""
+class ExportedRecord(NamedTuple):
+    """A record line of an export, split: the record and what the store holds beside."""
+
+    record: dict
+    versions: list
+    invalid_reason: str | None
+    embedding: dict | None
+    stale: dict | None  # {why, at}: its code was found gone
+    superseded_by: str | None  # the later record that undid its work
+
+
+def split_exported_record(item: Any) -> ExportedRecord:
+    """A record line of an export, each part still to be validated (raises
+    ContractError for the shape of the extras)."""
     if not isinstance(item, dict) or "record_id" not in item:
         raise ContractError([FieldError("line", "is neither an event, a record nor a"
                                                 " tombstone")])
@@ -576,10 +618,21 @@ def split_exported_record(item: Any) -> tuple[dict, list, str | None, dict | Non
             and isinstance(embedding["hash"], str) and 0 < len(embedding["hash"]) <= 200
             and isinstance(embedding["vector"], str)):
         errors.append(FieldError("embedding", "must be {hash, vector} (base64)"))
+    stale = item.get("stale")
+    if stale is not None:
+        if not isinstance(stale, dict) or set(stale) != {"why", "at"}:
+            errors.append(FieldError("stale", "must be {why, at}"))
+        else:
+            _check_str(errors, stale, "why", 1, 1000, "stale.")
+            _check_time(errors, stale, "at")
+    superseded_by = item.get("superseded_by")
+    if superseded_by is not None and not is_record_id(superseded_by):
+        errors.append(FieldError("superseded_by", "must be a record id"))
     if errors:
         raise ContractError(errors)
     record = {k: v for k, v in item.items() if k not in EXPORTED_RECORD_EXTRAS}
-    return record, versions, item.get("invalid_reason"), embedding
+    return ExportedRecord(record, versions, item.get("invalid_reason"), embedding, stale,
+                          superseded_by)
 
 
 def validate_version(version: Any) -> dict:
@@ -645,11 +698,13 @@ def check_record_changes(changes: dict) -> None:
 
 def make_event(kind: str, body: dict, *, namespace: str, actor_id: str, session_id: str,
                surface: str, version: str, client_id: str, project_path: str | None = None,
-               parent_event_id: str | None = None, valid_time: str | None = None) -> dict:
+               parent_event_id: str | None = None, valid_time: str | None = None,
+               branch: str | None = None, commit: str | None = None) -> dict:
     """Assemble a v1 event with a fresh ULID, the current time and the body's hash."""
     source = {"surface": surface, "version": version, "client_id": client_id}
-    if project_path:
-        source["project_path"] = project_path
+    for key, value in (("project_path", project_path), ("branch", branch), ("commit", commit)):
+        if value:
+            source[key] = value
     event = {
         "event_id": new_ulid(),
         "kind": kind,

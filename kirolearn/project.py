@@ -168,28 +168,73 @@ def also_searched(here: Project, actor: str) -> str | None:
     return None if here.is_global else global_namespace(actor)
 
 
-def _main_worktree(git_file: Path) -> Path | None:
-    """For a worktree's ``.git`` file, the main checkout it belongs to."""
+def _git_dirs(dot_git: Path) -> tuple[Path, Path] | None:
+    """A checkout's git directory and the repository's common one: both its ``.git``
+    directory, or for a worktree (its ``.git`` a file pointing into another repository's
+    ``.git/worktrees/``) that and the main ``.git``; None: neither."""
+    if dot_git.is_dir():
+        return dot_git, dot_git
     try:
-        text = git_file.read_text(encoding="utf-8", errors="replace").strip()
+        text = dot_git.read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
         return None
     if not text.startswith("gitdir:"):
         return None
     gitdir = Path(text[len("gitdir:"):].strip())
     if not gitdir.is_absolute():
-        gitdir = git_file.parent / gitdir
+        gitdir = dot_git.parent / gitdir
     gitdir = Path(os.path.realpath(gitdir))
     # <main>/.git/worktrees/<name> carries a 'commondir' pointing back to <main>/.git
-    commondir_file = gitdir / "commondir"
     try:
-        common = Path(commondir_file.read_text(encoding="utf-8").strip())
+        common = Path((gitdir / "commondir").read_text(encoding="utf-8").strip())
     except OSError:
         return None
     if not common.is_absolute():
         common = gitdir / common
-    common = Path(os.path.realpath(common))
-    return common.parent if common.name == ".git" else None
+    return gitdir, Path(os.path.realpath(common))
+
+
+def _main_worktree(git_file: Path) -> Path | None:
+    """For a worktree's ``.git`` file, the main checkout it belongs to."""
+    dirs = _git_dirs(git_file)
+    return dirs[1].parent if dirs and dirs[1].name == ".git" else None
+
+
+def git_head(checkout: str | os.PathLike) -> tuple[str | None, str | None]:
+    """The branch a checkout is on (None: detached, or not git) and its commit, read
+    from its ``.git`` files as git keeps them (loose refs, then ``packed-refs``): a few
+    small reads, no ``git`` process, so every hook can say where its work is."""
+    dirs = _git_dirs(Path(checkout) / ".git")
+    if dirs is None:
+        return None, None
+    gitdir, common = dirs
+    try:
+        head = (gitdir / "HEAD").read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None, None
+    if not head.startswith("ref: "):
+        return None, head if _is_commit(head) else None
+    ref = head[len("ref: "):].strip()
+    branch = ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else None
+    for directory in (gitdir, common):
+        try:
+            commit = (directory / ref).read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            continue
+        return branch, commit if _is_commit(commit) else None
+    try:
+        packed = (common / "packed-refs").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return branch, None  # a branch with no commit yet
+    for line in packed.splitlines():
+        commit, _, name = line.partition(" ")
+        if name == ref and _is_commit(commit):
+            return branch, commit
+    return branch, None
+
+
+def _is_commit(text: str) -> bool:
+    return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
 
 
 def find_root(cwd: str | os.PathLike, home: str | os.PathLike) -> tuple[Path, bool, Path]:

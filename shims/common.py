@@ -179,11 +179,14 @@ class Shim:
               parent_event_id: str | None = None) -> dict:
         limit = (tooluse.EXCERPT_BYTES if kind == "tool_use" and tooluse.only_looks(body)
                  else contract.TRUNCATE_BYTES)
+        branch, commit = (None, None) if self.project.is_global else project.git_head(
+            self.project.checkout)
         return contract.make_event(
             kind, contract.truncate_body(body, limit), namespace=self.namespace,
             actor_id=self.actor, session_id=session_id[:128], surface=self.surface,
             version=__version__, client_id=os.uname().nodename[:255] or "unknown",
-            project_path=self.project.checkout, parent_event_id=parent_event_id)
+            project_path=self.project.checkout, parent_event_id=parent_event_id,
+            branch=branch and branch[:255], commit=commit)
 
     def post(self, event: dict, retrieve: bool | str = False, hints: dict | None = None
              ) -> tuple[str, list[str]]:

@@ -86,7 +86,43 @@ def test_a_record_is_stale_only_when_all_its_code_is_gone(tmp_path):
     assert checkout.gone(root, record(), {"src/http.py": "src/headers.py"}) is None
     assert checkout.gone(root, record(files_touched=["../other/x.py"], anchors={}), {}) is None
     assert checkout.gone(root, record(files_touched=["/abs/x.py"], anchors={}), {}) is None
-    assert checkout.check(root, [record()], {}, time.monotonic()) == {}  # no time: unchecked
+    assert checkout.check(staleness.Tree(root, {}), [record()], time.monotonic()) == {}
+    # (no time left: unchecked)
+
+
+def test_a_file_still_its_blob_stands_one_changed_a_lot_ranks_down(tmp_path):
+    checkout = staleness.Checkout()
+    root = str(tmp_path)
+    module = tmp_path / "http.py"
+    module.write_text(HEADER_MODULE)
+    names = {"http.py": ["MAX_LINE", "parse_header", "Headers"]}
+    blob = staleness.blob_id(HEADER_MODULE.encode())
+    as_left = record(files_touched=["http.py"], anchors=names,
+                     code={"blobs": {"http.py": blob}})
+    assert blob == subprocess.run(["git", "hash-object", str(module)], capture_output=True,
+                                  text=True, check=True).stdout.strip()
+    assert checkout.find(root, as_left, {}) == staleness.Finding()
+    module.write_text(HEADER_MODULE.replace("parse_header", "parse_field")
+                      .replace("Headers", "Fields"))  # one of three names left
+    assert checkout.find(root, as_left, {}) == staleness.Finding(changed=True)
+    module.write_text("")
+    assert checkout.find(root, as_left, {}) == staleness.Finding(
+        "`MAX_LINE`, `parse_header`, `Headers` no longer in `http.py`", committed=True)
+    assert checkout.find(root, as_left, {}, changed=["http.py"]).committed is False
+
+
+def test_a_record_of_a_branch_not_merged_is_hidden_after_its_fork():
+    tree = staleness.Tree("/repo", {}, branch="main", forked={"feature": 1_700_000_000.0})
+    made = {"created_at": "2023-11-14T22:13:21+00:00"}  # 1 s after the fork
+
+    def on(branch: str | None, **fields) -> dict:
+        return {**made, **fields, "code": {"branch": branch} if branch else {}}
+    assert tree.hides(on("feature")) == "made on branch `feature`, not merged into `main`"
+    assert tree.hides(on("feature", created_at="2023-11-14T22:13:19+00:00")) is None
+    assert tree.hides(on("main")) is None
+    assert tree.hides(on("merged-long-ago")) is None
+    assert tree.hides(on(None)) is None
+    assert tree._replace(branch=None).hides(on("feature")) is None  # detached, shallow
 
 
 def git(repo: Path, *args: str) -> None:
@@ -168,5 +204,153 @@ def test_a_record_whose_function_is_gone_is_left_out_and_a_rename_keeps_it(home,
                 "search", "header parser", "--project", str(repo), "--mode", "lexical",
                 check=True).stdout
         wait_for(marked, 30, 0.2, "the record shown marked")
+    finally:
+        kl("stop", check=True)
+
+
+class Repo:
+    """A git repository in a user's home, and a Claude Code session's turns in it."""
+
+    def __init__(self, tmp_path: Path, monkeypatch):
+        monkeypatch.setenv("KIROLEARN_STORAGE_BATCH_IDLE_S", "3600")  # turns end batches
+        self.ws = Workspace(tmp_path)
+        self.path = self.ws.home / "shop"
+        (self.path / "src").mkdir(parents=True)
+        git(self.path, "init", "-q", "-b", "main")
+        (self.path / "README.md").write_text("# shop\n")
+        git(self.path, "add", ".")
+        git(self.path, "commit", "-qm", "start")
+
+    def turn(self, session: str, prompt: str, path: str, content: str, reply: str) -> str:
+        """One turn that writes ``content`` to ``path``: the context its prompt got."""
+        common = {"session_id": session, "transcript_path": "/x/s.jsonl",
+                  "cwd": str(self.path)}
+        target = self.path / path
+
+        def claude(event: str, **fields) -> str:
+            result, _ = self.ws.hook("kirolearn-claude-code", {
+                **common, "hook_event_name": event, **fields}, cwd=self.path)
+            assert result.returncode == 0 and result.stderr == "", result.stderr
+            return result.stdout
+        given = claude("UserPromptSubmit", prompt=prompt)
+        target.write_text(content)
+        claude("PostToolUse", tool_name="Write",
+               tool_input={"file_path": str(target), "content": content},
+               tool_response={"type": "create", "filePath": str(target)})
+        claude("Stop", stop_hook_active=False, last_assistant_message=reply)
+        return given
+
+    def search(self, query: str) -> dict:
+        return json.loads(kl("search", query, "--project", str(self.path), "--json",
+                             "--mode", "lexical", check=True).stdout)
+
+    def records(self) -> dict[str, dict]:
+        """The stored records, by title."""
+        lines = map(json.loads, kl("export", check=True).stdout.splitlines())
+        return {line["title"]: line for line in lines if "record_id" in line}
+
+
+def test_a_record_whose_code_is_gone_from_its_branch_is_marked_stale_and_back_when_it_is(
+        home, tmp_path, monkeypatch):
+    """Deleting a function and committing it marks the record about it stale in the
+    store (why and when): export, `stats` and the viewer say so, no search recalls it;
+    the function brought back, the mark goes."""
+    repo = Repo(tmp_path, monkeypatch)
+    kl("start", check=True)
+    try:
+        repo.turn("s-1", "Add a parser for the HTTP header lines", "src/http.py", PARSER,
+                  "parse_header splits a header line at its colon.")
+        made = wait_for(lambda: repo.records().get("Add a parser for the HTTP header lines"),
+                        30, 0.2, "the turn's record")
+        head = subprocess.run(["git", "-C", str(repo.path), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        assert made["code"] == {"branch": "main", "commit": head,
+                                "blobs": {"src/http.py": staleness.blob_id(PARSER.encode())}}
+        git(repo.path, "add", ".")
+        git(repo.path, "commit", "-qm", "parser")
+        assert repo.search("header parser")["record_ids"] == [made["record_id"]]
+
+        (repo.path / "src" / "http.py").write_text(PARSER.replace("parse_header", "split_line"))
+        git(repo.path, "commit", "-qam", "rename the function")
+
+        def marked() -> dict | None:  # once git's reading of the tree has the commit
+            repo.search("header parser")
+            return repo.records()[made["title"]].get("stale")
+        stale = wait_for(marked, 40, 0.5, "the record marked stale in the store")
+        assert stale["why"] == "`parse_header` no longer in `src/http.py`"
+        assert json.loads(kl("stats", "--json", check=True).stdout)["totals"]["stale"] == 1
+        assert "stale 1, superseded 0" in kl("stats", check=True).stdout
+        reply = repo.search("header parser")
+        assert reply["record_ids"] == []
+        assert reply["left_out"][0]["why"].startswith("`parse_header` no longer in")
+
+        (repo.path / "src" / "http.py").write_text(PARSER)
+        git(repo.path, "commit", "-qam", "the parser back")
+        wait_for(lambda: repo.search("header parser")["record_ids"] == [made["record_id"]]
+                 and "stale" not in repo.records()[made["title"]], 40, 0.5,
+                 "the record recalled and its mark gone")
+    finally:
+        kl("stop", check=True)
+
+
+def test_a_record_made_on_a_branch_is_recalled_on_main_once_the_branch_is_merged(
+        home, tmp_path, monkeypatch):
+    repo = Repo(tmp_path, monkeypatch)
+    kl("start", check=True)
+    try:
+        git(repo.path, "checkout", "-qb", "feature")
+        repo.turn("s-1", "Add a parser for the HTTP header lines", "src/http.py", PARSER,
+                  "parse_header splits a header line at its colon.")
+        made = wait_for(lambda: repo.records().get("Add a parser for the HTTP header lines"),
+                        30, 0.2, "the turn's record")
+        assert made["code"]["branch"] == "feature"
+        git(repo.path, "add", ".")
+        git(repo.path, "commit", "-qm", "parser")
+        git(repo.path, "checkout", "-q", "main")
+
+        def hidden() -> dict | None:  # once git's reading of the tree is of main
+            left = repo.search("header parser").get("left_out", [])
+            return left[0] if left and "branch" in left[0]["why"] else None
+        assert wait_for(hidden, 40, 0.5, "the record left out on main")["why"] == (
+            "made on branch `feature`, not merged into `main`")
+        assert "stale" not in repo.records()[made["title"]]  # not stale: elsewhere
+
+        git(repo.path, "merge", "-q", "feature")
+        wait_for(lambda: repo.search("header parser")["record_ids"] == [made["record_id"]],
+                 40, 0.5, "the record recalled once merged")
+        asked = "how do we parse an HTTP header line?"
+        assert "parse_header splits" in repo.turn("s-2", asked, "notes.txt", "-", "Done.")
+    finally:
+        kl("stop", check=True)
+
+
+RETRY = '''def retry_request(send, attempts=3):
+    for attempt in range(attempts):
+        try:
+            return send()
+        except OSError:
+            time.sleep({delay})
+'''
+
+
+def test_a_revert_supersedes_the_work_it_undoes_and_ranks_above_it(home, tmp_path,
+                                                                  monkeypatch):
+    repo = Repo(tmp_path, monkeypatch)
+    kl("start", check=True)
+    try:
+        repo.turn("s-1", "Use exponential backoff in retry_request", "src/client.py",
+                  RETRY.format(delay="2 ** attempt"), "retry_request now backs off.")
+        first = wait_for(lambda: repo.records().get(
+            "Use exponential backoff in retry_request"), 30, 0.2, "the first record")
+        repo.turn("s-2", "Revert the exponential backoff in retry_request", "src/client.py",
+                  RETRY.format(delay="1"), "retry_request waits a second again.")
+        later = wait_for(lambda: repo.records().get(
+            "Revert the exponential backoff in retry_request"), 30, 0.2, "the revert's record")
+        assert repo.records()[first["title"]]["superseded_by"] == later["record_id"]
+        assert "superseded_by" not in later
+        reply = repo.search("exponential backoff retry_request")
+        assert reply["record_ids"] == [later["record_id"], first["record_id"]]
+        assert reply["records"][1]["superseded_by"] == later["record_id"]
+        assert "stale 0, superseded 1" in kl("stats", check=True).stdout
     finally:
         kl("stop", check=True)

@@ -89,12 +89,19 @@ def export(namespace: str | None, project: str | None, vectors: bool) -> None:
                                    " above); everything else that could be read was written")
 
 
+def aged(counts: dict) -> str:
+    """How many records are stale (their code gone) and superseded (a later record
+    undid their work)."""
+    return f"stale {counts['stale']}, superseded {counts['superseded']}"
+
+
 @click.command()
 @scope_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def stats(namespace: str | None, project: str | None, as_json: bool) -> None:
-    """Counts per namespace: events by kind, records, pending extraction work; and who
-    contributed what (events and records per actor), when more than one did.
+    """Counts per namespace: events by kind, records (and of them those stale, whose
+    code is gone, and superseded, whose work a later one undid), pending extraction
+    work; and who contributed what (events and records per actor), when more than one did.
 
     \b
     Examples:
@@ -108,11 +115,11 @@ def stats(namespace: str | None, project: str | None, as_json: bool) -> None:
         click.echo(json.dumps(result))
         return
     t = result["totals"]
-    click.echo(f"events {t['events']}, records {t['records']}, pending events"
+    click.echo(f"events {t['events']}, records {t['records']} ({aged(t)}), pending events"
                f" {t['pending_events']}, pending batches {t['pending_batches']}")
     for ns in result["namespaces"]:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(ns["events"].items())) or "no events"
-        click.echo(f"{ns['namespace']}\n  {kinds}; records {ns['records']};"
+        click.echo(f"{ns['namespace']}\n  {kinds}; records {ns['records']} ({aged(ns)});"
                    f" pending events {ns['pending_events']}, batches {ns['pending_batches']}")
     if len(result["actors"]) > 1:
         click.echo("by actor:")
@@ -196,8 +203,8 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
                               ensure_ascii=False))
         return
     for gone in result.get("left_out", []):
-        click.echo(f"left out {gone['record_id']} ({gone['title']}): its code is gone:"
-                   f" {gone['why']}", err=True)
+        click.echo(f"left out {gone['record_id']} ({gone['title']}): {gone['why']}",
+                   err=True)
     if result["context"]:
         click.echo(result["context"])
     else:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from kirolearn import contract
 from kirolearn.db import errors, now_ms, path_key, reads
 from kirolearn.db.store import Connection, Params
-from kirolearn.db.writes import save_record
+from kirolearn.db.writes import save_record, supersede
 
 
 def pending_by_namespace(conn: Connection) -> dict[str, int]:
@@ -79,16 +79,16 @@ def batch_scope(conn: Connection, batch_id: str) -> tuple[str, set[str]] | None:
 
 def batch_events(conn: Connection, batch_id: str) -> list[dict]:
     """A batch's events in time order (arrival order within a millisecond), in storage
-    form (``body_json``, still encoded): the worker decodes them, which keeps that work
-    off the single writer."""
+    form (``body_json`` and ``source_json``, still encoded): the worker decodes them,
+    which keeps that work off the single writer."""
     rows = conn.execute(
         "SELECT e.event_id, e.kind, e.body_json, e.namespace, e.session_id, e.valid_time,"
-        " e.parent_event_id, e.project_path FROM extraction_batches b"
+        " e.parent_event_id, e.project_path, e.source_json FROM extraction_batches b"
         f" JOIN events e{conn.indexed_by('events_namespace')}"
         " ON e.namespace = b.namespace AND e.seq BETWEEN b.first_seq AND b.last_seq"
         " WHERE b.batch_id = $1 ORDER BY e.valid_ms, e.seq", (batch_id,))
     keys = ("event_id", "kind", "body_json", "namespace", "session_id", "valid_time",
-            "parent_event_id", "project_path")
+            "parent_event_id", "project_path", "source_json")
     return [dict(zip(keys, row, strict=True)) for row in rows]
 
 
@@ -246,7 +246,8 @@ BatchResult = tuple[str, list[dict], list[tuple[str, str]]]  # batch id, records
 def complete_batches(conn: Connection, results: Iterable[BatchResult],
                      merge_window_s: float = 0) -> dict[str, int | str | None]:
     """Commit batches' results inside the caller's transaction (several batches, one
-    fsync): each batch's records (near-duplicates merged, see ``save_record``), what they
+    fsync): each batch's records (near-duplicates merged, see ``save_record``; an earlier
+    one they undo superseded, ``supersede``), what they
     tell of the ranking signals (``note_usefulness``, ``note_changes``: changed is the
     batch's (path, event id) of each file one of its events changed) and its done mark
     together, in a savepoint of its own. By batch: how many records it committed; None
@@ -276,6 +277,7 @@ def _complete_batch(conn: Connection, batch_id: str, records: list[dict],
     holder: dict[str, str] = {}  # event id -> the record that tells of it
     for record in records:
         target = save_record(conn, record, batch_id, merge_window_s) or record["record_id"]
+        supersede(conn, {**record, "record_id": target})
         holder.update(dict.fromkeys(record["source_event_ids"], target))
     note_usefulness(conn, records)
     note_changes(conn, state[1], changed, holder)

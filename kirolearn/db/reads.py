@@ -49,12 +49,14 @@ def iter_events(conn: Connection, namespace: str | None = None,
 
 RECORD_COLUMNS = ("record_id, namespace, title, summary, facts_json, concepts_json,"
                   " files_touched_json, observation_type, strategy, source_event_ids_json,"
-                  " created_at, invalid_reason, anchors_json")
+                  " created_at, invalid_reason, anchors_json, code_json, stale_why, stale_at,"
+                  " superseded_by")
 
 
 def record_from_row(row: tuple) -> dict:
     """A record as the contract has it, with ``invalid_reason`` when it was marked
-    invalid."""
+    invalid, ``stale`` ({why, at}) when its code is gone, and ``superseded_by`` (a
+    record id) when a later one undid its work."""
     record = {
         "record_id": row[0], "namespace": row[1], "title": row[2], "summary": row[3],
         "facts": json.loads(row[4]), "concepts": json.loads(row[5]),
@@ -65,6 +67,12 @@ def record_from_row(row: tuple) -> dict:
         record["invalid_reason"] = row[11]
     if row[12] != "{}":
         record["anchors"] = json.loads(row[12])
+    if row[13] != "{}":
+        record["code"] = json.loads(row[13])
+    if row[14] is not None:
+        record["stale"] = {"why": row[14], "at": row[15]}
+    if row[16] is not None:
+        record["superseded_by"] = row[16]
     return record
 
 
@@ -377,22 +385,24 @@ def database_bytes(conn: Connection) -> int:
 
 
 def stats(conn: Connection, only: str | None = None) -> dict:
-    """Counts per namespace (or for one): events by kind, records, buffered events,
-    open batches."""
+    """Counts per namespace (or for one): events by kind, records (of them, those
+    stale and those superseded: kept for history, not recalled or ranked below),
+    buffered events, open batches."""
     namespaces: dict[str, dict] = {}
 
     def entry(ns: str) -> dict:
         return namespaces.setdefault(ns, {"namespace": ns, "events": {}, "events_total": 0,
-                                          "records": 0, "pending_events": 0,
-                                          "pending_batches": 0})
+                                          "records": 0, "stale": 0, "superseded": 0,
+                                          "pending_events": 0, "pending_batches": 0})
 
     for ns, kind, count in conn.execute(
             "SELECT namespace, kind, COUNT(*) FROM events GROUP BY namespace, kind"):
         entry(ns)["events"][kind] = count
         entry(ns)["events_total"] += count
-    for ns, count in conn.execute(
-            "SELECT namespace, COUNT(*) FROM memory_records GROUP BY namespace"):
-        entry(ns)["records"] = count
+    for ns, count, stale, superseded in conn.execute(
+            "SELECT namespace, COUNT(*), COUNT(stale_why), COUNT(superseded_by)"
+            " FROM memory_records GROUP BY namespace"):
+        entry(ns).update(records=count, stale=stale, superseded=superseded)
     for ns, count in conn.execute(f"SELECT e.namespace, COUNT(*) {PENDING}"):
         entry(ns)["pending_events"] = count
     for ns, count in conn.execute(
@@ -404,6 +414,8 @@ def stats(conn: Connection, only: str | None = None) -> dict:
     totals = {
         "events": sum(n["events_total"] for n in rows),
         "records": sum(n["records"] for n in rows),
+        "stale": sum(n["stale"] for n in rows),
+        "superseded": sum(n["superseded"] for n in rows),
         "pending_events": sum(n["pending_events"] for n in rows),
         "pending_batches": sum(n["pending_batches"] for n in rows),
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import operator
+import re
 import struct
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -72,9 +73,9 @@ INSERT_RECORD_SQL = (
     "INSERT INTO memory_records (record_id, namespace, title, summary, facts_json,"
     " facts_text, concepts_json, files_touched_json, observation_type, strategy,"
     " source_event_ids_json, created_at, batch_id, invalid_reason, embedding_hash,"
-    " files_key, anchors_json, session_id, turn_seq)"
-    " SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17, e.session_id, e.seq"
-    " FROM (SELECT 1) AS one LEFT JOIN events e ON e.event_id = $18")
+    " files_key, anchors_json, code_json, session_id, turn_seq)"
+    " SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18, e.session_id,"
+    " e.seq FROM (SELECT 1) AS one LEFT JOIN events e ON e.event_id = $19")
 
 
 def _new_record_params(record: dict, batch_id: str | None, invalid_reason: str | None) -> tuple:
@@ -85,7 +86,7 @@ def _new_record_params(record: dict, batch_id: str | None, invalid_reason: str |
             record["strategy"], json.dumps(record["source_event_ids"]), record["created_at"],
             batch_id, invalid_reason, None if invalid_reason is None else NOT_EMBEDDED,
             files_key(record.get("files_touched", [])),
-            json.dumps(record.get("anchors") or {}),
+            json.dumps(record.get("anchors") or {}), json.dumps(record.get("code") or {}),
             next(iter(record["source_event_ids"]), None))
 
 
@@ -164,17 +165,20 @@ def _merge_into(conn: Connection, row: tuple, record: dict,
             or len(anchors) > contract.MAX_ANCHORED_FILES):
         return False
     _keep_version(conn, row[0])
+    code = record.get("code") or json.loads(row[9])  # where the newer work left the code
     conn.execute(
         "UPDATE memory_records SET summary = $1, facts_json = $2, facts_text = $3,"
         " concepts_json = $4, source_event_ids_json = $5, created_at = $6, batch_id = $7,"
-        " embedding_hash = NULL, anchors_json = $8 WHERE id = $9",
+        " embedding_hash = NULL, anchors_json = $8, code_json = $9, stale_why = NULL,"
+        " stale_at = NULL WHERE id = $10",
         (summary, json.dumps(facts), " ".join(facts), json.dumps(concepts),
-         json.dumps(sources), record["created_at"], batch_id, json.dumps(anchors), row[0]))
+         json.dumps(sources), record["created_at"], batch_id, json.dumps(anchors),
+         json.dumps(code), row[0]))
     return True
 
 
 MERGE_COLUMNS = ("id, summary, facts_json, concepts_json, source_event_ids_json,"
-                 " files_touched_json, record_id, title, anchors_json")
+                 " files_touched_json, record_id, title, anchors_json, code_json")
 
 
 def same_work(conn: Connection, record: dict, window_s: float) -> list[tuple]:
@@ -215,6 +219,58 @@ def same_work(conn: Connection, record: dict, window_s: float) -> list[tuple]:
     return rows
 
 
+# What a record that undoes earlier work says of it (its request, its summary).
+UNDOES = re.compile(r"\b(?:revert(?:s|ed|ing)?|undo(?:es|ne|ing)?|undid|roll(?:s|ed|ing)? back"
+                    r"|rollback|back(?:s|ed|ing)? out|put back|go(?:es|ing)? back to)\b", re.I)
+SUPERSEDE_CANDIDATES = 50  # the newest records about the same files a new one is compared with
+
+
+def supersede(conn: Connection, record: dict) -> str | None:
+    """Mark the earlier record a new one says the opposite of superseded by it, with
+    the link (``superseded_by``): one that undoes its work (a revert, a fix undone: the
+    new record says so) in the same code, or a later decision about the same code. The
+    same code: a file both are anchored to (``anchors``), and a name the work defined
+    there in both, or, for an undoing, a file whose names it did not keep. The newest
+    such record is the one; it is kept, readable and recalled below the new one. Returns
+    its id."""
+    anchors: dict[str, list[str]] = record.get("anchors") or {}
+    undoes = bool(UNDOES.search(f"{record['title']}\n{record['summary']}"))
+    if not anchors or not (undoes or record["observation_type"] == "decision"):
+        return None
+    p = Params()
+    marks = p.list(list(anchors))
+    for row in conn.execute(
+            "SELECT mr.id, mr.record_id, mr.anchors_json, mr.observation_type FROM"
+            f" record_files rf JOIN memory_records mr ON mr.id = rf.record_id"
+            f" WHERE rf.namespace = {p(record['namespace'])} AND rf.path IN {marks}"
+            f" AND mr.record_id != {p(record['record_id'])} AND mr.superseded_by IS NULL"
+            f" ORDER BY mr.id DESC LIMIT {SUPERSEDE_CANDIDATES}", p.values):
+        if not undoes and row[3] != "decision":
+            continue
+        earlier: dict[str, list[str]] = json.loads(row[2])
+        if any(set(earlier.get(path, ())) & set(names) or (undoes and path in earlier
+                                                            and not names)
+               for path, names in anchors.items()):
+            conn.execute("UPDATE memory_records SET superseded_by = $1 WHERE id = $2",
+                         (record["record_id"], row[0]))
+            return row[1]
+    return None
+
+
+def mark_stale(conn: Connection, record_id: str, why: str | None) -> bool:
+    """Mark a record stale (its code is gone: ``why``), or no longer (``why`` None: its
+    code is back); whether it changed. A stale record stays, readable and exported,
+    and is not recalled; the time it was first found so is kept."""
+    if why is None:
+        return bool(conn.execute("UPDATE memory_records SET stale_why = NULL, stale_at = NULL"
+                                 " WHERE record_id = $1 AND stale_why IS NOT NULL",
+                                 (record_id,)).rowcount)
+    return bool(conn.execute(
+        "UPDATE memory_records SET stale_why = $1, stale_at = coalesce(stale_at, $2)"
+        " WHERE record_id = $3 AND (stale_why IS NULL OR stale_why != $1)",
+        (why[:1000], utc_now(), record_id)).rowcount)
+
+
 RECONCILE_CANDIDATES = 50  # the newest records about the same files a new one is compared with
 
 
@@ -223,7 +279,8 @@ def reconcile(conn: Connection, record_id: str, vector: bytes,
     """Merge a record the daemon extracted, once embedded, into an older one that says
     the same in other words: of its namespace, type and strategy, naming the same files,
     created within window_s, and at least min_similarity alike in meaning (the cosine of
-    their vectors; the most alike of the newest ``RECONCILE_CANDIDATES`` is taken). The
+    their vectors; the most alike of the newest ``RECONCILE_CANDIDATES`` is taken), and
+    not one a later record undid (``supersede``: the undoing is not the same). The
     older record takes it in as ``save_record`` merges (a version kept; summaries, facts
     and sources gathered; the newer time), with its turn (so the session that repeated
     the work holds it) and its usefulness. The newer record stays, readable and
@@ -244,6 +301,7 @@ def reconcile(conn: Connection, record_id: str, vector: bytes,
             f"SELECT {MERGE_COLUMNS}, embedding FROM memory_records"
             f"{conn.indexed_by('memory_records_files')} WHERE namespace = $1 AND files_key = $2"
             " AND id < $3 AND observation_type = $4 AND strategy = $5 AND invalid_reason IS NULL"
+            " AND superseded_by IS NULL"
             " AND length(embedding) = $6 AND julianday(created_at) >= julianday('now') - $7"
             " ORDER BY id DESC LIMIT $8", (row[1], row[4], row[0], row[2], row[3], len(vector),
                                           window_s / 86400, RECONCILE_CANDIDATES)):
@@ -431,10 +489,11 @@ def update_record(conn: Connection, record_id: str, namespaces: Iterable[str],
 
 def import_record(conn: Connection, record: dict, versions: list[dict],
                   invalid_reason: str | None, embedding: dict | None,
-                  current_hash: Callable[[dict], str]) -> dict:
-    """A record from an export, with its versions and, when it was made from the same
-    text by the same model, its vector. Never replaces a record, nor brings back a
-    forgotten one: ``{status, reason?}``."""
+                  current_hash: Callable[[dict], str], stale: dict | None = None,
+                  superseded_by: str | None = None) -> dict:
+    """A record from an export, with its versions, its marks (stale, superseded) and,
+    when it was made from the same text by the same model, its vector. Never replaces a
+    record, nor brings back a forgotten one: ``{status, reason?}``."""
     forgotten = conn.execute("SELECT forgotten_at FROM tombstones WHERE record_id = $1",
                              (record["record_id"],)).fetchone()
     if forgotten:
@@ -444,6 +503,11 @@ def import_record(conn: Connection, record: dict, versions: list[dict],
                     (record["record_id"],)).fetchone():
         return {"status": "duplicate"}
     insert_record(conn, record, invalid_reason=invalid_reason)
+    if stale is not None or superseded_by is not None:
+        conn.execute("UPDATE memory_records SET stale_why = $1, stale_at = $2,"
+                     " superseded_by = $3 WHERE record_id = $4",
+                     (stale and stale["why"], stale and stale["at"], superseded_by,
+                      record["record_id"]))
     for version in versions:
         conn.execute(
             "INSERT INTO record_versions (record_id, title, summary, facts_json,"

@@ -10,16 +10,23 @@ languages (``def``, ``class``, ``function``, ``func`` and Go's methods, ``fn``,
 and UPPER_CASE constants: Python, JavaScript/TypeScript, Go, Rust, Swift, Kotlin and
 the like; Java's and C#'s methods (no keyword) are anchored by their classes. No
 language server, no file read: what the agent's edit said.
+
+Beside them, where the work was (``code``): the branch and commit its turn was on (as
+the hooks' events say: ``project.git_head``) and, where the project is on this
+machine, the git blob id of each anchored file as the turn left it, read when its
+batch is extracted (a file the check finds still that blob is not searched again).
 """
 
 from __future__ import annotations
 
 import ast
+import os
 import re
 import textwrap
 
 from kirolearn.contract import MAX_ANCHORED_FILES as MAX_FILES
 from kirolearn.contract import MAX_ANCHORED_SYMBOLS as MAX_SYMBOLS
+from kirolearn.search.staleness import MAX_FILE_BYTES, blob_id
 from kirolearn.tooluse import DEFINITION, Action, observe, relative
 from kirolearn.words import STOP_WORDS
 
@@ -90,3 +97,27 @@ def of_batch(events: list[dict]) -> dict[str, list[str]]:
                                           event.get("project_path")).items():
                 found[path] = list(dict.fromkeys(found.get(path, []) + names))
     return found
+
+
+def code(record: dict, events: list[dict]) -> dict:
+    """Where the record's work left the code: the branch and commit of its last event
+    that says (``source.branch``, ``source.commit``), and the blob id of each of its
+    anchored files found in that event's project on this machine."""
+    sources = set(record["source_event_ids"])
+    mine = [e for e in events if e["event_id"] in sources and e.get("commit")] or [
+        e for e in events if e.get("commit")]
+    if not mine:
+        return {}
+    last = mine[-1]
+    found = {key: last[key] for key in ("branch", "commit") if last.get(key)}
+    root = last.get("project_path")
+    blobs = {}
+    for path in (record.get("anchors") or {}) if root and os.path.isabs(root) else ():
+        try:
+            with open(os.path.join(root, path), "rb") as f:
+                data = f.read(MAX_FILE_BYTES + 1)
+        except OSError:
+            continue
+        if len(data) <= MAX_FILE_BYTES:
+            blobs[path] = blob_id(data, len(last["commit"]))
+    return {**found, "blobs": blobs} if blobs else found

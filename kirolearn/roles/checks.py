@@ -68,7 +68,8 @@ def check_exported(item: object) -> dict:
         raise contract.ContractError([contract.FieldError("line", item.reason)])
     if isinstance(item, dict) and set(item) == {"tombstone"}:
         return {"tombstone": contract.validate_tombstone(item["tombstone"])}
-    record, versions, invalid_reason, embedding = contract.split_exported_record(item)
+    record, versions, invalid_reason, embedding, stale, superseded_by = (
+        contract.split_exported_record(item))
     if embedding is not None:
         try:
             embedding = {"hash": embedding["hash"],
@@ -80,7 +81,9 @@ def check_exported(item: object) -> dict:
             "versions": [contract.validate_version(privacy.scrub_record(v)) for v in versions],
             "invalid_reason": (None if invalid_reason is None
                                else privacy.scrub_text(invalid_reason)),
-            "embedding": embedding}
+            "embedding": embedding,
+            "stale": stale and {**stale, "why": privacy.scrub_text(stale["why"])},
+            "superseded_by": superseded_by}
 
 
 def check_update(body: dict) -> dict:

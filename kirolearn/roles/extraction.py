@@ -25,6 +25,7 @@ from pathlib import Path
 import zmq
 
 from kirolearn import control, extract, protocol, tooluse, transport
+from kirolearn.extract import anchors
 from kirolearn.roles import base
 
 NICENESS = 10
@@ -132,7 +133,13 @@ class ExtractionWorker(base.Role):
         try:
             for event in events:  # storage sends bodies still encoded
                 event["body"] = json.loads(event.pop("body_json"))
+                source = json.loads(event.pop("source_json", None) or "{}")
+                event.update(branch=source.get("branch"), commit=source.get("commit"))
             records, strategy = self.extractor.extract(namespace, events)
+            for record in records:  # where its work left the code (``extract.anchors``)
+                code = anchors.code(record, events)
+                if code:
+                    record["code"] = code
             return {"batch_id": batch_id, "records": records,
                     "changed": changed_files(events)}, strategy
         except Exception as exc:  # a bug or a poison batch: said, and handed out again

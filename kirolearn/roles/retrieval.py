@@ -163,10 +163,11 @@ class Retrieval(base.Role):
                                         connect=self.home.endpoint("feed"))
         changes.setsockopt(zmq.SUBSCRIBE, b"records")
         self.add_socket(changes, self._on_records_changed)
+        # Storage takes what the searches find of records (their vectors, stale marks).
+        self.storage = transport.make_socket(self.ctx, zmq.DEALER,
+                                             connect=self.home.endpoint("storage"))
+        self.add_socket(self.storage, self._on_storage_reply)
         if embedder is not None:
-            self.storage = transport.make_socket(self.ctx, zmq.DEALER,
-                                                 connect=self.home.endpoint("storage"))
-            self.add_socket(self.storage, self._on_storage_reply)
             changes.setsockopt(zmq.SUBSCRIBE, b"vectors")
             self.backfill = vectors.Backfill(db.location(self.home, self.settings), embedder,
                                              self.searcher.vectors, self.log, self.wake)
@@ -241,7 +242,7 @@ class Retrieval(base.Role):
                 self.log.warning("dropped a malformed reply from storage: %s", exc)
                 continue
             if not reply["ok"]:
-                self.log.warning("storage refused vectors: %s", reply.get("error"))
+                self.log.warning("storage refused a request: %s", reply.get("error"))
 
     def sharing(self, request: base.Request) -> searcher.Sharing | None:
         """What a client elsewhere may read beside its own namespaces (``access``); None
@@ -288,8 +289,11 @@ class Retrieval(base.Role):
                              else checkout)
         if root is None:
             return None
-        renamed = self.worktrees.renamed(root)  # None: not (yet) read as a git work tree
-        return None if renamed is None else staleness.Tree(root, renamed, self.mark_stale)
+        found = self.worktrees.reading(root, project.git_head(root))
+        if found.renamed is None:  # not (yet) read as a git working tree
+            return None
+        return staleness.Tree(root, found.renamed, self.mark_stale, found.branch, found.forked,
+                              found.changed)
 
     @base.op("search")
     def search(self, request: base.Request) -> dict:
@@ -323,6 +327,11 @@ class Retrieval(base.Role):
                                           asked.files + self.in_play(request, event),
                                           self.tree(request, event))
         self.outcomes[result.outcome] += 1
+        if result.stale_marks and base.Outbox(self.storage).request("mark_stale", {
+                "items": [{"record_id": record_id, "why": why}
+                          for record_id, why in result.stale_marks.items()]}) is None:
+            self.log.info("storage did not take %d stale mark(s): the next search finds"
+                          " them again", len(result.stale_marks))
         if result.error and result.outcome in ("error", "timeout"):
             self.log.warning("search failed (%s): %s", result.outcome, result.error)
         elif result.error:  # answered lexically, as designed

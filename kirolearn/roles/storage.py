@@ -5,7 +5,8 @@ Sockets (all bound here):
   transaction commits), the changes to records that ingest relays (``put_record``,
   ``forget``, ``update_record``, ``put_records``, ``forget_project``, ``prune_events``,
   ``scrub``, ``retry_batches``), ``put_embeddings`` (records' vectors, from retrieval;
-  near-copies merged then), ``log_retrieval``, ``ping``. Requests that are already
+  near-copies merged then), ``mark_stale`` (records whose code is gone, from
+  retrieval), ``log_retrieval``, ``ping``. Requests that are already
   queued are committed together in one transaction (group commit), so a burst costs
   one fsync instead of one per event.
 - ``batches``, ``records``: the extraction workers' (``handout.Handout``, with the
@@ -252,7 +253,8 @@ class Storage(base.Role):
 
     @base.op("put_records")
     def put_records(self, request: base.Request) -> dict:
-        """``put_records {items: [{record, versions, invalid_reason, embedding} |
+        """``put_records {items: [{record, versions, invalid_reason, embedding, stale,
+        superseded_by} |
         {tombstone}…]}`` → ``{results: [{record_id, status, reason?}…]}``: an export's
         records and tombstones (checked and scrubbed by ingest), in one transaction."""
         items = request.require("items", list, "a list")
@@ -270,7 +272,8 @@ class Storage(base.Role):
                     embedding = None  # another model's: embedded again here
                 result = writes.import_record(self.conn, item["record"], item["versions"],
                                               item.get("invalid_reason"), embedding,
-                                              embeddings.record_hash)
+                                              embeddings.record_hash, item.get("stale"),
+                                              item.get("superseded_by"))
                 results.append({"record_id": item["record"]["record_id"], **result})
         self._forgotten(b"records")
         return {"results": results}
@@ -349,6 +352,23 @@ class Storage(base.Role):
         elif written:
             self.announce(b"vectors")  # retrieval's back-fill counts what is left
         return {"written": written, "merged": len(merged)}
+
+    @base.op("mark_stale")
+    def mark_stale(self, request: base.Request) -> dict:
+        """``mark_stale {items: [{record_id, why}]}`` → ``{marked}``: records retrieval
+        found stale in what their branch has committed (``why``), or whose code is back
+        (``why`` null): marked, or no longer (``writes.mark_stale``)."""
+        items = request.require("items", list, "a list")
+        if not all(isinstance(i, dict) and isinstance(i.get("record_id"), str)
+                   and (i.get("why") is None or (isinstance(i["why"], str) and i["why"]))
+                   for i in items):
+            raise base.BadRequest("'items' must be a list of {record_id, why}")
+        with self.writing():
+            marked = sum(writes.mark_stale(self.conn, i["record_id"], i.get("why"))
+                         for i in items)
+        if marked:
+            self.announce(b"records")
+        return {"marked": marked}
 
     # -- the loop -----------------------------------------------------------------------------
 

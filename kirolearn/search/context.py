@@ -91,7 +91,9 @@ def record_section(record: dict) -> str:
     day = str(record.get("created_at") or "")[:10]
     parts = ["### " + title + (f" · {day}" if DAY.fullmatch(day) else "")]
     if record.get("stale"):  # its code is gone from the working tree (``staleness``)
-        parts.append(f"*May be stale: {record['stale']}.*")
+        parts.append(f"*May be stale: {record['stale']['why']}.*")
+    if record.get("superseded_by"):  # a later record undid its work
+        parts.append(f"*Superseded by a later memory ({record['superseded_by']}).*")
     if summary:
         parts.append(summary)
     facts = [" ".join(fact.split()) for fact in record["facts"]]

@@ -24,9 +24,13 @@ class Result:
     # How much of the query's weight each of the best lexical matches holds (``coverage``),
     # by record id; the most of them is the answer's ``coverage``.
     held: dict[str, float] = field(default_factory=dict)
-    # Records whose code is gone from the working tree (``staleness``), left out of the
-    # answer: each with its id, title and why.
+    # Records whose code is gone from the working tree, or whose work is on a branch not
+    # merged into it (``staleness``), left out of the answer: each with its id, title and
+    # why.
     left_out: list[dict] = field(default_factory=list)
+    # What the store is to be told of the records checked (``staleness``): record id →
+    # why its code is gone from the branch (None: it is back).
+    stale_marks: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def coverage(self) -> float | None:

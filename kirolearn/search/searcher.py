@@ -234,8 +234,7 @@ class Searcher:
                 raise DeadlinePassed
             namespaces = (namespace,) if isinstance(namespace, str) else tuple(namespace)
             result = run(self.shared(namespaces, share))
-            if tree is not None:
-                self._check(result, tree, project.parts(namespaces[0])[1])
+            self._check(result, tree, project.parts(namespaces[0])[1])
             result.records = within_tokens(result.records, max_tokens)
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed
@@ -251,22 +250,55 @@ class Searcher:
         result.latency_ms = (time.monotonic() - started) * 1000
         return result
 
-    def _check(self, result: Result, tree: staleness.Tree, project_id: str) -> None:
-        """The project's records whose code is gone from the working tree: left out
-        (``left_out`` says why) or, with ``tree.mark``, shown marked. A record of
-        another project (the global one's) names files of its own: it is not checked."""
+    def _check(self, result: Result, tree: staleness.Tree | None, project_id: str) -> None:
+        """The records as the code is today (``staleness``). Left out (``left_out`` says
+        why): a record of a branch not merged into the tree's; one whose code is gone
+        from the tree (with ``tree.mark``, shown marked instead); one the store holds
+        stale that could not be checked again here. Ranked below the rest: one whose
+        files changed a lot since, and below those one superseded by a later record.
+        What the store is to hear (``stale_marks``): a record found stale in what its
+        own branch has committed, and one held stale whose code is back. A record of
+        another project (the global one's) names files of its own: it is not
+        checked."""
         mine = [r for r in result.records if project.parts(r["namespace"])[1] == project_id]
-        stale = self.checkout.check(tree.root, mine, tree.renamed, self.deadline)
-        if not stale:
-            return
-        if tree.mark:
-            result.records = [{**r, "stale": stale[r["record_id"]]}
-                              if r["record_id"] in stale else r for r in result.records]
-            return
-        result.left_out = [{"record_id": r["record_id"], "title": r["title"],
-                            "why": stale[r["record_id"]]}
-                           for r in result.records if r["record_id"] in stale]
-        result.records = [r for r in result.records if r["record_id"] not in stale]
+        hidden: dict[str, str] = {}
+        found: dict[str, staleness.Finding] = {}
+        if tree is not None:
+            hidden = {r["record_id"]: why for r in mine if (why := tree.hides(r))}
+            found = self.checkout.check(tree, [r for r in mine if r["record_id"] not in hidden],
+                                        self.deadline)
+        kept, changed, superseded = [], [], []
+        for record in result.records:
+            record_id = record["record_id"]
+            finding = found.get(record_id)
+            why = hidden.get(record_id)
+            if why:
+                pass  # not this branch's: neither checked nor marked
+            elif finding is not None and finding.stale:
+                if (finding.committed and tree.branch is not None and not record.get("stale")
+                        and (record.get("code") or {}).get("branch") == tree.branch):
+                    result.stale_marks[record_id] = finding.stale
+                if tree.mark:
+                    record = {**record, "stale": {"why": finding.stale,
+                                                  "at": (record.get("stale") or {}).get("at")}}
+                else:
+                    why = finding.stale
+            elif record.get("stale"):
+                if finding is not None:  # checked again: its code is back
+                    result.stale_marks[record_id] = None
+                    record = {k: v for k, v in record.items() if k != "stale"}
+                elif tree is None or not tree.mark:
+                    why = f"{record['stale']['why']} (found so {record['stale']['at'][:10]})"
+            if why:
+                result.left_out.append({"record_id": record_id, "title": record["title"],
+                                        "why": why})
+            elif record.get("superseded_by"):
+                superseded.append(record)
+            elif finding is not None and finding.changed:
+                changed.append(record)
+            else:
+                kept.append(record)
+        result.records = kept + changed + superseded
 
     def in_context(self, event: dict, query: str) -> str:
         """A prompt's query with the session's previous prompts (``PREVIOUS_PROMPTS``)

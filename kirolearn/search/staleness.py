@@ -1,27 +1,36 @@
 """Memories checked against the code as it is: before a record goes into a prompt's
 context, the code it is about (its files, and the names its work defined in them:
-``extract.anchors``) is looked for in the working tree the prompt comes from.
+``extract.anchors``) is looked for in the working tree the prompt comes from, and the
+branch it was made on is asked whether it is merged there.
 
 A record whose anchors are all gone (each file deleted, or none of the names its work
 defined in it there any more) may mislead: it is left out, or shown marked, by
-``retrieval.stale``. A file renamed (``worktree``: the working tree and its last
-commits) is followed. The check reads only the candidates' files, stats them first
-and keeps their text by (mtime, size), never walks the tree, and stops at its
-budget: what it could not check in time stands, as a slow filesystem must not cost
-the context. Only the retrieval role of the machine holding the working tree checks
-(a client elsewhere's project is not there), for a prompt of this machine, in a git
-working tree git has read (where a moved file can be followed; elsewhere, and before
-the project's first reading, the records are shown as they are).
+``retrieval.stale_records``. One whose file changed a lot since (fewer than half of
+the names its work defined there still are) ranks below the others; a file that is
+still the git blob its work left is not searched at all. A file renamed
+(``worktree``: the working tree and its last commits) is followed. A record made on a
+branch not merged into the one checked out, after that branch forked from it, is left
+out (``Tree.hides``).
+
+The check reads only the candidates' files, stats them first and keeps their text and
+blob id by (mtime, size), never walks the tree, and stops at its budget: what it could
+not check in time stands, as a slow filesystem must not cost the context. Only the
+retrieval role of the machine holding the working tree checks (a client elsewhere's
+project is not there), for a prompt of this machine, in a git working tree git has
+read (where a moved file can be followed; elsewhere, and before the project's first
+reading, the records are shown as they are).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import NamedTuple
 
 CHECK_S = 0.02  # the most one search spends checking; past it the rest are not checked
@@ -30,11 +39,47 @@ MAX_TEXTS = 512  # files whose text is kept
 
 
 class Tree(NamedTuple):
-    """The working tree a prompt comes from, as a search checks its records against it."""
+    """The working tree a prompt comes from, as a search checks its records against it
+    (``worktree.Worktrees.reading``)."""
 
     root: str  # the checkout (``project.Project.checkout``)
-    renamed: Mapping[str, str]  # old path → new (``worktree.Worktrees.renamed``)
+    renamed: Mapping[str, str]  # old path → new
     mark: bool = False  # show a stale record, marked, instead of leaving it out
+    branch: str | None = None  # the branch checked out (None: detached, shallow)
+    # Each branch not merged here, and when (epoch seconds) it forked from this one:
+    # its work after that is not here.
+    forked: Mapping[str, float] = {}
+    changed: tuple[str, ...] = ()  # the files changed and not yet committed
+
+    def hides(self, record: dict) -> str | None:
+        """Why the record's work is not in this tree (None: it is, or cannot be told):
+        it was made on a branch not merged here, after that branch forked from this
+        one."""
+        branch = (record.get("code") or {}).get("branch")
+        fork = self.forked.get(branch) if self.branch is not None else None
+        if fork is None or branch == self.branch:
+            return None
+        try:
+            made = datetime.fromisoformat(record["created_at"]).timestamp()
+        except (KeyError, TypeError, ValueError):
+            return None
+        if made <= fork:
+            return None
+        return f"made on branch `{branch}`, not merged into `{self.branch}`"
+
+
+class Finding(NamedTuple):
+    """What the check found of one record's code."""
+
+    stale: str | None = None  # why its anchors are all gone
+    changed: bool = False  # its files changed a lot since its work: it ranks below
+    committed: bool = False  # stale in what the branch has committed, not only here
+
+
+def blob_id(data: bytes, length: int = 40) -> str:
+    """The git blob id of a file's content (SHA-1; SHA-256 for a 64-digit id)."""
+    digest = hashlib.sha1 if length == 40 else hashlib.sha256
+    return digest(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def _word(name: str) -> re.Pattern:
@@ -45,66 +90,91 @@ class Checkout:
     """Reads working trees for the check, keeping what it read by (mtime, size)."""
 
     def __init__(self) -> None:
-        self._texts: OrderedDict[str, tuple[int, int, str]] = OrderedDict()
+        self._texts: OrderedDict[str, tuple[int, int, str, bytes]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def _text(self, path: str, stat: os.stat_result) -> str | None:
+    def _read(self, path: str, stat: os.stat_result) -> tuple[str, bytes] | None:
+        """A file's text and the bytes it is, from the cache while they match the stat."""
         key = (stat.st_mtime_ns, stat.st_size)
         with self._lock:
             known = self._texts.get(path)
             if known is not None and known[:2] == key:
                 self._texts.move_to_end(path)
-                return known[2]
+                return known[2], known[3]
         try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                text = f.read(MAX_FILE_BYTES + 1)
+            with open(path, "rb") as f:
+                data = f.read(MAX_FILE_BYTES + 1)
         except OSError:
             return None
+        text = data.decode("utf-8", errors="replace")
         with self._lock:
-            self._texts[path] = (*key, text)
+            self._texts[path] = (*key, text, data)
             while len(self._texts) > MAX_TEXTS:
                 self._texts.popitem(last=False)
-        return text
+        return text, data
 
-    def gone(self, root: str, record: dict, renamed: Mapping[str, str]) -> str | None:
-        """Why the record's anchors are all gone from the working tree at ``root`` (None:
-        one stands, or it has none to check)."""
+    def find(self, root: str, record: dict, renamed: Mapping[str, str],
+             changed: Sequence[str] = ()) -> Finding:
+        """What became of the record's code in the working tree at ``root``: all of its
+        anchors gone (stale, and why; ``committed`` when none of its files has changes
+        not yet committed), or its files changed a lot since its work. Nothing found
+        when one anchor stands as it was, or there is nothing to check."""
         anchors: dict[str, list[str]] = record.get("anchors") or {}
+        blobs: dict[str, str] = (record.get("code") or {}).get("blobs") or {}
         files = [f for f in dict.fromkeys([*record.get("files_touched", []), *anchors])
                  if not os.path.isabs(f)]
-        why = []
+        why, moved_on = [], False
         for name in files:
             now = renamed.get(name, name)
             path = os.path.normpath(os.path.join(root, now))
             if not path.startswith(root.rstrip(os.sep) + os.sep):
-                return None  # not within the project: not ours to judge
+                return Finding()  # not within the project: not ours to judge
             try:
                 stat = os.stat(path)
             except FileNotFoundError:
                 why.append(f"`{name}` no longer exists")
                 continue
             except OSError:
-                return None
+                return Finding()
             names = anchors.get(name, [])
             if not names or stat.st_size > MAX_FILE_BYTES:
-                return None
-            text = self._text(path, stat)
-            if text is None or any(_word(n).search(text) for n in names):
-                return None
+                return Finding()
+            read = self._read(path, stat)
+            if read is None:
+                return Finding()
+            text, data = read
+            blob = blobs.get(name)
+            if blob is not None and blob_id(data, len(blob)) == blob:
+                return Finding()  # as its work left it
+            there = sum(1 for n in names if _word(n).search(text))
+            if there * 2 >= len(names):
+                return Finding()  # most of what its work defined is there
+            if there:  # it stands, but fewer than half of its names do
+                moved_on = True
+                continue
             shown = ", ".join(f"`{n}`" for n in names[:3]) + (" …" if len(names) > 3 else "")
             why.append(f"{shown} no longer in `{now}`")
-        return "; ".join(why[:3]) if why else None
+        if len(why) < len(files):
+            return Finding(changed=moved_on)
+        if not why:
+            return Finding()
+        committed = not {renamed.get(f, f) for f in files} & set(changed)
+        return Finding("; ".join(why[:3]), committed=committed)
 
-    def check(self, root: str, records: Sequence[dict], renamed: Mapping[str, str],
-              deadline: float) -> dict[str, str]:
-        """Why each record whose anchors are all gone is stale, by id; the records left
-        when ``CHECK_S`` or the deadline passes are not checked."""
+    def gone(self, root: str, record: dict, renamed: Mapping[str, str]) -> str | None:
+        """Why the record's anchors are all gone from the working tree at ``root`` (None:
+        one stands, or it has none to check)."""
+        return self.find(root, record, renamed).stale
+
+    def check(self, tree: Tree, records: Sequence[dict], deadline: float
+              ) -> dict[str, Finding]:
+        """What the check found of each record, by id; the records left when ``CHECK_S``
+        or the deadline passes are not checked (nor in the answer)."""
         until = min(deadline, time.monotonic() + CHECK_S)
-        stale = {}
+        found = {}
         for record in records:
             if time.monotonic() >= until:
                 break
-            why = self.gone(root, record, renamed)
-            if why:
-                stale[record["record_id"]] = why
-        return stale
+            found[record["record_id"]] = self.find(tree.root, record, tree.renamed,
+                                                   tree.changed)
+        return found

@@ -1,11 +1,14 @@
-"""The files a project's git working tree has changed (files in play for its prompts),
-and the files it has renamed (an anchored file followed: ``staleness``).
+"""What git says of a project's working tree, for its searches: the files it has
+changed (files in play for its prompts), the files it has renamed (an anchored file
+followed: ``staleness``), the branch checked out and the branches not merged into it,
+with when each forked from it (a record made on one after that is not recalled here).
 
-``git status`` (and ``git log`` for the renames of the last ``RENAME_COMMITS``
-commits) runs on a thread of its own, at most once every ``REFRESH_S`` a project, so
-no search waits for git: a search takes what the last reading found (nothing, the
-first time). Hooks and fsmonitor commands of the repository's configuration are not
-run.
+``git status`` (``git log`` for the renames of the last ``RENAME_COMMITS`` commits,
+``git for-each-ref --no-merged`` and ``git merge-base`` for the branches) runs on a
+thread of its own, at most once every ``REFRESH_S`` a project, so no search waits for
+git: a search takes what the last reading found (nothing, the first time). Hooks and
+fsmonitor commands of the repository's configuration are not run. A detached HEAD or
+a shallow clone reads as no branch: every record is visible there.
 """
 
 from __future__ import annotations
@@ -14,12 +17,17 @@ import math
 import subprocess
 import threading
 import time
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from kirolearn import project
 
 REFRESH_S = 10.0  # how old a reading may be before the next search starts another
 GIT_TIMEOUT_S = 10.0
 MAX_FILES = 50  # the changed files kept of a project (git's order)
 MAX_PROJECTS = 256  # readings kept; past this they are all read again
 RENAME_COMMITS = 200  # how far back renames are followed
+MAX_BRANCHES = 20  # the unmerged branches whose fork is read (the most recent first)
 GIT = ("git", "-c", "core.fsmonitor=false", "-C")
 
 
@@ -69,6 +77,20 @@ def _git(root: str, *args: str) -> bytes | None:
     return done.stdout if done.returncode == 0 else None
 
 
+class Reading(NamedTuple):
+    """What git said of a working tree, when."""
+
+    at: float  # time.monotonic()
+    changed: tuple[str, ...]
+    renamed: dict[str, str] | None  # None: git could not read it as a working tree
+    branch: str | None = None  # None: detached, shallow, or no commit yet
+    forked: Mapping[str, float] = {}  # an unmerged branch → when it forked (epoch s)
+    head: tuple[str | None, str | None] = (None, None)  # ``project.git_head`` then
+
+
+NOT_READ = Reading(-math.inf, (), None)
+
+
 def read(root: str, renames: bool = False) -> tuple[tuple[str, ...], dict[str, str] | None]:
     """The files changed in root's working tree, as git says now, and (``renames``)
     those renamed there and in its last commits; none where git cannot say (not a
@@ -81,37 +103,65 @@ def read(root: str, renames: bool = False) -> tuple[tuple[str, ...], dict[str, s
     return parse_status(status), parse_renames(status, log or b"") if renames else {}
 
 
+def branches(root: str) -> tuple[str | None, dict[str, float]]:
+    """The branch checked out at root and, of the local branches not merged into it
+    (the ``MAX_BRANCHES`` most recently committed to), when each forked from it: the
+    time of their merge base. (None, {}): detached, shallow, or not read."""
+    head = _git(root, "symbolic-ref", "-q", "--short", "HEAD")
+    shallow = _git(root, "rev-parse", "--is-shallow-repository")
+    if not head or shallow is None or shallow.strip() != b"false":
+        return None, {}
+    branch = head.decode("utf-8", "surrogateescape").strip()
+    listed = _git(root, "for-each-ref", "--no-merged=HEAD", "--sort=-committerdate",
+                  f"--count={MAX_BRANCHES}", "--format=%(refname:short)", "refs/heads")
+    forked: dict[str, float] = {}
+    for name in (listed or b"").decode("utf-8", "surrogateescape").split():
+        base = _git(root, "merge-base", "HEAD", f"refs/heads/{name}")
+        when = _git(root, "show", "-s", "--format=%ct", base.strip().decode()) if base else None
+        forked[name] = float(when) if when and when.strip().isdigit() else -math.inf
+    return branch, forked
+
+
 class Worktrees:
-    """The last reading of each project's changed files, refreshed in the background."""
+    """The last reading of each project's working tree, refreshed in the background."""
 
     def __init__(self) -> None:
-        self._known: dict[str, tuple[float, tuple[str, ...], dict[str, str] | None]] = {}
+        self._known: dict[str, Reading] = {}
         self._reading: set[str] = set()
         self._lock = threading.Lock()
 
     def changed(self, root: str) -> tuple[str, ...]:
         """The files changed in root's working tree, as last read; a reading older than
         REFRESH_S starts another (for the searches after this one)."""
-        return self._last(root)[1]
+        return self.reading(root).changed
 
     def renamed(self, root: str) -> dict[str, str] | None:
         """The files renamed there (old path → new), as last read, likewise; None before
         the first reading, or where git cannot read a working tree."""
-        return self._last(root)[2]
+        return self.reading(root).renamed
 
-    def _last(self, root: str) -> tuple[float, tuple[str, ...], dict[str, str] | None]:
+    def reading(self, root: str, head: tuple[str | None, str | None] | None = None
+                ) -> Reading:
+        """The last reading of root (``NOT_READ`` before the first); one older than
+        REFRESH_S starts another, and so does one of another branch or commit than
+        ``head`` (the one checked out now, when given): that one's branches are not this
+        checkout's, so it comes without them (every record visible until the next)."""
         with self._lock:
-            last = self._known.get(root, (-math.inf, (), None))
-            if time.monotonic() - last[0] >= REFRESH_S and root not in self._reading:
+            last = self._known.get(root, NOT_READ)
+            moved_on = head is not None and head != last.head
+            if ((moved_on or time.monotonic() - last.at >= REFRESH_S)
+                    and root not in self._reading):
                 self._reading.add(root)
                 threading.Thread(target=self._read, args=(root,), name="worktree",
                                  daemon=True).start()
-        return last
+        return last._replace(branch=None, forked={}) if moved_on else last
 
     def _read(self, root: str) -> None:
+        head = project.git_head(root)
         files, moved = read(root, renames=True)
+        branch, forked = branches(root) if moved is not None else (None, {})
         with self._lock:
             if len(self._known) >= MAX_PROJECTS:
                 self._known.clear()
-            self._known[root] = (time.monotonic(), files, moved)
+            self._known[root] = Reading(time.monotonic(), files, moved, branch, forked, head)
             self._reading.discard(root)

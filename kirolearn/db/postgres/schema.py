@@ -250,8 +250,16 @@ ANALYZE memory_records;
 -- The code a record is about (SQLite's migration 15).
 ALTER TABLE memory_records ADD COLUMN anchors_json TEXT NOT NULL DEFAULT '{}';
 """),
+    (6, "record_code_state", """
+-- Where a record's work was in git, and whether it is stale or superseded (SQLite's
+-- migration 16).
+ALTER TABLE memory_records ADD COLUMN code_json TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE memory_records ADD COLUMN stale_why TEXT;
+ALTER TABLE memory_records ADD COLUMN stale_at TEXT;
+ALTER TABLE memory_records ADD COLUMN superseded_by TEXT;
+"""),
 ]
 
 
 # Each migration's schema, as the SQLite migration it matches (exports name that one).
-SQLITE_SCHEMA = {1: 12, 2: 12, 3: 13, 4: 14, 5: 15}
+SQLITE_SCHEMA = {1: 12, 2: 12, 3: 13, 4: 14, 5: 15, 6: 16}

@@ -311,4 +311,15 @@ WHERE invalid_reason IS NULL;
 -- checked against the working tree before the record is recalled (search.staleness).
 ALTER TABLE memory_records ADD COLUMN anchors_json TEXT NOT NULL DEFAULT '{}';
 """),
+    (16, "record_code_state", """
+-- Where a record's work was in git ({branch, commit, blobs}: a record made on a branch
+-- not merged here is not recalled), and what became of it: stale (its code gone from
+-- the project's history, with why and when) or superseded by a later record about the
+-- same code (a revert). Kept for history; a stale record is not recalled, a superseded
+-- one ranks below.
+ALTER TABLE memory_records ADD COLUMN code_json TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE memory_records ADD COLUMN stale_why TEXT;
+ALTER TABLE memory_records ADD COLUMN stale_at TEXT;
+ALTER TABLE memory_records ADD COLUMN superseded_by TEXT;
+"""),
 ]
