@@ -488,6 +488,7 @@ RECORD_FIELDS = {
 }
 MAX_ANCHORED_FILES = 100
 MAX_ANCHORED_SYMBOLS = 50
+MAX_ANCHORED_BYTES = 2 << 20  # a larger file is neither given a blob id nor checked
 
 
 def _check_anchors(errors: list[FieldError], record: dict) -> None:

@@ -233,6 +233,15 @@ def git_head(checkout: str | os.PathLike) -> tuple[str | None, str | None]:
     return branch, None
 
 
+def blob_id(data: bytes, length: int = 40) -> str:
+    """The git blob id of a file's content (SHA-1; SHA-256 for a 64-digit id), as
+    ``git hash-object`` says it. (hashlib is imported here: no hook needs it.)"""
+    import hashlib
+
+    digest = hashlib.sha1 if length == 40 else hashlib.sha256
+    return digest(b"blob %d\0" % len(data) + data).hexdigest()
+
+
 def _is_commit(text: str) -> bool:
     return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
 

@@ -49,8 +49,8 @@ def test_prune_removes_old_distilled_events_only_and_gives_the_space_back(home, 
                              r" from ([\d.]+) MiB to ([\d.]+) MiB\n", done)
         assert found, done
         assert int(found[1]) == len(turn) and float(found[3]) < float(found[2]) - 0.5
-        assert totals() == {"events": 3, "records": records, "pending_events": 1,
-                            "pending_batches": 0}
+        assert totals() == {"events": 3, "records": records, "stale": 0, "superseded": 0,
+                            "pending_events": 1, "pending_batches": 0}
         for bad in ("soon", "-3d", "90", "0d"):
             refused = kl("prune", "--events-older-than", bad, "--yes")
             assert refused.returncode == 2 and "give days or hours" in refused.stderr

@@ -13,6 +13,7 @@ from helpers import Workspace, kl, wait_for
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kirolearn import project
 from kirolearn.extract import anchors
 from kirolearn.search import staleness
 from kirolearn.tooluse import observe
@@ -96,7 +97,7 @@ def test_a_file_still_its_blob_stands_one_changed_a_lot_ranks_down(tmp_path):
     module = tmp_path / "http.py"
     module.write_text(HEADER_MODULE)
     names = {"http.py": ["MAX_LINE", "parse_header", "Headers"]}
-    blob = staleness.blob_id(HEADER_MODULE.encode())
+    blob = project.blob_id(HEADER_MODULE.encode())
     as_left = record(files_touched=["http.py"], anchors=names,
                      code={"blobs": {"http.py": blob}})
     assert blob == subprocess.run(["git", "hash-object", str(module)], capture_output=True,
@@ -265,7 +266,7 @@ def test_a_record_whose_code_is_gone_from_its_branch_is_marked_stale_and_back_wh
         head = subprocess.run(["git", "-C", str(repo.path), "rev-parse", "HEAD"],
                               capture_output=True, text=True, check=True).stdout.strip()
         assert made["code"] == {"branch": "main", "commit": head,
-                                "blobs": {"src/http.py": staleness.blob_id(PARSER.encode())}}
+                                "blobs": {"src/http.py": project.blob_id(PARSER.encode())}}
         git(repo.path, "add", ".")
         git(repo.path, "commit", "-qm", "parser")
         assert repo.search("header parser")["record_ids"] == [made["record_id"]]

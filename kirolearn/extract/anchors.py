@@ -24,9 +24,10 @@ import os
 import re
 import textwrap
 
+from kirolearn.contract import MAX_ANCHORED_BYTES
 from kirolearn.contract import MAX_ANCHORED_FILES as MAX_FILES
 from kirolearn.contract import MAX_ANCHORED_SYMBOLS as MAX_SYMBOLS
-from kirolearn.search.staleness import MAX_FILE_BYTES, blob_id
+from kirolearn.project import blob_id
 from kirolearn.tooluse import DEFINITION, Action, observe, relative
 from kirolearn.words import STOP_WORDS
 
@@ -115,9 +116,9 @@ def code(record: dict, events: list[dict]) -> dict:
     for path in (record.get("anchors") or {}) if root and os.path.isabs(root) else ():
         try:
             with open(os.path.join(root, path), "rb") as f:
-                data = f.read(MAX_FILE_BYTES + 1)
+                data = f.read(MAX_ANCHORED_BYTES + 1)
         except OSError:
             continue
-        if len(data) <= MAX_FILE_BYTES:
+        if len(data) <= MAX_ANCHORED_BYTES:
             blobs[path] = blob_id(data, len(last["commit"]))
     return {**found, "blobs": blobs} if blobs else found

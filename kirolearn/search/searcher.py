@@ -270,35 +270,42 @@ class Searcher:
         kept, changed, superseded = [], [], []
         for record in result.records:
             record_id = record["record_id"]
-            finding = found.get(record_id)
-            why = hidden.get(record_id)
-            if why:
-                pass  # not this branch's: neither checked nor marked
-            elif finding is not None and finding.stale:
-                if (finding.committed and tree.branch is not None and not record.get("stale")
-                        and (record.get("code") or {}).get("branch") == tree.branch):
-                    result.stale_marks[record_id] = finding.stale
-                if tree.mark:
-                    record = {**record, "stale": {"why": finding.stale,
-                                                  "at": (record.get("stale") or {}).get("at")}}
-                else:
-                    why = finding.stale
-            elif record.get("stale"):
-                if finding is not None:  # checked again: its code is back
-                    result.stale_marks[record_id] = None
-                    record = {k: v for k, v in record.items() if k != "stale"}
-                elif tree is None or not tree.mark:
-                    why = f"{record['stale']['why']} (found so {record['stale']['at'][:10]})"
+            why = hidden.get(record_id)  # not this branch's: neither checked nor marked
+            if why is None:
+                record, why = self._judged(record, found.get(record_id), tree,
+                                           result.stale_marks)
             if why:
                 result.left_out.append({"record_id": record_id, "title": record["title"],
                                         "why": why})
             elif record.get("superseded_by"):
                 superseded.append(record)
-            elif finding is not None and finding.changed:
+            elif record_id in found and found[record_id].changed:
                 changed.append(record)
             else:
                 kept.append(record)
         result.records = kept + changed + superseded
+
+    @staticmethod
+    def _judged(record: dict, finding: staleness.Finding | None,
+                tree: staleness.Tree | None, marks: dict[str, str | None]
+                ) -> tuple[dict, str | None]:
+        """The record as it is shown, and why it is left out (None: it is not), from
+        what the check found of it (None: not checked) and the store's mark."""
+        held = record.get("stale")
+        if finding is not None and finding.stale:
+            if (finding.committed and not held and tree.branch is not None
+                    and (record.get("code") or {}).get("branch") == tree.branch):
+                marks[record["record_id"]] = finding.stale
+            if not tree.mark:
+                return record, finding.stale
+            return {**record, "stale": {"why": finding.stale,
+                                        "at": (held or {}).get("at")}}, None
+        if held and finding is not None:  # checked again: its code is back
+            marks[record["record_id"]] = None
+            return {k: v for k, v in record.items() if k != "stale"}, None
+        if held and (tree is None or not tree.mark):
+            return record, f"{held['why']} (found so {held['at'][:10]})"
+        return record, None
 
     def in_context(self, event: dict, query: str) -> str:
         """A prompt's query with the session's previous prompts (``PREVIOUS_PROMPTS``)

@@ -23,7 +23,6 @@ reading, the records are shown as they are).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import threading
@@ -33,8 +32,10 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
+from kirolearn.contract import MAX_ANCHORED_BYTES
+from kirolearn.project import blob_id
+
 CHECK_S = 0.02  # the most one search spends checking; past it the rest are not checked
-MAX_FILE_BYTES = 2 << 20  # a larger file is not read: its anchor stands
 MAX_TEXTS = 512  # files whose text is kept
 
 
@@ -76,12 +77,6 @@ class Finding(NamedTuple):
     committed: bool = False  # stale in what the branch has committed, not only here
 
 
-def blob_id(data: bytes, length: int = 40) -> str:
-    """The git blob id of a file's content (SHA-1; SHA-256 for a 64-digit id)."""
-    digest = hashlib.sha1 if length == 40 else hashlib.sha256
-    return digest(b"blob %d\0" % len(data) + data).hexdigest()
-
-
 def _word(name: str) -> re.Pattern:
     return re.compile(r"(?<![\w$])" + re.escape(name) + r"(?![\w$])")
 
@@ -103,7 +98,7 @@ class Checkout:
                 return known[2], known[3]
         try:
             with open(path, "rb") as f:
-                data = f.read(MAX_FILE_BYTES + 1)
+                data = f.read(MAX_ANCHORED_BYTES + 1)
         except OSError:
             return None
         text = data.decode("utf-8", errors="replace")
@@ -137,7 +132,7 @@ class Checkout:
             except OSError:
                 return Finding()
             names = anchors.get(name, [])
-            if not names or stat.st_size > MAX_FILE_BYTES:
+            if not names or stat.st_size > MAX_ANCHORED_BYTES:
                 return Finding()
             read = self._read(path, stat)
             if read is None:
