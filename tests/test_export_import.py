@@ -41,6 +41,20 @@ def session(number: int) -> list[dict]:
             for event in KIRO_CLI_SESSION]
 
 
+def marked(line: str, records: dict[str, dict], record_id: str, **marks) -> str:
+    """An export's line, with marks added to the record ``record_id`` where the store
+    puts them (before its versions)."""
+    if record_id not in line or record_id not in records or '"record_id"' not in line:
+        return line
+    item = json.loads(line)
+    if item.get("record_id") != record_id:
+        return line
+    fields = list(item.items())
+    at = list(item).index("versions")
+    return json.dumps(dict(fields[:at] + list(marks.items()) + fields[at:]),
+                      ensure_ascii=False)
+
+
 def test_export_import_export_is_identical_with_every_strategy(home, monkeypatch, ctx):
     server = ScriptedEndpoint("openai")
     server.script = [(200, GOOD, 0), (400, {"error": "no more"}, 0)]  # then: heuristic
@@ -89,6 +103,13 @@ def test_export_import_export_is_identical_with_every_strategy(home, monkeypatch
     assert [json.loads(line) for line in first if "tombstone" in line] == [
         {"tombstone": {"record_id": forgotten, "namespace": saved["namespace"],
                        "forgotten_at": forgotten_at}}]
+    # a record's marks travel with it: one found stale, one superseded by another
+    first = [marked(line, lines, edited, stale={"why": "`export_csv` no longer in `app.py`",
+                                                "at": "2026-11-27T10:00:00.000+00:00"})
+             for line in first]
+    first = [marked(line, lines, saved["record_id"], superseded_by=edited) for line in first]
+    assert records_of(first)[edited]["stale"]["at"].startswith("2026-11-27")
+    assert records_of(first)[saved["record_id"]]["superseded_by"] == edited
     export = home / "export.jsonl"
     export.write_text("\n".join(first) + "\n")
 
