@@ -15,7 +15,7 @@ from helpers import make_db, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kirolearn import contract, db
+from kirolearn import contract, db, project
 from kirolearn.db import postgres, writes
 from kirolearn.db.sqlite import schema as sqlite_schema
 from kirolearn.search import checkpoint, when, worktree
@@ -693,6 +693,28 @@ def test_a_projects_changed_files_are_read_in_the_background(tmp_path):
     later.renamed(str(tmp_path))
     assert wait_for(lambda: later.renamed(str(tmp_path))) == {"src/a.py": "src/d.py",
                                                               "src/c.py": "src/d.py"}
+
+
+def test_a_search_after_a_checkout_of_another_branch_waits_for_its_reading(tmp_path):
+    """The branches a record's visibility is judged by are the checkout's: the first
+    reading, and one after a checkout of another branch, are waited for (a while);
+    one not waited for, of another branch, comes without branches."""
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c",
+                        "user.email=t@example.com", *args], check=True, capture_output=True)
+
+    root = str(tmp_path)
+    git("init", "-q", "-b", "main")
+    git("commit", "-q", "--allow-empty", "-m", "first")
+    git("checkout", "-qb", "feature")
+    git("commit", "-q", "--allow-empty", "-m", "second")
+    trees = worktree.Worktrees()
+    assert trees.reading(root, project.git_head(root), 30).branch == "feature"
+    git("checkout", "-q", "main")
+    found = trees.reading(root, project.git_head(root), 30)
+    assert found.branch == "main" and set(found.forked) == {"feature"}
+    assert trees.reading(root, ("elsewhere", None)).branch is None
+    assert trees.reading(root).branch == "main"
 
 
 def test_a_record_is_found_by_its_concepts_which_are_never_shown(store_at):

@@ -5,6 +5,7 @@ file followed; through the real daemon, with a real git repository."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -355,3 +356,9 @@ def test_a_revert_supersedes_the_work_it_undoes_and_ranks_above_it(home, tmp_pat
         assert "stale 0, superseded 1" in kl("stats", check=True).stdout
     finally:
         kl("stop", check=True)
+
+
+@given(st.text(alphabet="ab_$ (.\n", max_size=40), st.sampled_from(["ab", "a_b", "$a"]))
+def test_a_name_is_held_as_a_word_of_code_exactly_as_a_pattern_says(text, name):
+    word = re.compile(r"(?<![\w$])" + re.escape(name) + r"(?![\w$])")
+    assert staleness.holds(text, name) == bool(word.search(text))

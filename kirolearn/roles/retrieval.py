@@ -30,6 +30,8 @@ MAX_IDS = 100  # records one get_records may ask for
 MAX_AROUND = 50  # records a timeline may show on each side
 MAX_CONTEXT_TOKENS = 1_000_000
 MAX_BUDGET_MS = 60_000
+TREE_WAIT_S = 0.15  # how long a search waits for git's first reading of its tree, or
+# its reading after a checkout of another branch (``worktree.Worktrees.reading``)
 
 
 @dataclass
@@ -289,7 +291,7 @@ class Retrieval(base.Role):
                              else checkout)
         if root is None:
             return None
-        found = self.worktrees.reading(root, project.git_head(root))
+        found = self.worktrees.reading(root, project.git_head(root), TREE_WAIT_S)
         if found.renamed is None:  # not (yet) read as a git working tree
             return None
         return staleness.Tree(root, found.renamed, self.mark_stale, found.branch, found.forked,

@@ -24,7 +24,6 @@ reading, the records are shown as they are).
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 from collections import OrderedDict
@@ -77,8 +76,18 @@ class Finding(NamedTuple):
     committed: bool = False  # stale in what the branch has committed, not only here
 
 
-def _word(name: str) -> re.Pattern:
-    return re.compile(r"(?<![\w$])" + re.escape(name) + r"(?![\w$])")
+def holds(text: str, name: str) -> bool:
+    """Whether ``name`` is in ``text`` as a word of code (not part of a longer name): a
+    substring search, each place it is found then looked around, which is many times
+    quicker than a regular expression over a long file."""
+    at = text.find(name)
+    while at != -1:
+        end = at + len(name)
+        if not (at and (text[at - 1].isalnum() or text[at - 1] in "_$")) and not (
+                end < len(text) and (text[end].isalnum() or text[end] in "_$")):
+            return True
+        at = text.find(name, at + 1)
+    return False
 
 
 class Checkout:
@@ -141,9 +150,11 @@ class Checkout:
             blob = blobs.get(name)
             if blob is not None and blob_id(data, len(blob)) == blob:
                 return Finding()  # as its work left it
-            there = sum(1 for n in names if _word(n).search(text))
-            if there * 2 >= len(names):
-                return Finding()  # most of what its work defined is there
+            there = 0
+            for n in names:  # (no more than half of them are looked for where they are)
+                there += holds(text, n)
+                if there * 2 >= len(names):
+                    return Finding()  # most of what its work defined is there
             if there:  # it stands, but fewer than half of its names do
                 moved_on = True
                 continue

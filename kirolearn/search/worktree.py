@@ -127,7 +127,7 @@ class Worktrees:
 
     def __init__(self) -> None:
         self._known: dict[str, Reading] = {}
-        self._reading: set[str] = set()
+        self._reading: dict[str, threading.Event] = {}  # set when the reading is in
         self._lock = threading.Lock()
 
     def changed(self, root: str) -> tuple[str, ...]:
@@ -140,21 +140,31 @@ class Worktrees:
         the first reading, or where git cannot read a working tree."""
         return self.reading(root).renamed
 
-    def reading(self, root: str, head: tuple[str | None, str | None] | None = None
-                ) -> Reading:
+    def reading(self, root: str, head: tuple[str | None, str | None] | None = None,
+                wait_s: float = 0.0) -> Reading:
         """The last reading of root (``NOT_READ`` before the first); one older than
-        REFRESH_S starts another, and so does one of another branch or commit than
-        ``head`` (the one checked out now, when given): that one's branches are not this
-        checkout's, so it comes without them (every record visible until the next)."""
+        REFRESH_S starts another, and so does one of another commit than ``head`` (the
+        one checked out now, when given). Where there is none yet, or it is of another
+        branch than ``head``'s, the new one is waited for, ``wait_s`` at most: git
+        is quick in most repositories, and a prompt just after a checkout of another
+        branch must not be given that branch's work. One not in by then, of another
+        branch, comes without its branches (every record visible until the next)."""
         with self._lock:
             last = self._known.get(root, NOT_READ)
-            moved_on = head is not None and head != last.head
-            if ((moved_on or time.monotonic() - last.at >= REFRESH_S)
-                    and root not in self._reading):
-                self._reading.add(root)
+            if ((head is not None and head != last.head)
+                    or time.monotonic() - last.at >= REFRESH_S) and root not in self._reading:
+                self._reading[root] = threading.Event()
                 threading.Thread(target=self._read, args=(root,), name="worktree",
                                  daemon=True).start()
-        return last._replace(branch=None, forked={}) if moved_on else last
+            pending = self._reading.get(root)
+        if head is None or (last is not NOT_READ and head[0] == last.head[0]):
+            return last
+        if pending is not None and wait_s > 0 and pending.wait(wait_s):
+            with self._lock:
+                last = self._known.get(root, NOT_READ)
+            if head[0] == last.head[0]:
+                return last
+        return last._replace(branch=None, forked={})
 
     def _read(self, root: str) -> None:
         head = project.git_head(root)
@@ -164,4 +174,4 @@ class Worktrees:
             if len(self._known) >= MAX_PROJECTS:
                 self._known.clear()
             self._known[root] = Reading(time.monotonic(), files, moved, branch, forked, head)
-            self._reading.discard(root)
+            self._reading.pop(root).set()
