@@ -1,10 +1,12 @@
 """coderecall: does the memory of earlier work on the same code come back?
 
-A git repository's history is replayed as agent sessions through the daemon: each
-commit is one session whose prompt is the commit's message, where every changed file
-is read and then edited hunk by hunk (Claude Code ``Read`` / ``Edit`` / ``Write`` tool
-uses, the commit's time as the events' time) before the turn ends (``Stop``). The
-older part of the history (``--train``, default 70 %) is stored; each later commit is
+A git repository's history is replayed as agent sessions through the daemon, as
+``kirolearn seed --git`` replays it (``kirolearn.seed``): each commit is one session
+whose prompt is the commit's message, where every changed file is read and then edited
+hunk by hunk (``Read`` / ``Edit`` / ``Write`` tool uses, the commit's time as the
+events' time) before the turn ends. So its figures are the "day one" ones: the memory
+of a repository seeded from its history, with no session of its own. The older part
+of the history (``--train``, default 70 %) is stored; each later commit is
 then asked with its message, and its targets are the stored commits that last touched
 the lines it changes (``git blame`` on its parent). A commit's recall at k is the
 share of its targets among the sessions of what a search for k records returns; MRR is
@@ -56,16 +58,16 @@ from pathlib import Path
 from harness import require_embeddings, say
 from locomo import pipeline_done, wait_until
 
-from kirolearn import config, contract, paths, transport
+from kirolearn import config, paths, project, seed, transport
 from kirolearn.roles.checks import FILE_LIMIT
 from kirolearn.search import context, staleness, worktree
 
 KL = [sys.executable, "-m", "kirolearn"]
 KS = (5, 10, 25)
 HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
-MAX_HUNK_LINES = 200  # an edit's old or new text, as an agent would send it
 QUICK_COMMITS = 40
-ROOT = "/src/project"  # where the replayed sessions say the repository lies
+# where the replayed sessions say the repository lies, and its namespace's project id
+PROJECT = project.Project("/src/project", "coderecall", False, "/src/project")
 RENAMES_READ_S = 1.0  # time for retrieval to read a new checkout's state from git
 WORD = re.compile(r"[a-z0-9]+")
 
@@ -178,70 +180,14 @@ def blame_targets(repo: Path, commit: Commit) -> set[str]:
     return found
 
 
-def hunks(repo: Path, commit: Commit) -> list[tuple[str, str, str, bool]]:
-    """(path, old text, new text, new file) per hunk of the commit, with context lines."""
-    diff = git(repo, "show", "--format=", "-U3", "--no-renames", commit.sha)
-    out: list[tuple[str, str, str, bool]] = []
-    path, new_file, old, new = None, False, [], []
-
-    def flush() -> None:
-        if path and (old or new):
-            out.append((path, "\n".join(old[:MAX_HUNK_LINES]), "\n".join(new[:MAX_HUNK_LINES]),
-                        new_file))
-
-    for line in diff.splitlines():
-        if line.startswith("diff --git"):
-            flush()
-            path, new_file, old, new = None, False, [], []
-        elif line.startswith("new file mode"):
-            new_file = True
-        elif line.startswith("+++ "):
-            path = line[6:] if line.startswith("+++ b/") else None
-        elif line.startswith("@@"):
-            flush()
-            old, new = [], []
-        elif line.startswith("Binary files"):
-            path = None
-        elif path and line[:1] in (" ", "-", "+") and not line.startswith(("--- ", "+++ ")):
-            if line[0] != "+":
-                old.append(line[1:])
-            if line[0] != "-":
-                new.append(line[1:])
-    flush()
-    return out
-
-
-def session_events(repo: Path, commit: Commit, namespace: str) -> list[dict]:
-    """One commit as an agent's session: the prompt, a read of each file, its edits, the
-    turn's end."""
-    def event(kind: str, body: dict, parent: str | None = None) -> dict:
-        return contract.make_event(kind, body, namespace=namespace, actor_id="bench",
-                                   session_id=f"commit-{commit.sha}", surface="claude-code",
-                                   version="1", client_id="benchmark", project_path=ROOT,
-                                   parent_event_id=parent, valid_time=commit.when)
-
-    def tool(name: str, tool_input: dict, response: dict) -> dict:
-        return event("tool_use", {"type": "json", "data": {
-            "tool_name": name, "tool_input": tool_input, "tool_response": response}},
-            prompt["event_id"])
-
-    prompt = event("prompt", {"type": "text", "content": commit.message})
-    events = [prompt]
-    edits = hunks(repo, commit)
+def session_events(repo: Path, commit: Commit) -> list[dict]:
+    """One commit as an agent's session, as ``kirolearn seed --git`` replays it (a
+    read of each file, its hunks as edits, the turn's end)."""
+    edits = seed.hunks(str(repo), commit.sha)
     commit.paths = list(dict.fromkeys(path for path, *_ in edits))
     commit.diff = "\n".join(f"{old}\n{new}" for _, old, new, _ in edits)
-    for path in commit.paths:
-        events.append(tool("Read", {"file_path": f"{ROOT}/{path}"}, {"type": "text"}))
-    for path, old, new, new_file in edits:
-        if new_file:
-            events.append(tool("Write", {"file_path": f"{ROOT}/{path}", "content": new},
-                               {"type": "create"}))
-        else:
-            events.append(tool("Edit", {"file_path": f"{ROOT}/{path}", "old_string": old,
-                                        "new_string": new}, {"success": True}))
-    # the turn ends as an agent's does (Claude Code's Stop), with nothing more to say
-    events.append(event("session_summary", {"type": "text", "content": ""}, prompt["event_id"]))
-    return events
+    return seed.session_events(str(repo), seed.Commit(commit.sha, commit.when, "bench", "",
+                                                      commit.message), PROJECT, "bench", None)
 
 
 class BM25:
@@ -310,7 +256,7 @@ def main() -> None:
         env = {**os.environ, "KIROLEARN_HOME": str(base), "KIROLEARN_STORAGE_BATCH_IDLE_S": "1",
                "KIROLEARN_AUTOSTART": "0"}
         os.environ["KIROLEARN_HOME"] = str(base)
-        namespace = "/actor/bench/project/coderecall/"
+        namespace = PROJECT.namespace("bench")
         subprocess.run([*KL, "start"], env=env, check=True, capture_output=True, cwd="/tmp")
         try:
             require_embeddings(base, args.mode, "coderecall")
@@ -319,7 +265,7 @@ def main() -> None:
             given = 0
             with transport.Client(paths.Home(base).endpoint("ingest"), timeout_ms=60_000) as ingest:
                 for commit in stored:
-                    events = session_events(args.repo, commit, namespace)
+                    events = session_events(args.repo, commit)
                     commit_of.update((e["event_id"], commit.sha) for e in events)
                     if args.live:  # the prompt asks for context as a hook's does
                         reply = ingest.call("put_event", {"event": events[0], "retrieve": True})

@@ -24,6 +24,7 @@ MODES = ("lexical", "semantic", "hybrid")  # how a search ranks: words, meaning,
 CHOICES = {
     ("retrieval", "mode"): MODES,
     ("retrieval", "stale_records"): ("leave_out", "mark"),
+    ("seed", "actor"): ("author", "user"),
     ("mcp", "scope"): SCOPES,
     ("extraction", "strategy"): ("heuristic", "openai", "anthropic", "command"),
 }

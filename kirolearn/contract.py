@@ -62,7 +62,13 @@ def _matches(pattern: str, value: str) -> bool:
 def new_ulid(timestamp_ms: int | None = None) -> str:
     """A ULID: 48 bits of Unix milliseconds then 80 random bits, Crockford base32."""
     ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-    value = (ms << 80) | int.from_bytes(os.urandom(10), "big")
+    return ulid_of(ms, os.urandom(10))
+
+
+def ulid_of(timestamp_ms: int, entropy: bytes) -> str:
+    """The ULID of these milliseconds and 10 bytes of entropy (the same each time: an
+    event made again from the same source, ``seed``)."""
+    value = (timestamp_ms << 80) | int.from_bytes(entropy[:10], "big")
     chars = []
     for _ in range(26):
         chars.append(_CROCKFORD[value & 31])

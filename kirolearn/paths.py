@@ -80,6 +80,11 @@ class Home(NamedTuple):
         return self.root / "sessions"
 
     @property
+    def seeded_file(self) -> Path:
+        """Where ``kirolearn seed --git`` keeps the newest commit it seeded, by checkout."""
+        return self.root / "seeded.json"
+
+    @property
     def remote_file(self) -> Path:
         """Where ``kirolearn connect`` says this machine is a client of a daemon elsewhere."""
         return self.root / "remote.json"

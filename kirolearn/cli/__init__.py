@@ -1,7 +1,8 @@
 """The ``kirolearn`` command: one click group, each command a thin skin over the library.
 
 ``daemon`` runs it (start, stop, restart, status, scale, logs, worker, open), ``data``
-reads and writes what is stored (import, export, stats, search, prune), ``records``
+reads and writes what is stored (import, export, stats, search, prune, scrub, seed),
+``records``
 corrects it (forget, edit), ``capture`` says where it is captured (pause, resume),
 ``embeddings`` the
 vectors, ``extraction`` the batches that become records (failed, retry), ``agents``

@@ -1,4 +1,5 @@
-"""Commands over what is stored: import, export, stats, search, prune."""
+"""Commands over what is stored: import, export, stats, search, prune, scrub, and
+seed (a repository's history as memory)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import click
 
 from kirolearn import contract, importer, paths, privacy, protocol, tooluse
 from kirolearn import project as kl_project
+from kirolearn import seed as kl_seed
 from kirolearn.cli import common
 from kirolearn.cli.common import (
     ask,
@@ -311,4 +313,76 @@ def _scrub_files(directory: Path, dry_run: bool) -> Counter:
     return counts
 
 
-COMMANDS = [import_, export, stats, search_, prune, scrub]
+@click.command()
+@click.option("--git", "from_git", is_flag=True,
+              help="Replay the repository's commits as sessions (the only source yet).")
+@click.option("--project", type=click.Path(exists=True, file_okay=False), default=None,
+              help="The repository (default: the one the current directory is in).")
+@click.option("--since", metavar="DATE", help="Only commits since DATE (as git reads it:"
+              " 2024-01-01, '6 months ago').")
+@click.option("--limit", type=click.IntRange(1, None), default=None, metavar="N",
+              help="Only the newest N commits.")
+@click.option("--actor", type=click.Choice(["author", "user"]), default=None,
+              help="Whose memories they are: each commit's author (default: seed.actor),"
+                   " or yours.")
+def seed(from_git: bool, project: str | None, since: str | None, limit: int | None,
+         actor: str | None) -> None:
+    """Give a repository's memory its past on day one: each commit replayed as a
+    session (its message the request, its diff the edits, its time the work's), made
+    into records as live work is.
+
+    Run it again at any time: what was seeded is not stored twice, and a run picks up
+    after the last one (or where a killed one got to). Merge commits, bots' commits,
+    formatting commits and mass changes are left out.
+
+    \b
+    Examples:
+        kirolearn seed --git
+        kirolearn seed --git --project ~/code/app --since 2024-01-01
+        kirolearn seed --git --limit 500
+    """
+    if not from_git:
+        raise click.UsageError("say what to seed from: --git (the repository's history)")
+    loaded = settings()
+    here = kl_project.resolve_project(project or os.getcwd())
+    root = here.checkout
+    newest = None if here.is_global else kl_seed.head(root)
+    if newest is None:
+        raise click.ClickException(f"{root} is not in a git repository; run it in one, or"
+                                   " give --project")
+    require_served()
+    home = common.home()
+    after = None if since or limit else kl_seed.last_seeded(home, root)
+    commits = kl_seed.history(root, after, since, limit)
+    why = {c.sha: kl_seed.left_out(c) for c in commits}
+    kept = [c for c in commits if why[c.sha] is None]
+    as_user = (actor or loaded["seed"]["actor"]) == "user"
+    started = time.monotonic()
+    try:
+        with click.progressbar(length=len(kept), label=f"seeding {len(kept)} commit(s)",
+                               show_pos=True, file=sys.stderr) as bar:
+            report = importer.import_lines(
+                kl_seed.lines(root, kept, here, as_user, lambda commit: bar.update(1)), home)
+    except importer.Stalled as exc:
+        raise click.ClickException(f"{exc}; run it again to go on") from exc
+    seconds = time.monotonic() - started
+    if not report.counts["rejected"]:
+        kl_seed.remember(home, root, newest)
+    for line_no, reason in sorted(report.rejected):
+        click.echo(f"event {line_no}: rejected: {reason}", err=True)
+    skipped = Counter(reason for reason in why.values() if reason)
+    counts = report.counts
+    click.echo(f"seeded {len(kept)} commit(s) in {seconds:.1f} s"
+               f" ({len(kept) / max(seconds, 1e-3):.1f}/s): events stored {counts['stored']},"
+               f" duplicate {counts['duplicate']}, rejected {counts['rejected']}"
+               + (f"; left out {sum(skipped.values())}: "
+                  + ", ".join(f"{n} {reason}" for reason, n in skipped.most_common())
+                  if skipped else ""))
+    if counts["stored"]:
+        click.echo("their records come as extraction gets to them: `kirolearn stats` says"
+                   " how many events are still pending")
+    if counts["rejected"]:
+        sys.exit(1)
+
+
+COMMANDS = [import_, export, stats, search_, prune, scrub, seed]

@@ -1,0 +1,220 @@
+"""A repository's history as memory on day one: each commit replayed as an agent's
+session (``kirolearn seed --git``), through ingest like any import.
+
+A commit becomes one session: a prompt with its message, a read of each file it
+changed, an edit (``Edit``; ``Write`` for a new file) per hunk of its diff, and the
+turn's end, at the commit's time, so extraction makes of it what it makes of live
+work: a record with the files, the code words and the anchors of the change, as old
+as the commit. The author is the actor (or the user: ``actor="user"``), the
+repository's branch and the commit are the events' ``source``.
+
+Every event's id comes from the commit hash (its time and a hash of the commit and the
+event's place in it), so a second run stores nothing new and a run killed half-way,
+run again, stores what it had not. Where a run ended is kept (``seeded.json`` in the
+home, by checkout), and the next starts after it: only the new commits
+are read.
+
+Left out, as they tell no work of their own: merge commits (their changes are the
+merged commits', each replayed), commits of bots (an author named ``…[bot]``,
+dependabot, renovate, pre-commit-ci), formatting commits (a message that says
+format, reformat, style, black, prettier, ruff format or isort, touching more than
+``MASS_FILES`` files) and mass changes (more than ``MAX_FILES`` files: a vendored
+library, a licence header everywhere).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+from kirolearn import __version__, contract, paths, project
+
+HUNK_LINES = 200  # an edit's old or new text, as an agent would send it
+MAX_EDITS = 60  # the hunks of a commit replayed as edits (the rest: its files are read)
+MASS_FILES = 20  # a formatting commit touching more files than this tells no work
+MAX_FILES = 300  # a commit touching more files than this is a mass change
+BOT = re.compile(r"\[bot\]|dependabot|renovate|pre-commit-ci|github-actions", re.I)
+FORMATTING = re.compile(r"^\W*(?:re)?format|^\W*style\b|\b(?:black|prettier|ruff format|"
+                        r"isort|gofmt|rustfmt|clang-format)\b", re.I)
+SURFACE = "git"
+
+
+@dataclass
+class Commit:
+    sha: str
+    when: str  # ISO 8601, the author's time
+    author: str
+    email: str
+    message: str
+    files: int = 0  # how many it changed
+
+
+def git(root: str, *args: str) -> str:
+    return subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", root, *args],
+                          capture_output=True, text=True, check=True,
+                          errors="replace").stdout
+
+
+def head(root: str) -> str | None:
+    """The commit checked out at root (None: not a git working tree with a commit)."""
+    found = subprocess.run(["git", "-C", root, "rev-parse", "--verify", "-q", "HEAD"],
+                           capture_output=True, text=True)
+    return found.stdout.strip() if found.returncode == 0 else None
+
+
+def history(root: str, after: str | None = None, since: str | None = None,
+            limit: int | None = None) -> list[Commit]:
+    """The commits of HEAD's history, oldest first, merges left out: those after
+    ``after`` (a commit seeded before; all when it is not in the history), since a date,
+    or the newest ``limit``."""
+    args = ["log", "--no-merges", "--format=%x01%H%x00%aI%x00%an%x00%ae%x00%B%x00",
+            "--shortstat"]
+    if since:
+        args.append(f"--since={since}")
+    if limit:
+        args.append(f"-n{limit}")
+    span = "HEAD"
+    if after and subprocess.run(["git", "-C", root, "merge-base", "--is-ancestor", after,
+                                 "HEAD"], capture_output=True).returncode == 0:
+        span = f"{after}..HEAD"
+    found = []
+    for entry in git(root, *args, span, "--").split("\x01")[1:]:
+        sha, when, author, email, message, stat = entry.split("\x00", 5)
+        files = re.match(r"\s*(\d+) files? changed", stat)
+        found.append(Commit(sha, when, author, email, message.strip(),
+                            int(files[1]) if files else 0))
+    return found[::-1]
+
+
+def left_out(commit: Commit) -> str | None:
+    """Why a commit is not replayed (None: it is)."""
+    if BOT.search(commit.author) or BOT.search(commit.email):
+        return "a bot's"
+    if commit.files > MAX_FILES:
+        return "a mass change"
+    if commit.files > MASS_FILES and FORMATTING.search(commit.message.partition("\n")[0]):
+        return "formatting"
+    if not commit.message:
+        return "no message"
+    return None
+
+
+def hunks(root: str, sha: str) -> list[tuple[str, str, str, bool]]:
+    """(path, old text, new text, new file) per hunk of the commit, with context."""
+    diff = git(root, "show", "--format=", "-U3", "--no-renames", "--no-ext-diff", sha)
+    out: list[tuple[str, str, str, bool]] = []
+    path, new_file, old, new = None, False, [], []
+
+    def flush() -> None:
+        if path and (old or new):
+            out.append((path, "\n".join(old[:HUNK_LINES]), "\n".join(new[:HUNK_LINES]),
+                        new_file))
+
+    for line in diff.splitlines():
+        if line.startswith("diff --git"):
+            flush()
+            path, new_file, old, new = None, False, [], []
+        elif line.startswith("new file mode"):
+            new_file = True
+        elif line.startswith("+++ "):
+            path = line[6:] if line.startswith("+++ b/") else None
+        elif line.startswith("@@"):
+            flush()
+            old, new = [], []
+        elif line.startswith("Binary files"):
+            path = None
+        elif path and line[:1] in (" ", "-", "+"):
+            if line[0] != "+":
+                old.append(line[1:])
+            if line[0] != "-":
+                new.append(line[1:])
+    flush()
+    return out
+
+
+def event_id(commit: Commit, place: int) -> str:
+    """The same ULID for the same event of the same commit, every run: the commit's
+    time, then 80 bits of a hash of the commit and the event's place in it."""
+    ms = max(0, int(datetime.fromisoformat(commit.when).timestamp() * 1000))
+    return contract.ulid_of(ms, hashlib.sha256(f"{commit.sha}:{place}".encode()).digest())
+
+
+def actor_of(commit: Commit) -> str:
+    """The author as an actor: their name, made safe for a namespace."""
+    name = commit.author.strip() or commit.email.partition("@")[0] or "unknown"
+    return re.sub(r"[/\s]+", "-", name)[:128]
+
+
+def session_events(root: str, commit: Commit, here: project.Project, actor: str,
+                   branch: str | None) -> list[dict]:
+    """One commit as an agent's session: the prompt, a read of each file, its edits
+    (``MAX_EDITS`` at most), the turn's end."""
+    place = iter(range(10_000))
+
+    def event(kind: str, body: dict, parent: str | None = None) -> dict:
+        made = contract.make_event(
+            kind, contract.truncate_body(body, contract.TRUNCATE_BYTES),
+            namespace=here.namespace(actor), actor_id=actor,
+            session_id=f"git-{commit.sha[:40]}", surface=SURFACE, version=__version__,
+            client_id="seed", project_path=here.checkout, parent_event_id=parent,
+            valid_time=commit.when, branch=branch, commit=commit.sha)
+        return {**made, "event_id": event_id(commit, next(place))}
+
+    def tool(name: str, tool_input: dict, response: dict) -> dict:
+        return event("tool_use", {"type": "json", "data": {
+            "tool_name": name, "tool_input": tool_input, "tool_response": response}},
+            prompt["event_id"])
+
+    prompt = event("prompt", {"type": "text", "content": commit.message})
+    events = [prompt]
+    edits = hunks(root, commit.sha)
+    for path in dict.fromkeys(path for path, *_ in edits):
+        events.append(tool("Read", {"file_path": f"{here.checkout}/{path}"}, {"type": "text"}))
+    for path, old, new, new_file in edits[:MAX_EDITS]:
+        where = f"{here.checkout}/{path}"
+        events.append(tool("Write", {"file_path": where, "content": new}, {"type": "create"})
+                      if new_file else tool("Edit", {"file_path": where, "old_string": old,
+                                                     "new_string": new}, {"success": True}))
+    events.append(event("session_summary", {"type": "text", "content": ""},
+                        prompt["event_id"]))
+    return events
+
+
+def lines(root: str, commits: list[Commit], here: project.Project, as_user: bool,
+          done: Callable[[Commit], None] = lambda commit: None) -> Iterator[str]:
+    """The events of each commit as JSON lines, for ``importer.import_lines``; ``done``
+    is told of each commit once its lines are out."""
+    branch, _ = project.git_head(root)
+    user = project.actor_id()
+    for commit in commits:
+        for item in session_events(root, commit, here, user if as_user else actor_of(commit),
+                                   branch):
+            yield json.dumps(item, ensure_ascii=False)
+        done(commit)
+
+
+def last_seeded(home: paths.Home, checkout: str) -> str | None:
+    """The newest commit a finished run seeded from this checkout."""
+    found = _seeded(home).get(checkout)
+    return found if isinstance(found, str) else None
+
+
+def remember(home: paths.Home, checkout: str, sha: str) -> None:
+    """A run finished: the next starts after ``sha``."""
+    known = _seeded(home)
+    known[checkout] = sha
+    paths.ensure_private_dir(home.root)
+    paths.write_private(home.seeded_file, json.dumps(known, indent=1).encode("utf-8"))
+
+
+def _seeded(home: paths.Home) -> dict:
+    try:
+        known = json.loads(home.seeded_file.read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return known if isinstance(known, dict) else {}

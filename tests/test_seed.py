@@ -1,0 +1,138 @@
+"""``kirolearn seed --git``: a repository's history as memory on day one, through the
+real daemon and a real git repository made here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from helpers import Workspace, kl, wait_for
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kirolearn import contract, project, seed
+
+PARSER = '''def parse_header(line):
+    name, _, value = line.partition(":")
+    return name.strip().lower(), value.strip()
+'''
+
+
+def git(repo: Path, *args: str, author: str = "Ada Lovelace <ada@example.com>",
+        when: str = "2024-03-01T10:00:00+00:00") -> str:
+    name, _, email = author.partition(" <")
+    env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email.rstrip(">"),
+           "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email.rstrip(">"),
+           "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when, "PATH": "/usr/bin:/bin"}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True, env=env).stdout
+
+
+def commit(repo: Path, files: dict[str, str], message: str, **who) -> None:
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", message, **who)
+
+
+def records() -> list[dict]:
+    lines = map(json.loads, kl("export", check=True).stdout.splitlines())
+    return [line for line in lines if "record_id" in line]
+
+
+def test_a_seeded_repository_recalls_its_past_on_day_one(home, tmp_path):
+    """Commits become records as old as the commits, by their authors, anchored to the
+    code they wrote; bots' commits and merges are left out; a second run stores
+    nothing; a new commit is all the next run reads; a lost record of where a run
+    ended (a kill) costs only duplicates."""
+    ws = Workspace(tmp_path)
+    repo = ws.home / "shop"
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    commit(repo, {"README.md": "# shop\n"}, "Start the shop")
+    commit(repo, {"src/http.py": PARSER}, "Add a parser for the HTTP header lines",
+           when="2024-03-02T10:00:00+00:00")
+    commit(repo, {"requirements.txt": "httpx==0.27\n"}, "Bump httpx from 0.26 to 0.27",
+           author="dependabot[bot] <support@github.com>", when="2024-03-03T10:00:00+00:00")
+    git(repo, "checkout", "-qb", "feature")
+    commit(repo, {"src/cart.py": "def cart_total(items):\n    return sum(items)\n"},
+           "Total the cart", author="Grace Hopper <grace@example.com>",
+           when="2024-03-04T10:00:00+00:00")
+    git(repo, "checkout", "-q", "main")
+    git(repo, "merge", "-q", "--no-ff", "-m", "Merge branch 'feature'", "feature",
+        when="2024-03-05T10:00:00+00:00")
+
+    refused = kl("seed", "--git", "--project", str(tmp_path))
+    assert refused.returncode == 1 and "is not in a git repository" in refused.stderr
+    assert "say what to seed from" in kl("seed", "--project", str(repo)).stderr
+
+    kl("start", check=True)
+    try:
+        done = kl("seed", "--git", "--project", str(repo), check=True).stdout
+        assert "seeded 3 commit(s)" in done and "left out 1: 1 a bot's" in done
+        made = wait_for(lambda: (found := records()) and len(found) == 3 and found, 30, 0.2,
+                        "a record of each commit")
+        parser = next(r for r in made if r["title"] == "Add a parser for the HTTP header lines")
+        assert parser["created_at"].startswith("2024-03-02T10:00:00")
+        assert parser["anchors"] == {"src/http.py": ["parse_header"]}
+        assert parser["code"]["branch"] == "main"
+        assert project.parts(parser["namespace"])[0] == "Ada-Lovelace"
+        cart = next(r for r in made if r["title"] == "Total the cart")
+        assert project.parts(cart["namespace"])[0] == "Grace-Hopper"
+
+        result, _ = ws.hook("kirolearn-claude-code", {
+            "session_id": "s-1", "transcript_path": "/x/s.jsonl", "cwd": str(repo),
+            "hook_event_name": "UserPromptSubmit",
+            "prompt": "how do we parse an HTTP header line?"}, cwd=repo)
+        assert "Add a parser for the HTTP header lines" in result.stdout
+
+        again = kl("seed", "--git", "--project", str(repo), check=True).stdout
+        assert again.startswith("seeded 0 commit(s)") and "events stored 0" in again
+        commit(repo, {"src/http.py": PARSER + "\nMAX_LINE = 8190\n"}, "Cap a header line",
+               when="2024-03-06T10:00:00+00:00")
+        newer = kl("seed", "--git", "--project", str(repo), check=True).stdout
+        assert newer.startswith("seeded 1 commit(s)")
+        (Path(home) / "seeded.json").unlink()  # as if the run before had been killed
+        redone = kl("seed", "--git", "--project", str(repo), check=True).stdout
+        assert "seeded 4 commit(s)" in redone and "events stored 0" in redone
+        wait_for(lambda: len(records()) == 4, 30, 0.2, "the new commit's record")
+
+        # a commit is seeded once, whoever's it is said to be; a new one can be yours
+        same = kl("seed", "--git", "--project", str(repo), "--since", "2024-03-05T12:00:00",
+                  "--actor", "user", check=True).stdout
+        assert "seeded 1 commit(s)" in same and "events stored 0" in same
+        commit(repo, {"src/cart.py": "def cart_total(items):\n    return sum(items) or 0\n"},
+               "Total an empty cart as zero", when="2024-03-07T10:00:00+00:00")
+        kl("seed", "--git", "--project", str(repo), "--actor", "user", check=True)
+        mine = wait_for(lambda: [r for r in records()
+                                 if r["title"] == "Total an empty cart as zero"], 30, 0.2,
+                        "the record of the commit seeded as the user's")
+        assert project.parts(mine[0]["namespace"])[0] == project.actor_id()
+    finally:
+        kl("stop", check=True)
+
+
+def test_bots_formatting_and_mass_changes_are_left_out():
+    def made(**fields) -> seed.Commit:
+        return seed.Commit(**{"sha": "a" * 40, "when": "2024-03-02T10:00:00+00:00",
+                              "author": "Ada", "email": "ada@example.com",
+                              "message": "Fix the cart", "files": 3, **fields})
+    assert seed.left_out(made()) is None
+    assert seed.left_out(made(author="renovate[bot]")) == "a bot's"
+    assert seed.left_out(made(message="Reformat with black", files=120)) == "formatting"
+    assert seed.left_out(made(message="Reformat the cart", files=2)) is None
+    assert seed.left_out(made(files=seed.MAX_FILES + 1)) == "a mass change"
+
+
+@given(st.text(alphabet="0123456789abcdef", min_size=40, max_size=40),
+       st.integers(0, 10_000), st.integers(0, 2_000_000_000))
+def test_an_event_of_a_commit_has_the_same_ulid_every_run(sha, place, seconds):
+    from datetime import UTC, datetime
+    when = datetime.fromtimestamp(seconds, UTC).isoformat()
+    made = seed.Commit(sha, when, "Ada", "ada@example.com", "Fix it")
+    found = seed.event_id(made, place)
+    assert contract.is_ulid(found) and found == seed.event_id(made, place)
+    assert contract.ulid_timestamp_ms(found) == seconds * 1000
+    assert found != seed.event_id(made, place + 1)
