@@ -136,3 +136,22 @@ def test_an_event_of_a_commit_has_the_same_ulid_every_run(sha, place, seconds):
     assert contract.is_ulid(found) and found == seed.event_id(made, place)
     assert contract.ulid_timestamp_ms(found) == seconds * 1000
     assert found != seed.event_id(made, place + 1)
+
+
+def test_install_seeds_a_project_when_asked_starting_the_daemon(home, tmp_path):
+    ws = Workspace(tmp_path)
+    repo = ws.home / "shop"
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    commit(repo, {"src/http.py": PARSER}, "Add a parser for the HTTP header lines")
+    quiet = kl("install", "--agent", "claude-code", "--project", str(repo), check=True)
+    assert "seeded" not in quiet.stdout and "not running" in quiet.stdout  # no terminal
+    try:
+        done = kl("install", "--agent", "claude-code", "--project", str(repo), "--seed",
+                  check=True).stdout
+        assert "seeded 1 commit(s)" in done
+        wait_for(lambda: [r for r in records()
+                          if r["title"] == "Add a parser for the HTTP header lines"], 30, 0.2,
+                 "the seeded record")
+    finally:
+        kl("stop", check=True)

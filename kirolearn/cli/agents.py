@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
 
 from kirolearn import config, control, install, project
+from kirolearn import seed as kl_seed
 from kirolearn.cli import common
+from kirolearn.cli.daemon import start
+from kirolearn.cli.data import seed
 
 
 def _install_target(project_dir: str | None, global_: bool) -> Path | None:
@@ -44,16 +48,24 @@ def agent_options(command):
                    " --global) instead of as found on PATH.")
 @click.option("--default-agent", is_flag=True,
               help="kiro-cli: make kirolearn's agent the one plain `kiro-cli chat` uses.")
-def install_(agents: tuple[str, ...], project_dir: str | None, global_: bool, absolute: bool,
-             default_agent: bool) -> None:
+@click.option("--seed/--no-seed", "seed_history", default=None,
+              help="Seed the project's memory from its git history now (`kirolearn seed"
+                   " --git`; default: asked in a terminal, when it was never seeded).")
+@click.pass_context
+def install_(ctx: click.Context, agents: tuple[str, ...], project_dir: str | None,
+             global_: bool, absolute: bool, default_agent: bool,
+             seed_history: bool | None) -> None:
     """Add kirolearn's hooks to an agent's configuration (merged into what is there; a
     file of yours that changes is first copied to <file>.kirolearn.bak; running it again
     changes nothing). A project's files name kirolearn's commands as found on PATH, so
-    they work for every teammate who has kirolearn installed.
+    they work for every teammate who has kirolearn installed. In a git project never
+    seeded, it offers to seed the memory from the project's history (--seed to do it
+    without asking, --no-seed not to).
 
     \b
     Examples:
         kirolearn install --agent claude-code
+        kirolearn install --agent codex --seed
         kirolearn install --agent kiro-cli --global --default-agent
     """
     if default_agent and "kiro-cli" not in agents:
@@ -65,8 +77,28 @@ def install_(agents: tuple[str, ...], project_dir: str | None, global_: bool, ab
         click.echo(f"Note: kirolearn is not on PATH, so these files name"
                    f" {install.installed('kirolearn')} and work on this machine only; put"
                    " its folder on PATH and install again for files every teammate can use.")
-    if not control.running(common.home()):
+    try:
+        served = control.served(common.home())
+    except control.BadRemote as exc:
+        raise click.ClickException(str(exc)) from exc
+    if target is not None and _seeding(target, seed_history):
+        if not served:
+            ctx.invoke(start)
+        ctx.invoke(seed, from_git=True, project=str(target))
+    elif not served:
         click.echo("The daemon is not running; the first hook starts it (or: kirolearn start).")
+
+
+def _seeding(target: Path, asked: bool | None) -> bool:
+    """Whether to seed the project from its history: as asked, or, in a terminal, when a
+    git project never seeded says yes."""
+    checkout = project.resolve_project(target).checkout
+    if asked is not None or not sys.stdin.isatty():
+        return bool(asked)
+    if kl_seed.head(checkout) is None or kl_seed.last_seeded(common.home(), checkout):
+        return False
+    return click.confirm("Seed this project's memory from its git history now (kirolearn"
+                         " seed --git; it can run again at any time)?", default=True)
 
 
 @click.command()
