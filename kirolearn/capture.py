@@ -1,10 +1,13 @@
-"""Where nothing is captured: projects matching a ``capture.exclude`` glob, and pauses
-(``kirolearn pause``, everywhere or for a project, until ``kirolearn resume``).
+"""Where nothing is captured: projects matching a ``capture.exclude`` glob, pauses
+(``kirolearn pause``, everywhere or for a project, until ``kirolearn resume``) and,
+with ``capture.opt_in``, every project not enabled (``kirolearn enable``).
 
-Every shim asks ``why_off`` before it sends anything: the answer comes from two files
-in the home (``paused.json``, ``config.toml``), never from the daemon, so a paused or
-excluded project costs no call and gets no context. Light on purpose: the TOML parser
-and the glob matcher are imported only when a user's file names exclusions.
+Every shim asks ``why_off`` before it sends anything: the answer comes from files in
+the home (``paused.json``, ``enabled.json``, ``config.toml``), never from the daemon
+nor from the project, so a paused or excluded project costs no call and gets no
+context, and a cloned repository's own files can never turn capture on. Light on
+purpose: the TOML parser and the glob matcher are imported only when a user's file
+names exclusions or opting in.
 """
 
 from __future__ import annotations
@@ -39,18 +42,35 @@ def save_paused(state: dict, home: paths.Home) -> None:
     paths.write_private(path, json.dumps(state, indent=1).encode(), durable=True)
 
 
-def exclude_patterns(home: paths.Home) -> list[str]:
-    """``capture.exclude`` (raises config.ConfigError when the file is broken). The user's
-    file is parsed only when it, or the environment, names exclusions."""
+def enabled(home: paths.Home) -> list[str]:
+    """The projects ``kirolearn enable`` turned capture on for (the roots)."""
+    try:
+        found = json.loads(home.enabled_file.read_text("utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [p for p in found if isinstance(p, str)] if isinstance(found, list) else []
+
+
+def save_enabled(roots: list[str], home: paths.Home) -> None:
+    paths.ensure_private_dir(home.root)
+    paths.write_private(home.enabled_file, json.dumps(sorted(set(roots)), indent=1).encode(),
+                        durable=True)
+
+
+def settings(home: paths.Home) -> dict:
+    """``[capture]`` (raises config.ConfigError when the file is broken). The user's file
+    is parsed only when it, or the environment, names exclusions or opting in."""
     try:
         text = home.config_file.read_bytes()
     except OSError:
         text = b""
-    if b"exclude" not in text and "KIROLEARN_CAPTURE_EXCLUDE" not in os.environ:
-        return []
+    if (b"exclude" not in text and b"opt_in" not in text
+            and not any(k in os.environ for k in ("KIROLEARN_CAPTURE_EXCLUDE",
+                                                   "KIROLEARN_CAPTURE_OPT_IN"))):
+        return {"exclude": [], "opt_in": False}
     from kirolearn import config
 
-    return config.load(home)["capture"]["exclude"]
+    return config.load(home)["capture"]
 
 
 def _within(path: str, root: str) -> bool:
@@ -69,9 +89,13 @@ def why_off(project_root: str, cwd: str, home: paths.Home) -> str | None:
         if project_root == root or _within(real, root):
             return f"capture is paused for {root} (kirolearn resume --project {root})"
     try:
-        patterns = exclude_patterns(home)
+        found = settings(home)
     except ValueError as exc:  # config.ConfigError
-        return f"capture.exclude cannot be read ({exc})"
+        return f"the capture settings cannot be read ({exc})"
+    if found["opt_in"] and project_root not in enabled(home):
+        return (f"capture is opt-in (capture.opt_in) and {project_root} is not enabled"
+                f" (kirolearn enable --project {project_root})")
+    patterns = found["exclude"]
     if not patterns:
         return None
     import fnmatch
@@ -83,3 +107,24 @@ def why_off(project_root: str, cwd: str, home: paths.Home) -> str | None:
             if fnmatch.fnmatchcase(path, expanded):
                 return f"{path} matches capture.exclude {pattern!r}"
     return None
+
+
+def describe(home: paths.Home) -> str | None:
+    """What is not captured, said for ``status`` and ``doctor`` (None: every project
+    is, but those ``capture.exclude`` names)."""
+    state = paused(home)
+    said = []
+    if state["everywhere"]:
+        said.append("paused everywhere (kirolearn resume)")
+    elif state["projects"]:
+        said.append(f"paused for {', '.join(state['projects'])} (kirolearn resume --project"
+                    " DIR)")
+    try:
+        opt_in = settings(home)["opt_in"]
+    except ValueError as exc:  # config.ConfigError
+        return f"off: the capture settings cannot be read ({exc})"
+    if opt_in:
+        on = enabled(home)
+        said.append(f"opt-in (capture.opt_in): only {', '.join(on)}" if on else
+                    "opt-in (capture.opt_in) and no project enabled yet (kirolearn enable)")
+    return "; ".join(said) or None

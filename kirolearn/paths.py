@@ -76,6 +76,12 @@ class Home(NamedTuple):
         return self.root / "paused.json"
 
     @property
+    def enabled_file(self) -> Path:
+        """Where ``kirolearn enable`` lists the projects captured under
+        ``capture.opt_in``."""
+        return self.root / "enabled.json"
+
+    @property
     def sessions_dir(self) -> Path:
         return self.root / "sessions"
 

@@ -61,5 +61,30 @@ def test_capture_exclude_globs_from_the_config_file(daemon, tmp_path):
     prompt(other, "included")
     assert prompts() == ["included"]
     (daemon / "config.toml").write_text("[capture]\nexclude = 7\n")  # broken: nothing leaks
-    assert "capture.exclude cannot be read" in prompt(other, "while the config is broken")
+    assert "the capture settings cannot be read" in prompt(other, "while the config is broken")
     assert json.loads(kl("stats", "--json", check=True).stdout)["totals"]["events"] == 1
+
+
+def test_opt_in_captures_only_the_projects_enabled_in_the_home(daemon, tmp_path):
+    """Under ``capture.opt_in`` no project is captured until `kirolearn enable` names
+    it; nothing the repository holds can turn it on; `status` and `doctor` say so."""
+    ws, other = Workspace(tmp_path / "a"), Workspace(tmp_path / "b")
+    (daemon / "config.toml").write_text("[capture]\nopt_in = true\n")
+    (ws.project / ".kirolearn").mkdir()  # a cloned repository's own files enable nothing
+    (ws.project / ".kirolearn" / "enabled.json").write_text(json.dumps([ws.root]))
+    assert (f"capture is opt-in (capture.opt_in) and {ws.root} is not enabled"
+            in prompt(ws, "not yet"))
+    assert "opt-in (capture.opt_in) and no project enabled yet" in kl(
+        "status", check=True).stdout
+    said = kl("enable", "--project", str(ws.project), env=ws.env(), check=True)
+    assert said.stdout.strip() == f"capture enabled for {ws.root}"
+    prompt(ws, "captured")
+    assert "not enabled" in prompt(other, "the other project is not")
+    assert prompts() == ["captured"]
+    assert f"note  capture: opt-in (capture.opt_in): only {ws.root}" in kl(
+        "doctor", "--project", str(ws.project)).stdout
+    kl("disable", "--project", str(ws.project), env=ws.env(), check=True)
+    assert "not enabled" in prompt(ws, "off again")
+    refused = kl("disable", "--project", str(ws.project), env=ws.env())
+    assert refused.returncode == 1 and "was not enabled" in refused.stderr
+    assert prompts() == ["captured"]

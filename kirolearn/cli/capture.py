@@ -1,4 +1,5 @@
-"""Where capture is on: pause it (everywhere or for a project) and resume it."""
+"""Where capture is on: pause it (everywhere or for a project) and resume it; under
+``capture.opt_in``, enable a project (and disable it again)."""
 
 from __future__ import annotations
 
@@ -69,4 +70,43 @@ def resume(directory: str | None) -> None:
                + ("; it is still paused everywhere" if state["everywhere"] else ""))
 
 
-COMMANDS = [pause, resume]
+@click.command()
+@click.option("--project", "directory", type=click.Path(exists=True, file_okay=False),
+              default=".", help="The project (default: the current directory's).")
+def enable(directory: str) -> None:
+    """Capture this project under `capture.opt_in = true`, where no project is captured
+    until you enable it here (nothing in a repository can enable it). Kept in the home.
+
+    \b
+    Example:
+        kirolearn enable --project ~/code/app
+    """
+    root = _root(directory)
+    roots = capture.enabled(common.home())
+    if root not in roots:
+        capture.save_enabled([*roots, root], common.home())
+    opt_in = capture.settings(common.home())["opt_in"]
+    click.echo(f"capture enabled for {root}" + ("" if opt_in else
+               " (capture.opt_in is off: every project is captured anyway)"))
+
+
+@click.command()
+@click.option("--project", "directory", type=click.Path(exists=True, file_okay=False),
+              default=".", help="The project (default: the current directory's).")
+def disable(directory: str) -> None:
+    """Take a project off the ones `kirolearn enable` turned capture on for (under
+    `capture.opt_in`: it is captured no more).
+
+    \b
+    Example:
+        kirolearn disable --project ~/code/app
+    """
+    root = _root(directory)
+    roots = capture.enabled(common.home())
+    if root not in roots:
+        raise click.ClickException(f"{root} was not enabled")
+    capture.save_enabled([r for r in roots if r != root], common.home())
+    click.echo(f"capture disabled for {root}")
+
+
+COMMANDS = [pause, resume, enable, disable]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from kirolearn import __version__, config, control, keys, paths, project, transport
+from kirolearn import __version__, capture, config, control, keys, paths, project, transport
 from kirolearn.cli import common
 from kirolearn.cli.common import require_running, settings
 from kirolearn.supervisor.states import EXIT_NOT_RUNNING, RUNNING, START_ORDER
@@ -155,6 +155,9 @@ def status(as_json: bool) -> None:
         click.echo(json.dumps(result))
         return
     print_status(result)
+    off = capture.describe(common.home())
+    if off:
+        click.echo(f"capture: {off}")
     if broken:
         click.echo(f"the settings were broken since it started: {broken}")
     if result["fault"]:

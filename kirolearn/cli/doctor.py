@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kirolearn import config, control, db, install, keys, paths, project, spool
+from kirolearn import capture, config, control, db, install, keys, paths, project, spool
 from kirolearn.cli import common
 from kirolearn.db import errors, schema
 from kirolearn.supervisor.states import RUNNING
@@ -73,6 +73,7 @@ def doctor(project_dir: str | None) -> None:
         except control.Unanswered as exc:
             report(False, "writes", f"storage does not answer ({exc}); see: kirolearn logs"
                    " storage")
+    report(*_check_capture())
     if elsewhere is None:
         report(*_check_database())
     waiting = len(spool.waiting(common.home()))
@@ -151,6 +152,13 @@ def _check_quarantine() -> tuple[bool | None, str, str]:
     return None, "quarantine", (f"{len(kept)} item(s) in {directory} could not be stored"
                                 " (kept with the reason; fix and re-import, or delete them):\n"
                                 + "\n".join(lines) + more)
+
+
+def _check_capture() -> tuple[bool | None, str, str]:
+    """Whether the hooks capture: a pause or opting in is a note."""
+    off = capture.describe(common.home())
+    return (None, "capture", off) if off else (True, "capture", "on in every project"
+                                                               " (but capture.exclude's)")
 
 
 def _check_database() -> tuple[bool | None, str, str]:
