@@ -126,6 +126,7 @@ def test_install_doctor_uninstall(ws, agent):
     else:
         assert f"ok    {agent} (project {ws.project}): " in doctor, doctor
         assert "commands on PATH" in doctor
+    assert f"{agent} (user)" not in doctor  # a project's install is no user's, half done
     if agent == "copilot":  # no trusted folder: Copilot would not run the project's hooks
         assert f"note  copilot (project {ws.project}): Copilot CLI runs" in doctor, doctor
         (ws.home / ".copilot" / "config.json").write_text(

@@ -161,3 +161,10 @@ def test_scheduled_backups_are_taken_while_it_runs_and_the_oldest_removed(home, 
     for copy in kept:
         assert _read(copy, "PRAGMA integrity_check") == [("ok",)]
     assert _event_ids(kept[-1]) == _event_ids(paths.Home(home).db_path)
+
+
+def test_backup_of_a_postgresql_store_points_to_pg_dump(home, monkeypatch):
+    monkeypatch.setenv("KIROLEARN_STORAGE_URL", "postgresql://kirolearn@127.0.0.1:9/kirolearn")
+    refused = kl("backup")
+    assert refused.returncode == 1 and "pg_dump" in refused.stderr
+    assert "kirolearn.db" not in refused.stderr

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kirolearn import control, paths
+from kirolearn import control, db, paths
 from kirolearn.cli import common
 from kirolearn.cli.daemon import start
 from kirolearn.db.sqlite import backup as backups
@@ -23,13 +23,20 @@ def _describe(summary: dict) -> str:
 def backup(path: Path | None) -> None:
     """Copy the database to PATH (default: backups/kirolearn-<time>.db in the home), as
     of one moment, while the daemon runs and writes. The copy is checked before it
-    gets its name; an existing file is never replaced.
+    gets its name; an existing file is never replaced. (A PostgreSQL store is backed up
+    with pg_dump: it says so.)
 
     \b
     Examples:
         kirolearn backup
         kirolearn backup ~/safe/kirolearn-monday.db
     """
+    where = db.location(common.home(), common.settings())
+    if db.is_postgres(where):
+        raise click.ClickException(
+            "memory is kept in PostgreSQL here (storage.url), which kirolearn does not copy;"
+            " back it up with PostgreSQL's own tools: pg_dump --format=custom --file"
+            " kirolearn.dump '<storage.url>' (and pg_restore to put it back)")
     if path is None:
         folder = paths.ensure_private_dir(common.home().backup_dir)
         path = folder / f"kirolearn-{backups.stamp()}.db"

@@ -272,6 +272,11 @@ def check(agent: str, project: Path | None, home: Path) -> tuple[str, str]:
         entries = [found(file, read(file)) for file in files]
     except InstallError as exc:
         return "broken", str(exc)
+    if project is None:  # the user's files a project's install writes too tell nothing
+        shared = {file.path for file in config_files(agent, home / ".project", home)}
+        if not any(e for file, e in zip(files, entries, strict=True)
+                   if file.path not in shared):
+            return "missing", "not installed"
     if not any(entries):
         return "missing", "not installed"
     fix = f"run: kirolearn install --agent {agent}"
