@@ -292,6 +292,12 @@ class Session:
         """Add to one of the ``listed``, keeping the newest ``most``."""
         self.state[key] = list(dict.fromkeys([*self.listed(key), *values]))[-most:]
 
+    def count(self, key: str, more: int) -> None:
+        """Add to one of the session's counts (``captured``: events sent; ``recalled``:
+        records given), which its status line shows (``statusline``)."""
+        known = self.state.get(key)
+        self.state[key] = (known if isinstance(known, int) else 0) + more
+
     def save(self, prompt_event_id: str | None = None) -> None:
         if prompt_event_id:
             self.state["prompt_event_id"] = prompt_event_id
@@ -340,25 +346,33 @@ def answer(surface: str, hook: Hook, tool_context: bool = False) -> str:
     given = hook.session_id if isinstance(hook.session_id, str) and hook.session_id else None
     session = Session(shim, f"{surface}:{given}" if given else shim.project.project_id)
     session_id = session.current(given, fresh=hook.role == "start" and not given)
+    captured = 0 if shim.off else 1  # an event a hook sends (or spools)
     if hook.role == "start":
+        session.count("captured", captured)
         session.save()
         said = f" ({hook.text})" if isinstance(hook.text, str) and hook.text else ""
-        return shim.post(shim.event("note", text_body(f"{surface} session started{said}"),
-                                    session_id), retrieve="session")[0]
+        context, records = shim.post(shim.event(
+            "note", text_body(f"{surface} session started{said}"), session_id),
+            retrieve="session")
+        session.count("recalled", len(records))
+        session.save()
+        return context
     if hook.role == "prompt":
         event = shim.event("prompt", text_body(hook.text), session_id)
+        session.count("captured", captured)
         session.save(prompt_event_id=event["event_id"])  # before: the turn's tools follow it
         in_play = session.listed("files")
         context, records = shim.post(event, retrieve=True,
                                      hints={"files": in_play} if in_play else None)
-        if records:
-            session.add("given", records, SESSION_GIVEN)
-            session.save()
+        session.add("given", records, SESSION_GIVEN)
+        session.count("recalled", len(records))
+        session.save()
         return context
     contexts = []
     if hook.role == "tool":
         for body in hook.tools:
             event = shim.event("tool_use", body, session_id, session.prompt_event_id)
+            session.count("captured", captured)
             opened = [f for f in opened_files(body, shim.project.checkout)
                       if f not in session.listed("files")]
             session.add("files", opened, SESSION_FILES)
@@ -368,16 +382,17 @@ def answer(surface: str, hook: Hook, tool_context: bool = False) -> str:
             context, records = shim.post(event, retrieve=True, hints={
                 "opened": opened, "exclude": session.listed("given")})
             session.add("given", records, SESSION_GIVEN)
+            session.count("recalled", len(records))
             contexts.append(context)
-        session.save()
     elif hook.role == "turn_end":
         shim.post(shim.event("session_summary", text_body(hook.text), session_id,
                              session.prompt_event_id))
+        session.count("captured", captured)
     elif hook.role == "end":
         said = f" ({hook.text})" if isinstance(hook.text, str) and hook.text else ""
         shim.post(shim.event("note", text_body(f"{surface} session ended{said}"), session_id))
-    if not given and hook.role != "tool":
-        session.save()  # keeps a session without ids of the agent's own alive
+        session.count("captured", captured)
+    session.save()  # its counts; and a session without ids of the agent's own kept alive
     return "\n\n".join(c for c in contexts if c)
 
 

@@ -141,7 +141,8 @@ def test_a_projects_files_name_commands_found_on_path(user, tmp_path):
     assert hook["then"]["command"] == "kirolearn-kiro-ide postToolUse"
     doctor = run(env, proj, "doctor").stdout
     assert (f"commands on PATH (kirolearn → {BIN}/kirolearn, kirolearn-claude-code →"
-            f" {BIN}/kirolearn-claude-code)") in doctor
+            f" {BIN}/kirolearn-claude-code, kirolearn-statusline →"
+            f" {BIN}/kirolearn-statusline)") in doctor
     absolute = run(env, proj, "install", "--agent", "claude-code", "--absolute")
     assert absolute.returncode == 0 and "updated" in absolute.stdout
     assert f"{BIN}/kirolearn-claude-code" in (proj / ".claude/settings.json").read_text()

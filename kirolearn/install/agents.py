@@ -34,6 +34,7 @@ from kirolearn.install.parts import (
     Listed,
     McpServer,
     Setting,
+    StatusLine,
     WholeFile,
     is_ours,
 )
@@ -146,7 +147,7 @@ CLAUDE_HOOKS = {  # event → extra fields of its matcher group and of its handl
 
 def claude_code(project: Path | None, home: Path) -> list[ConfigFile]:
     settings = [GroupedHooks("claude-code", CLAUDE_HOOKS),
-                Listed(("permissions", "allow"), tuple(CLAUDE_TOOLS))]
+                Listed(("permissions", "allow"), tuple(CLAUDE_TOOLS)), StatusLine()]
     server = McpServer(shape=lambda entry: {"type": "stdio", **entry})
     if project is None:  # user scope: Claude Code keeps its servers in ~/.claude.json
         return [ConfigFile(home / ".claude" / "settings.json", tuple(settings)),

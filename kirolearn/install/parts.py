@@ -308,6 +308,28 @@ class Default(Setting):
 
 
 @dataclass(frozen=True)
+class StatusLine:
+    """Claude Code's ``statusLine``, showing what memory did for the session
+    (``kirolearn-statusline``): set only where the user has none (theirs is never
+    replaced), removed only while it is ours."""
+
+    required: tuple[str, ...] = ()  # a user's own status line is no broken install
+
+    def add(self, config: dict, commands: Commands) -> dict:
+        if "statusLine" in config and not self.found(config):
+            return dict(config)
+        return {**config, "statusLine": {"type": "command", "padding": 0,
+                                         "command": commands.program("kirolearn-statusline")}}
+
+    def remove(self, config: dict) -> dict:
+        return _set(config, "statusLine", None) if self.found(config) else dict(config)
+
+    def found(self, config: dict) -> dict[str, str]:
+        command = _dict(config.get("statusLine")).get("command")
+        return {"statusLine": command} if is_ours(command) else {}
+
+
+@dataclass(frozen=True)
 class WholeFile:
     """A file that is all ours (a Kiro IDE hook, the OpenCode plugin): render makes its
     content, command finds the command in it (None: the file is not ours)."""
