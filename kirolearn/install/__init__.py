@@ -21,6 +21,7 @@ it holds. A file or folder install created goes once nothing else is in it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -52,9 +53,10 @@ class Change:
     path: Path
     action: str  # created | updated | unchanged | removed | restored | absent
     backup: Path | None = None
+    what: str = ""  # what of ours the file holds, as install says it
 
     def __str__(self) -> str:
-        text = f"{self.action:<9} {self.path}"
+        text = f"{self.action:<9} {self.path}" + (f": {self.what}" if self.what else "")
         return text + (f" (previous version: {self.backup})" if self.backup else "")
 
 
@@ -217,7 +219,9 @@ def install(agent: str, project: Path | None, home: Path, absolute: bool = False
     changes = []
     for file, config in zip(files, before, strict=True):
         theirs = config is not None and not found(file, config)
-        changes.append(write(file, with_ours(file, config, commands), config, backup=theirs))
+        change = write(file, with_ours(file, config, commands), config, backup=theirs)
+        changes.append(dataclasses.replace(change, what="; ".join(
+            dict.fromkeys(part.what for part in file.parts))))
     return changes
 
 

@@ -71,6 +71,8 @@ class GroupedHooks:
     ours appended per event. events: event → (extra group fields, extra handler
     fields)."""
 
+    what = "hooks"  # what a file holds of ours, as install says it
+
     agent: str
     events: dict[str, tuple[dict, dict]]
     key: str = "hooks"
@@ -130,6 +132,8 @@ class FlatHooks:
     fields of our handler. With named, the command names its event (Copilot's
     payloads do not)."""
 
+    what = "hooks"
+
     agent: str
     events: dict[str, dict]
     command_key: str = "command"
@@ -176,6 +180,8 @@ class McpServer:
     """Our MCP server under ``servers_key`` (``mcpServers``; Codex ``mcp_servers``;
     OpenCode ``mcp``). shape turns ``{command, args}`` into the agent's entry."""
 
+    what = "the MCP server"
+
     servers_key: str = "mcpServers"
     shape: Callable[[dict], dict] = dict
     required: tuple[str, ...] = (MCP_ENTRY,)
@@ -211,6 +217,11 @@ class Listed:
     names: tuple[str, ...]
     required: tuple[str, ...] = ()
 
+    @property
+    def what(self) -> str:
+        more = f", … ({len(self.names)})" if len(self.names) > 1 else ""
+        return f"{'.'.join(self.path)}: {self.names[0]}{more}"
+
     def add(self, config: dict, commands: Commands) -> dict:
         return self._change(config, self.path, True)
 
@@ -238,6 +249,8 @@ class AllowRule:
     """A policy rule of Gemini CLI's letting tools of our MCP server run without asking:
     ``[[rule]] mcpName, toolName = [...], decision = "allow"`` (its policy files are
     TOML; it reads the user's, not a project's)."""
+
+    what = "the approval of its tools"
 
     tools: tuple[str, ...]
     required: tuple[str, ...] = ()
@@ -272,6 +285,10 @@ class Setting:
     path: tuple[str, ...]
     value: object
     required: tuple[str, ...] = ()
+
+    @property
+    def what(self) -> str:
+        return f"{'.'.join(self.path)} = {self.value!r}"
 
     def add(self, config: dict, commands: Commands) -> dict:
         return self._change(config, self.path, True)
@@ -313,6 +330,8 @@ class StatusLine:
     (``kirolearn-statusline``): set only where the user has none (theirs is never
     replaced), removed only while it is ours."""
 
+    what = "the status line"
+
     required: tuple[str, ...] = ()  # a user's own status line is no broken install
 
     def add(self, config: dict, commands: Commands) -> dict:
@@ -338,6 +357,10 @@ class WholeFile:
     render: Callable[[Commands], object]
     command: Callable[[object], str | None]
     required: tuple[str, ...] = field(default=())
+
+    @property
+    def what(self) -> str:
+        return self.name
 
     def add(self, config: object, commands: Commands) -> object:
         return self.render(commands)
