@@ -97,13 +97,14 @@ def records_by_rowid(conn: Connection, ids: Sequence[int]) -> dict[int, dict]:
 def newest_records(conn: Connection, namespace: str, limit: int,
                    types: Sequence[str] = ()) -> list[dict]:
     """A namespace's newest records (of these observation types, when given), less those
-    marked invalid."""
+    marked invalid or stale (their code gone) and those superseded (a later one undid
+    their work)."""
     p = Params(namespace)
     typed = f" AND observation_type IN {p.list(types)}" if types else ""
     return [reads.record_from_row(row) for row in conn.execute(
         f"SELECT {reads.RECORD_COLUMNS} FROM memory_records WHERE namespace = $1{typed}"
-        f" AND invalid_reason IS NULL ORDER BY created_at DESC, id DESC LIMIT {p(limit)}",
-        p.values)]
+        " AND invalid_reason IS NULL AND stale_why IS NULL AND superseded_by IS NULL"
+        f" ORDER BY created_at DESC, id DESC LIMIT {p(limit)}", p.values)]
 
 
 def previous_prompts(conn: Connection, namespace: str, session_id: str,

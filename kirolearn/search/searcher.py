@@ -347,7 +347,7 @@ class Searcher:
         """What an agent starting a session should know: where the last session left
         off (its checkpoint), the newest records of earlier work, then the records
         retrieved most often lately (decisions and patterns next, newest first), within
-        token_budget. Never raises."""
+        token_budget; none stale or superseded. Never raises."""
         started = time.monotonic()
         try:
             conn = self.connection()
@@ -359,7 +359,8 @@ class Searcher:
             shown = {r["record_id"] for r in recent} | told
             wanted = [i for i, _ in sorted(counts.items(), key=lambda kv: -kv[1])
                       if i not in shown][:SESSION_TOP]
-            top = reads.records_by_id(conn, wanted, [namespace], valid_only=True)
+            top = [r for r in reads.records_by_id(conn, wanted, [namespace], valid_only=True)
+                   if not r.get("stale") and not r.get("superseded_by")]
             if len(top) < SESSION_TOP:
                 shown |= {r["record_id"] for r in top}
                 top += [r for r in fts.newest_records(conn, namespace, SESSION_TOP,
