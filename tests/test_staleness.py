@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from helpers import Workspace, kl, wait_for
+from helpers import Workspace, kl, retrieval, wait_for
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -285,6 +285,8 @@ def test_a_record_whose_code_is_gone_from_its_branch_is_marked_stale_and_back_wh
         reply = repo.search("header parser")
         assert reply["record_ids"] == []
         assert reply["left_out"][0]["why"].startswith("`parse_header` no longer in")
+        started = retrieval("session_context", {"namespace": made["namespace"]})
+        assert made["record_id"] not in started["record_ids"]  # nor at a session's start
 
         (repo.path / "src" / "http.py").write_text(PARSER)
         git(repo.path, "commit", "-qam", "the parser back")
