@@ -106,6 +106,7 @@ class Trust:
     cwd: Path
     home: Path
     required: tuple[str, ...] = (TRUSTED,)
+    what = "the trust of kirolearn's hooks"
 
     def add(self, config: dict, commands: Commands) -> dict:
         keys = our_keys(self.hooks_file)
