@@ -117,13 +117,18 @@ def call(target: str, op: str, body: dict | None = None, *, timeout_ms: int = CO
          home: paths.Home, ctx=None) -> dict:
     """One request to ``target`` (``ingest``, ``retrieval``, ``storage``, ``supervisor.ctl``
     or ``<process>.ctl``): the reply's body, or Timeout / RemoteError."""
+    with client(target, home, timeout_ms, ctx) as found:
+        return found.call(op, body)
+
+
+def client(target: str, home: paths.Home, timeout_ms: int = CONTROL_MS,
+           ctx=None) -> transport.Client:
+    """A client of ``target``: this machine's daemon's, or, for a machine connected to a
+    daemon elsewhere (``kirolearn connect``), that one's over CURVE."""
     away = remote(home) if target in REMOTE_TARGETS else None
     if away is not None:
-        client = transport.Client(away.endpoint, ctx, timeout_ms, curve=away.curve, to=target)
-    else:
-        client = transport.Client(home.endpoint(target), ctx, timeout_ms)
-    with client:
-        return client.call(op, body)
+        return transport.Client(away.endpoint, ctx, timeout_ms, curve=away.curve, to=target)
+    return transport.Client(home.endpoint(target), ctx, timeout_ms)
 
 
 # -- starting -----------------------------------------------------------------------------------

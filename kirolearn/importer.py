@@ -161,7 +161,6 @@ class Import:
         self.report = Report()
         self.began = db.utc_now()
         self.seen: set[str] = set()  # event ids answered so far: a second is a true duplicate
-        self.endpoint = home.endpoint("ingest")
         self.local = threading.local()
         self.clients: list[transport.Client] = []
         self.pool: concurrent.futures.Executor | None = None
@@ -226,7 +225,7 @@ class Import:
 
     def _send(self, chunk: list[str], kind: str) -> list[dict]:
         if not hasattr(self.local, "client"):
-            self.local.client = transport.Client(self.endpoint, timeout_ms=control.IMPORT_MS)
+            self.local.client = control.client("ingest", self.home, control.IMPORT_MS)
             self.clients.append(self.local.client)
         return send_chunk(self.local.client, chunk, kind)
 

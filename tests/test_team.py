@@ -148,6 +148,19 @@ def test_a_client_elsewhere_is_served_only_while_its_key_is_allowed(server, mach
     # The CLI there searches here; what a client elsewhere may not ask is refused.
     found = kl("search", "postgres", env=on(laptop, HOME=str(ws.home), USER="tester"))
     assert found.returncode == 0, found.stderr
+    # A repository seeded there is seeded as the client's own: a key is its actor.
+    repo = ws.home / "shop"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "cart.py").write_text("def cart_total(items):\n    return sum(items)\n")
+    subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=Grace Hopper", "-c",
+                    "user.email=grace@example.com", "commit", "-qm", "Total the cart"],
+                   check=True)
+    seeded = kl("seed", "--git", "--project", str(repo),
+                env=on(laptop, HOME=str(ws.home), USER="tester"))
+    assert seeded.returncode == 0, seeded.stderr
+    assert "seeded as yours" in seeded.stderr and "events stored 4" in seeded.stdout
     with (transport.Client(address, timeout_ms=5000, curve=control.remote(paths.Home(laptop)).curve,
                            to="storage") as storage,
           pytest.raises(control.RemoteError, match="not served over TCP")):
@@ -172,7 +185,7 @@ def test_a_client_elsewhere_is_served_only_while_its_key_is_allowed(server, mach
                                                    "prompt": "one more"},
                         KIROLEARN_HOME=str(laptop), KIROLEARN_AUTOSTART="0")
     assert result.returncode == 0 and len(spool.waiting(paths.Home(laptop))) == 1
-    assert len(stored_ids()) == 2
+    assert len(stored_ids()) == 6  # the two prompts, the seeded commit's four events
     assert control.call("ingest", "ping", home=here())["role"] == "ingest"
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from kirolearn import contract, importer, paths, privacy, protocol, tooluse
+from kirolearn import contract, control, importer, paths, privacy, protocol, tooluse
 from kirolearn import project as kl_project
 from kirolearn import seed as kl_seed
 from kirolearn.cli import common
@@ -357,6 +357,10 @@ def seed(from_git: bool, project: str | None, since: str | None, limit: int | No
     why = {c.sha: kl_seed.left_out(c) for c in commits}
     kept = [c for c in commits if why[c.sha] is None]
     as_user = (actor or loaded["seed"]["actor"]) == "user"
+    if not as_user and control.remote(home) is not None:
+        as_user = True  # a key writes its own actor's memories alone (docs/team.md)
+        click.echo("this machine is a team's client: the commits are seeded as yours",
+                   err=True)
     started = time.monotonic()
     try:
         with click.progressbar(length=len(kept), label=f"seeding {len(kept)} commit(s)",
