@@ -95,6 +95,7 @@ class Checkout:
 
     def __init__(self) -> None:
         self._texts: OrderedDict[str, tuple[int, int, str, bytes]] = OrderedDict()
+        self._blobs: dict[tuple[str, int, int, int], str] = {}
         self._lock = threading.Lock()
 
     def _read(self, path: str, stat: os.stat_result) -> tuple[str, bytes] | None:
@@ -116,6 +117,19 @@ class Checkout:
             while len(self._texts) > MAX_TEXTS:
                 self._texts.popitem(last=False)
         return text, data
+
+    def _blob(self, path: str, stat: os.stat_result, data: bytes, length: int) -> str:
+        """A file's git blob id, kept while the file's stat stays the same."""
+        key = (path, stat.st_mtime_ns, stat.st_size, length)
+        with self._lock:
+            known = self._blobs.get(key)
+        if known is None:
+            known = blob_id(data, length)
+            with self._lock:
+                if len(self._blobs) >= MAX_TEXTS:
+                    self._blobs.clear()
+                self._blobs[key] = known
+        return known
 
     def find(self, root: str, record: dict, renamed: Mapping[str, str],
              changed: Sequence[str] = ()) -> Finding:
@@ -148,7 +162,7 @@ class Checkout:
                 return Finding()
             text, data = read
             blob = blobs.get(name)
-            if blob is not None and blob_id(data, len(blob)) == blob:
+            if blob is not None and self._blob(path, stat, data, len(blob)) == blob:
                 return Finding()  # as its work left it
             there = 0
             for n in names:  # (no more than half of them are looked for where they are)
