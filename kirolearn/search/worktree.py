@@ -5,8 +5,10 @@ with when each forked from it (a record made on one after that is not recalled h
 
 ``git status`` (``git log`` for the renames of the last ``RENAME_COMMITS`` commits,
 ``git for-each-ref --no-merged`` and ``git merge-base`` for the branches) runs on a
-thread of its own, at most once every ``REFRESH_S`` a project, so no search waits for
-git: a search takes what the last reading found (nothing, the first time). Hooks and
+thread of its own, at most once every ``REFRESH_S`` a project and at once when the
+checkout moves to another commit, so searches do not wait for git: a search takes what
+the last reading found. Only a project's first reading, and the one after a checkout
+of another branch, are waited for, briefly (``Worktrees.reading``). Hooks and
 fsmonitor commands of the repository's configuration are not run. A detached HEAD or
 a shallow clone reads as no branch: every record is visible there.
 """
