@@ -31,10 +31,12 @@ FAILURE = ("FAILED tests/test_export.py::test_a_title_with_a_comma_stays_one_fie
 
 @pytest.fixture(scope="module")
 def golden_daemon():
-    """A daemon for the module that forms a batch a second after a turn's last event
-    (the Kiro IDE posts no empty stop, so its turn waits for that, 30 s by default)."""
+    """A daemon for the module that forms a batch 8 s after a turn's last event (the
+    Kiro IDE posts no empty stop, so its turn waits for that, 30 s by default): longer
+    than a hook takes on a loaded machine, whose quiet between two hooks of a turn would
+    otherwise cut the turn (the others' turns end with their stop)."""
     with pytest.MonkeyPatch.context() as monkeypatch, private_home(monkeypatch) as base:
-        monkeypatch.setenv("KIROLEARN_STORAGE_BATCH_IDLE_S", "1")
+        monkeypatch.setenv("KIROLEARN_STORAGE_BATCH_IDLE_S", "8")
         kl("start", check=True)
         yield base
         kl("stop", check=True)
