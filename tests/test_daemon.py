@@ -461,6 +461,12 @@ def test_storage_rejects_malformed_events_alone_and_keeps_going(ingest, daemon, 
         with pytest.raises(protocol.RemoteError) as info:
             storage.call("put_events", {"events": "not a list"})
         assert info.value.code == protocol.ErrorCode.BAD_REQUEST
+        for bad in ("not a list", [{"record_id": 7}], [{"record_id": "mr_x", "why": ""}]):
+            with pytest.raises(protocol.RemoteError) as info:
+                storage.call("mark_stale", {"items": bad})
+            assert info.value.code == protocol.ErrorCode.BAD_REQUEST
+        assert storage.call("mark_stale", {"items": [{"record_id": "mr_none", "why": "gone"}]}
+                            ) == {"marked": 0}  # no such record: nothing marked
     assert ingest.call("put_event", {"event": make_event()})["status"] == "stored"
     assert next(r["pid"] for r in status()["roles"] if r["role"] == "storage") == storage_pid
 
