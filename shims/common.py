@@ -163,6 +163,14 @@ def save_state(home: paths.Home, key: str, state: dict) -> None:
     paths.write_private(path, json.dumps({**state, "updated": time.time()}).encode("utf-8"))
 
 
+def carried(kind: str, body: dict) -> dict:
+    """The body as an event carries it: cut to the contract's size, and a tool use that
+    only looks (a read, a search) to an excerpt."""
+    limit = (tooluse.EXCERPT_BYTES if kind == "tool_use" and tooluse.only_looks(body)
+             else contract.TRUNCATE_BYTES)
+    return contract.truncate_body(body, limit)
+
+
 class Shim:
     """One hook invocation: who, where, and how to reach the daemon."""
 
@@ -177,12 +185,10 @@ class Shim:
 
     def event(self, kind: str, body: dict, session_id: str,
               parent_event_id: str | None = None) -> dict:
-        limit = (tooluse.EXCERPT_BYTES if kind == "tool_use" and tooluse.only_looks(body)
-                 else contract.TRUNCATE_BYTES)
         branch, commit = (None, None) if self.project.is_global else project.git_head(
             self.project.checkout)
         return contract.make_event(
-            kind, contract.truncate_body(body, limit), namespace=self.namespace,
+            kind, carried(kind, body), namespace=self.namespace,
             actor_id=self.actor, session_id=session_id[:128], surface=self.surface,
             version=__version__, client_id=os.uname().nodename[:255] or "unknown",
             project_path=self.project.checkout, parent_event_id=parent_event_id,

@@ -1,5 +1,5 @@
-"""Commands over what is stored: import, export, stats, search, prune, scrub, and
-seed (a repository's history as memory)."""
+"""Commands over what is stored: import, export, stats, search, prune, scrub, seed (a
+repository's history as memory) and import-sessions (an agent's own transcripts)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
 
-from kirolearn import contract, control, importer, paths, privacy, protocol, tooluse
+from kirolearn import contract, control, importer, paths, privacy, protocol, tooluse, transcripts
 from kirolearn import project as kl_project
 from kirolearn import seed as kl_seed
 from kirolearn.cli import common
@@ -389,4 +390,69 @@ def seed(from_git: bool, project: str | None, since: str | None, limit: int | No
         sys.exit(1)
 
 
-COMMANDS = [import_, export, stats, search_, prune, scrub, seed]
+@click.command(name="import-sessions")
+@click.option("--agent", required=True, type=click.Choice(sorted(transcripts.readers())),
+              help="Whose stored sessions to read.")
+@click.option("--project", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Only the sessions of this project (default: every project's).")
+def import_sessions(agent: str, project: str | None) -> None:
+    """Give memory the sessions an agent kept before kirolearn was there: its own
+    stored transcripts (Claude Code's ~/.claude/projects, Codex's ~/.codex/sessions),
+    made into the events its hooks would have sent, each into its project's memory.
+
+    Run it again at any time: what was imported is not stored twice, a transcript that
+    grew adds its new part, and a session kirolearn's hooks captured live is left
+    alone. A line that cannot be read is reported and the rest imported.
+
+    \b
+    Examples:
+        kirolearn import-sessions --agent claude-code
+        kirolearn import-sessions --agent codex --project ~/code/app
+    """
+    require_served()
+    home = common.home()
+    only = kl_project.resolve_project(project, override="") if project else None
+    try:
+        found = transcripts.sessions(transcripts.readers()[agent], Path.home(), home,
+                                     kl_project.actor_id(), only)
+    except (control.Timeout, protocol.RemoteError) as exc:
+        raise click.ClickException(f"the daemon could not say which sessions it holds: {exc}"
+                                   ) from exc
+    for session in found:
+        for problem in session.transcript.problems:
+            click.echo(f"{session.transcript.path}: {problem}", err=True)
+    kept = [s for s in found if s.events]
+    started = time.monotonic()
+    try:
+        with click.progressbar(length=len(kept), label=f"importing {len(kept)} session(s)",
+                               show_pos=True, file=sys.stderr) as bar:
+            report = importer.import_lines(_session_lines(kept, bar.update), home)
+    except importer.Stalled as exc:
+        raise click.ClickException(f"{exc}; run it again to go on") from exc
+    for line_no, reason in sorted(report.rejected):
+        click.echo(f"event {line_no}: rejected: {reason}", err=True)
+    skipped = Counter(s.left_out for s in found if s.left_out)
+    counts = report.counts
+    click.echo(f"imported {len(kept)} session(s) of {agent} in {time.monotonic() - started:.1f} s:"
+               f" events stored {counts['stored']}, duplicate {counts['duplicate']},"
+               f" rejected {counts['rejected']}"
+               + (f"; left out {sum(skipped.values())}: "
+                  + ", ".join(f"{n} {reason}" for reason, n in skipped.most_common())
+                  if skipped else "")
+               + (f"; {sum(len(s.transcript.problems) for s in found)} line(s) unreadable"
+                  if any(s.transcript.problems for s in found) else ""))
+    if counts["stored"]:
+        click.echo("their records come as extraction gets to them: `kirolearn stats` says"
+                   " how many events are still pending")
+    if counts["rejected"]:
+        sys.exit(1)
+
+
+def _session_lines(found: list[transcripts.Session], done) -> Iterator[str]:
+    for session in found:
+        for event in session.events:
+            yield json.dumps(event, ensure_ascii=False)
+        done(1)
+
+
+COMMANDS = [import_, export, stats, search_, prune, scrub, seed, import_sessions]

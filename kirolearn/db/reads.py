@@ -115,6 +115,23 @@ def records_by_id(conn: Connection, record_ids: list[str],
     return [found[i] for i in dict.fromkeys(record_ids) if i in found]
 
 
+def session_event_ids(conn: Connection, namespace: str,
+                      session_ids: list[str]) -> dict[str, list[str]]:
+    """The ids of the events stored for each of these sessions in the namespace (a
+    session with none is left out): what an import of an agent's transcripts compares
+    with the events it would make, to tell a session its hooks captured live."""
+    if not session_ids:
+        return {}
+    p = Params()
+    found: dict[str, list[str]] = {}
+    for session_id, event_id in conn.execute(
+            f"SELECT session_id, event_id FROM events WHERE session_id IN"
+            f" {p.list(session_ids)} AND namespace = {p(namespace)} ORDER BY event_id",
+            p.values):
+        found.setdefault(session_id, []).append(event_id)
+    return found
+
+
 def records_around(conn: Connection, record: dict, namespaces: Iterable[str],
                    before: int, after: int) -> list[dict]:
     """``before`` records older than ``record`` and ``after`` newer ones, in these

@@ -397,6 +397,25 @@ class Retrieval(base.Role):
         return privacy.scrub({"checkpoint": last.as_dict() if last else None,
                               "context": last.block() if last else ""})
 
+    @base.op("session_events")
+    def session_events(self, request: base.Request) -> dict:
+        """``session_events {namespace, session_ids}`` → ``{sessions: {id: [event_id]}}``:
+        the events stored for each session (one with none is left out), so that an
+        import of an agent's transcripts leaves alone what its hooks captured live."""
+        namespace = request.body.get("namespace")
+        if not contract.is_namespace(namespace):
+            raise base.BadRequest("'namespace' must be a namespace such as"
+                                  " /actor/<id>/project/<id>/")
+        ids = request.body.get("session_ids")
+        if (not isinstance(ids, list) or not 1 <= len(ids) <= MAX_IDS
+                or not all(isinstance(i, str) and i for i in ids)):
+            raise base.BadRequest(f"'session_ids' must be a list of 1 to {MAX_IDS} session ids")
+        try:
+            return {"sessions": self.searcher.session_events(namespace, ids)}
+        except errors.StoreError as exc:
+            self.searcher.close()
+            raise RuntimeError(f"the database could not be read: {exc}") from exc
+
     @base.op("session_context")
     def session_context(self, request: base.Request) -> dict:
         """``session_context {namespace, tokens?}`` → ``{context, record_ids, outcome,

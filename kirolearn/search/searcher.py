@@ -567,6 +567,10 @@ class Searcher:
         found = reads.records_by_id(conn, [record_id], namespaces)
         return reads.records_around(conn, found[0], namespaces, before, after) if found else []
 
+    def session_events(self, namespace: str, session_ids: list[str]) -> dict[str, list[str]]:
+        """The stored events' ids of each of these sessions (raises errors.StoreError)."""
+        return reads.session_event_ids(self.connection(), namespace, session_ids)
+
     def connection(self) -> Connection:
         if self.conn is None:
             self.conn = db.open_searcher(self.path, lambda: time.monotonic() >= self.deadline)
