@@ -250,6 +250,25 @@ def taught(bodies: list[dict], first_prompt: str) -> None:
     assert f"Task: {first_prompt}" in sent
 
 
+def imported_like_live(agent: str, env: dict, live: str, plain: Path, title: str) -> None:
+    """``import-sessions`` of the agent's transcripts: the sessions its hooks captured
+    live (those of the ``live`` namespace) are left alone, and the one run in ``plain``
+    (a project without hooks) is made into the record the hooks made of the same run."""
+    done = kl("import-sessions", "--agent", agent, env=env, cwd=str(plain), check=True)
+    assert f"imported 1 session(s) of {agent}" in done.stdout, done.stdout
+    assert "captured live by its hooks" in done.stdout, done.stdout
+    namespace = project.resolve_project(plain, home=env["HOME"], override="").namespace(ACTOR)
+
+    def titled(where: str) -> list[dict]:
+        lines = map(json.loads, kl("export", check=True).stdout.splitlines())
+        return [r for r in lines if "record_id" in r and r["namespace"] == where
+                and r["title"] == title]
+
+    [made] = wait_for(lambda: titled(namespace), 30, 0.2, "the imported session's record")
+    fields = ("title", "summary", "observation_type", "facts", "concepts", "files_touched")
+    assert {k: made[k] for k in fields} == {k: titled(live)[0][k] for k in fields}
+
+
 def stored_prompts() -> list[str]:
     return [e["body"]["content"] for e in stored_events() if e["kind"] == "prompt"]
 

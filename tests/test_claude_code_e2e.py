@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 from helpers import (
@@ -20,6 +21,7 @@ from helpers import (
     FakeAnthropic,
     agent_cli,
     first_run,
+    imported_like_live,
     kl,
     scripted_api,
     stored_events,
@@ -82,9 +84,9 @@ def test_claude_code_remembers_across_runs(daemon, fake_api, tmp_path):
     assert installed.returncode == 0, installed.stderr
     namespace = project.resolve_project(proj, home=str(user_home)).namespace(ACTOR)
 
-    def claude(prompt: str) -> dict:
+    def claude(prompt: str, cwd: Path = proj) -> dict:
         done = subprocess.run([str(claude_cli), "-p", prompt, "--output-format", "json",
-                               "--allowedTools", "Bash"], cwd=proj, env=env, text=True,
+                               "--allowedTools", "Bash"], cwd=cwd, env=env, text=True,
                               capture_output=True, timeout=180)
         assert done.returncode == 0, f"claude failed:\n{done.stdout}\n{done.stderr}"
         return json.loads(done.stdout)
@@ -128,3 +130,10 @@ def test_claude_code_remembers_across_runs(daemon, fake_api, tmp_path):
     assert found.returncode == 0, found.stderr
     [saved] = [r for r in json.loads(found.stdout)["records"] if r["strategy"] == "mcp_observation"]
     assert saved["title"] == REMEMBERED["title"] and saved["namespace"] == namespace
+
+    # The same first run in a project without our hooks, imported from the transcript
+    # Claude Code keeps: the record the hooks made of it. The live sessions are left alone.
+    plain = user_home / "plain"
+    (plain / ".git").mkdir(parents=True)
+    assert claude("Say hello with a shell command", cwd=plain)["result"] == "done"
+    imported_like_live("claude-code", env, namespace, plain, "Say hello with a shell command")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 from helpers import (
@@ -22,6 +23,7 @@ from helpers import (
     ApiHandler,
     agent_cli,
     first_run,
+    imported_like_live,
     kl,
     scripted_api,
     stored_events,
@@ -101,10 +103,10 @@ def test_codex_remembers_across_runs(daemon, fake_api, tmp_path):
     assert f"ok    codex (project {proj})" in doctor.stdout, doctor.stdout
     namespace = project.resolve_project(proj, home=str(user_home)).namespace(ACTOR)
 
-    def codex(prompt: str) -> str:
+    def codex(prompt: str, cwd: Path = proj) -> str:
         done = subprocess.run([str(codex_cli), "exec", "--skip-git-repo-check", "-s",
                                "danger-full-access",
-                               prompt], cwd=proj, env=env, text=True, capture_output=True,
+                               prompt], cwd=cwd, env=env, text=True, capture_output=True,
                               timeout=180, stdin=subprocess.DEVNULL)
         assert done.returncode == 0, f"codex failed:\n{done.stdout}\n{done.stderr}"
         return done.stdout
@@ -130,6 +132,13 @@ def test_codex_remembers_across_runs(daemon, fake_api, tmp_path):
     assert len(stored_events()) == 10
     assert stored_prompts() == ["Say hello with a shell command",
                                 "Say hello again with a shell command"]
+
+    # The same first run in a project without our hooks, imported from the transcript
+    # Codex keeps: the record the hooks made of it. The live sessions are left alone.
+    plain = user_home / "plain"
+    (plain / ".git").mkdir(parents=True)
+    assert codex("Say hello with a shell command", cwd=plain).strip().endswith("done")
+    imported_like_live("codex", env, namespace, plain, "Say hello with a shell command")
 
     removed = kl("uninstall", "--agent", "codex", env=env, cwd=str(proj))
     assert removed.returncode == 0, removed.stderr
