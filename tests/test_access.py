@@ -134,6 +134,7 @@ def test_a_key_reaches_only_its_own_actor_and_the_projects_it_works_on(team, tmp
                                    "namespaces": [ns("bob+private")]}),
         ("retrieval", "resume_session", {"namespace": ns("bob+private")}),
         ("retrieval", "session_context", {"namespace": ns("bob")}),
+        ("retrieval", "session_events", {"namespace": ns("bob"), "session_ids": ["b-1"]}),
         ("ingest", "forget", {"record_id": shared["record_id"], "namespaces": [ns("bob")]}),
         ("ingest", "update_record", {"record_id": shared["record_id"],
                                      "namespaces": [ns("bob")],

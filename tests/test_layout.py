@@ -114,6 +114,7 @@ LAYERS = (
     ("kirolearn.control",),
     ("kirolearn.viewer", "kirolearn.mcp_server", "kirolearn.importer", "kirolearn.seed",
      "kirolearn.shims", "kirolearn.install"),
+    ("kirolearn.transcripts",),
     ("kirolearn.roles",),
     ("kirolearn.supervisor",),
     ("kirolearn.cli",),

@@ -17,8 +17,8 @@ from helpers import Workspace, kl, stored_events, wait_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kirolearn import contract, transcripts
-from kirolearn.transcripts import claude_code, codex
+from kirolearn import contract
+from kirolearn.transcripts import claude_code, codex, replay
 
 SAMPLES = Path(__file__).parent / "samples"
 CLAUDE_SESSION = "219299d5-d688-4622-8b92-05a2826de608"
@@ -55,7 +55,7 @@ def read_events(module, path: Path) -> list[dict]:
     transcript = module.read(path)
     assert not transcript.problems, transcript.problems
     here = project.resolve_project(transcript.cwd, override="")
-    return transcripts.events(transcript, here, "tester")
+    return replay.events(transcript, here, "tester")
 
 
 def test_a_transcript_becomes_the_events_its_hooks_would_have_sent(tmp_path):

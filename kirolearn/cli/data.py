@@ -31,6 +31,7 @@ from kirolearn.config import MODES
 from kirolearn.db import reads
 from kirolearn.roles.checks import FILE_LIMIT
 from kirolearn.search import worktree
+from kirolearn.transcripts import replay
 
 
 @click.command(name="import")
@@ -391,7 +392,7 @@ def seed(from_git: bool, project: str | None, since: str | None, limit: int | No
 
 
 @click.command(name="import-sessions")
-@click.option("--agent", required=True, type=click.Choice(sorted(transcripts.readers())),
+@click.option("--agent", required=True, type=click.Choice(sorted(transcripts.READERS)),
               help="Whose stored sessions to read.")
 @click.option("--project", type=click.Path(file_okay=False, exists=True), default=None,
               help="Only the sessions of this project (default: every project's).")
@@ -413,7 +414,7 @@ def import_sessions(agent: str, project: str | None) -> None:
     home = common.home()
     only = kl_project.resolve_project(project, override="") if project else None
     try:
-        found = transcripts.sessions(transcripts.readers()[agent], Path.home(), home,
+        found = replay.sessions(transcripts.READERS[agent], Path.home(), home,
                                      kl_project.actor_id(), only)
     except (control.Timeout, protocol.RemoteError) as exc:
         raise click.ClickException(f"the daemon could not say which sessions it holds: {exc}"
@@ -448,7 +449,7 @@ def import_sessions(agent: str, project: str | None) -> None:
         sys.exit(1)
 
 
-def _session_lines(found: list[transcripts.Session], done) -> Iterator[str]:
+def _session_lines(found: list[replay.Session], done) -> Iterator[str]:
     for session in found:
         for event in session.events:
             yield json.dumps(event, ensure_ascii=False)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kirolearn.shims import claude_code as shim
-from kirolearn.transcripts import Transcript, json_lines
+from kirolearn.transcripts.replay import Transcript, json_lines
 
 AGENT = shim.SURFACE
 NOT_PROMPTS = ("<command-name>", "<command-message>", "<local-command-stdout>",

@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 
 from kirolearn.shims import codex as shim
-from kirolearn.transcripts import Transcript, json_lines
+from kirolearn.transcripts.replay import Transcript, json_lines
 
 AGENT = shim.SURFACE
 SHELL = ("exec_command", "shell", "local_shell", "container.exec")
