@@ -96,6 +96,8 @@ def check(client: str, target: str, op: str, body: dict) -> None:
             items = body.get(field)
             for index, item in enumerate(items if isinstance(items, list) else ()):
                 _event(client, item, f"{field}[{index}]")
+    elif target == "ingest" and op == "put_rule_file":
+        _namespace(client, body.get("namespace"), "namespace")
     elif target == "ingest" and op == "put_record":
         record = body.get("record")
         if isinstance(record, dict):

@@ -29,6 +29,7 @@ except ImportError:
 SCHEMA_VERSION = 1
 EVENT_KINDS = ("prompt", "tool_use", "session_summary", "note")
 BODY_TYPES = ("text", "message", "json")
+RULE_FILE = "rule_file"  # the strategy of a rule file's record (extract.rules)
 OBSERVATION_TYPES = ("tool_use", "decision", "error", "discovery", "pattern", "session_summary")
 MAX_BODY_BYTES = 1024 * 1024  # serialized body cap, enforced by ingest
 # An event or record is walked (without recursion) before anything else reads it: a

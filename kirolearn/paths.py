@@ -91,6 +91,12 @@ class Home(NamedTuple):
         return self.root / "seeded.json"
 
     @property
+    def rules_file(self) -> Path:
+        """The rule files (CLAUDE.md, AGENTS.md…) last sent, by checkout: their size and
+        time, so that a session start sends only those that changed (``rules``)."""
+        return self.root / "rules.json"
+
+    @property
     def remote_file(self) -> Path:
         """Where ``kirolearn connect`` says this machine is a client of a daemon elsewhere."""
         return self.root / "remote.json"

@@ -38,6 +38,7 @@ from kirolearn import (
     paths,
     project,
     protocol,
+    rules,
     spool,
     tooluse,
 )
@@ -224,6 +225,22 @@ class Shim:
             return "", []
         return context, [i for i in given if isinstance(i, str)] if isinstance(given, list) else []
 
+    def send_rules(self) -> None:
+        """Send the project's rule files that changed since the last session's start
+        (``rules``); a daemon that is away or slow costs one try, made again next time."""
+        if self.off or self.project.is_global:
+            return
+        try:
+            if not control.listening("ingest", self.home):
+                return
+            sent = rules.send(self.home, self.project, self.actor, os.path.expanduser("~"))
+        except (control.Timeout, protocol.RemoteError, control.BadRemote,
+                paths.UnsafeRuntimeDir, OSError) as exc:
+            debug(f"the rule files were not sent: {exc}")
+            return
+        if sent:
+            debug(f"rule files sent: {sent}")
+
     def _request(self, event: dict, retrieve: bool | str, timeout_ms: int,
                  hints: dict) -> dict | None:
         """The daemon's reply, or None when it is not there or not in time."""
@@ -360,6 +377,7 @@ def answer(surface: str, hook: Hook, tool_context: bool = False) -> str:
         context, records = shim.post(shim.event(
             "note", text_body(f"{surface} session started{said}"), session_id),
             retrieve="session")
+        shim.send_rules()
         session.count("recalled", len(records))
         session.save()
         return context

@@ -28,7 +28,7 @@ SHIM_MAY_IMPORT = {"kirolearn", "kirolearn.shims", "kirolearn.shims.common",
                    "kirolearn.contract", "kirolearn.paths", "kirolearn.project",
                    "kirolearn.protocol", "kirolearn.transport", "kirolearn.spool",
                    "kirolearn.control", "kirolearn.capture", "kirolearn.tooluse",
-                   "kirolearn.words", *SHIMS}
+                   "kirolearn.words", "kirolearn.rules", *SHIMS}
 # Start-up is most of a hook's cost: each of these costs it milliseconds.
 SHIM_MUST_NOT = ("click", "ulid", "tenacity", "asyncio", "_hashlib", "sqlite3", "logging",
                  "tomllib", "subprocess", "socket", "numpy", "starlette", "mcp", "pydantic",
@@ -112,6 +112,7 @@ LAYERS = (
     ("kirolearn.db",),
     ("kirolearn.search", "kirolearn.extract"),
     ("kirolearn.control",),
+    ("kirolearn.rules",),
     ("kirolearn.viewer", "kirolearn.mcp_server", "kirolearn.importer", "kirolearn.seed",
      "kirolearn.shims", "kirolearn.install"),
     ("kirolearn.transcripts",),

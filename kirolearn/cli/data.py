@@ -13,7 +13,17 @@ from pathlib import Path
 
 import click
 
-from kirolearn import contract, control, importer, paths, privacy, protocol, tooluse, transcripts
+from kirolearn import (
+    contract,
+    control,
+    importer,
+    paths,
+    privacy,
+    protocol,
+    rules,
+    tooluse,
+    transcripts,
+)
 from kirolearn import project as kl_project
 from kirolearn import seed as kl_seed
 from kirolearn.cli import common
@@ -331,7 +341,8 @@ def seed(from_git: bool, project: str | None, since: str | None, limit: int | No
          actor: str | None) -> None:
     """Give a repository's memory its past on day one: each commit replayed as a
     session (its message the request, its diff the edits, its time the work's), made
-    into records as live work is.
+    into records as live work is; and its rule files (CLAUDE.md, AGENTS.md,
+    .cursorrules…) each made into a record, kept up to date as they change.
 
     Run it again at any time: what was seeded is not stored twice, and a run picks up
     after the last one (or where a killed one got to). Merge commits, bots' commits,
@@ -384,6 +395,14 @@ def seed(from_git: bool, project: str | None, since: str | None, limit: int | No
                + (f"; left out {sum(skipped.values())}: "
                   + ", ".join(f"{n} {reason}" for reason, n in skipped.most_common())
                   if skipped else ""))
+    try:
+        sent = rules.send(home, here, kl_project.actor_id(), str(Path.home()), everything=True,
+                          timeout_ms=control.WRITE_MS)
+    except (control.Timeout, protocol.RemoteError) as exc:
+        raise click.ClickException(f"the rule files could not be stored: {exc}") from exc
+    if sent:
+        click.echo("rule files: " + ", ".join(f"{name} {status}"
+                                              for name, status in sent.items()))
     if counts["stored"]:
         click.echo("their records come as extraction gets to them: `kirolearn stats` says"
                    " how many events are still pending")

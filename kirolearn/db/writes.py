@@ -487,6 +487,41 @@ def update_record(conn: Connection, record_id: str, namespaces: Iterable[str],
     return True
 
 
+def put_rule(conn: Connection, record_id: str, namespace: str, name: str,
+             record: dict | None) -> str:
+    """A rule file's record (``extract.rules``) as the file is now: stored the first
+    time; when the file changed, its new text takes the record's place and the old one
+    is kept as a version ("NAME changed"); when it is gone (``record`` None), marked
+    invalid; never brought back once forgotten. The status: stored, updated,
+    unchanged, removed or forgotten."""
+    if conn.execute("SELECT 1 FROM tombstones WHERE record_id = $1", (record_id,)).fetchone():
+        return "forgotten"
+    row = conn.execute("SELECT id, title, summary, facts_json, concepts_json, invalid_reason"
+                       " FROM memory_records WHERE record_id = $1 AND namespace = $2",
+                       (record_id, namespace)).fetchone()
+    if record is None:
+        if row is None or row[5] is not None:
+            return "unchanged"
+        update_record(conn, record_id, [namespace],
+                      {"invalid_reason": f"{name} was removed"}, None)
+        return "removed"
+    if row is None:
+        insert_record(conn, record)
+        return "stored"
+    if (row[1], row[2], json.loads(row[3]), json.loads(row[4]), row[5]) == (
+            record["title"], record["summary"], record["facts"], record["concepts"], None):
+        return "unchanged"
+    _keep_version(conn, row[0], f"{name} changed")
+    conn.execute("UPDATE memory_records SET title = $1, summary = $2, facts_json = $3,"
+                 " facts_text = $4, concepts_json = $5, source_event_ids_json = $6,"
+                 " created_at = $7, invalid_reason = NULL, embedding_hash = NULL"
+                 " WHERE id = $8",
+                 (record["title"], record["summary"], json.dumps(record["facts"]),
+                  " ".join(record["facts"]), json.dumps(record["concepts"]),
+                  json.dumps(record["source_event_ids"]), record["created_at"], row[0]))
+    return "updated"
+
+
 def import_record(conn: Connection, record: dict, versions: list[dict],
                   invalid_reason: str | None, embedding: dict | None,
                   current_hash: Callable[[dict], str], stale: dict | None = None,

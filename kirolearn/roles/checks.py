@@ -8,7 +8,8 @@ import base64
 import binascii
 import json
 
-from kirolearn import contract, privacy
+from kirolearn import contract, privacy, rules
+from kirolearn.extract import rules as rule_records
 
 
 class BadLine:
@@ -59,6 +60,28 @@ def check_put_record(body: dict) -> dict:
     if not isinstance(record, dict):
         raise contract.ContractError([contract.FieldError("record", "must be an object")])
     return {"record": contract.validate_record(privacy.scrub_record(record))}
+
+
+def check_rule_file(body: dict) -> dict:
+    """A rule file of a project (``put_rule_file``): its name, and its text scrubbed and
+    made into its record (None: the file is gone)."""
+    namespace, name, text = body.get("namespace"), body.get("name"), body.get("text")
+    errors = []
+    if not contract.is_namespace(namespace):
+        errors.append(contract.FieldError("namespace", "must be a namespace"
+                                          " (/actor/<user>/project/<id>/)"))
+    if not isinstance(name, str) or not 0 < len(name) <= 500:
+        errors.append(contract.FieldError("name", "must be the file's name, 1 to 500"
+                                          " characters"))
+    if text is not None and not (isinstance(text, str) and len(text) <= rules.MAX_BYTES):
+        errors.append(contract.FieldError("text", f"must be the file's text (at most"
+                                          f" {rules.MAX_BYTES} characters) or null"))
+    if errors:
+        raise contract.ContractError(errors)
+    record = None if text is None else contract.validate_record(
+        rule_records.record_of(namespace, name, privacy.scrub_text(text)))
+    return {"record_id": rule_records.record_id(namespace, name), "namespace": namespace,
+            "name": name, "record": record}
 
 
 def check_exported(item: object) -> dict:

@@ -30,8 +30,8 @@ Code = protocol.ErrorCode
 
 # What a client elsewhere may ask, per role (the roles of control.REMOTE_TARGETS).
 REMOTE_OPS = {
-    "ingest": frozenset({"ping", "put_event", "put_events", "put_record", "forget",
-                         "update_record"}),
+    "ingest": frozenset({"ping", "put_event", "put_events", "put_record", "put_rule_file",
+                         "forget", "update_record"}),
     "retrieval": frozenset({"ping", "search", "get_records", "timeline", "resume_session",
                             "session_context", "session_events"}),
 }

@@ -49,6 +49,7 @@ from kirolearn.roles.checks import (
     check_namespace,
     check_prune,
     check_put_record,
+    check_rule_file,
     check_scrub,
     check_update,
     decode,
@@ -232,6 +233,13 @@ class Ingest(base.Role):
         """``put_record {record}`` → ``{record_id, status: stored}``: a record
         saved through MCP, scrubbed like an event and relayed to storage."""
         return self._relay(request, check_put_record)
+
+    @base.op("put_rule_file")
+    def put_rule_file(self, request: base.Request) -> object:
+        """``put_rule_file {namespace, name, text}`` → ``{record_id, status}``: a rule file
+        of a project (CLAUDE.md, AGENTS.md…) made into its one record, scrubbed, and
+        relayed to storage; ``text`` null: the file is gone."""
+        return self._relay(request, check_rule_file)
 
     @base.op("forget")
     def forget(self, request: base.Request) -> object:

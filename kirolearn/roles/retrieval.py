@@ -14,13 +14,15 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import zmq
 
-from kirolearn import access, contract, db, keys, privacy, project, protocol, transport
+from kirolearn import access, contract, db, keys, privacy, project, protocol, rules, transport
 from kirolearn.config import MODES
 from kirolearn.db import errors, reads
+from kirolearn.extract import rules as rule_records
 from kirolearn.roles import base, checks
 from kirolearn.search import embeddings, ranking, searcher, staleness, vectors, worktree
 
@@ -128,6 +130,24 @@ def parse_namespaces(body: dict) -> tuple[str, ...]:
         raise base.BadRequest(f"'namespaces' must be a list of 1 to {MAX_NAMESPACES}"
                               " non-empty strings")
     return tuple(namespaces)
+
+
+def known_to(event: object) -> Callable[[dict], str | None] | None:
+    """What the agent whose event this is has already (``Searcher`` ``known``): the
+    records of the rule files it loads itself (``rules.loads``). None: nothing known of
+    the agent (a search of the CLI, of the MCP server)."""
+    source = event.get("source") if isinstance(event, dict) else None
+    surface = source.get("surface") if isinstance(source, dict) else None
+    if not isinstance(surface, str) or surface not in rules.LOADED_BY:
+        return None
+
+    def known(record: dict) -> str | None:
+        if record.get("strategy") != rule_records.STRATEGY:
+            return None
+        name = (record.get("files_touched") or [""])[0]
+        return f"{surface} loads {name} itself" if rules.loads(surface, name) else None
+
+    return known
 
 
 def parse_count(body: dict, key: str, default: int, most: int) -> int:
@@ -317,7 +337,7 @@ class Retrieval(base.Role):
             result = self.searcher.about_files(
                 asked.namespaces, asked.opened, query, asked.limit, asked.budget_ms,
                 asked.deadline, asked.mode, asked.max_tokens, asked.exclude,
-                self.sharing(request), self.tree(request, event))
+                self.sharing(request), self.tree(request, event), known_to(event))
         else:
             if "query" not in request.body and isinstance(event, dict):  # a prompt's
                 query = self.searcher.in_context(event, query)
@@ -327,7 +347,7 @@ class Retrieval(base.Role):
                                           self.global_floor if asked.with_global else None,
                                           self.sharing(request),
                                           asked.files + self.in_play(request, event),
-                                          self.tree(request, event))
+                                          self.tree(request, event), known_to(event))
         self.outcomes[result.outcome] += 1
         if result.stale_marks and base.Outbox(self.storage).request("mark_stale", {
                 "items": [{"record_id": record_id, "why": why}
@@ -424,7 +444,9 @@ class Retrieval(base.Role):
         if not isinstance(namespace, str) or not namespace:
             raise base.BadRequest("'namespace' must be a non-empty string")
         tokens = parse_count(request.body, "tokens", self.session_tokens, 100_000)
-        result = self.searcher.session_context(namespace, tokens)
+        surface = request.body.get("surface")
+        result = self.searcher.session_context(namespace, tokens, known_to(
+            {"source": {"surface": surface}}))
         self.outcomes[result.outcome] += 1
         if result.error:
             self.log.warning("session context failed: %s", result.error)

@@ -54,7 +54,10 @@ class Searches:
         ``hints``: the files in play, or opened, and the records given, ``check_hints``);
         ``client``: the key of a client elsewhere, whose search reads only what it may."""
         if session:
-            message = protocol.request("session_context", {"namespace": event["namespace"]})
+            source = event.get("source")
+            message = protocol.request("session_context", {
+                "namespace": event["namespace"],
+                "surface": source.get("surface") if isinstance(source, dict) else None})
         else:
             hints = hints or {}
             body = {**hints, "event": event, "namespace": event["namespace"],

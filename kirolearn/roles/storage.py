@@ -200,6 +200,29 @@ class Storage(base.Role):
         self.announce(b"records")
         return result
 
+    @base.op("put_rule_file")
+    def put_rule_file(self, request: base.Request) -> dict:
+        """``put_rule_file {record_id, namespace, name, record}`` → ``{record_id,
+        status}``: a rule file's one record as the file is now (checked and made by
+        ingest; ``writes.put_rule``)."""
+        record_id = request.require("record_id", str, "a record id")
+        namespace = request.require("namespace", str, "a namespace")
+        name = request.require("name", str, "a file's name")
+        record = request.body.get("record")
+        try:
+            record = None if record is None else contract.validate_record(record)
+        except contract.ContractError as exc:
+            raise base.BadRequest(str(exc)) from exc
+        if record is not None and (record["record_id"], record["namespace"]) != (
+                record_id, namespace):
+            raise base.BadRequest("the record is not the rule file's")
+        with self.writing():
+            status = writes.put_rule(self.conn, record_id, namespace, name, record)
+        self.log.info("put_rule_file: %s %s %s", record_id, name, status)
+        if status != "unchanged":
+            self.announce(b"records")
+        return {"record_id": record_id, "status": status}
+
     @base.op("retry_batches")
     def retry_batches(self, request: base.Request) -> dict:
         """``retry_batches`` → ``{requeued}``: every failed extraction batch is handed out

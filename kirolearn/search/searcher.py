@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from kirolearn import db, project
+from kirolearn import contract, db, project
 from kirolearn.db import errors, fts, reads
 from kirolearn.db.store import Connection
 from kirolearn.search import checkpoint, embeddings, ranking, staleness, steps, vectors, when
@@ -79,6 +79,7 @@ SPAN_RECORDS = 2000  # the newest records of the time a request names that are w
 # words (weighing 1), by closeness in meaning (hybrid) and newest first (these).
 MEANING_WEIGHT = 0.5
 NEWEST_WEIGHT = 0.5
+RULE_FILES = 10  # rows read beyond the newest work the session start shows: rule files'
 
 
 def clearing(records: list[dict], home: str, floor: float) -> list[dict]:
@@ -98,6 +99,9 @@ class DeadlinePassed(Exception):
 # Whether a search from a namespace takes in the other actors' of its project (given the
 # searcher's connection, to look up what the asking client contributed).
 Sharing = Callable[[Connection, str], bool]
+# Why the agent asking has a record already (None: it has not), such as a rule file it
+# loads itself: left out of what it is given.
+Known = Callable[[dict], str | None]
 
 
 class Searcher:
@@ -175,7 +179,8 @@ class Searcher:
                deadline: float | None = None, mode: str = "lexical",
                max_tokens: int | None = None, types: Sequence[str] = (),
                others_floor: float | None = None, share: Sharing | None = None,
-               files: Sequence[str] = (), tree: staleness.Tree | None = None) -> Result:
+               files: Sequence[str] = (), tree: staleness.Tree | None = None,
+               known: Known | None = None) -> Result:
         """Never raises. ``namespace`` may be several, searched as one (a record whose title
         and summary repeat a better-ranked one's is left out). ``deadline``
         (time.monotonic()) may cut the budget shorter. ``mode`` is one of MODES; without
@@ -186,7 +191,8 @@ class Searcher:
         lexical answer's, is not). ``share``: see ``shared``. ``files``: the files in
         play (the session's, the working tree's changes): a match naming one of them
         ranks higher (``_in_play``). ``tree``: the working tree the prompt comes from,
-        which the project's records are checked against (``staleness``)."""
+        which the project's records are checked against (``staleness``). ``known``: why
+        the agent has a record already (None: it has not), which leaves it out."""
         def run(namespaces: tuple[str, ...]) -> Result:
             if mode == "lexical" or self.embedder is None:
                 result = self._search(namespaces, query, limit)
@@ -200,13 +206,14 @@ class Searcher:
 
         self.types, self.files = tuple(types), tuple(files)
         self.span = when.span(query, datetime.now().astimezone())
-        return self._answer(namespace, share, budget_ms, deadline, max_tokens, run, tree)
+        return self._answer(namespace, share, budget_ms, deadline, max_tokens, run, tree,
+                            known)
 
     def about_files(self, namespace: str | Sequence[str], files: Sequence[str], query: str,
                     limit: int, budget_ms: float, deadline: float | None = None,
                     mode: str = "lexical", max_tokens: int | None = None,
                     exclude: Sequence[str] = (), share: Sharing | None = None,
-                    tree: staleness.Tree | None = None) -> Result:
+                    tree: staleness.Tree | None = None, known: Known | None = None) -> Result:
         """What to know of files the agent has just opened: the records naming one of
         them (the file index), best first by how well they match ``query`` (the request
         the agent is working on: its words, and in a hybrid search its meaning), the
@@ -216,12 +223,12 @@ class Searcher:
         return self._answer(namespace, share, budget_ms, deadline, max_tokens,
                             lambda namespaces: self._about_files(
                                 namespaces, tuple(files), query, limit, mode, set(exclude)),
-                            tree)
+                            tree, known)
 
     def _answer(self, namespace: str | Sequence[str], share: Sharing | None,
                 budget_ms: float, deadline: float | None, max_tokens: int | None,
                 run: Callable[[tuple[str, ...]], Result],
-                tree: staleness.Tree | None = None) -> Result:
+                tree: staleness.Tree | None = None, known: Known | None = None) -> Result:
         """``run``'s result, checked against ``tree``, within the budget and
         ``max_tokens``, or an empty one with the outcome that says why (never raises)."""
         started = time.monotonic()
@@ -234,7 +241,7 @@ class Searcher:
                 raise DeadlinePassed
             namespaces = (namespace,) if isinstance(namespace, str) else tuple(namespace)
             result = run(self.shared(namespaces, share))
-            self._check(result, tree, project.parts(namespaces[0])[1])
+            self._check(result, tree, project.parts(namespaces[0])[1], known)
             result.records = within_tokens(result.records, max_tokens)
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed
@@ -250,10 +257,12 @@ class Searcher:
         result.latency_ms = (time.monotonic() - started) * 1000
         return result
 
-    def _check(self, result: Result, tree: staleness.Tree | None, project_id: str) -> None:
+    def _check(self, result: Result, tree: staleness.Tree | None, project_id: str,
+               known: Known | None = None) -> None:
         """The records as the code is today (``staleness``). Left out (``left_out`` says
-        why): a record of a branch not merged into the tree's; one whose code is gone
-        from the tree (with ``tree.mark``, shown marked instead); one the store holds
+        why): one the agent has already (``known``: a rule file it loads); a record of a
+        branch not merged into the tree's; one whose code is gone from the tree (with
+        ``tree.mark``, shown marked instead); one the store holds
         stale that could not be checked again here. Ranked below the rest: one whose
         files changed a lot since, and below those one superseded by a later record.
         What the store is to hear (``stale_marks``): a record found stale in what its
@@ -271,6 +280,8 @@ class Searcher:
         for record in result.records:
             record_id = record["record_id"]
             why = hidden.get(record_id)  # not this branch's: neither checked nor marked
+            if why is None and known is not None:
+                why = known(record)
             if why is None:
                 record, why = self._judged(record, found.get(record_id), tree,
                                            result.stale_marks)
@@ -343,29 +354,36 @@ class Searcher:
                                                SESSION_RECORDS)
         return checkpoint.of_session(session_id, records) if session_id else None
 
-    def session_context(self, namespace: str, token_budget: int) -> Result:
+    def session_context(self, namespace: str, token_budget: int,
+                        known: Known | None = None) -> Result:
         """What an agent starting a session should know: where the last session left
         off (its checkpoint), the newest records of earlier work, then the records
         retrieved most often lately (decisions and patterns next, newest first), within
-        token_budget; none stale or superseded. Never raises."""
+        token_budget; none stale or superseded, nor one the agent has already
+        (``known``). A rule file's record is no work: it may be among the patterns,
+        never the newest work. Never raises."""
+        def fresh(record: dict) -> bool:
+            return known is None or known(record) is None
         started = time.monotonic()
         try:
             conn = self.connection()
             last = self.checkpoint(namespace)
             told = set(last.record_ids) if last else set()
-            recent = [r for r in fts.newest_records(conn, namespace, SESSION_RECENT + len(told))
-                      if r["record_id"] not in told][:SESSION_RECENT]
+            recent = [r for r in fts.newest_records(conn, namespace,
+                                                    SESSION_RECENT + len(told) + RULE_FILES)
+                      if r["record_id"] not in told and r["strategy"] != contract.RULE_FILE
+                      ][:SESSION_RECENT]
             counts = fts.retrieved_counts(conn, namespace, SESSION_LOOKBACK)
             shown = {r["record_id"] for r in recent} | told
             wanted = [i for i, _ in sorted(counts.items(), key=lambda kv: -kv[1])
                       if i not in shown][:SESSION_TOP]
             top = [r for r in reads.records_by_id(conn, wanted, [namespace], valid_only=True)
-                   if not r.get("stale") and not r.get("superseded_by")]
+                   if not r.get("stale") and not r.get("superseded_by") and fresh(r)]
             if len(top) < SESSION_TOP:
                 shown |= {r["record_id"] for r in top}
-                top += [r for r in fts.newest_records(conn, namespace, SESSION_TOP,
+                top += [r for r in fts.newest_records(conn, namespace, SESSION_TOP + RULE_FILES,
                                                       ("decision", "pattern"))
-                        if r["record_id"] not in shown][:SESSION_TOP - len(top)]
+                        if r["record_id"] not in shown and fresh(r)][:SESSION_TOP - len(top)]
             context, included = session_block(recent, top,
                                               max(0, token_budget - FENCE_TOKENS),
                                               last.block() if last else "")

@@ -1,0 +1,157 @@
+"""The rule files agents load themselves (CLAUDE.md, AGENTS.md, .cursorrules…), as
+memories: which they are, which of them changed since they were last sent, and which
+agent loads which.
+
+A rule file becomes one record of the project (``extract.rules``), named by the
+file's path, and a new version of it when the file changes (ingest's
+``put_rule_file``): never a second record. A session's start sends the files that
+changed since the last start (by size and time, kept in ``rules.json`` in the home,
+so an unchanged project costs a few ``stat`` calls and no request); ``seed --git``
+sends them all. Context given to an agent leaves out the records of the files that
+agent loads itself (``loads``): it has them already.
+
+Light: a hook imports it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+from pathlib import Path
+
+from kirolearn import control, paths, project
+
+# The files, relative to the checkout's root; and folders whose every file of these
+# endings is one.
+RULE_FILES = ("CLAUDE.md", "CLAUDE.local.md", ".claude/CLAUDE.md", "AGENTS.md", "GEMINI.md",
+              ".cursorrules", ".github/copilot-instructions.md")
+RULE_FOLDERS = ((".cursor/rules", (".mdc", ".md")), (".kiro/steering", (".md",)))
+AUTO_MEMORY = "~/.claude/projects/{folder}/memory/MEMORY.md"  # Claude Code's own notes
+MOST_FILES = 30  # of a folder: a project's rules, not a library of documents
+MAX_BYTES = 64 * 1024  # read of a file: the rest is left out
+SEND_MS = 1000  # a session's start waits this long at most for a file's record
+
+# The rule files each agent loads itself (patterns of their names, as above).
+LOADED_BY = {
+    "claude-code": ("CLAUDE.md", "CLAUDE.local.md", ".claude/CLAUDE.md", "~/.claude/*"),
+    "codex": ("AGENTS.md",),
+    "gemini": ("GEMINI.md",),
+    "copilot": (".github/copilot-instructions.md", "AGENTS.md"),
+    "cursor": (".cursorrules", ".cursor/rules/*", "AGENTS.md"),
+    "kiro-cli": (".kiro/steering/*", "AGENTS.md"),
+    "kiro-ide": (".kiro/steering/*", "AGENTS.md"),
+    "opencode": ("AGENTS.md", "CLAUDE.md"),
+}
+
+
+def loads(surface: object, name: str) -> bool:
+    """Whether the agent (its surface) loads the rule file of this name itself."""
+    patterns = LOADED_BY.get(surface, ()) if isinstance(surface, str) else ()
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def auto_memory(checkout: str, user_home: str) -> tuple[str, Path]:
+    """The name and path of Claude Code's auto memory of a checkout (its folder is the
+    checkout's path with every other character than a letter or digit a ``-``)."""
+    name = AUTO_MEMORY.format(folder=re.sub(r"[^A-Za-z0-9]", "-", checkout))
+    return name, Path(user_home) / name[2:]
+
+
+def found(checkout: str, user_home: str) -> dict[str, Path]:
+    """The rule files there are, by name: the checkout's, and Claude Code's auto memory."""
+    root = Path(checkout)
+    there = {name: root / name for name in RULE_FILES if (root / name).is_file()}
+    for folder, endings in RULE_FOLDERS:
+        try:
+            names = sorted(entry.name for entry in os.scandir(root / folder)
+                           if entry.is_file() and entry.name.endswith(endings))
+        except OSError:
+            continue
+        there.update({f"{folder}/{name}": root / folder / name for name in names[:MOST_FILES]})
+    name, path = auto_memory(checkout, user_home)
+    if path.is_file():
+        there[name] = path
+    return there
+
+
+def signature(path: Path) -> list[int] | None:
+    """What tells a file changed without reading it: its size and time (None: gone)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return [stat.st_size, stat.st_mtime_ns]
+
+
+def read(path: Path) -> str | None:
+    """A rule file's text, its first ``MAX_BYTES`` (None: it cannot be read)."""
+    try:
+        with path.open("rb") as file:
+            return file.read(MAX_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def changed(home: paths.Home, checkout: str, user_home: str
+            ) -> list[tuple[str, Path | None, list[int] | None]]:
+    """The rule files whose size or time differ from when they were last sent, and those
+    sent before that are gone (path None): (name, path, signature)."""
+    known = sent(home).get(checkout) or {}
+    there = found(checkout, user_home)
+    out: list[tuple[str, Path | None, list[int] | None]] = []
+    for name, path in there.items():
+        now = signature(path)
+        if now is not None and now != known.get(name):
+            out.append((name, path, now))
+    out += [(name, None, None) for name in known if name not in there]
+    return out
+
+
+def remember(home: paths.Home, checkout: str, name: str, now: list[int] | None) -> None:
+    """A rule file was sent (``now`` None: its being gone was)."""
+    known = sent(home)
+    files = known.setdefault(checkout, {})
+    if not isinstance(files, dict):
+        files = known[checkout] = {}
+    if now is None:
+        files.pop(name, None)
+    else:
+        files[name] = now
+    paths.ensure_private_dir(home.root)
+    paths.write_private(home.rules_file, json.dumps(known).encode("utf-8"))
+
+
+def sent(home: paths.Home) -> dict[str, dict[str, list[int]]]:
+    try:
+        known = json.loads(home.rules_file.read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(known, dict):
+        return {}
+    return {checkout: files for checkout, files in known.items() if isinstance(files, dict)}
+
+
+def send(home: paths.Home, here: project.Project, actor: str, user_home: str,
+         everything: bool = False, timeout_ms: int = SEND_MS) -> dict[str, str]:
+    """Send ingest the project's rule files that changed since they were last sent
+    (``everything``: all there are), each remembered once its record is stored; the
+    status of each by name (``put_rule_file``). Raises control.Timeout or
+    protocol.RemoteError, having sent what went before."""
+    if everything:
+        todo = [(name, path, signature(path))
+                for name, path in found(here.checkout, user_home).items()]
+    else:
+        todo = changed(home, here.checkout, user_home)
+    done: dict[str, str] = {}
+    for name, path, now in todo:
+        text = None if path is None else read(path)
+        if path is not None and text is None:
+            continue  # unreadable now: tried again at the next start
+        reply = control.call("ingest", "put_rule_file", {
+            "namespace": here.namespace(actor), "name": name, "text": text},
+            timeout_ms=timeout_ms, home=home)
+        done[name] = str(reply.get("status"))
+        remember(home, here.checkout, name, now)
+    return done
