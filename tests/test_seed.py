@@ -68,11 +68,14 @@ def test_a_seeded_repository_recalls_its_past_on_day_one(home, tmp_path):
     assert refused.returncode == 1 and "is not in a git repository" in refused.stderr
     assert "say what to seed from" in kl("seed", "--project", str(repo)).stderr
 
+    (repo / "AGENTS.md").write_text("- Prices are kept in cents.\n")  # not committed yet
     kl("start", check=True)
     try:
         done = kl("seed", "--git", "--project", str(repo), check=True).stdout
         assert "seeded 3 commit(s)" in done and "left out 1: 1 a bot's" in done
-        made = wait_for(lambda: (found := records()) and len(found) == 3 and found, 30, 0.2,
+        assert "rule files: AGENTS.md stored" in done
+        made = wait_for(lambda: (found := [r for r in records() if r["strategy"] != "rule_file"]
+                                 ) and len(found) == 3 and found, 30, 0.2,
                         "a record of each commit")
         parser = next(r for r in made if r["title"] == "Add a parser for the HTTP header lines")
         assert parser["created_at"].startswith("2024-03-02T10:00:00")
@@ -97,7 +100,7 @@ def test_a_seeded_repository_recalls_its_past_on_day_one(home, tmp_path):
         (Path(home) / "seeded.json").unlink()  # as if the run before had been killed
         redone = kl("seed", "--git", "--project", str(repo), check=True).stdout
         assert "seeded 4 commit(s)" in redone and "events stored 0" in redone
-        wait_for(lambda: len(records()) == 4, 30, 0.2, "the new commit's record")
+        wait_for(lambda: len(records()) == 5, 30, 0.2, "the new commit's record")
 
         # a commit is seeded once, whoever's it is said to be; a new one can be yours
         same = kl("seed", "--git", "--project", str(repo), "--since", "2024-03-05T12:00:00",

@@ -32,6 +32,7 @@ door, events and record writes alike.
 from __future__ import annotations
 
 import collections
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -369,7 +370,8 @@ class Ingest(base.Role):
                 clean[0]["kind"] == "prompt" or hints.get("opened"))):
             prompt = {k: clean[0][k] for k in ("event_id", "namespace", "kind", "session_id",
                                                "project_path")}
-            pending.event = {**prompt, "body": first_body}
+            surface = json.loads(clean[0]["source_json"]).get("surface")  # the agent's
+            pending.event = {**prompt, "surface": surface, "body": first_body}
             client = request.client if request is not None else None
             self.searches.ask(pending, pending.event, client, session=retrieve == "session",
                               global_namespace=global_namespace, hints=hints)

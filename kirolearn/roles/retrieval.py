@@ -133,11 +133,11 @@ def parse_namespaces(body: dict) -> tuple[str, ...]:
 
 
 def known_to(event: object) -> Callable[[dict], str | None] | None:
-    """What the agent whose event this is has already (``Searcher`` ``known``): the
-    records of the rule files it loads itself (``rules.loads``). None: nothing known of
-    the agent (a search of the CLI, of the MCP server)."""
-    source = event.get("source") if isinstance(event, dict) else None
-    surface = source.get("surface") if isinstance(source, dict) else None
+    """What the agent whose event this is (its ``surface``, which ingest puts in the
+    event it asks a search for) has already (``Searcher`` ``known``): the records of the
+    rule files it loads itself (``rules.loads``). None: nothing known of the agent (a
+    search of the CLI, of the MCP server)."""
+    surface = event.get("surface") if isinstance(event, dict) else None
     if not isinstance(surface, str) or surface not in rules.LOADED_BY:
         return None
 
@@ -445,8 +445,8 @@ class Retrieval(base.Role):
             raise base.BadRequest("'namespace' must be a non-empty string")
         tokens = parse_count(request.body, "tokens", self.session_tokens, 100_000)
         surface = request.body.get("surface")
-        result = self.searcher.session_context(namespace, tokens, known_to(
-            {"source": {"surface": surface}}))
+        result = self.searcher.session_context(namespace, tokens,
+                                               known_to({"surface": surface}))
         self.outcomes[result.outcome] += 1
         if result.error:
             self.log.warning("session context failed: %s", result.error)

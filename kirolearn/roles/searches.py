@@ -54,10 +54,8 @@ class Searches:
         ``hints``: the files in play, or opened, and the records given, ``check_hints``);
         ``client``: the key of a client elsewhere, whose search reads only what it may."""
         if session:
-            source = event.get("source")
             message = protocol.request("session_context", {
-                "namespace": event["namespace"],
-                "surface": source.get("surface") if isinstance(source, dict) else None})
+                "namespace": event["namespace"], "surface": event.get("surface")})
         else:
             hints = hints or {}
             body = {**hints, "event": event, "namespace": event["namespace"],
