@@ -7,6 +7,11 @@ left out, the seconds until the command returned (every event stored) and until 
 record was made (and, ``--mode hybrid``, embedded), and the commits per second of
 each. A second run, which finds nothing new, is timed too.
 
+Then what an agent starting a session in the seeded repository is given, with the
+project's brief (``retrieval.brief_tokens``, the default) and without it (0): the
+context's size in tokens, the records and files it names, and the latency of the
+session-start search (median of ``SESSION_STARTS``).
+
     python benchmarks/seed.py --repo /tmp/click            # a clone of shared/data/git
     python benchmarks/seed.py --repo /tmp/httpx --limit 300
 """
@@ -23,8 +28,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import require_embeddings, say
+from harness import figures, require_embeddings, say
 from locomo import pipeline_done, wait_until
+
+from kirolearn import control, paths, project
+
+SESSION_STARTS = 30
 
 KL = [sys.executable, "-m", "kirolearn"]
 
@@ -58,6 +67,11 @@ def main() -> None:
             started = time.perf_counter()
             subprocess.run(command, env=env, check=True, capture_output=True)
             again_s = time.perf_counter() - started
+            starts = [session_start(base, args.repo, True)]
+            subprocess.run([*KL, "stop"], env=env, check=True, capture_output=True)
+            subprocess.run([*KL, "start"], env={**env, "KIROLEARN_RETRIEVAL_BRIEF_TOKENS": "0"},
+                           check=True, capture_output=True, cwd="/tmp")
+            starts.append(session_start(base, args.repo, False))
         finally:
             subprocess.run([*KL, "stop"], env=env, capture_output=True)
     seeded = int(re.search(r"seeded (\d+) commit", done)[1])
@@ -69,6 +83,26 @@ def main() -> None:
         "records_s": round(records_s, 2),
         "records_commits_per_s": round(seeded / records_s, 1),
         "second_run_s": round(again_s, 2)}))
+    for line in starts:
+        print(json.dumps({"bench": "session_start", "repo": args.repo.name, **line}))
+
+
+def session_start(base: Path, repo: Path, brief: bool) -> dict:
+    """What an agent (Claude Code) starting a session in the repository is given, and
+    how long the daemon takes to make it."""
+    namespace = project.resolve_project(repo).namespace(project.actor_id())
+    home = paths.Home(base)
+    latencies, reply = [], {}
+    for _ in range(SESSION_STARTS):
+        started = time.perf_counter()
+        reply = control.call("retrieval", "session_context", {
+            "namespace": namespace, "surface": "claude-code"}, timeout_ms=5000, home=home)
+        latencies.append((time.perf_counter() - started) * 1000)
+    context = reply["context"]
+    return {"brief": brief, "context_tokens": len(context) // 4,
+            "records": len(reply["record_ids"]),
+            "files_named": len(set(re.findall(r"`([^`\s]+\.\w+)`", context))),
+            **figures("session_start", latencies)}
 
 
 if __name__ == "__main__":

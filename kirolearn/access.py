@@ -110,7 +110,7 @@ def check(client: str, target: str, op: str, body: dict) -> None:
         _namespace(client, body.get("global_namespace"), "global_namespace")
         if isinstance(body.get("event"), dict):
             _namespace(client, body["event"].get("namespace"), "the event's namespace")
-    elif op in ("resume_session", "session_context", "session_events"):
+    elif op in ("resume_session", "session_context", "session_events", "brief"):
         _namespace(client, body.get("namespace"), "namespace")
     elif op != "ping":  # an op without a rule here is nobody's
         raise Forbidden(f"{target}.{op} has no authorization rule")

@@ -47,6 +47,7 @@ SESSION_IDLE_S = 3600  # a surface without a session-start hook starts anew afte
 SESSION_FILES = 50  # the files a session touched that its state keeps (the newest)
 SESSION_GIVEN = 500  # the records a session was given that its state keeps (the newest)
 STDIN_WAIT_S = 0.05  # how long a shim that may get stdin waits for it
+BRIEF_HEADER = "## Project brief (from kirolearn)"  # search.brief.HEADER: a session briefed
 
 
 def debug(message: str) -> None:
@@ -379,6 +380,7 @@ def answer(surface: str, hook: Hook, tool_context: bool = False) -> str:
             retrieve="session")
         shim.send_rules()
         session.count("recalled", len(records))
+        session.state["briefed"] = BRIEF_HEADER in context  # for the status line
         session.save()
         return context
     if hook.role == "prompt":

@@ -2,9 +2,10 @@
 
 Claude Code runs its ``statusLine`` command after each message, with the session on
 stdin (``{"session_id", "cwd", "workspace": {"current_dir"}, …}``), and shows the
-first line it prints: ``kirolearn · 5 recalled · 132 captured``. The counts are the
-ones the session's hooks keep in its file in the home (``common.Session.count``): no
-daemon call, a file read. Where capture is off for the directory, it says so instead
+first line it prints: ``kirolearn · 5 recalled · 132 captured · brief ✓``. The
+counts are the ones the session's hooks keep in its file in the home
+(``common.Session.count``), and "brief ✓" says the session started with the project's
+brief (``search.brief``): no daemon call, a file read. Where capture is off for the directory, it says so instead
 (``kirolearn · paused``). It never fails the agent: anything unreadable is a plain
 ``kirolearn``.
 """
@@ -36,7 +37,8 @@ def line(payload: dict, home: paths.Home) -> str:
                   if (found := common.load_state(home, f"{surface}:{session_id}"))), {})
     counts = [(state.get(key), key) for key in ("recalled", "captured")]
     return " · ".join(["kirolearn", *(f"{n} {key}" for n, key in counts
-                                      if isinstance(n, int))])
+                                      if isinstance(n, int)),
+                       *(["brief ✓"] if state.get("briefed") is True else [])])
 
 
 def main() -> int:

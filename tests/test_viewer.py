@@ -207,6 +207,20 @@ def test_a_session_shows_its_turns_in_order(turn):
     assert "test_backoff still fails" in app.get(f"/sessions/{SESSION}").text
 
 
+def test_the_brief_page_shows_the_projects_brief(turn):
+    app, ws = turn["app"], turn["ws"]
+    asked = app.get("/api/brief", params={"project": ws.namespace}).json()
+    assert asked == retrieval("brief", {"namespace": ws.namespace})
+    headings = [s["heading"] for s in asked["sections"]]
+    assert "Open work" in headings and "Recent changes" in headings
+    page = app.get("/brief", params={"project": ws.namespace})
+    assert page.status_code == 200
+    for section in asked["sections"]:
+        assert f"<h2>{section['heading']}</h2>" in page.text
+    assert f'href="/memories/{turn["error"]["record_id"]}?project=' in page.text
+    assert "Pick a project" in app.get("/brief").text
+
+
 def test_export_is_what_the_cli_exports(turn):
     app, ws = turn["app"], turn["ws"]
     exported = app.get("/export", params={"project": ws.namespace})
@@ -247,7 +261,8 @@ def test_forget_needs_the_token_in_the_request_and_goes_through_the_daemon(daemo
 PROTECTED = ["/", "/live", "/memories", "/memories/mr_x", "/retrievals", "/retrievals/1",
              "/sessions", "/sessions/s", "/events/e", "/export", "/api/overview", "/api/events",
              "/api/stream", "/api/memories", "/api/memories/mr_x", "/api/retrievals",
-             "/api/retrievals/1", "/api/sessions", "/api/sessions/s", "/api/export"]
+             "/api/retrievals/1", "/api/sessions", "/api/sessions/s", "/api/export", "/brief",
+             "/api/brief"]
 
 
 def test_every_page_and_api_call_needs_the_token_and_the_host_must_be_ours(home):

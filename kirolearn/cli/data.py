@@ -1,5 +1,5 @@
-"""Commands over what is stored: import, export, stats, search, prune, scrub, seed (a
-repository's history as memory) and import-sessions (an agent's own transcripts)."""
+"""Commands over what is stored: import, export, stats, search, brief, prune, scrub, seed
+(a repository's history as memory) and import-sessions (an agent's own transcripts)."""
 
 from __future__ import annotations
 
@@ -227,6 +227,39 @@ def search_(query: str, namespace: str | None, project: str | None, limit: int |
 
 
 DURATION_UNITS = {"d": 86400, "h": 3600}
+
+
+@click.command(name="brief")
+@scope_options
+@click.option("--tokens", type=click.IntRange(50, 100_000), default=None, metavar="N",
+              help="Its size, in tokens of about four characters (default:"
+                   " retrieval.brief_tokens, at least 300).")
+@click.option("--json", "as_json", is_flag=True, help="With the ids of the records it names.")
+def brief(namespace: str | None, project: str | None, tokens: int | None,
+          as_json: bool) -> None:
+    """Print the project's brief as markdown: what it is, the conventions and decisions
+    in force, the files most worked on and why, open work and recent changes, made from
+    its memories (an agent starting a session is given it too).
+
+    \b
+    Examples:
+        kirolearn brief
+        kirolearn brief --project ~/code/app --tokens 800
+    """
+    if namespace is None and project is None:
+        project = os.getcwd()
+    namespace = namespace_of(namespace, project)
+    require_served()
+    body: dict = {"namespace": namespace}
+    if tokens is not None:
+        body["tokens"] = tokens
+    reply = ask("retrieval", "brief", body, "the brief", control.LOOKUP_MS)
+    if as_json:
+        click.echo(json.dumps(reply, indent=2, ensure_ascii=False))
+    elif reply["brief"]:
+        click.echo(reply["brief"])
+    else:
+        click.echo(f"no memories of this project yet ({namespace})", err=True)
 
 
 def parse_age(text: str) -> float:
@@ -475,4 +508,4 @@ def _session_lines(found: list[replay.Session], done) -> Iterator[str]:
         done(1)
 
 
-COMMANDS = [import_, export, stats, search_, prune, scrub, seed, import_sessions]
+COMMANDS = [import_, export, stats, search_, brief, prune, scrub, seed, import_sessions]

@@ -107,6 +107,22 @@ def newest_records(conn: Connection, namespace: str, limit: int,
         f" ORDER BY created_at DESC, id DESC LIMIT {p(limit)}", p.values)]
 
 
+def in_force(conn: Connection, namespaces: Sequence[str], limit: int) -> list[dict]:
+    """The newest records of these namespaces that are in force (as ``newest_records``),
+    with only what a project's brief reads of them: id, namespace, title, summary,
+    facts, files, type, strategy and time."""
+    p = Params()
+    return [{"record_id": row[0], "namespace": row[1], "title": row[2], "summary": row[3],
+             "facts": json.loads(row[4]), "files_touched": json.loads(row[5]),
+             "observation_type": row[6], "strategy": row[7], "created_at": row[8]}
+            for row in conn.execute(
+                "SELECT record_id, namespace, title, summary, facts_json, files_touched_json,"
+                " observation_type, strategy, created_at FROM memory_records WHERE namespace"
+                f" IN {p.list(namespaces)} AND invalid_reason IS NULL AND stale_why IS NULL"
+                f" AND superseded_by IS NULL ORDER BY created_at DESC, id DESC"
+                f" LIMIT {p(limit)}", p.values)]
+
+
 def previous_prompts(conn: Connection, namespace: str, session_id: str,
                      event_id: str, count: int) -> list[str]:
     """The texts of the session's last ``count`` prompts before the given one (which

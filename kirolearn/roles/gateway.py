@@ -33,7 +33,7 @@ REMOTE_OPS = {
     "ingest": frozenset({"ping", "put_event", "put_events", "put_record", "put_rule_file",
                          "forget", "update_record"}),
     "retrieval": frozenset({"ping", "search", "get_records", "timeline", "resume_session",
-                            "session_context", "session_events"}),
+                            "session_context", "session_events", "brief"}),
 }
 
 

@@ -166,6 +166,7 @@ class Retrieval(base.Role):
         self.default_limit = cfg["limit"]
         self.default_budget_ms = cfg["budget_ms"]
         self.session_tokens = cfg["session_tokens"]
+        self.brief_tokens = cfg["brief_tokens"]
         self.context_tokens = cfg["context_tokens"] or None
         self.global_floor = cfg["global_min_similarity"]
         self.mark_stale = cfg["stale_records"] == "mark"
@@ -417,6 +418,25 @@ class Retrieval(base.Role):
         return privacy.scrub({"checkpoint": last.as_dict() if last else None,
                               "context": last.block() if last else ""})
 
+    @base.op("brief")
+    def brief(self, request: base.Request) -> dict:
+        """``brief {namespace, tokens?}`` → ``{brief, sections, record_ids}``: the
+        project's brief as markdown (``search.brief``) within ``tokens`` (default
+        ``retrieval.brief_tokens``, at least 300), its sections (``{heading, items:
+        [{text, record_id}]}``), and the records it names."""
+        namespace = request.body.get("namespace")
+        if not contract.is_namespace(namespace):
+            raise base.BadRequest("'namespace' must be a namespace such as"
+                                  " /actor/<id>/project/<id>/")
+        tokens = parse_count(request.body, "tokens", max(self.brief_tokens, 300), 100_000)
+        try:
+            page = self.searcher.brief(namespace, tokens, share=self.sharing(request))
+        except errors.StoreError as exc:
+            self.searcher.close()
+            raise RuntimeError(f"the database could not be read: {exc}") from exc
+        return privacy.scrub({"brief": page.markdown, "sections": page.sections,
+                              "record_ids": page.record_ids})
+
     @base.op("session_events")
     def session_events(self, request: base.Request) -> dict:
         """``session_events {namespace, session_ids}`` → ``{sessions: {id: [event_id]}}``:
@@ -446,7 +466,8 @@ class Retrieval(base.Role):
         tokens = parse_count(request.body, "tokens", self.session_tokens, 100_000)
         surface = request.body.get("surface")
         result = self.searcher.session_context(namespace, tokens,
-                                               known_to({"surface": surface}))
+                                               known_to({"surface": surface}),
+                                               self.brief_tokens, self.sharing(request))
         self.outcomes[result.outcome] += 1
         if result.error:
             self.log.warning("session context failed: %s", result.error)

@@ -154,12 +154,14 @@ def estimate_tokens(text: str) -> int:
 
 
 def session_block(recent: list[dict], top: list[dict], token_budget: int,
-                  lead: str = "") -> tuple[str, list[dict]]:
+                  lead: str = "", brief: str = "") -> tuple[str, list[dict]]:
     """The session-start context and the records in it: lead (the last session's
     checkpoint) when it fits, one line per recent record, then the top records in full
-    (the context block's format), as many as fit in token_budget."""
+    (the context block's format), as many as fit in token_budget; the project's brief
+    (cut to a budget of its own) after the lead."""
     included: list[dict] = []
     lead = lead if estimate_tokens(lead) <= token_budget // 2 else ""
+    lead = "\n\n".join(part for part in (lead, brief) if part)
     if not recent and not top:
         return lead, included
     parts = [SESSION_HEADER, "Recent work:"]

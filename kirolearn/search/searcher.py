@@ -32,7 +32,16 @@ from typing import Any
 from kirolearn import contract, db, project
 from kirolearn.db import errors, fts, reads
 from kirolearn.db.store import Connection
-from kirolearn.search import checkpoint, embeddings, ranking, staleness, steps, vectors, when
+from kirolearn.search import (
+    brief,
+    checkpoint,
+    embeddings,
+    ranking,
+    staleness,
+    steps,
+    vectors,
+    when,
+)
 from kirolearn.search.context import (
     FENCE_TOKENS,
     SESSION_LOOKBACK,
@@ -354,25 +363,42 @@ class Searcher:
                                                SESSION_RECORDS)
         return checkpoint.of_session(session_id, records) if session_id else None
 
+    def brief(self, namespace: str, tokens: int, known: Known | None = None,
+              share: Sharing | None = None) -> brief.Brief:
+        """The project's brief (``brief``) within ``tokens``, and the records it names:
+        from the namespace's records and those of the project it may read (``shared``:
+        a seeded history's authors', a team's); none the agent has already
+        (``known``). Raises errors.StoreError."""
+        records = [r for r in fts.in_force(self.connection(), self.shared((namespace,), share),
+                                           brief.BRIEF_RECORDS)
+                   if known is None or known(r) is None]
+        return brief.brief(records, tokens)
+
     def session_context(self, namespace: str, token_budget: int,
-                        known: Known | None = None) -> Result:
+                        known: Known | None = None, brief_tokens: int = 0,
+                        share: Sharing | None = None) -> Result:
         """What an agent starting a session should know: where the last session left
         off (its checkpoint), the newest records of earlier work, then the records
         retrieved most often lately (decisions and patterns next, newest first), within
         token_budget; none stale or superseded, nor one the agent has already
         (``known``). A rule file's record is no work: it may be among the patterns,
-        never the newest work. Never raises."""
+        never the newest work. Beside it, within its own ``brief_tokens``, the project's
+        brief (``brief``), after the checkpoint; the records it names are not given
+        again. Never raises."""
         def fresh(record: dict) -> bool:
             return known is None or known(record) is None
         started = time.monotonic()
         try:
             conn = self.connection()
             last = self.checkpoint(namespace)
-            told = set(last.record_ids) if last else set()
-            recent = [r for r in fts.newest_records(conn, namespace,
-                                                    SESSION_RECENT + len(told) + RULE_FILES)
-                      if r["record_id"] not in told and r["strategy"] != contract.RULE_FILE
-                      ][:SESSION_RECENT]
+            page = self.brief(namespace, brief_tokens, known, share) if brief_tokens else None
+            told = (set(last.record_ids) if last else set()) | set(
+                page.record_ids if page else ())
+            recent = [] if page and page.sections else [  # the brief lists recent changes
+                r for r in fts.newest_records(conn, namespace,
+                                              SESSION_RECENT + len(told) + RULE_FILES)
+                if r["record_id"] not in told and r["strategy"] != contract.RULE_FILE
+            ][:SESSION_RECENT]
             counts = fts.retrieved_counts(conn, namespace, SESSION_LOOKBACK)
             shown = {r["record_id"] for r in recent} | told
             wanted = [i for i, _ in sorted(counts.items(), key=lambda kv: -kv[1])
@@ -386,7 +412,8 @@ class Searcher:
                         if r["record_id"] not in shown and fresh(r)][:SESSION_TOP - len(top)]
             context, included = session_block(recent, top,
                                               max(0, token_budget - FENCE_TOKENS),
-                                              last.block() if last else "")
+                                              last.block() if last else "",
+                                              page.markdown if page else "")
             result = Result(included, "ok" if context else "empty", 0.0, block=context)
         except Exception as exc:  # a session starts with or without its context
             self.close()

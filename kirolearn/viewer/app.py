@@ -48,7 +48,8 @@ SECURITY_HEADERS = {
 PAGES = [("/", pages.overview), ("/memories", pages.memories),
          ("/memories/{record_id}", pages.memory), ("/retrievals", pages.retrievals),
          ("/retrievals/{retrieval_id:int}", pages.retrieval), ("/sessions", pages.sessions),
-         ("/sessions/{session_id:path}", pages.session), ("/events/{event_id}", pages.event)]
+         ("/sessions/{session_id:path}", pages.session), ("/events/{event_id}", pages.event),
+         ("/brief", pages.brief)]
 
 
 class SecurityHeaders:

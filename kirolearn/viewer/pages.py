@@ -193,6 +193,23 @@ async def forget(request: Request) -> Response:
                                  forgotten=record["title"][:200]), status_code=303)
 
 
+async def brief(request: Request) -> Response:
+    """The project's brief (the daemon's ``brief``), for the project picked."""
+    require(request)
+    namespace = project_of(request)
+    data: dict = {"brief": "", "sections": [], "record_ids": []}
+    error = None
+    if namespace is not None:
+        try:
+            data = await run_in_threadpool(ask_daemon, request, "retrieval", "brief",
+                                           {"namespace": namespace}, control.LOOKUP_MS)
+        except HTTPException as exc:
+            if wants_json(request):
+                raise
+            error = str(exc.detail)
+    return await answer(request, "brief.html", data, page_brief=data, error=error)
+
+
 async def retrievals(request: Request) -> Response:
     require(request)
     outcome = request.query_params.get("outcome") or None

@@ -1,0 +1,143 @@
+"""A project's brief: a short living page made from its records, for a session's start,
+the viewer and ``kirolearn brief``.
+
+Deterministic: the same records make the same page. From the newest ``BRIEF_RECORDS``
+records in force (valid, not stale, not superseded), it says:
+
+- what the project is: the first paragraph of a rule file (CLAUDE.md, AGENTS.md…),
+  and how much work memory holds, since when, by how many;
+- the conventions and decisions in force: the rule files, then the decisions and
+  patterns, newest first;
+- the files most worked on, and why: the files the most records name (not changelogs
+  nor lock files), each with the newest of them;
+- open work: a turn that ended on a failure, or that left a TODO, with no later record
+  on the same files;
+- the recent changes: the newest records of work.
+
+Each part is cut to a few lines, and the whole to a number of tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from kirolearn import contract
+
+HEADER = "## Project brief (from kirolearn)"
+BRIEF_RECORDS = 500  # the newest records in force it is made from
+IN_FORCE = 6  # conventions and decisions listed
+HOT_FILES = 5
+OPEN_WORK = 3
+RECENT = 5
+LINE_CHARS = 160
+UNFINISHED = re.compile(r"\b(?:TODO|FIXME|XXX|not yet|still fails?|left to do|unfinished)\b")
+WORK = ("tool_use", "session_summary", "discovery", "error")
+# Files every change touches, which say nothing of the work: changelogs and lock files.
+BOOKKEEPING = re.compile(r"(?:^|/)(?:CHANGES|CHANGELOG|HISTORY|NEWS|RELEASE[-_]?NOTES)"
+                         r"(?:\.\w+)?$|(?:^|/)[\w.-]*\.lock$|(?:^|/)package-lock\.json$", re.I)
+
+
+def _line(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= LINE_CHARS else text[:LINE_CHARS - 1].rstrip() + "…"
+
+
+def _open(record: dict) -> bool:
+    return record["observation_type"] == "error" or UNFINISHED.search(
+        "\n".join([record["title"], record["summary"], *record["facts"]])) is not None
+
+
+def brief(records: list[dict], tokens: int) -> Brief:
+    """The brief of these records (newest first, in force) within ``tokens`` (about
+    four characters each); one without sections when there are none."""
+    if not records or tokens <= 0:
+        return Brief([])
+    rules = [r for r in records if r["strategy"] == contract.RULE_FILE]
+    work = [r for r in records if r["strategy"] != contract.RULE_FILE]
+    parts: list[tuple[str, list[tuple[str, str | None]]]] = []  # (heading, [(line, id)])
+
+    about = next((r["summary"] for r in rules if r["summary"]), "")
+    if work:
+        actors = {r["namespace"] for r in work}
+        since = min(r["created_at"] for r in work)[:10]
+        said = (f"{len(work)} memories of its work since {since}"
+                + (f", by {len(actors)} people" if len(actors) > 1 else ""))
+        about = f"{about} ({said}.)" if about else said[0].upper() + said[1:] + "."
+    if about:
+        parts.append(("What it is", [(_line(about), None)]))
+
+    in_force = rules + [r for r in work if r["observation_type"] in ("decision", "pattern")]
+    parts.append(("Conventions and decisions in force", [
+        (_line(r["title"]) + (f" ({len(r['facts'])} rules)" if r in rules and r["facts"]
+                              else f" · {r['created_at'][:10]}"), r["record_id"])
+        for r in in_force[:IN_FORCE]]))
+
+    counts = Counter(f for r in work for f in dict.fromkeys(r["files_touched"])
+                     if not BOOKKEEPING.search(f))
+    newest = {}
+    for record in work:
+        for name in record["files_touched"]:
+            newest.setdefault(name, record)
+    parts.append(("Files most worked on", [
+        (f"`{name}` ({n} memories): {_line(newest[name]['title'])}", newest[name]["record_id"])
+        for name, n in counts.most_common(HOT_FILES) if n > 1]))
+
+    unfinished: list[dict] = []
+    later_files: set[str] = set()  # those of the records newer than the one looked at
+    for record in work:
+        if len(unfinished) == OPEN_WORK:
+            break
+        if _open(record) and not later_files.intersection(record["files_touched"]):
+            unfinished.append(record)
+        later_files.update(record["files_touched"])
+    parts.append(("Open work", [
+        (f"{r['created_at'][:10]} {_line(r['title'])}"
+         + (" (failed)" if r["observation_type"] == "error" else ""), r["record_id"])
+        for r in unfinished]))
+
+    recent = [r for r in work if r["observation_type"] in WORK][:RECENT]
+    parts.append(("Recent changes", [(f"{r['created_at'][:10]} {_line(r['title'])}",
+                                      r["record_id"]) for r in recent]))
+
+    budget = tokens * 4 - len(HEADER) - 2
+    sections: list[dict] = []
+    for heading, items in parts:
+        cost = len(heading) + 6
+        kept = []
+        for text, record_id in items:
+            if cost + len(text) + 3 > budget:
+                break
+            kept.append({"text": text, "record_id": record_id})
+            cost += len(text) + 3
+        if kept:
+            sections.append({"heading": heading, "items": kept})
+            budget -= cost
+    return Brief(sections)
+
+
+@dataclass
+class Brief:
+    """A brief's parts, each a heading and its lines (with the record a line tells of)."""
+
+    sections: list[dict]
+
+    @property
+    def record_ids(self) -> list[str]:
+        return list(dict.fromkeys(item["record_id"] for section in self.sections
+                                  for item in section["items"] if item["record_id"]))
+
+    @property
+    def markdown(self) -> str:
+        """As the agent and ``kirolearn brief`` show it ("" when it says nothing)."""
+        if not self.sections:
+            return ""
+        lines = [HEADER]
+        for section in self.sections:
+            if section["heading"] == "What it is":
+                lines += ["", f"**{section['heading']}:** {section['items'][0]['text']}"]
+            else:
+                lines += ["", f"**{section['heading']}:**",
+                          *(f"- {item['text']}" for item in section["items"])]
+        return "\n".join(lines)

@@ -1,0 +1,121 @@
+"""A project's brief: what it is, the conventions and decisions in force, the files most
+worked on, open work and recent changes, made from its records; given at a session's
+start within its own cap, printed by ``kirolearn brief``, shown in the viewer, and
+said by the status line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from helpers import BIN, Workspace, here, kl, retrieval
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kirolearn import contract, control, project
+from kirolearn.search import brief
+from kirolearn.shims import common
+
+NS = "/actor/tester/project/abc/"
+
+
+def record(title: str, day: int, kind: str = "tool_use", files: tuple[str, ...] = (),
+           summary: str = "", facts: tuple[str, ...] = (), strategy: str = "heuristic",
+           namespace: str = NS) -> dict:
+    return {"record_id": "mr_" + contract.new_ulid(), "namespace": namespace, "title": title,
+            "summary": summary, "facts": list(facts), "concepts": [],
+            "files_touched": list(files), "observation_type": kind, "strategy": strategy,
+            "source_event_ids": [contract.new_ulid()],
+            "created_at": f"2026-03-{day:02d}T10:00:00.000+00:00"}
+
+
+RECORDS = [  # newest first, as the store gives them
+    record("Retry the upload when the server says 503", 20, files=("src/upload.py",),
+           facts=("TODO: cap the retries",)),
+    record("The cart total rounds each line", 19, files=("src/cart.py", "CHANGES.md")),
+    record("Import of the price list fails on a BOM", 18, kind="error",
+           files=("src/prices.py",)),
+    record("Prices are kept in cents", 17, kind="decision", files=("src/cart.py",)),
+    record("Fix the cart's tax on discounts", 16, files=("src/cart.py", "CHANGES.md")),
+    record("The upload failed on big files", 15, kind="error", files=("src/upload.py",)),
+    record("CLAUDE.md: Shop conventions", 1, kind="pattern", files=("CLAUDE.md",),
+           summary="The shop's backend, in Python.", facts=("Run pytest.", "No floats."),
+           strategy=contract.RULE_FILE),
+]
+
+
+def test_the_brief_says_what_the_records_say():
+    made = brief.brief(RECORDS, 400)
+    sections = {s["heading"]: [i["text"] for i in s["items"]] for s in made.sections}
+    assert sections["What it is"] == [
+        "The shop's backend, in Python. (6 memories of its work since 2026-03-15.)"]
+    assert sections["Conventions and decisions in force"] == [
+        "CLAUDE.md: Shop conventions (2 rules)", "Prices are kept in cents · 2026-03-17"]
+    # the changelog every change touches says nothing of the work
+    assert sections["Files most worked on"] == [
+        "`src/cart.py` (3 memories): The cart total rounds each line",
+        "`src/upload.py` (2 memories): Retry the upload when the server says 503"]
+    # the newest upload work left a TODO; its older failure was followed by later work
+    assert sections["Open work"] == [
+        "2026-03-20 Retry the upload when the server says 503",
+        "2026-03-18 Import of the price list fails on a BOM (failed)"]
+    assert sections["Recent changes"][0] == "2026-03-20 Retry the upload when the server says 503"
+    assert made.markdown.startswith(brief.HEADER + "\n\n**What it is:** The shop's backend")
+    assert "- `src/cart.py` (3 memories)" in made.markdown
+    assert brief.brief(RECORDS, 400) == made  # deterministic
+    assert brief.brief([], 400).markdown == "" and brief.brief(RECORDS, 0).sections == []
+
+
+@given(st.lists(st.builds(record, st.text(min_size=1, max_size=300), st.integers(1, 28),
+                          st.sampled_from(contract.OBSERVATION_TYPES),
+                          st.lists(st.sampled_from(["a.py", "b.py", "CHANGES.md", "x/y.go"]),
+                                   max_size=3).map(tuple),
+                          st.text(max_size=300), st.lists(st.text(max_size=80),
+                                                          max_size=3).map(tuple)),
+                max_size=30),
+       st.integers(20, 1000))
+def test_a_brief_keeps_within_its_tokens_and_names_only_its_records(records, tokens):
+    made = brief.brief(records, tokens)
+    assert len(made.markdown) <= tokens * 4
+    assert set(made.record_ids) <= {r["record_id"] for r in records}
+
+
+def test_the_shims_know_the_briefs_header():
+    assert common.BRIEF_HEADER == brief.HEADER
+
+
+def test_a_project_brief_through_the_daemon(daemon, tmp_path):
+    """The brief is made of the project's records the user may read (a seeded
+    history's authors' too), printed by ``kirolearn brief``, given at a session's start
+    (its records not given again), and the status line says so."""
+    ws = Workspace(tmp_path)
+    project_id = project.parts(ws.namespace)[1]
+    ada = project.namespace_for("ada", project_id)
+    for made in [*RECORDS[:-1], {**RECORDS[-1], "namespace": ada}]:
+        control.call("ingest", "put_record", {"record": {**made, "namespace": made[
+            "namespace"].replace(NS, ws.namespace)}}, timeout_ms=control.WRITE_MS,
+            home=here())
+
+    printed = kl("brief", "--project", str(ws.project), env=ws.env(), check=True).stdout
+    assert printed.startswith(brief.HEADER)
+    assert "**What it is:** The shop's backend, in Python." in printed  # ada's CLAUDE.md
+    assert "Import of the price list fails on a BOM (failed)" in printed
+    asked = json.loads(kl("brief", "--project", str(ws.project), "--json", env=ws.env(),
+                          check=True).stdout)
+    assert asked["brief"] + "\n" == printed and len(asked["record_ids"]) >= 5
+    assert retrieval("brief", {"namespace": ws.namespace})["brief"] == asked["brief"]
+
+    started, _ = ws.hook("kirolearn-claude-code", {
+        "session_id": "s-1", "cwd": str(ws.project), "hook_event_name": "SessionStart",
+        "source": "startup"})
+    context = json.loads(started.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert brief.HEADER in context and "Prices are kept in cents" in context
+    assert context.count("Prices are kept in cents") == 1  # not again in full below it
+    assert "CLAUDE.md: Shop conventions" not in context  # Claude Code loads it itself
+    line = subprocess.run([str(BIN / "kirolearn-statusline")], input=json.dumps(
+        {"session_id": "s-1", "cwd": str(ws.project)}), capture_output=True, text=True,
+        env=ws.env(), timeout=30, check=True).stdout
+    assert line.endswith(" · brief ✓\n"), line
+
+    empty = kl("brief", "--project", str(tmp_path), env=ws.env())
+    assert empty.returncode == 0 and "no memories of this project yet" in empty.stderr
