@@ -5,9 +5,9 @@ stdin (``{"session_id", "cwd", "workspace": {"current_dir"}, …}``), and shows 
 first line it prints: ``kirolearn · 5 recalled · 132 captured · brief ✓``. The
 counts are the ones the session's hooks keep in its file in the home
 (``common.Session.count``), and "brief ✓" says the session started with the project's
-brief (``search.brief``): no daemon call, a file read. Where capture is off for the directory, it says so instead
-(``kirolearn · paused``). It never fails the agent: anything unreadable is a plain
-``kirolearn``.
+brief (``search.brief``): no daemon call, a file read. Where capture is off for the
+directory, it says so instead (``kirolearn · paused``). It never fails the agent:
+anything unreadable is a plain ``kirolearn``.
 """
 
 from __future__ import annotations
