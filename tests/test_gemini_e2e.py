@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 from helpers import (
@@ -23,6 +24,7 @@ from helpers import (
     ApiHandler,
     agent_cli,
     first_run,
+    imported_like_live,
     kl,
     scripted_api,
     stored_events,
@@ -101,9 +103,9 @@ def test_gemini_remembers_across_runs(daemon, fake_api, tmp_path):
     assert "note  gemini" not in doctor.stdout  # the folder is trusted
     namespace = project.resolve_project(proj, home=str(user_home)).namespace(ACTOR)
 
-    def gemini(prompt: str, *options: str) -> str:
+    def gemini(prompt: str, *options: str, cwd: Path = proj) -> str:
         done = subprocess.run([str(gemini_cli), "-m", "test-model", "-p", prompt, *options],
-                              cwd=proj, env=env, text=True, capture_output=True,
+                              cwd=cwd, env=env, text=True, capture_output=True,
                               timeout=180, stdin=subprocess.DEVNULL)
         assert done.returncode == 0, f"gemini failed:\n{done.stdout}\n{done.stderr}"
         return done.stdout
@@ -135,6 +137,16 @@ def test_gemini_remembers_across_runs(daemon, fake_api, tmp_path):
     stored = stored_events()
     assert ("tool_use", SEARCH_TOOL) in [(e["kind"], e["body"].get("data", {}).get(
         "tool_name")) for e in stored]
+
+    # The same first run in a project without our hooks (trusted too), imported from the
+    # transcript Gemini keeps: the record the hooks made of it.
+    plain = user_home / "plain"
+    (plain / ".git").mkdir(parents=True)
+    (gemini_home / "trustedFolders.json").write_text(json.dumps(
+        {str(proj): "TRUST_FOLDER", str(plain): "TRUST_FOLDER"}))
+    assert gemini("Say hello with a shell command", "--approval-mode", "yolo",
+                  cwd=plain).strip() == "done"
+    imported_like_live("gemini", env, namespace, plain, "Say hello with a shell command")
 
     settings = (gemini_home / "settings.json").read_bytes()
     removed = kl("uninstall", "--agent", "gemini", env=env, cwd=str(proj))

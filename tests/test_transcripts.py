@@ -1,11 +1,11 @@
 """``kirolearn import-sessions``: the agents' own stored transcripts as memory, through
 the real daemon.
 
-The samples in ``tests/samples`` were written by the real CLIs (Claude Code 2.1.197,
-Codex 0.169.0) in their end-to-end tests, run against a scripted API: one session each,
-"Say hello with a shell command", answered with ``echo hello`` and "done". Only the
-user's home directory in them is replaced (``/home/dev``), so that a test can put the
-session's project where it likes.
+The samples in ``tests/samples`` were written by the real CLIs (Claude Code, Codex and
+Gemini CLI, as pinned in ``tests/e2e/package.json``) in their end-to-end tests, run
+against a scripted API: one session each, "Say hello with a shell command", answered
+with ``echo hello`` and "done". Only the user's home directory in them is replaced
+(``/home/dev``), so that a test can put the session's project where it likes.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kirolearn import contract
-from kirolearn.transcripts import claude_code, codex, replay
+from kirolearn.transcripts import claude_code, codex, gemini, replay
 
 SAMPLES = Path(__file__).parent / "samples"
 CLAUDE_SESSION = "219299d5-d688-4622-8b92-05a2826de608"
 CODEX_SESSION = "01a21fd4-8b1f-75a0-8dcc-e5071d36976b"
 CODEX_FILE = f"rollout-2026-11-28T01-45-52-{CODEX_SESSION}.jsonl"
+GEMINI_SESSION = "75a7e6a3-51eb-4671-b05f-ab6f43857972"
 
 
 def place(sample: str, user_home: Path, project_dir: Path, name: str | None = None,
@@ -31,7 +32,15 @@ def place(sample: str, user_home: Path, project_dir: Path, name: str | None = No
     """A sample where its agent keeps transcripts, its session in ``project_dir`` (and,
     given ``session``, under that id instead of its own)."""
     text = (SAMPLES / sample).read_text().replace("/home/dev/proj", str(project_dir))
-    if sample == "claude-code.jsonl":
+    if sample == "gemini.jsonl":
+        folder = user_home / ".gemini" / "tmp" / project_dir.name
+        where = folder / "chats"
+        where.mkdir(parents=True, exist_ok=True)
+        (folder / ".project_root").write_text(str(project_dir))
+        if session:
+            text = text.replace(GEMINI_SESSION, session)
+        path = where / (name or "session-2026-11-28T02-11-75a7e6a3.jsonl")
+    elif sample == "claude-code.jsonl":
         where = user_home / ".claude" / "projects" / str(project_dir).replace("/", "-")
         if session:
             text = text.replace(CLAUDE_SESSION, session)
@@ -65,7 +74,7 @@ def test_a_transcript_becomes_the_events_its_hooks_would_have_sent(tmp_path):
     proj = tmp_path / "proj"
     (proj / ".git").mkdir(parents=True)
     started = [("note", {"type": "text", "content": f"{agent} session started (imported)"})
-               for agent in ("claude-code", "codex")]
+               for agent in ("claude-code", "codex", "gemini")]
     prompt = ("prompt", {"type": "text", "content": "Say hello with a shell command"})
     reply = ("session_summary", {"type": "text", "content": "done"})
 
@@ -81,7 +90,15 @@ def test_a_transcript_becomes_the_events_its_hooks_would_have_sent(tmp_path):
         "tool_response": "hello\n"}}), reply,
         ("note", {"type": "text", "content": "codex session ended (imported)"})]
 
-    for events, session in ((claude, CLAUDE_SESSION), (made, CODEX_SESSION)):
+    said = read_events(gemini, place("gemini.jsonl", tmp_path, proj))
+    assert shapes(said) == [started[2], prompt, ("tool_use", {"type": "json", "data": {
+        "tool_name": "run_shell_command", "tool_input": {"command": "echo hello"},
+        "tool_response": {"output": "<untrusted_context>\nOutput: hello\nProcess Group"
+                                    " PGID: 21775\n</untrusted_context>"}}}), reply,
+        ("note", {"type": "text", "content": "gemini session ended (imported)"})]
+
+    for events, session in ((claude, CLAUDE_SESSION), (made, CODEX_SESSION),
+                            (said, GEMINI_SESSION)):
         assert all(e["session_id"] == session for e in events)
         assert all(e["source"]["project_path"] == str(proj) for e in events)
         assert [e.get("parent_event_id") for e in events[2:4]] == [events[1]["event_id"]] * 2
@@ -112,7 +129,9 @@ LINE = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
         st.sampled_from(["type", "message", "content", "payload", "timestamp", "cwd",
                          "sessionId", "id", "role", "text", "call_id", "name", "item",
-                         "arguments", "input", "output", "tool_use_id", "is_error"]),
+                         "arguments", "input", "output", "tool_use_id", "is_error", "$set",
+                         "messages", "toolCalls", "args", "result", "functionResponse",
+                         "response", "status"]),
         inner, max_size=5), max_leaves=20)
 
 
@@ -120,14 +139,17 @@ LINE = st.recursive(
 @given(st.lists(LINE, max_size=12))
 def test_any_lines_read_without_failing(tmp_path_factory, lines):
     """Whatever a transcript holds, reading it never fails, and what it reads as are
-    hooks of known roles, at times that are the transcript's."""
+    hooks of known roles with tool uses of the one shape."""
     folder = tmp_path_factory.mktemp("any")
-    for module, first in ((claude_code, {"type": "user", "cwd": "/p", "sessionId": "s",
+    (folder / ".project_root").write_text("/p")  # Gemini's: the chats' folder's parent
+    (folder / "chats").mkdir()
+    for module, first in ((gemini, {"sessionId": "s", "startTime": "2026-01-01T00:00:00Z"}),
+                          (claude_code, {"type": "user", "cwd": "/p", "sessionId": "s",
                                          "timestamp": "2026-01-01T00:00:00Z",
                                          "message": {"content": "hi"}}),
                           (codex, {"type": "session_meta", "timestamp": "2026-01-01T00:00:00Z",
                                    "payload": {"id": "s", "cwd": "/p"}})):
-        path = folder / "t.jsonl"
+        path = folder / "chats" / "t.jsonl"
         path.write_text("\n".join(json.dumps(line) for line in [first, *lines]))
         transcript = module.read(path)
         assert {hook.role for _, hook in transcript.hooks} <= {
