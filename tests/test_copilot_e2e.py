@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 from helpers import (
@@ -23,6 +24,7 @@ from helpers import (
     FakeAnthropic,
     agent_cli,
     first_run,
+    imported_like_live,
     kl,
     scripted_api,
     stored_prompts,
@@ -89,8 +91,8 @@ def test_copilot_remembers_across_runs(daemon_batching_soon, fake_api, tmp_path)
     assert "note  copilot" not in doctor.stdout  # the folder is trusted
     namespace = project.resolve_project(proj, home=str(user_home)).namespace(ACTOR)
 
-    def copilot(prompt: str, *options: str) -> str:
-        done = subprocess.run([str(copilot_cli), "-p", prompt, *options], cwd=proj, env=env,
+    def copilot(prompt: str, *options: str, cwd: Path = proj) -> str:
+        done = subprocess.run([str(copilot_cli), "-p", prompt, *options], cwd=cwd, env=env,
                               text=True, capture_output=True, timeout=180,
                               stdin=subprocess.DEVNULL)
         assert done.returncode == 0, f"copilot failed:\n{done.stdout}\n{done.stderr}"
@@ -117,6 +119,16 @@ def test_copilot_remembers_across_runs(daemon_batching_soon, fake_api, tmp_path)
                if isinstance(block, dict) and block.get("type") == "tool_result"]
     assert results and "Say hello with a shell command" in results[0], results
     assert stored_prompts() == ["Say hello with a shell command", ASK]
+
+    # The same first run in a repository without our hooks (trusted too), imported from
+    # the transcript Copilot keeps: the record the hooks made of it.
+    plain = user_home / "plain"
+    plain.mkdir()
+    subprocess.run(["git", "init", "-q", str(plain)], check=True)
+    (user_home / ".copilot" / "config.json").write_text(
+        json.dumps({"trusted_folders": [str(proj), str(plain)]}))
+    assert "done" in copilot("Say hello with a shell command", "--allow-all-tools", cwd=plain)
+    imported_like_live("copilot", env, namespace, plain, "Say hello with a shell command")
 
     mcp_config = user_home / ".copilot" / "mcp-config.json"
     removed = kl("uninstall", "--agent", "copilot", env=env, cwd=str(proj))

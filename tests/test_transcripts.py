@@ -1,8 +1,8 @@
 """``kirolearn import-sessions``: the agents' own stored transcripts as memory, through
 the real daemon.
 
-The samples in ``tests/samples`` were written by the real CLIs (Claude Code, Codex and
-Gemini CLI, as pinned in ``tests/e2e/package.json``) in their end-to-end tests, run
+The samples in ``tests/samples`` were written by the real CLIs (Claude Code, Codex,
+Gemini CLI and Copilot CLI, as pinned in ``tests/e2e/package.json``) in their end-to-end tests, run
 against a scripted API: one session each, "Say hello with a shell command", answered
 with ``echo hello`` and "done". Only the user's home directory in them is replaced
 (``/home/dev``), so that a test can put the session's project where it likes.
@@ -18,13 +18,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kirolearn import contract
-from kirolearn.transcripts import claude_code, codex, gemini, replay
+from kirolearn.transcripts import claude_code, codex, copilot, gemini, replay
 
 SAMPLES = Path(__file__).parent / "samples"
 CLAUDE_SESSION = "219299d5-d688-4622-8b92-05a2826de608"
 CODEX_SESSION = "01a21fd4-8b1f-75a0-8dcc-e5071d36976b"
 CODEX_FILE = f"rollout-2026-11-28T01-45-52-{CODEX_SESSION}.jsonl"
 GEMINI_SESSION = "75a7e6a3-51eb-4671-b05f-ab6f43857972"
+COPILOT_SESSION = "f937f3d1-1601-42e1-af76-dc46b16ce30b"
 
 
 def place(sample: str, user_home: Path, project_dir: Path, name: str | None = None,
@@ -32,7 +33,12 @@ def place(sample: str, user_home: Path, project_dir: Path, name: str | None = No
     """A sample where its agent keeps transcripts, its session in ``project_dir`` (and,
     given ``session``, under that id instead of its own)."""
     text = (SAMPLES / sample).read_text().replace("/home/dev/proj", str(project_dir))
-    if sample == "gemini.jsonl":
+    if sample == "copilot.jsonl":
+        if session:
+            text = text.replace(COPILOT_SESSION, session)
+        where = user_home / ".copilot" / "session-state" / (session or COPILOT_SESSION)
+        path = where / "events.jsonl"
+    elif sample == "gemini.jsonl":
         folder = user_home / ".gemini" / "tmp" / project_dir.name
         where = folder / "chats"
         where.mkdir(parents=True, exist_ok=True)
@@ -97,11 +103,24 @@ def test_a_transcript_becomes_the_events_its_hooks_would_have_sent(tmp_path):
                                     " PGID: 21775\n</untrusted_context>"}}}), reply,
         ("note", {"type": "text", "content": "gemini session ended (imported)"})]
 
+    # Copilot's hooks give no reply at a turn's end: neither does its import
+    used = read_events(copilot, place("copilot.jsonl", tmp_path, proj))
+    assert shapes(used) == [
+        ("note", {"type": "text", "content": "copilot session started (imported)"}), prompt,
+        ("tool_use", {"type": "json", "data": {
+            "tool_name": "bash", "tool_input": {"command": "echo hello",
+                                                "description": "Say hello"},
+            "tool_response": {"output": "hello\n<shellId: 0 completed with exit code 0>",
+                              "exit_code": 0}}}),
+        ("note", {"type": "text", "content": "copilot session ended (imported)"})]
+    assert used[2]["source"]["branch"] == "master"
+
     for events, session in ((claude, CLAUDE_SESSION), (made, CODEX_SESSION),
-                            (said, GEMINI_SESSION)):
+                            (said, GEMINI_SESSION), (used, COPILOT_SESSION)):
         assert all(e["session_id"] == session for e in events)
         assert all(e["source"]["project_path"] == str(proj) for e in events)
-        assert [e.get("parent_event_id") for e in events[2:4]] == [events[1]["event_id"]] * 2
+        assert {e.get("parent_event_id") for e in events
+                if e["kind"] in ("tool_use", "session_summary")} == {events[1]["event_id"]}
         for event in events:
             contract.validate_event(event)  # raises ContractError if not v1
         assert [e["valid_time"] for e in events] == sorted(e["valid_time"] for e in events)
@@ -131,7 +150,8 @@ LINE = st.recursive(
                          "sessionId", "id", "role", "text", "call_id", "name", "item",
                          "arguments", "input", "output", "tool_use_id", "is_error", "$set",
                          "messages", "toolCalls", "args", "result", "functionResponse",
-                         "response", "status"]),
+                         "response", "status", "data", "toolCallId", "toolName",
+                         "success", "sessionId"]),
         inner, max_size=5), max_leaves=20)
 
 
@@ -148,7 +168,9 @@ def test_any_lines_read_without_failing(tmp_path_factory, lines):
                                          "timestamp": "2026-01-01T00:00:00Z",
                                          "message": {"content": "hi"}}),
                           (codex, {"type": "session_meta", "timestamp": "2026-01-01T00:00:00Z",
-                                   "payload": {"id": "s", "cwd": "/p"}})):
+                                   "payload": {"id": "s", "cwd": "/p"}}),
+                          (copilot, {"type": "session.start", "timestamp": "2026-01-01T00:00:00Z",
+                                     "data": {"sessionId": "s", "context": {"cwd": "/p"}}})):
         path = folder / "chats" / "t.jsonl"
         path.write_text("\n".join(json.dumps(line) for line in [first, *lines]))
         transcript = module.read(path)

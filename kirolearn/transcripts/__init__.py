@@ -1,5 +1,5 @@
 """An agent's own stored sessions as memory (``kirolearn import-sessions``): the
-transcripts Claude Code, Codex and Gemini CLI keep, made into the events their hooks
+transcripts Claude Code, Codex, Gemini CLI and Copilot CLI keep, made into the events their hooks
 would have sent, through ingest like any import.
 
 Each agent's reader (a module here, named in ``READERS``) finds the transcripts it
@@ -19,7 +19,7 @@ reported with its number and the rest imported.
 
 from __future__ import annotations
 
-from kirolearn.transcripts import claude_code, codex, gemini
+from kirolearn.transcripts import claude_code, codex, copilot, gemini
 
 # Each agent whose transcripts are read, by its name (``--agent``).
-READERS = {module.AGENT: module for module in (claude_code, codex, gemini)}
+READERS = {module.AGENT: module for module in (claude_code, codex, gemini, copilot)}
