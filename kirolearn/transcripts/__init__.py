@@ -1,6 +1,6 @@
 """An agent's own stored sessions as memory (``kirolearn import-sessions``): the
-transcripts Claude Code, Codex, Gemini CLI and Copilot CLI keep, made into the events their hooks
-would have sent, through ingest like any import.
+transcripts Claude Code, Codex, Gemini CLI and Copilot CLI keep, made into the events
+their hooks would have sent, through ingest like any import.
 
 Each agent's reader (a module here, named in ``READERS``) finds the transcripts it
 keeps and reads one into a ``Transcript``: the session's own id and directory, and its
