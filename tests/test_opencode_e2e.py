@@ -24,6 +24,7 @@ from helpers import (
     FakeAnthropic,
     agent_cli,
     first_run,
+    imported_like_live,
     kl,
     scripted_api,
     stored_prompts,
@@ -110,9 +111,9 @@ def test_opencode_remembers_across_runs(daemon, fake_api, tmp_path):
     assert f"ok    opencode (project {proj})" in doctor.stdout, doctor.stdout
     namespace = project.resolve_project(proj, home=str(user_home)).namespace(ACTOR)
 
-    def opencode(prompt: str, check: bool = True) -> str:
+    def opencode(prompt: str, check: bool = True, cwd: Path = proj) -> str:
         # One argument a word: `opencode run` quotes an argument that holds spaces.
-        done = subprocess.run([str(opencode_cli), "run", *prompt.split()], cwd=proj, env=env,
+        done = subprocess.run([str(opencode_cli), "run", *prompt.split()], cwd=cwd, env=env,
                               text=True, capture_output=True, timeout=180,
                               stdin=subprocess.DEVNULL)
         assert done.returncode == 0 or not check, \
@@ -139,6 +140,12 @@ def test_opencode_remembers_across_runs(daemon, fake_api, tmp_path):
     assert found and "Say hello with a shell command" in found[0], found
     assert stored_prompts() == ["Say hello with a shell command", ASK]
 
+    # The same first run in a project without our plugin, imported from the database
+    # OpenCode keeps: the record the hooks made of it.
+    plain = user_home / "plain"
+    (plain / ".git").mkdir(parents=True)
+    assert opencode("Say hello with a shell command", cwd=plain).startswith("done")
+    imported_like_live("opencode", env, namespace, plain, "Say hello with a shell command")
 
     removed = kl("uninstall", "--agent", "opencode", env=env, cwd=str(proj))
     assert removed.returncode == 0, removed.stderr

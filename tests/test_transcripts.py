@@ -2,23 +2,24 @@
 the real daemon.
 
 The samples in ``tests/samples`` were written by the real CLIs (Claude Code, Codex,
-Gemini CLI and Copilot CLI, as pinned in ``tests/e2e/package.json``) in their end-to-end tests, run
-against a scripted API: one session each, "Say hello with a shell command", answered
-with ``echo hello`` and "done". Only the user's home directory in them is replaced
-(``/home/dev``), so that a test can put the session's project where it likes.
+Gemini CLI, Copilot CLI and OpenCode, as pinned in ``tests/e2e/package.json``) in their
+end-to-end tests, run against a scripted API: one session each, "Say hello with a shell
+command", answered with ``echo hello`` and "done". Only the user's home directory in them
+is replaced (``/home/dev``), so that a test can put the session's project where it likes.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 from helpers import Workspace, kl, stored_events, wait_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kirolearn import contract
-from kirolearn.transcripts import claude_code, codex, copilot, gemini, replay
+from kirolearn import contract, project
+from kirolearn.transcripts import claude_code, codex, copilot, gemini, opencode, replay
 
 SAMPLES = Path(__file__).parent / "samples"
 CLAUDE_SESSION = "219299d5-d688-4622-8b92-05a2826de608"
@@ -61,12 +62,22 @@ def place(sample: str, user_home: Path, project_dir: Path, name: str | None = No
     return path
 
 
+def place_opencode(user_home: Path, project_dir: Path) -> Path:
+    """OpenCode's database, holding the sample's session, in ``project_dir``."""
+    where = user_home / ".local" / "share" / "opencode"
+    where.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(where / "opencode.db")
+    conn.executescript((SAMPLES / "opencode.sql").read_text().replace(
+        "/home/dev/proj", str(project_dir)))
+    conn.close()
+    return where / "opencode.db"
+
+
 def shapes(made: list[dict]) -> list[tuple[str, object]]:
     return [(event["kind"], event["body"]) for event in made]
 
 
 def read_events(module, path: Path) -> list[dict]:
-    from kirolearn import project
     transcript = module.read(path)
     assert not transcript.problems, transcript.problems
     here = project.resolve_project(transcript.cwd, override="")
@@ -115,8 +126,20 @@ def test_a_transcript_becomes_the_events_its_hooks_would_have_sent(tmp_path):
         ("note", {"type": "text", "content": "copilot session ended (imported)"})]
     assert used[2]["source"]["branch"] == "master"
 
+    place_opencode(tmp_path, proj)
+    [session] = opencode.transcripts(tmp_path)
+    assert not session.problems
+    coded = replay.events(session, project.resolve_project(proj, override=""), "tester")
+    assert shapes(coded) == [
+        ("note", {"type": "text", "content": "opencode session started (imported)"}), prompt,
+        ("tool_use", {"type": "json", "data": {
+            "tool_name": "bash", "tool_input": {"command": "echo hello",
+                                                "description": "Say hello"},
+            "tool_response": {"output": "hello\n", "exit_code": 0}}}), reply]
+
     for events, session in ((claude, CLAUDE_SESSION), (made, CODEX_SESSION),
-                            (said, GEMINI_SESSION), (used, COPILOT_SESSION)):
+                            (said, GEMINI_SESSION), (used, COPILOT_SESSION),
+                            (coded, "ses_de02acc4dffeXHco2K0tZdlGsV")):
         assert all(e["session_id"] == session for e in events)
         assert all(e["source"]["project_path"] == str(proj) for e in events)
         assert {e.get("parent_event_id") for e in events

@@ -451,8 +451,9 @@ def seed(from_git: bool, project: str | None, since: str | None, limit: int | No
 def import_sessions(agent: str, project: str | None) -> None:
     """Give memory the sessions an agent kept before kirolearn was there: its own
     stored transcripts (Claude Code's ~/.claude/projects, Codex's ~/.codex/sessions,
-    Gemini CLI's ~/.gemini/tmp, Copilot CLI's ~/.copilot/session-state), made into the
-    events its hooks would have sent, each into its project's memory.
+    Gemini CLI's ~/.gemini/tmp, Copilot CLI's ~/.copilot/session-state, OpenCode's
+    database), made into the events its hooks would have sent, each into its project's
+    memory.
 
     Run it again at any time: what was imported is not stored twice, a transcript that
     grew adds its new part, and a session kirolearn's hooks captured live is left

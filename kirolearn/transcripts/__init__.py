@@ -1,9 +1,10 @@
 """An agent's own stored sessions as memory (``kirolearn import-sessions``): the
-transcripts Claude Code, Codex, Gemini CLI and Copilot CLI keep, made into the events
-their hooks would have sent, through ingest like any import.
+transcripts Claude Code, Codex, Gemini CLI and Copilot CLI keep, and OpenCode's
+database, made into the events their hooks would have sent, through ingest like any
+import.
 
 Each agent's reader (a module here, named in ``READERS``) finds the transcripts it
-keeps and reads one into a ``Transcript``: the session's own id and directory, and its
+keeps and reads each into a ``Transcript`` (``transcripts``): the session's own id and directory, and its
 hooks as that agent's shim reads them (``shims.<agent>.read`` on the payloads the
 agent would have sent), each at the time the transcript gives it. ``events`` makes of
 those what ``shims.common.answer`` makes live: a note that the session started, each
@@ -19,7 +20,8 @@ reported with its number and the rest imported.
 
 from __future__ import annotations
 
-from kirolearn.transcripts import claude_code, codex, copilot, gemini
+from kirolearn.transcripts import claude_code, codex, copilot, gemini, opencode
 
 # Each agent whose transcripts are read, by its name (``--agent``).
-READERS = {module.AGENT: module for module in (claude_code, codex, gemini, copilot)}
+READERS = {module.AGENT: module for module in (claude_code, codex, gemini, copilot,
+                                                opencode)}

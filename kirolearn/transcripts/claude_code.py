@@ -22,6 +22,7 @@ and left out, as is the context hooks added (ours among it).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from kirolearn.shims import claude_code as shim
@@ -46,6 +47,10 @@ def _prompt(content: object) -> str:
                          and block.get("type") == "text" and isinstance(block.get("text"), str))
     return ""
 
+
+def transcripts(user_home: Path) -> Iterator[Transcript]:
+    """Each of the user's transcripts, read."""
+    return map(read, stored(user_home))
 
 def read(path: Path) -> Transcript:
     """One transcript, as the hooks Claude Code would have run."""

@@ -20,6 +20,7 @@ the real CLI wrote). What is read of it:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from kirolearn.shims import codex as shim
@@ -61,6 +62,10 @@ def tool_payload(call: dict, output: object, shell_output: str | None) -> dict:
                 "tool_response": output}
     return {"tool_name": name, "tool_input": arguments, "tool_response": output}
 
+
+def transcripts(user_home: Path) -> Iterator[Transcript]:
+    """Each of the user's transcripts, read."""
+    return map(read, stored(user_home))
 
 def read(path: Path) -> Transcript:
     """One transcript, as the hooks Codex would have run."""

@@ -19,6 +19,7 @@ hooks' own runs, not read.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from kirolearn.shims import copilot as shim
@@ -32,6 +33,10 @@ def stored(user_home: Path) -> list[Path]:
     found = (user_home / ".copilot" / "session-state").glob("*/events.jsonl")
     return sorted(found, key=lambda p: (p.stat().st_mtime, str(p)))
 
+
+def transcripts(user_home: Path) -> Iterator[Transcript]:
+    """Each of the user's transcripts, read."""
+    return map(read, stored(user_home))
 
 def read(path: Path) -> Transcript:
     """One transcript, as the hooks Copilot CLI would have run."""

@@ -22,6 +22,7 @@ transcript ends. A transcript whose project's directory is not known is not read
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from kirolearn.shims import gemini as shim
@@ -66,6 +67,10 @@ def _messages(path: Path, transcript: Transcript) -> tuple[dict, list[dict]]:
             transcript.problems.append(f"line {number}: neither a message nor a change")
     return header, list(messages.values())
 
+
+def transcripts(user_home: Path) -> Iterator[Transcript]:
+    """Each of the user's transcripts, read."""
+    return map(read, stored(user_home))
 
 def read(path: Path) -> Transcript:
     """One transcript, as the hooks Gemini CLI would have run."""

@@ -126,8 +126,8 @@ def sessions(agent_module, user_home: Path, home: paths.Home, actor: str,
     made into events, each left out where there is nothing to import, where capture is
     off for its project, or where its hooks captured it live."""
     found: list[Session] = []
-    for path in agent_module.stored(user_home):
-        session = Session(agent_module.read(path))
+    for transcript in agent_module.transcripts(user_home):
+        session = Session(transcript)
         transcript = session.transcript
         found.append(session)
         if not transcript.session_id or not transcript.hooks:
