@@ -3,12 +3,13 @@ transcripts Claude Code, Codex, Gemini CLI and Copilot CLI keep, and OpenCode's
 database, made into the events their hooks would have sent, through ingest like any
 import.
 
-Each agent's reader (a module here, named in ``READERS``) finds the transcripts it
-keeps and reads each into a ``Transcript`` (``transcripts``): the session's own id and directory, and its
-hooks as that agent's shim reads them (``shims.<agent>.read`` on the payloads the
-agent would have sent), each at the time the transcript gives it. ``events`` makes of
-those what ``shims.common.answer`` makes live: a note that the session started, each
-prompt, each tool use under its prompt, the turn's reply, a note that it ended.
+Each agent's reader (a module here, named in ``READERS``) finds the sessions it keeps
+and reads each into a ``Transcript`` (its ``transcripts``): the session's own id and
+directory, and its hooks as that agent's shim reads them (``shims.<agent>.read`` on
+the payloads the agent would have sent), each at the time the transcript gives it.
+``replay.events`` makes of those what ``shims.common.answer`` makes live: a note that
+the session started, each prompt, each tool use under its prompt, the turn's reply, a
+note that it ended (where the agent's hooks send one).
 Context the agent was given (ours included) is not the user's, and is left out.
 
 Every event's id comes from the session and its place in it (as ``seed``'s do), so a
