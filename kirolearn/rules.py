@@ -26,7 +26,7 @@ from kirolearn import control, paths, project
 # The files, relative to the checkout's root; and folders whose every file of these
 # endings is one.
 RULE_FILES = ("CLAUDE.md", "CLAUDE.local.md", ".claude/CLAUDE.md", "AGENTS.md", "GEMINI.md",
-              ".cursorrules", ".github/copilot-instructions.md")
+              "QWEN.md", ".cursorrules", ".github/copilot-instructions.md")
 RULE_FOLDERS = ((".cursor/rules", (".mdc", ".md")), (".kiro/steering", (".md",)))
 AUTO_MEMORY = "~/.claude/projects/{folder}/memory/MEMORY.md"  # Claude Code's own notes
 MOST_FILES = 30  # of a folder: a project's rules, not a library of documents
@@ -43,6 +43,7 @@ LOADED_BY = {
     "kiro-cli": (".kiro/steering/*", "AGENTS.md"),
     "kiro-ide": (".kiro/steering/*", "AGENTS.md"),
     "opencode": ("AGENTS.md", "CLAUDE.md"),
+    "qwen-code": ("QWEN.md", "AGENTS.md"),
 }
 
 

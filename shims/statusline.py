@@ -17,7 +17,7 @@ import sys
 from kirolearn import capture, paths, project
 from kirolearn.shims import common
 
-SURFACES = ("claude-code",)  # whose session ids the status line is given
+SURFACES = ("claude-code", "qwen-code")  # whose session ids the status line is given
 
 
 def line(payload: dict, home: paths.Home) -> str:

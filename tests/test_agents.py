@@ -40,6 +40,9 @@ THEIRS = {
     "copilot": (".github/hooks/guard.json", json.dumps({"version": 1, "hooks": {
         "preToolUse": [{"type": "command", "bash": "./guard.sh"}]}})),
     "cursor": (".cursor/mcp.json", json.dumps({"mcpServers": {"db": {"command": "db-mcp"}}})),
+    "qwen-code": (".qwen/settings.json", json.dumps({"ui": {"theme": "dark"}, "hooks": {
+        "PostToolUse": [{"matcher": "write_file", "hooks": [
+            {"type": "command", "command": "fmt.sh"}]}]}}, indent=2)),
     "opencode": ("opencode.json", json.dumps({"$schema": "https://opencode.ai/config.json",
                                               "model": "anthropic/claude",
                                               "permission": {"bash": "ask",
@@ -55,6 +58,7 @@ WRITTEN = {  # the files install writes in the project (besides the user's above
     "copilot": {".github/hooks/kirolearn.json"},
     "cursor": {".cursor/hooks.json", ".cursor/mcp.json"},
     "opencode": {".opencode/plugins/kirolearn.js", "opencode.json"},
+    "qwen-code": {".qwen/settings.json"},
 }
 
 
@@ -334,6 +338,43 @@ def test_opencode_every_hook(daemon, ws):
     settled_context(ws.namespace, "user lookups cache")
     printed = hook("prompt", text="user lookups cache")
     assert printed.startswith("<kirolearn-recall>") and "\n## Prior observations" in printed
+
+
+def test_qwen_code_every_hook(daemon, ws):
+    """Qwen Code's payloads, as its CLI sends them (tests/test_qwen_code_e2e.py runs it):
+    the empty prompt it sends when a tool's result goes back to the model is no prompt,
+    and a shell's ``Exit Code`` is its exit status."""
+    base = {"session_id": "qw-1", "cwd": str(ws.project), "permission_mode": "yolo",
+            "transcript_path": "/x/qw-1.jsonl"}
+    hook = lambda name, **fields: run_hook(  # noqa: E731
+        ws, "kirolearn-qwen-code", {**base, "hook_event_name": name, **fields})
+    path = str(ws.project / "src/cache.py")
+    assert hook("SessionStart", source="startup", model="qwen3-coder") == ""
+    assert hook("UserPromptSubmit", prompt="Cache the user lookups",
+                submitted_prompt="Cache the user lookups") == ""
+    assert hook("PostToolUse", tool_name="write_file", tool_input={
+        "file_path": path, "content": "class UserCache:\n    pass\n"},
+        tool_response={"llmContent": f"Successfully created and wrote to new file: {path}.",
+                       "returnDisplay": "Created"}, tool_use_id="toolu_1") == ""
+    assert hook("UserPromptSubmit", prompt="") == ""  # the tool's result, going back
+    assert hook("PostToolUse", tool_name="run_shell_command",
+                tool_input={"command": "pytest -q"}, tool_response={
+                    "llmContent": "Command: pytest -q\nOutput: 2 passed\nExit Code: 0",
+                    "returnDisplay": "2 passed"}) == ""
+    assert hook("PostToolUseFailure", tool_name="read_file", tool_input={
+        "absolute_path": str(ws.project / "missing.py")}, error="File not found") == ""
+    assert hook("Stop", stop_hook_active=False,
+                last_assistant_message="UserCache is in src/cache.py.") == ""
+    assert hook("SessionEnd", reason="prompt_input_exit") == ""
+    events = wait_events(7)
+    check_session(events, "qwen-code", ws)
+    assert kinds(events) == ["note", "prompt", "tool_use", "tool_use", "tool_use",
+                             "session_summary", "note"]
+    edit = tooluse.observe(events[2]["body"]["data"])
+    assert (edit.kind, edit.paths) == ("edit", [path])
+    run = tooluse.observe(events[3]["body"]["data"])
+    assert (run.command, run.exit_status) == ("pytest -q", 0)
+    assert events[4]["body"]["data"]["tool_response"]["is_error"] is True
 
 
 def test_codex_patch_is_an_edit_per_file(daemon, ws):

@@ -246,6 +246,30 @@ def gemini(project: Path | None, home: Path) -> list[ConfigFile]:
                        (AllowRule(APPROVED_TOOLS),), "toml")]
 
 
+# -- Qwen Code: hooks, MCP server, approvals and status line in .qwen/settings.json -------
+
+QWEN_HOOKS = {  # timeouts in seconds
+    "SessionStart": ({"matcher": "startup|resume|clear"}, {"name": "kirolearn", "timeout": 10}),
+    "UserPromptSubmit": ({}, {"name": "kirolearn", "timeout": 5}),
+    "PostToolUse": ({}, {"name": "kirolearn", "timeout": 5}),
+    "PostToolUseFailure": ({}, {"name": "kirolearn", "timeout": 5}),
+    "Stop": ({}, {"name": "kirolearn", "timeout": 5}),
+    "SessionEnd": ({}, {"name": "kirolearn", "timeout": 5}),
+}
+
+
+def qwen_code(project: Path | None, home: Path) -> list[ConfigFile]:
+    """Qwen Code takes Claude Code's hooks and approvals (``permissions.allow``), Gemini
+    CLI's servers (``mcpServers``), and a status line command under ``ui``. A project's
+    own MCP servers wait for the user's approval in Qwen Code's interface (a headless
+    run never starts them), so ours is the user's, for every project, as Copilot's is."""
+    settings = (project or home) / ".qwen" / "settings.json"
+    return [ConfigFile(settings, (GroupedHooks("qwen-code", QWEN_HOOKS),
+                                  Listed(("permissions", "allow"), tuple(CLAUDE_TOOLS)),
+                                  StatusLine(section="ui", padding=False))),
+            ConfigFile(home / ".qwen" / "settings.json", (McpServer(),))]
+
+
 # -- GitHub Copilot CLI: .github/hooks/kirolearn.json; servers in ~/.copilot -------------
 
 COPILOT_HOOKS = {event: {"type": "command", "timeoutSec": 5} for event in (
@@ -396,6 +420,7 @@ AGENTS: dict[str, Agent] = {agent.name: agent for agent in (
     Agent("copilot", "copilot", copilot, copilot_note),
     Agent("cursor", "cursor", cursor),
     Agent("opencode", "opencode", opencode),
+    Agent("qwen-code", "qwen_code", qwen_code),
 )}
 
 

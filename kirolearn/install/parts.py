@@ -326,26 +326,37 @@ class Default(Setting):
 
 @dataclass(frozen=True)
 class StatusLine:
-    """Claude Code's ``statusLine``, showing what memory did for the session
-    (``kirolearn-statusline``): set only where the user has none (theirs is never
-    replaced), removed only while it is ours."""
+    """The agent's ``statusLine`` command (Claude Code's; Qwen Code's, under ``ui``),
+    showing what memory did for the session (``kirolearn-statusline``): set only where
+    the user has none (theirs is never replaced), removed only while it is ours."""
 
     what = "the status line"
 
     required: tuple[str, ...] = ()  # a user's own status line is no broken install
+    section: str | None = None  # the object it is kept in (None: the file's top)
+    padding: bool = True  # Claude Code's: no padding
 
     def add(self, config: dict, commands: Commands) -> dict:
-        if "statusLine" in config and not self.found(config):
+        if "statusLine" in self._inner(config) and not self.found(config):
             return dict(config)
-        return {**config, "statusLine": {"type": "command", "padding": 0,
-                                         "command": commands.program("kirolearn-statusline")}}
+        line = {"type": "command", **({"padding": 0} if self.padding else {}),
+                "command": commands.program("kirolearn-statusline")}
+        return self._outer(config, {**self._inner(config), "statusLine": line})
 
     def remove(self, config: dict) -> dict:
-        return _set(config, "statusLine", None) if self.found(config) else dict(config)
+        if not self.found(config):
+            return dict(config)
+        return self._outer(config, _set(self._inner(config), "statusLine", None))
 
     def found(self, config: dict) -> dict[str, str]:
-        command = _dict(config.get("statusLine")).get("command")
+        command = _dict(self._inner(config).get("statusLine")).get("command")
         return {"statusLine": command} if is_ours(command) else {}
+
+    def _inner(self, config: dict) -> dict:
+        return _dict(config.get(self.section)) if self.section else dict(config)
+
+    def _outer(self, config: dict, inner: dict) -> dict:
+        return _set(config, self.section, inner) if self.section else inner
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+from kirolearn.db import opencode as store
 from kirolearn.search.context import FENCE
 from kirolearn.shims import opencode as shim
 from kirolearn.transcripts.replay import Transcript
@@ -57,17 +58,16 @@ def transcripts(user_home: Path) -> Iterator[Transcript]:
     if not path.is_file():
         return
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        sessions = conn.execute("SELECT id, directory FROM session WHERE parent_id IS NULL"
-                                " ORDER BY time_created, id").fetchall()
-    except sqlite3.Error as exc:
+        conn = store.connect(path)
+        sessions = store.sessions(conn)
+    except store.Error as exc:
         failed = Transcript(AGENT, path)
         failed.problems.append(f"cannot be read: {exc}")
         yield failed
         return
     try:
         for session_id, directory in sessions:
-            yield read(conn, path, str(session_id), str(directory or ""))
+            yield read(conn, path, session_id, directory)
     finally:
         conn.close()
 
@@ -76,11 +76,8 @@ def read(conn: sqlite3.Connection, path: Path, session_id: str, directory: str) 
     """One session, as kirolearn's plugin would have handed it to the shim."""
     transcript = Transcript(AGENT, path, session_id=session_id, cwd=directory)
     try:
-        rows = conn.execute(
-            "SELECT m.id, m.data, p.data, p.time_created FROM message m JOIN part p ON"
-            " p.message_id = m.id WHERE m.session_id = ? ORDER BY m.time_created, m.id,"
-            " p.id", (session_id,)).fetchall()
-    except sqlite3.Error as exc:
+        rows = store.parts(conn, session_id)
+    except store.Error as exc:
         transcript.problems.append(f"session {session_id}: cannot be read: {exc}")
         return transcript
     reply: str | None = None

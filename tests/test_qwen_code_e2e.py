@@ -1,0 +1,135 @@
+"""A real agent, end to end: Qwen Code with kirolearn's hooks, run offline.
+
+The CLI (``tests/e2e/package.json``, pinned; installed by the test command) talks to a
+scripted OpenAI-compatible Chat Completions API served here on 127.0.0.1
+(``OPENAI_BASE_URL``). ``kirolearn install --agent qwen-code`` writes the project's
+hooks, MCP server and status line into ``.qwen/settings.json``; Qwen Code's own hook
+system then runs our installed shim. The first run's hooks must all be stored; on the
+second run, what the first one taught is in the request the fake API receives, and
+our MCP tools are offered.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from helpers import (
+    ACTOR,
+    BIN,
+    ApiHandler,
+    agent_cli,
+    first_run,
+    kl,
+    scripted_api,
+    stored_events,
+    stored_prompts,
+    taught,
+    wait_records,
+)
+
+from kirolearn import project
+
+
+class FakeChatCompletions(ApiHandler):
+    """Answers like an OpenAI-compatible Chat Completions API, streamed: the shell first,
+    then "done"; requests without tools (Qwen Code's own) get "done"."""
+
+    def do_GET(self) -> None:
+        self._send("application/json", json.dumps(
+            {"object": "list", "data": [{"id": "test-model", "object": "model"}]}).encode())
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        self.server.bodies.append(body)  # type: ignore[attr-defined]
+        tools = [t["function"]["name"] for t in body.get("tools") or []]
+        answered = any(m.get("role") == "tool" for m in body.get("messages") or [])
+        if answered or "run_shell_command" not in tools:
+            delta, finish = {"role": "assistant", "content": "done"}, "stop"
+        else:
+            delta = {"role": "assistant", "content": None, "tool_calls": [{
+                "index": 0, "id": "call_1", "type": "function", "function": {
+                    "name": "run_shell_command",
+                    "arguments": json.dumps({"command": "echo hello"})}}]}
+            finish = "tool_calls"
+        chunks = [{"choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+                  {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
+                   "usage": {"prompt_tokens": 10, "completion_tokens": 1,
+                             "total_tokens": 11}}]
+        stream = "".join(f"data: {json.dumps({'id': 'c1', 'object': 'chat.completion.chunk', 'created': 0, 'model': 'test-model', **chunk})}\n\n"  # noqa: E501
+                         for chunk in chunks) + "data: [DONE]\n\n"
+        self._send("text/event-stream", stream.encode())
+
+
+@pytest.fixture
+def fake_api():
+    with scripted_api(FakeChatCompletions) as server:
+        yield server
+
+
+def test_qwen_code_remembers_across_runs(daemon, fake_api, tmp_path):
+    qwen_cli = agent_cli("qwen")
+    user_home = tmp_path / "home"
+    proj = user_home / "proj"
+    (proj / ".git").mkdir(parents=True)
+    (user_home / ".qwen").mkdir()
+    # The user's own settings: an OpenAI-compatible provider (here, the scripted API), and
+    # every tool declared upfront (by default MCP tools wait behind Qwen Code's
+    # tool_search, which a scripted model would have to call first).
+    user_settings = user_home / ".qwen" / "settings.json"
+    user_settings.write_text(json.dumps({"security": {"auth": {"selectedType": "openai"}},
+                                         "model": {"name": "test-model"},
+                                         "tools": {"toolSearch": {"enabled": False}}}))
+    env = {  # a clean environment: nothing from this machine's user leaks in
+        "HOME": str(user_home), "PATH": f"{BIN}:/usr/local/bin:/usr/bin:/bin",
+        "USER": ACTOR, "LOGNAME": ACTOR, "KIROLEARN_HOME": str(daemon), "NO_COLOR": "1",
+        "OPENAI_API_KEY": "test", "OPENAI_MODEL": "test-model",
+        "OPENAI_BASE_URL": f"http://127.0.0.1:{fake_api.server_port}/v1",
+        "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"}
+    installed = kl("install", "--agent", "qwen-code", env=env, cwd=str(proj))
+    assert installed.returncode == 0, installed.stderr
+    settings = json.loads((proj / ".qwen" / "settings.json").read_text())
+    assert settings["ui"]["statusLine"]["command"].endswith("kirolearn-statusline")
+    doctor = kl("doctor", env=env, cwd=str(proj))
+    assert f"ok    qwen-code (project {proj})" in doctor.stdout, doctor.stdout
+    namespace = project.resolve_project(proj, home=str(user_home)).namespace(ACTOR)
+
+    def qwen(prompt: str) -> str:
+        done = subprocess.run([str(qwen_cli), "-p", prompt, "--approval-mode", "yolo"],
+                              cwd=proj, env=env, text=True, capture_output=True,
+                              timeout=180, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, f"qwen failed:\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    assert qwen("Say hello with a shell command").strip() == "done"
+    events, kinds = first_run(4, namespace)
+    assert kinds[:4] == [("note", "qwen-code session started (startup)"),
+                         ("prompt", "Say hello with a shell command"),
+                         ("tool_use", "run_shell_command"),
+                         ("session_summary", "done")], kinds
+    tool = events[2]["body"]["data"]
+    assert tool["tool_input"] == {"command": "echo hello"}
+    assert tool["tool_response"]["exit_code"] == 0 and "hello" in tool["tool_response"]["output"]
+    assert "from kirolearn" not in json.dumps(fake_api.bodies)  # nothing known yet
+    offered = {t["function"]["name"] for b in fake_api.bodies for t in b.get("tools") or []}
+    assert "mcp__kirolearn__search_memory" in offered, sorted(offered)  # our MCP server's
+
+    wait_records(namespace)
+    seen = len(fake_api.bodies)
+    assert qwen("Say hello again with a shell command").strip() == "done"
+    taught(fake_api.bodies[seen:], "Say hello with a shell command")
+    assert stored_prompts() == ["Say hello with a shell command",
+                                "Say hello again with a shell command"]
+    session = events[0]["session_id"]
+    line = subprocess.run([str(BIN / "kirolearn-statusline")], input=json.dumps(
+        {"session_id": session, "workspace": {"current_dir": str(proj)}}), env=env,
+        capture_output=True, text=True, timeout=30, check=True).stdout
+    assert line.startswith("kirolearn · ") and " captured" in line, line
+    assert len(stored_events()) >= 8
+
+    removed = kl("uninstall", "--agent", "qwen-code", env=env, cwd=str(proj))
+    assert removed.returncode == 0, removed.stderr
+    # what is left is Qwen Code's own: the settings' version it added when it read them
+    assert json.loads((proj / ".qwen" / "settings.json").read_text()) == {"$version": 4}
+    assert "kirolearn" not in user_settings.read_text()
