@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from helpers import BIN, Workspace, here, kl, retrieval
+from helpers import BIN, ApiHandler, Workspace, here, kl, retrieval, scripted_api, wait_for
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -119,3 +119,54 @@ def test_a_project_brief_through_the_daemon(daemon, tmp_path):
 
     empty = kl("brief", "--project", str(tmp_path), env=ws.env())
     assert empty.returncode == 0 and "no memories of this project yet" in empty.stderr
+
+
+class RewritingModel(ApiHandler):
+    """An OpenAI-compatible endpoint whose model rewrites a brief its own way."""
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        self.server.bodies.append(body)  # type: ignore[attr-defined]
+        said = ("**What it is:** A shop's backend in Python, its prices kept in cents."
+                " (said by the model)")
+        self._send("application/json", json.dumps({
+            "choices": [{"message": {"role": "assistant", "content": said}}],
+            "usage": {"total_tokens": 120}}).encode())
+
+
+def test_a_configured_model_rewrites_the_brief_in_the_background(home, tmp_path):
+    """With a model configured (extraction's), the brief is first the rule-made one (no
+    one waits for a model), then the model's rewrite of it, from the same page; the model
+    is given that page, scrubbed."""
+    ws = Workspace(tmp_path)
+    with scripted_api(RewritingModel) as model:
+        (home / "config.toml").write_text(
+            '[extraction]\nstrategy = "openai"\nllm_model = "scripted"\n'
+            f'llm_url = "http://127.0.0.1:{model.server_port}/v1"\n')
+        kl("start", check=True)
+        try:
+            secret = "AKIA" + "QWERTYUIOPASDFGH"
+            control.call("ingest", "put_record", {"record": {
+                **RECORDS[3], "namespace": ws.namespace,
+                "summary": f"The key {secret} is not ours."}},
+                timeout_ms=control.WRITE_MS, home=here())
+            first = retrieval("brief", {"namespace": ws.namespace})
+            assert first["rewritten"] is False and "Prices are kept in cents" in first["brief"]
+            later = wait_for(lambda: (found := retrieval("brief", {"namespace": ws.namespace}))
+                             ["rewritten"] and found, 30, 0.2, "the model's rewrite")
+            assert later["brief"] == (brief.HEADER + "\n\n**What it is:** A shop's backend"
+                                      " in Python, its prices kept in cents. (said by the"
+                                      " model)")
+            assert later["record_ids"] == first["record_ids"]
+            [asked] = model.bodies
+            assert "Prices are kept in cents" in json.dumps(asked) and secret not in json.dumps(
+                asked)
+            started, _ = ws.hook("kirolearn-claude-code", {
+                "session_id": "s-1", "cwd": str(ws.project), "hook_event_name": "SessionStart",
+                "source": "startup"})
+            assert started.returncode == 0, started.stderr
+            # the same page at a session's start: the same rewrite, asked of the model once
+            assert "(said by the model)" in json.loads(started.stdout)["hookSpecificOutput"][
+                "additionalContext"] and len(model.bodies) == 1
+        finally:
+            kl("stop", check=True)

@@ -19,11 +19,23 @@ from dataclasses import dataclass
 
 import zmq
 
-from kirolearn import access, contract, db, keys, privacy, project, protocol, rules, transport
+from kirolearn import (
+    access,
+    config,
+    contract,
+    db,
+    keys,
+    privacy,
+    project,
+    protocol,
+    rules,
+    transport,
+)
 from kirolearn.config import MODES
 from kirolearn.db import errors, reads
+from kirolearn.extract import llm
 from kirolearn.extract import rules as rule_records
-from kirolearn.roles import base, checks
+from kirolearn.roles import base, briefs, checks
 from kirolearn.search import embeddings, ranking, searcher, staleness, vectors, worktree
 
 MAX_LIMIT = 100
@@ -199,7 +211,17 @@ class Retrieval(base.Role):
         self.outcomes: Counter[str] = Counter()
         self.worktrees = worktree.Worktrees()  # the files in play of this machine's projects
         self.keyring = keys.Keyring(self.home)  # clients elsewhere: their names and grants
+        self.rewriter = self._brief_writer()
         self.serve_on(self.home.endpoint("retrieval"))
+
+    def _brief_writer(self) -> briefs.Rewriter | None:
+        """The model that rewrites briefs: extraction's, where one is configured."""
+        try:
+            model = llm.from_settings(self.settings, self.log)
+        except config.ConfigError as exc:  # extraction says so too, and runs on heuristics
+            self.log.warning("briefs stay rule-made: %s", exc)
+            return None
+        return None if model is None else briefs.Rewriter(model, self.log)
 
     def _load_embedder(self) -> tuple[str, embeddings.Embedder | None]:
         """The embedder, and what `kirolearn status` says about it."""
@@ -215,6 +237,8 @@ class Retrieval(base.Role):
         return f"on: {embeddings.MODEL_NAME} ({embedder.files.source})", embedder
 
     def teardown(self) -> None:
+        if getattr(self, "rewriter", None) is not None:
+            self.rewriter.close()
         if getattr(self, "backfill", None) is not None:
             self.backfill.stop()
             self.backfill.join(5)
@@ -420,8 +444,9 @@ class Retrieval(base.Role):
 
     @base.op("brief")
     def brief(self, request: base.Request) -> dict:
-        """``brief {namespace, tokens?}`` → ``{brief, sections, record_ids}``: the
-        project's brief as markdown (``search.brief``) within ``tokens`` (default
+        """``brief {namespace, tokens?}`` → ``{brief, rewritten, sections, record_ids}``:
+        the project's brief as markdown (``search.brief``; the model's rewrite of it,
+        ``rewritten``, once one is made: ``briefs``) within ``tokens`` (default
         ``retrieval.brief_tokens``, at least 300), its sections (``{heading, items:
         [{text, record_id}]}``), and the records it names."""
         namespace = request.body.get("namespace")
@@ -431,11 +456,12 @@ class Retrieval(base.Role):
         tokens = parse_count(request.body, "tokens", max(self.brief_tokens, 300), 100_000)
         try:
             page = self.searcher.brief(namespace, tokens, share=self.sharing(request))
+            said = self.rewriter.text(page, tokens) if self.rewriter else page.markdown
         except errors.StoreError as exc:
             self.searcher.close()
             raise RuntimeError(f"the database could not be read: {exc}") from exc
-        return privacy.scrub({"brief": page.markdown, "sections": page.sections,
-                              "record_ids": page.record_ids})
+        return privacy.scrub({"brief": said, "rewritten": said != page.markdown,
+                              "sections": page.sections, "record_ids": page.record_ids})
 
     @base.op("session_events")
     def session_events(self, request: base.Request) -> dict:
@@ -467,7 +493,8 @@ class Retrieval(base.Role):
         surface = request.body.get("surface")
         result = self.searcher.session_context(namespace, tokens,
                                                known_to({"surface": surface}),
-                                               self.brief_tokens, self.sharing(request))
+                                               self.brief_tokens, self.sharing(request),
+                                               self.rewriter and self.rewriter.text)
         self.outcomes[result.outcome] += 1
         if result.error:
             self.log.warning("session context failed: %s", result.error)

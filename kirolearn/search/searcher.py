@@ -376,15 +376,16 @@ class Searcher:
 
     def session_context(self, namespace: str, token_budget: int,
                         known: Known | None = None, brief_tokens: int = 0,
-                        share: Sharing | None = None) -> Result:
+                        share: Sharing | None = None,
+                        written: Callable[[brief.Brief, int], str] | None = None) -> Result:
         """What an agent starting a session should know: where the last session left
         off (its checkpoint), the newest records of earlier work, then the records
         retrieved most often lately (decisions and patterns next, newest first), within
         token_budget; none stale or superseded, nor one the agent has already
         (``known``). A rule file's record is no work: it may be among the patterns,
         never the newest work. Beside it, within its own ``brief_tokens``, the project's
-        brief (``brief``), after the checkpoint; the records it names are not given
-        again. Never raises."""
+        brief (``brief``; as ``written`` words it, a model's rewrite), after the
+        checkpoint; the records it names are not given again. Never raises."""
         def fresh(record: dict) -> bool:
             return known is None or known(record) is None
         started = time.monotonic()
@@ -413,7 +414,9 @@ class Searcher:
             context, included = session_block(recent, top,
                                               max(0, token_budget - FENCE_TOKENS),
                                               last.block() if last else "",
-                                              page.markdown if page else "")
+                                              "" if page is None else written(
+                                                  page, brief_tokens) if written
+                                              else page.markdown)
             result = Result(included, "ok" if context else "empty", 0.0, block=context)
         except Exception as exc:  # a session starts with or without its context
             self.close()
