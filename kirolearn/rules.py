@@ -26,8 +26,9 @@ from kirolearn import control, paths, project
 # The files, relative to the checkout's root; and folders whose every file of these
 # endings is one.
 RULE_FILES = ("CLAUDE.md", "CLAUDE.local.md", ".claude/CLAUDE.md", "AGENTS.md", "GEMINI.md",
-              "QWEN.md", ".cursorrules", ".github/copilot-instructions.md")
-RULE_FOLDERS = ((".cursor/rules", (".mdc", ".md")), (".kiro/steering", (".md",)))
+              "QWEN.md", ".cursorrules", ".windsurfrules", ".github/copilot-instructions.md")
+RULE_FOLDERS = ((".cursor/rules", (".mdc", ".md")), (".kiro/steering", (".md",)),
+                (".windsurf/rules", (".md",)))
 AUTO_MEMORY = "~/.claude/projects/{folder}/memory/MEMORY.md"  # Claude Code's own notes
 MOST_FILES = 30  # of a folder: a project's rules, not a library of documents
 MAX_BYTES = 64 * 1024  # read of a file: the rest is left out
@@ -44,6 +45,7 @@ LOADED_BY = {
     "kiro-ide": (".kiro/steering/*", "AGENTS.md"),
     "opencode": ("AGENTS.md", "CLAUDE.md"),
     "qwen-code": ("QWEN.md", "AGENTS.md"),
+    "windsurf": (".windsurfrules", ".windsurf/rules/*", "AGENTS.md"),
 }
 
 

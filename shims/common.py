@@ -358,11 +358,12 @@ class Hook(NamedTuple):
     tools: tuple[dict, ...] = ()
 
 
-def answer(surface: str, hook: Hook, tool_context: bool = False) -> str:
-    """Post hook's event(s) for surface; return the context for a start or a prompt,
-    and, where the agent reads context after a tool (``tool_context``), what is known
-    of the files a tool use first opened in the session ("" otherwise): the shim puts
-    it in its agent's format."""
+def answer(surface: str, hook: Hook, tool_context: bool = False,
+           prompt_context: bool = True) -> str:
+    """Post hook's event(s) for surface; return the context for a start or a prompt
+    (where the agent reads it: ``prompt_context``), and, where the agent reads context
+    after a tool (``tool_context``), what is known of the files a tool use first opened
+    in the session ("" otherwise): the shim puts it in its agent's format."""
     if hook.role == "ignored":
         debug(f"ignored hook {hook.name!r}")
         return ""
@@ -388,8 +389,9 @@ def answer(surface: str, hook: Hook, tool_context: bool = False) -> str:
         session.count("captured", captured)
         session.save(prompt_event_id=event["event_id"])  # before: the turn's tools follow it
         in_play = session.listed("files")
-        context, records = shim.post(event, retrieve=True,
-                                     hints={"files": in_play} if in_play else None)
+        context, records = shim.post(event, retrieve=prompt_context,
+                                     hints={"files": in_play} if in_play and prompt_context
+                                     else None)
         session.add("given", records, SESSION_GIVEN)
         session.count("recalled", len(records))
         session.save()

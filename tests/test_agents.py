@@ -15,9 +15,18 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from helpers import BIN, Workspace, kl, settled_context, wait_events, wait_records
+from helpers import (
+    BIN,
+    Workspace,
+    here,
+    kl,
+    logged_retrieval,
+    settled_context,
+    wait_events,
+    wait_records,
+)
 
-from kirolearn import tooluse
+from kirolearn import db, tooluse
 from kirolearn.install import APPROVED_TOOLS, agents, parts
 from kirolearn.install.agents import AGENTS
 
@@ -43,6 +52,8 @@ THEIRS = {
     "qwen-code": (".qwen/settings.json", json.dumps({"ui": {"theme": "dark"}, "hooks": {
         "PostToolUse": [{"matcher": "write_file", "hooks": [
             {"type": "command", "command": "fmt.sh"}]}]}}, indent=2)),
+    "windsurf": (".windsurf/hooks.json", json.dumps({"hooks": {"pre_run_command": [
+        {"command": "guard.sh", "show_output": True}]}})),
     "opencode": ("opencode.json", json.dumps({"$schema": "https://opencode.ai/config.json",
                                               "model": "anthropic/claude",
                                               "permission": {"bash": "ask",
@@ -59,6 +70,7 @@ WRITTEN = {  # the files install writes in the project (besides the user's above
     "cursor": {".cursor/hooks.json", ".cursor/mcp.json"},
     "opencode": {".opencode/plugins/kirolearn.js", "opencode.json"},
     "qwen-code": {".qwen/settings.json"},
+    "windsurf": {".windsurf/hooks.json"},
 }
 
 
@@ -375,6 +387,47 @@ def test_qwen_code_every_hook(daemon, ws):
     run = tooluse.observe(events[3]["body"]["data"])
     assert (run.command, run.exit_status) == ("pytest -q", 0)
     assert events[4]["body"]["data"]["tool_response"]["is_error"] is True
+
+
+def test_windsurf_every_hook(daemon, ws):
+    """Cascade's hooks, as Windsurf documents them: every edit of a write is an edit, a
+    command keeps its exit code; a prompt is stored without a search (Cascade takes no
+    context from hooks: the MCP tools recall) and nothing is printed."""
+    hook = lambda name, **info: run_hook(  # noqa: E731
+        ws, "kirolearn-windsurf", {"agent_action_name": name, "trajectory_id": "traj-1",
+                                   "execution_id": "exec-1",
+                                   "timestamp": "2026-11-28T10:00:00Z", "tool_info": info})
+    path = str(ws.project / "src/cache.py")
+    assert hook("pre_user_prompt", user_prompt="Cache the user lookups") == ""
+    assert hook("post_read_code", file_path=path, content="") == ""
+    assert hook("post_write_code", file_path=path, edits=[
+        {"old_string": "", "new_string": "class UserCache:\n    pass\n"},
+        {"old_string": "pass", "new_string": "size = 0"}]) == ""
+    assert hook("post_run_command", command_line="pytest -q", cwd=str(ws.project),
+                exit_code=1, output="1 failed") == ""
+    assert hook("post_mcp_tool_use", mcp_server_name="kirolearn",
+                mcp_tool_name="search_memory", mcp_tool_arguments={"query": "cache"},
+                mcp_result="No relevant memories found.") == ""
+    assert hook("post_cascade_response", response="UserCache is in src/cache.py.") == ""
+    events = wait_events(7)
+    check_session(events, "windsurf", ws)
+    assert kinds(events) == ["prompt", "tool_use", "tool_use", "tool_use", "tool_use",
+                             "tool_use", "session_summary"]
+    read, first, second, run = (tooluse.observe(e["body"]["data"]) for e in events[1:5])
+    assert (read.kind, read.paths) == ("read", [path])
+    assert (first.kind, first.paths, second.kind) == ("edit", [path], "edit")
+    assert (run.command, run.exit_status) == ("pytest -q", 1)
+    assert events[5]["body"]["data"]["tool_name"] == "mcp__kirolearn__search_memory"
+    # a prompt searched after it is logged; the one Windsurf sent before it never was
+    asked = run_hook(ws, "kirolearn-claude-code", {
+        "session_id": "s-2", "cwd": str(ws.project), "hook_event_name": "UserPromptSubmit",
+        "prompt": "Where is the user cache?"})
+    assert asked.startswith('{"hookSpecificOutput"')
+    later = wait_events(8)[-1]
+    logged_retrieval(later["event_id"])
+    with db.reading(db.location(here())) as conn:
+        assert conn.execute("SELECT 1 FROM retrievals WHERE prompt_event_id = $1",
+                            (events[0]["event_id"],)).fetchone() is None
 
 
 def test_codex_patch_is_an_edit_per_file(daemon, ws):

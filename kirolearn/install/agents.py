@@ -270,6 +270,25 @@ def qwen_code(project: Path | None, home: Path) -> list[ConfigFile]:
             ConfigFile(home / ".qwen" / "settings.json", (McpServer(),))]
 
 
+# -- Windsurf: Cascade hooks in .windsurf/hooks.json, servers in ~/.codeium/windsurf --------
+
+WINDSURF_HOOKS = {event: {"show_output": False} for event in (
+    "pre_user_prompt", "post_write_code", "post_read_code", "post_run_command",
+    "post_mcp_tool_use", "post_cascade_response")}
+
+
+def windsurf_home(home: Path) -> Path:
+    return home / ".codeium" / "windsurf"
+
+
+def windsurf(project: Path | None, home: Path) -> list[ConfigFile]:
+    """Cascade reads hooks from the workspace (``.windsurf/hooks.json``) and the user's
+    folder, and MCP servers from the user's ``mcp_config.json`` only."""
+    hooks = (project / ".windsurf" if project else windsurf_home(home)) / "hooks.json"
+    return [ConfigFile(hooks, (FlatHooks("windsurf", WINDSURF_HOOKS),)),
+            ConfigFile(windsurf_home(home) / "mcp_config.json", (McpServer(),))]
+
+
 # -- GitHub Copilot CLI: .github/hooks/kirolearn.json; servers in ~/.copilot -------------
 
 COPILOT_HOOKS = {event: {"type": "command", "timeoutSec": 5} for event in (
@@ -421,6 +440,7 @@ AGENTS: dict[str, Agent] = {agent.name: agent for agent in (
     Agent("cursor", "cursor", cursor),
     Agent("opencode", "opencode", opencode),
     Agent("qwen-code", "qwen_code", qwen_code),
+    Agent("windsurf", "windsurf", windsurf),
 )}
 
 
