@@ -34,7 +34,9 @@ class Transcript:
         """A hook at ``when`` (a transcript's time; the one before it when it has none)."""
         moment = when if isinstance(when, str) and _is_time(when) else (
             self.hooks[-1][0] if self.hooks else None)
-        if moment is not None:
+        if moment is None:
+            self.problems.append(f"a {hook.name or hook.role} with no time before it, left out")
+        else:
             self.hooks.append((moment, hook))
 
 
@@ -128,7 +130,6 @@ def sessions(agent_module, user_home: Path, home: paths.Home, actor: str,
     found: list[Session] = []
     for transcript in agent_module.transcripts(user_home):
         session = Session(transcript)
-        transcript = session.transcript
         found.append(session)
         if not transcript.session_id or not transcript.hooks:
             session.left_out = "nothing to import"
