@@ -58,10 +58,11 @@ def fake_api():
 
 @pytest.fixture
 def daemon_batching_soon(home):
-    """The daemon, batching a turn one second after its last event: Copilot's hooks
-    carry no reply to end a turn with, so its turns are batched once idle (30 s by
-    default)."""
-    (home / "config.toml").write_text("[storage]\nbatch_idle_s = 1\n")
+    """The daemon, batching a turn 8 s after its last event: Copilot's hooks carry no
+    reply to end a turn with, so its turns are batched once idle (30 s by default). A
+    shorter wait cuts a turn in two on a loaded machine, where a hook may come seconds
+    after the one before it, and its record then tells of half the turn."""
+    (home / "config.toml").write_text("[storage]\nbatch_idle_s = 8\n")
     kl("start", check=True)
     yield home
     kl("stop", check=True)
