@@ -62,6 +62,7 @@ def fake_api():
         yield server
 
 
+@pytest.mark.timeout(300)  # the real CLI runs three or four times: minutes under load
 def test_claude_code_remembers_across_runs(daemon, fake_api, tmp_path):
     claude_cli = agent_cli("claude")
     user_home = tmp_path / "home"

@@ -76,6 +76,7 @@ def fake_api():
         yield server
 
 
+@pytest.mark.timeout(300)  # the real CLI runs three or four times: minutes under load
 def test_codex_remembers_across_runs(daemon, fake_api, tmp_path):
     codex_cli = agent_cli("codex")
     user_home = tmp_path / "home"

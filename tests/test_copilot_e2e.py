@@ -68,6 +68,7 @@ def daemon_batching_soon(home):
     kl("stop", check=True)
 
 
+@pytest.mark.timeout(300)  # the real CLI runs three or four times: minutes under load
 def test_copilot_remembers_across_runs(daemon_batching_soon, fake_api, tmp_path):
     daemon = daemon_batching_soon
     copilot_cli = agent_cli("@github/copilot-linux-x64/copilot")

@@ -78,6 +78,7 @@ def fake_api():
         yield server
 
 
+@pytest.mark.timeout(300)  # the real CLI runs three or four times: minutes under load
 def test_gemini_remembers_across_runs(daemon, fake_api, tmp_path):
     gemini_cli = agent_cli("gemini")
     user_home = tmp_path / "home"

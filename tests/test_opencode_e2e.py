@@ -83,6 +83,7 @@ def tool_results(bodies: list[dict]) -> list[str]:
             if isinstance(block, dict) and block.get("type") == "tool_result"]
 
 
+@pytest.mark.timeout(300)  # the real CLI runs three or four times: minutes under load
 def test_opencode_remembers_across_runs(daemon, fake_api, tmp_path):
     opencode_cli = agent_cli("opencode-linux-x64/bin/opencode")
     user_home = tmp_path / "home"
