@@ -418,16 +418,10 @@ def seed(from_git: bool, project: str | None, since: str | None, limit: int | No
     seconds = time.monotonic() - started
     if not report.counts["rejected"]:
         kl_seed.remember(home, root, newest)
-    for line_no, reason in sorted(report.rejected):
-        click.echo(f"event {line_no}: rejected: {reason}", err=True)
-    skipped = Counter(reason for reason in why.values() if reason)
     counts = report.counts
     click.echo(f"seeded {len(kept)} commit(s) in {seconds:.1f} s"
-               f" ({len(kept) / max(seconds, 1e-3):.1f}/s): events stored {counts['stored']},"
-               f" duplicate {counts['duplicate']}, rejected {counts['rejected']}"
-               + (f"; left out {sum(skipped.values())}: "
-                  + ", ".join(f"{n} {reason}" for reason, n in skipped.most_common())
-                  if skipped else ""))
+               f" ({len(kept) / max(seconds, 1e-3):.1f}/s): "
+               + _said(report, Counter(reason for reason in why.values() if reason)))
     try:
         sent = rules.send(home, here, kl_project.actor_id(), str(Path.home()), everything=True,
                           timeout_ms=control.WRITE_MS)
@@ -484,16 +478,9 @@ def import_sessions(agent: str, project: str | None) -> None:
             report = importer.import_lines(_session_lines(kept, bar.update), home)
     except importer.Stalled as exc:
         raise click.ClickException(f"{exc}; run it again to go on") from exc
-    for line_no, reason in sorted(report.rejected):
-        click.echo(f"event {line_no}: rejected: {reason}", err=True)
-    skipped = Counter(s.left_out for s in found if s.left_out)
     counts = report.counts
-    click.echo(f"imported {len(kept)} session(s) of {agent} in {time.monotonic() - started:.1f} s:"
-               f" events stored {counts['stored']}, duplicate {counts['duplicate']},"
-               f" rejected {counts['rejected']}"
-               + (f"; left out {sum(skipped.values())}: "
-                  + ", ".join(f"{n} {reason}" for reason, n in skipped.most_common())
-                  if skipped else "")
+    click.echo(f"imported {len(kept)} session(s) of {agent} in {time.monotonic() - started:.1f} s: "
+               + _said(report, Counter(s.left_out for s in found if s.left_out))
                + (f"; {sum(len(s.transcript.problems) for s in found)} line(s) unreadable"
                   if any(s.transcript.problems for s in found) else ""))
     if counts["stored"]:
@@ -501,6 +488,19 @@ def import_sessions(agent: str, project: str | None) -> None:
                    " how many events are still pending")
     if counts["rejected"]:
         sys.exit(1)
+
+
+def _said(report: importer.Report, skipped: Counter) -> str:
+    """What seed and import-sessions stored, and what they left out and why (each
+    rejected event said on stderr first)."""
+    for line_no, reason in sorted(report.rejected):
+        click.echo(f"event {line_no}: rejected: {reason}", err=True)
+    counts = report.counts
+    return (f"events stored {counts['stored']}, duplicate {counts['duplicate']},"
+            f" rejected {counts['rejected']}"
+            + (f"; left out {sum(skipped.values())}: "
+               + ", ".join(f"{n} {reason}" for reason, n in skipped.most_common())
+               if skipped else ""))
 
 
 def _session_lines(found: list[replay.Session], done) -> Iterator[str]:
