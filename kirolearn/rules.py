@@ -46,6 +46,7 @@ LOADED_BY = {
     "opencode": ("AGENTS.md", "CLAUDE.md"),
     "qwen-code": ("QWEN.md", "AGENTS.md"),
     "windsurf": (".windsurfrules", ".windsurf/rules/*", "AGENTS.md"),
+    "cline": (".clinerules", ".clinerules/*", "AGENTS.md"),
 }
 
 

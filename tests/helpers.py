@@ -377,6 +377,47 @@ class FakeAnthropic(ApiHandler):
             f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events).encode())
 
 
+class FakeChatCompletions(ApiHandler):
+    """Answers like an OpenAI-compatible Chat Completions API, streamed: the tool call
+    ``tool_call`` picks for a request, else "done". Subclasses pick the calls."""
+
+    def tool_call(self, body: dict, tools: list[str], results: list[str]
+                  ) -> tuple[str, dict] | None:
+        """The tool call to answer body with, given the tools it offers and the results
+        of the calls before it in the turn (none: "done")."""
+        return None
+
+    def do_GET(self) -> None:
+        self._send("application/json", json.dumps(
+            {"object": "list", "data": [{"id": "test-model", "object": "model"}]}).encode())
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        self.server.bodies.append(body)  # type: ignore[attr-defined]
+        tools = [t["function"]["name"] for t in body.get("tools") or []]
+        messages = body.get("messages") or []
+        turn = max((i for i, m in enumerate(messages) if m.get("role") == "user"
+                    and not str(m.get("content")).startswith("<hook_context")), default=0)
+        results = [str(m.get("content")) for m in messages[turn:] if m.get("role") == "tool"]
+        call = self.tool_call(body, tools, results)
+        if call is None:
+            delta, finish = {"role": "assistant", "content": "done"}, "stop"
+        else:
+            delta = {"role": "assistant", "content": None, "tool_calls": [{
+                "index": 0, "id": f"call_{len(results) + 1}", "type": "function",
+                "function": {"name": call[0], "arguments": json.dumps(call[1])}}]}
+            finish = "tool_calls"
+        chunks = [{"choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+                  {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
+                   "usage": {"prompt_tokens": 10, "completion_tokens": 1,
+                             "total_tokens": 11}}]
+        head = {"id": "c1", "object": "chat.completion.chunk", "created": 0,
+                "model": "test-model"}
+        self._send("text/event-stream", ("".join(
+            f"data: {json.dumps({**head, **chunk})}\n\n" for chunk in chunks)
+            + "data: [DONE]\n\n").encode())
+
+
 def make_db(where: db.Location, records: list[dict]) -> db.Location:
     """A store (SQLite file or PostgreSQL database) holding these records, written one by
     one as storage writes them."""

@@ -54,6 +54,7 @@ THEIRS = {
             {"type": "command", "command": "fmt.sh"}]}]}}, indent=2)),
     "windsurf": (".windsurf/hooks.json", json.dumps({"hooks": {"pre_run_command": [
         {"command": "guard.sh", "show_output": True}]}})),
+    "cline": (".clinerules/hooks/PreToolUse", "#!/bin/sh\necho '{\"cancel\": false}'\n"),
     "opencode": ("opencode.json", json.dumps({"$schema": "https://opencode.ai/config.json",
                                               "model": "anthropic/claude",
                                               "permission": {"bash": "ask",
@@ -71,6 +72,7 @@ WRITTEN = {  # the files install writes in the project (besides the user's above
     "opencode": {".opencode/plugins/kirolearn.js", "opencode.json"},
     "qwen-code": {".qwen/settings.json"},
     "windsurf": {".windsurf/hooks.json"},
+    "cline": {f".clinerules/hooks/{name}" for name in agents.CLINE_HOOKS},
 }
 
 
@@ -103,6 +105,8 @@ def test_an_agent_is_one_entry_its_shim_and_its_command(agent, tmp_path):
                 hooks |= set(part.events)
     if agent == "kiro-ide":  # a file per hook, named in its entry
         hooks = {trigger for trigger, _ in agents.KIRO_IDE_HOOKS.values()}
+    if agent == "cline":  # a file per hook, named after it
+        hooks = set(agents.CLINE_HOOKS)
     if agent == "opencode":  # its plugin hands the shim roles, not hook names
         assert set(shim.ROLES) == {"start", "prompt", "tool", "turn_end", "end"}
         return
@@ -123,7 +127,7 @@ def test_install_doctor_uninstall(ws, agent):
     for written in WRITTEN[agent]:
         content = (ws.project / written).read_text()
         assert "kirolearn" in content, written
-    if agent not in ("copilot", "kiro-ide"):  # theirs left alone: ours are files of our own
+    if agent not in ("copilot", "kiro-ide", "cline"):  # theirs left alone: ours are our files
         assert ".kirolearn.bak" in first.stdout
     merged = (ws.project / name).read_text()
     if agent == "codex":  # a setting of the user's that we would supply is theirs to keep
@@ -321,6 +325,73 @@ def test_copilot_every_hook(daemon, ws):
     assert kinds(events) == ["note", "prompt", "tool_use", "tool_use", "note"]
     assert events[4]["body"]["content"] == "copilot session ended (complete)"
     # Its context ({"additionalContext"}) reaches the model: tests/test_copilot_e2e.py.
+
+
+def test_cline_every_hook(daemon, ws):
+    """Cline's hooks as its extension documents them (a file per hook; the tool's
+    parameters as strings): each tool use read in the one shape, the prompt's context
+    back as ``contextModification``, and a control object printed whatever happens.
+    The CLI's own names and objects run in tests/test_cline_e2e.py."""
+    base = {"clineVersion": "3.36.0", "timestamp": "1795514400000", "taskId": "task-1",
+            "workspaceRoots": [str(ws.project)], "userId": "u-1"}
+    hook = lambda name, **fields: json.loads(run_hook(  # noqa: E731
+        ws, "kirolearn-cline", {**base, "hookName": name, **fields}))
+    path = str(ws.project / "src/retry.py")
+    assert hook("TaskStart", taskStart={"taskMetadata": {"taskId": "task-1"}}) == {
+        "cancel": False}
+    assert hook("UserPromptSubmit", userPromptSubmit={
+        "prompt": "Make the retry back off", "attachments": []}) == {"cancel": False}
+    assert hook("PostToolUse", postToolUse={
+        "toolName": "replace_in_file", "parameters": {"path": path, "diff": (
+            "------- SEARCH\ndelay = 1\n=======\ndelay = retry_backoff(attempt)\n"
+            "+++++++ REPLACE")}, "result": "ok", "success": True,
+        "executionTimeMs": 12})["cancel"] is False
+    hook("PostToolUse", postToolUse={
+        "toolName": "execute_command", "parameters": {"command": "pytest -q"},
+        "result": "1 failed", "success": False, "executionTimeMs": 900})
+    hook("PostToolUse", postToolUse={
+        "toolName": "use_mcp_tool", "parameters": {
+            "server_name": "kirolearn", "tool_name": "search_memory",
+            "arguments": '{"query": "retry"}'}, "result": "No relevant memories found.",
+        "success": True, "executionTimeMs": 40})
+    hook("TaskComplete", taskComplete={"taskMetadata": {
+        "taskId": "task-1", "result": "retry now backs off"}})
+    hook("TaskCancel", taskCancel={"taskMetadata": {"taskId": "task-1"}})
+    events = wait_events(7)
+    check_session(events, "cline", ws)
+    assert kinds(events) == ["note", "prompt", "tool_use", "tool_use", "tool_use",
+                             "session_summary", "note"]
+    edit, run = (tooluse.observe(e["body"]["data"]) for e in events[2:4])
+    assert (edit.kind, edit.paths, edit.added, edit.removed) == ("edit", [path], 1, 1)
+    assert "retry_backoff" in edit.identifiers
+    assert (run.command, run.failed) == ("pytest -q", True)
+    assert events[4]["body"]["data"]["tool_name"] == "mcp__kirolearn__search_memory"
+    assert events[4]["body"]["data"]["tool_input"] == {"query": "retry"}
+    assert events[5]["body"]["content"] == "retry now backs off"
+    assert events[6]["body"]["content"] == "cline session ended (cancelled)"
+    assert events[2]["parent_event_id"] == events[1]["event_id"]
+
+    wait_records(ws.namespace)
+    settled_context(ws.namespace, "retry back off")
+    printed = hook("UserPromptSubmit", userPromptSubmit={"prompt": "retry back off",
+                                                         "attachments": []})
+    assert printed["cancel"] is False and "from kirolearn" in printed["contextModification"]
+    broken, _ = ws.hook("kirolearn-cline", "not json")
+    assert (broken.returncode, json.loads(broken.stdout)) == (0, {"cancel": False})
+
+
+def test_cline_never_replaces_a_hook_file_of_the_users(ws):
+    """Cline runs one file a hook a folder: one of the user's where ours would go is
+    reported, and nothing is written."""
+    env = ws.env(PATH=os.pathsep.join((str(BIN), "/usr/bin:/bin")))
+    theirs = ws.project / ".clinerules" / "hooks" / "PostToolUse"
+    theirs.parent.mkdir(parents=True)
+    theirs.write_text("#!/bin/sh\n./lint.sh\n")
+    before = tree(ws.project)
+    refused = kl("install", "--agent", "cline", env=env, cwd=str(ws.project))
+    assert refused.returncode != 0 and "is not kirolearn's" in refused.stderr, refused.stderr
+    assert tree(ws.project) == before
+    assert not (ws.home / ".cline").exists()
 
 
 def test_opencode_every_hook(daemon, ws):

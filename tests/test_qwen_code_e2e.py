@@ -18,7 +18,7 @@ import pytest
 from helpers import (
     ACTOR,
     BIN,
-    ApiHandler,
+    FakeChatCompletions,
     agent_cli,
     first_run,
     kl,
@@ -32,39 +32,20 @@ from helpers import (
 from kirolearn import project
 
 
-class FakeChatCompletions(ApiHandler):
-    """Answers like an OpenAI-compatible Chat Completions API, streamed: the shell first,
-    then "done"; requests without tools (Qwen Code's own) get "done"."""
+class QwenApi(FakeChatCompletions):
+    """The shell first, then "done"; requests without tools (Qwen Code's own) get
+    "done"."""
 
-    def do_GET(self) -> None:
-        self._send("application/json", json.dumps(
-            {"object": "list", "data": [{"id": "test-model", "object": "model"}]}).encode())
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-        self.server.bodies.append(body)  # type: ignore[attr-defined]
-        tools = [t["function"]["name"] for t in body.get("tools") or []]
-        answered = any(m.get("role") == "tool" for m in body.get("messages") or [])
-        if answered or "run_shell_command" not in tools:
-            delta, finish = {"role": "assistant", "content": "done"}, "stop"
-        else:
-            delta = {"role": "assistant", "content": None, "tool_calls": [{
-                "index": 0, "id": "call_1", "type": "function", "function": {
-                    "name": "run_shell_command",
-                    "arguments": json.dumps({"command": "echo hello"})}}]}
-            finish = "tool_calls"
-        chunks = [{"choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
-                  {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
-                   "usage": {"prompt_tokens": 10, "completion_tokens": 1,
-                             "total_tokens": 11}}]
-        stream = "".join(f"data: {json.dumps({'id': 'c1', 'object': 'chat.completion.chunk', 'created': 0, 'model': 'test-model', **chunk})}\n\n"  # noqa: E501
-                         for chunk in chunks) + "data: [DONE]\n\n"
-        self._send("text/event-stream", stream.encode())
+    def tool_call(self, body: dict, tools: list[str], results: list[str]
+                  ) -> tuple[str, dict] | None:
+        if results or "run_shell_command" not in tools:
+            return None
+        return "run_shell_command", {"command": "echo hello"}
 
 
 @pytest.fixture
 def fake_api():
-    with scripted_api(FakeChatCompletions) as server:
+    with scripted_api(QwenApi) as server:
         yield server
 
 

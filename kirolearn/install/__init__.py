@@ -35,6 +35,7 @@ from kirolearn.install.agents import (
     CLAUDE_TOOLS,
     DEFAULT_AGENT,
     KIRO_CLI_TOOLS,
+    TEXT_FORMATS,
     ConfigFile,
     InstallError,
     config_files,
@@ -101,7 +102,7 @@ def read(file: ConfigFile) -> object:
         return None
     except OSError as exc:
         raise InstallError(f"cannot read {file.path}: {exc}") from exc
-    if file.format == "text":
+    if file.format in TEXT_FORMATS:
         return text
     if not text.strip():
         return {}
@@ -122,7 +123,7 @@ def _toml_load(text: str) -> dict:
 
 
 def _render(file: ConfigFile, value: object) -> str:
-    if file.format == "text":
+    if file.format in TEXT_FORMATS:
         return str(value)
     if file.format == "toml":
         import tomlkit
@@ -168,6 +169,8 @@ def write(file: ConfigFile, value: object, before: object, backup: bool) -> Chan
     temporary.write_text(_render(file, value), "utf-8")
     if before is not None:
         shutil.copymode(path, temporary)
+    elif file.format == "script":
+        temporary.chmod(0o755)
     os.replace(temporary, path)
     return Change(path, "created" if before is None else "updated", copy)
 
@@ -210,12 +213,17 @@ def install(agent: str, project: Path | None, home: Path, absolute: bool = False
             default_agent: bool = False) -> list[Change]:
     """Write or merge agent's hooks and MCP server (and with default_agent, make
     kirolearn Kiro CLI's default agent); returns what changed. Checks every file first,
-    so an unreadable one changes nothing."""
+    so an unreadable one, or a hook file of the user's where ours goes, changes
+    nothing."""
     if default_agent and agent != "kiro-cli":
         raise InstallError("--default-agent is for kiro-cli")
     files = _files(agent, project, home, default_agent)
     commands = Commands.choose(absolute or project is None)
     before = [read(file) for file in files]
+    for file, config in zip(files, before, strict=True):
+        if file.format == "script" and config and not found(file, config):
+            raise InstallError(f"{file.path} is not kirolearn's and would be replaced; move"
+                               " it aside (or uninstall what wrote it), then run this again")
     changes = []
     for file, config in zip(files, before, strict=True):
         theirs = config is not None and not found(file, config)
@@ -286,7 +294,7 @@ def check(agent: str, project: Path | None, home: Path) -> tuple[str, str]:
     fix = f"run: kirolearn install --agent {agent}"
     for file, ours in zip(files, entries, strict=True):
         missing = [name for part in file.parts for name in part.required if name not in ours]
-        if missing and (file.format == "text" or missing == [file.path.name]):
+        if missing and (file.format in TEXT_FORMATS or missing == [file.path.name]):
             return "broken", f"{file.path} is missing or disabled; {fix}"
         if missing:
             return "broken", f"{file.path} lacks kirolearn's {', '.join(missing)}; {fix}" + (

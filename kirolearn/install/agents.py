@@ -51,10 +51,13 @@ class InstallError(Exception):
     """Something the user has to fix before the configuration can be written."""
 
 
+TEXT_FORMATS = ("text", "script")  # files that are all ours; a script is made executable
+
+
 @dataclass(frozen=True)
 class ConfigFile:
-    """One file install writes: its parts, its format (json, toml, or text for a file
-    that is all ours), and what a new file starts from (the same left after uninstall
+    """One file install writes: its parts, its format (json, toml, or one of
+    TEXT_FORMATS), and what a new file starts from (the same left after uninstall
     means the file goes)."""
 
     path: Path
@@ -289,6 +292,45 @@ def windsurf(project: Path | None, home: Path) -> list[ConfigFile]:
             ConfigFile(windsurf_home(home) / "mcp_config.json", (McpServer(),))]
 
 
+# -- Cline: an executable file per hook, the MCP server in its CLI's settings -------------
+
+CLINE_HOOKS = ("TaskStart", "TaskResume", "UserPromptSubmit", "PostToolUse", "TaskComplete",
+               "TaskCancel", "SessionShutdown")
+CLINE_COMMAND = re.compile(r"^exec (\S+)", re.MULTILINE)
+
+
+def _cline_hook(name: str) -> WholeFile:
+    def render(commands: Commands) -> str:
+        return (f"#!/bin/sh\n# Cline's {name} hook: kirolearn's long-term memory"
+                f" (kirolearn install --agent cline)\nexec {commands.shim('cline')}\n")
+
+    def command(content: object) -> str | None:
+        found = CLINE_COMMAND.search(content) if isinstance(content, str) else None
+        return found.group(1) if found and is_ours(found.group(1)) else None
+
+    return WholeFile(name, render, command, required=(name,))
+
+
+def cline_home(home: Path) -> Path:
+    """The Cline CLI's own folder (``$CLINE_DIR``, else ``~/.cline``)."""
+    return Path(os.environ.get("CLINE_DIR") or home / ".cline")
+
+
+def cline(project: Path | None, home: Path) -> list[ConfigFile]:
+    """Cline (its VS Code extension and its CLI) runs the file named after a hook, from
+    the project's ``.clinerules/hooks`` and the user's ``~/Documents/Cline/Hooks``; its
+    CLI reads MCP servers from ``cline_mcp_settings.json`` in its data folder."""
+    hooks = project / ".clinerules" / "hooks" if project else home / "Documents" / "Cline" \
+        / "Hooks"
+    data = Path(os.environ.get("CLINE_DATA_DIR") or cline_home(home) / "data")
+    settings = Path(os.environ.get("CLINE_MCP_SETTINGS_PATH")
+                    or data / "settings" / "cline_mcp_settings.json")
+    server = McpServer(shape=lambda entry: {**entry, "disabled": False,
+                                            "autoApprove": list(APPROVED_TOOLS)})
+    return [*(ConfigFile(hooks / name, (_cline_hook(name),), "script") for name in CLINE_HOOKS),
+            ConfigFile(settings, (server,))]
+
+
 # -- GitHub Copilot CLI: .github/hooks/kirolearn.json; servers in ~/.copilot -------------
 
 COPILOT_HOOKS = {event: {"type": "command", "timeoutSec": 5} for event in (
@@ -441,6 +483,7 @@ AGENTS: dict[str, Agent] = {agent.name: agent for agent in (
     Agent("opencode", "opencode", opencode),
     Agent("qwen-code", "qwen_code", qwen_code),
     Agent("windsurf", "windsurf", windsurf),
+    Agent("cline", "cline", cline),
 )}
 
 

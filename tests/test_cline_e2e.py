@@ -1,0 +1,162 @@
+"""A real agent, end to end: the Cline CLI with kirolearn's hooks, run offline.
+
+The CLI (``tests/e2e/package.json``, pinned; installed by the test command) talks to a
+scripted OpenAI-compatible Chat Completions API on 127.0.0.1, set up as a user would
+(``cline auth``). ``kirolearn install --agent cline`` writes an executable file per hook
+in the project's ``.clinerules/hooks`` and our MCP server in the CLI's settings; Cline
+runs the files. The first run's edit, command and reply must be stored; on the second,
+the file the model reads brings back what the first run did to it (the CLI reads
+context back from its tool hooks, not from its start: see ``shims/cline.py``), and our
+MCP tools are offered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers import (
+    ACTOR,
+    BIN,
+    LINUX_X64,
+    FakeChatCompletions,
+    agent_cli,
+    kl,
+    scripted_api,
+    wait_events,
+    wait_for,
+    wait_records,
+)
+
+from kirolearn import project, tooluse
+from kirolearn.install.agents import CLINE_HOOKS
+
+pytestmark = LINUX_X64
+NOTES = "def greet(name):\n    return f'hello {name}'\n"
+
+
+class ClineApi(FakeChatCompletions):
+    """Asked to create notes.py: the editor, then a command; asked to read it, a read;
+    then "done"."""
+
+    project: Path
+
+    def tool_call(self, body: dict, tools: list[str], results: list[str]
+                  ) -> tuple[str, dict] | None:
+        if "editor" not in tools:
+            return None
+        asked = json.dumps(body.get("messages"))
+        path = str(self.project / "notes.py")
+        if "Create notes.py" in asked:
+            calls = [("editor", {"path": path, "new_text": NOTES}),
+                     ("run_commands", {"commands": ["python3 -c 'import notes'"]})]
+        elif "Read notes.py" in asked:
+            calls = [("read_files", {"files": [{"path": path}]})]
+        else:
+            calls = []
+        return calls[len(results)] if len(results) < len(calls) else None
+
+
+@pytest.fixture
+def fake_api(tmp_path):
+    ClineApi.project = tmp_path / "home" / "proj"
+    with scripted_api(ClineApi) as server:
+        yield server
+
+
+def stop_hub(user_home: Path) -> None:
+    """Stop the background hub the Cline CLI starts (and leaves running) for this home,
+    and the MCP servers it runs: every process of this home's user."""
+    needle = f"HOME={user_home}\0".encode()
+
+    def left() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if (entry.name.isdigit() and needle in (entry / "environ").read_bytes()
+                        and (entry / "stat").read_text().split()[2] != "Z"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+        return found
+
+    for pid in left():
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not left(), 30, 0.1, "the Cline hub's processes to end")
+
+
+def test_cline_remembers_across_runs(daemon, fake_api, tmp_path):
+    cline_cli = agent_cli("cline")
+    user_home = tmp_path / "home"
+    proj = user_home / "proj"
+    (proj / ".git").mkdir(parents=True)
+    env = {  # a clean environment: nothing from this machine's user leaks in
+        "HOME": str(user_home), "PATH": f"{BIN}:/usr/local/bin:/usr/bin:/bin",
+        "USER": ACTOR, "LOGNAME": ACTOR, "KIROLEARN_HOME": str(daemon), "NO_COLOR": "1"}
+    try:
+        configured = subprocess.run(
+            [str(cline_cli), "auth", "-p", "openai-compatible", "-k", "test", "-m",
+             "test-model", "-b", f"http://127.0.0.1:{fake_api.server_port}/v1"],
+            cwd=proj, env=env, text=True, capture_output=True, timeout=120,
+            stdin=subprocess.DEVNULL)
+        assert configured.returncode == 0, configured.stderr
+        installed = kl("install", "--agent", "cline", env=env, cwd=str(proj))
+        assert installed.returncode == 0, installed.stderr
+        for name in CLINE_HOOKS:
+            hook = proj / ".clinerules" / "hooks" / name
+            assert hook.stat().st_mode & stat.S_IXUSR, hook
+            assert "exec kirolearn-cline" in hook.read_text()  # by name: fit to commit
+        doctor = kl("doctor", env=env, cwd=str(proj))
+        assert f"ok    cline (project {proj})" in doctor.stdout, doctor.stdout
+        namespace = project.resolve_project(proj, home=str(user_home)).namespace(ACTOR)
+
+        def cline(prompt: str) -> str:
+            done = subprocess.run([str(cline_cli), prompt], cwd=proj, env=env, text=True,
+                                  capture_output=True, timeout=180,
+                                  stdin=subprocess.DEVNULL)
+            assert done.returncode == 0, f"cline failed:\n{done.stdout}\n{done.stderr}"
+            return done.stdout
+
+        assert "done" in cline("Create notes.py with a greet function")
+        assert (proj / "notes.py").read_text() == NOTES
+        events = wait_events(4)
+        assert len({e["session_id"] for e in events}) == 1, events
+        assert all(e["namespace"] == namespace for e in events), events
+        # The start hook runs in the background, so its note may come after the tools.
+        notes = [e for e in events if e["kind"] == "note"]
+        assert [n["body"]["content"] for n in notes] == ["cline session started (startup)"]
+        rest = [e for e in events if e["kind"] != "note"]
+        assert [e["kind"] for e in rest] == ["tool_use", "tool_use", "session_summary"]
+        edit, run = (tooluse.observe(e["body"]["data"]) for e in rest[:2])
+        assert (edit.kind, edit.paths) == ("edit", [str(proj / "notes.py")])
+        assert "greet" in edit.identifiers
+        assert (run.kind, run.command, run.failed) == ("run", "python3 -c 'import notes'",
+                                                       False)
+        assert rest[2]["body"]["content"] == "done"
+
+        wait_records(namespace)
+        seen = len(fake_api.bodies)
+        assert "done" in cline("Read notes.py and say what it does")
+        # The hub started our MCP server in the first run (whose first request may go out
+        # before the server is up); it serves the second from the start.
+        offered = {t["function"]["name"] for t in fake_api.bodies[seen].get("tools") or []}
+        assert "kirolearn__search_memory" in offered, sorted(offered)
+        later = json.dumps(fake_api.bodies[seen:])
+        assert '<hook_context source=\\"PostToolUse\\"' in later, later[-2000:]
+        assert "## Prior observations from kirolearn" in later
+        assert "edited `notes.py`" in later
+
+        removed = kl("uninstall", "--agent", "cline", env=env, cwd=str(proj))
+        assert removed.returncode == 0, removed.stderr
+        assert not (proj / ".clinerules").exists()
+        settings = user_home / ".cline" / "data" / "settings" / "cline_mcp_settings.json"
+        assert "kirolearn" not in (settings.read_text() if settings.exists() else "")
+    finally:
+        stop_hub(user_home)
