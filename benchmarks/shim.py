@@ -10,7 +10,9 @@ libraries every shim needs), so both see the same machine noise:
 - tool_use (``surface``: claude-code, codex, gemini, copilot, cursor, opencode): each
   other agent's tool-use hook, its payload in the agent's format, the same way;
 - postToolUse with the daemon away (``path: spool``): a tool use whose output holds
-  secrets, scrubbed (with the rules ingest saved) and written to the spool;
+  secrets, scrubbed (with the rules ingest saved) and written to the spool; and again
+  with no rules saved (``path: spool_unsaved_rules``), as on a machine connected to
+  another's daemon, where no ingest runs (the rules kirolearn ships);
 - the first prompt after ``kirolearn start`` (``path: first_after_start``), with the
   embedding model on and every record's vector stored, as a user's daemon starts in
   the morning: the model and the project's vectors load meanwhile (the budget is 500
@@ -180,15 +182,20 @@ def main() -> None:
         # The daemon away: each tool use is scrubbed and spooled (fsync included).
         secret_tool = {**tool, "tool_response": {"success": True, "result": [{
             "exit_status": "0", "stdout": f"DB_PASSWORD={SECRET} key {AWS_KEY}\n"}]}}
-        times["spooled"] = []
-        for i in range(runs + 3):
-            f, _ = timed(floor, "", proj, env)
-            t, _ = timed(shim, json.dumps(secret_tool), proj, env)
-            if i >= 3:
-                times["spool_floor"] = [*times.get("spool_floor", []), f]
-                times["spooled"].append(t)
+        spool_files: dict[str, int] = {}
+        for path in ("spool", "spool_unsaved_rules"):
+            if path == "spool_unsaved_rules":
+                (base / "secret-rules.json").unlink()
+            before = len(list((base / "spool").glob("*.json")))
+            times[path], times[f"{path}_floor"] = [], []
+            for i in range(runs + 3):
+                f, _ = timed(floor, "", proj, env)
+                t, _ = timed(shim, json.dumps(secret_tool), proj, env)
+                if i >= 3:
+                    times[f"{path}_floor"].append(f)
+                    times[path].append(t)
+            spool_files[path] = len(list((base / "spool").glob("*.json"))) - before
         spool_text = b"".join(p.read_bytes() for p in (base / "spool").glob("*.json"))
-        spool_files = len(list((base / "spool").glob("*.json"))) - spooled
         leaked = spool_text.count(SECRET.encode()) + spool_text.count(AWS_KEY.encode())
         cold = first_prompts(shim, proj, env, corpus.prompts(starts, seed=7))
     floor_p50 = statistics.median(times["floor"])
@@ -213,15 +220,17 @@ def main() -> None:
             "floor_p99_ms": round(percentile(times["floor"], 99), 2),
             "ratio_to_floor": round(p50 / floor_p50, 3),
             "target_ratio": TARGETS["postToolUse"]}), flush=True)
-    p50, floor_p50 = statistics.median(times["spooled"]), statistics.median(times["spool_floor"])
-    print(json.dumps({
-        "bench": "shim", "hook": "postToolUse", "path": "spool", "surface": "kiro-cli",
-        "runs": runs, "wall_p50_ms": round(p50, 2),
-        "wall_p99_ms": round(percentile(times["spooled"], 99), 2),
-        "floor_p50_ms": round(floor_p50, 2),
-        "floor_p99_ms": round(percentile(times["spool_floor"], 99), 2),
-        "ratio_to_floor": round(p50 / floor_p50, 3), "target_ratio": SPOOL_TARGET,
-        "spooled": spool_files, "secrets_in_spool": leaked}), flush=True)
+    for path in ("spool", "spool_unsaved_rules"):
+        p50, floor_p50 = statistics.median(times[path]), statistics.median(
+            times[f"{path}_floor"])
+        print(json.dumps({
+            "bench": "shim", "hook": "postToolUse", "path": path, "surface": "kiro-cli",
+            "runs": runs, "wall_p50_ms": round(p50, 2),
+            "wall_p99_ms": round(percentile(times[path], 99), 2),
+            "floor_p50_ms": round(floor_p50, 2),
+            "floor_p99_ms": round(percentile(times[f"{path}_floor"], 99), 2),
+            "ratio_to_floor": round(p50 / floor_p50, 3), "target_ratio": SPOOL_TARGET,
+            "spooled": spool_files[path], "secrets_in_spool": leaked}), flush=True)
     print(json.dumps(cold), flush=True)
 
 

@@ -21,7 +21,9 @@ HOSTILE = ["\x00", "-1", "../" * 12 + "etc/passwd", "x" * 5000, "tcp://", "{}", 
 
 def commands(group: click.Group = cli, prefix: tuple[str, ...] = ()):
     """(argv before the arguments, command) of every command, subcommands included."""
-    for name, command in sorted(group.commands.items()):
+    context = click.Context(group)
+    for name in sorted(group.list_commands(context)):
+        command = group.get_command(context, name)
         if isinstance(command, click.Group):
             yield from commands(command, (*prefix, name))
         else:

@@ -4,17 +4,19 @@ listed and retried."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
+import pytest
 import zmq
 from helpers import NAMESPACE, here, kl, make_event, status, wait_for
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kirolearn import config, contract, db, paths, transport
-from kirolearn.db import batches, writes
-from kirolearn.roles import handout
+from kirolearn.db import batches, postgres, writes
+from kirolearn.roles import base, handout
 from kirolearn.roles import leases as leases_role
 from kirolearn.roles import storage as storage_role
 from kirolearn.roles import writer as writer_role
@@ -172,10 +174,11 @@ class Log:
     info = warning = error = exception = debug = _keep
 
 
-def leased(tmp_path, events: int = 1, lease_ms: int = 60_000):
-    """A writer on a new file holding one ready batch of ``events`` events, and leases."""
+def leased(tmp_path, events: int = 1, lease_ms: int = 60_000, where: db.Location | None = None):
+    """A writer on a new file (or ``where``) holding one ready batch of ``events`` events,
+    and leases."""
     log = Log()
-    writer = writer_role.Writer(tmp_path / "k.db", log)
+    writer = writer_role.Writer(where or tmp_path / "k.db", log)
     with writer.writing() as conn:
         for n in range(events):
             writes.insert_event(conn, prepare(make_event("prompt", f"step {n}"))[0], 0)
@@ -209,6 +212,47 @@ def test_a_batch_whose_worker_died_goes_out_again_at_once(tmp_path):
         assert any("is gone; handing it out again" in line for line in log.lines)
     finally:
         writer.close()
+
+
+def test_a_batch_whose_result_the_store_could_not_take_goes_out_once_it_answers(
+        tmp_path, postgres_server):
+    """PostgreSQL goes away as a result is committed (its connections cut, new ones
+    refused): the batch goes out again as soon as the server answers, not at lease end."""
+    import psycopg
+
+    url = postgres_server.database()
+    name = url.rsplit("/", 1)[1]
+    writer, leases, batch_id, log = leased(tmp_path, where=url)
+
+    def admin(sql: str) -> None:
+        with psycopg.connect(postgres_server.url(), autocommit=True) as conn:
+            conn.execute(sql)
+
+    try:
+        leases.lease([batch_id], db.now_ms(), elsewhere=False)
+        admin(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+        admin(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
+        leases.strand([batch_id])  # what the handout does when the commit fails
+        assert leases.next_check(time.monotonic()) is not None
+        with pytest.raises(base.Unavailable):
+            leases.reclaim()
+        assert leases.stranded == {batch_id}  # kept until the store answers
+        admin(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+        mended = time.monotonic()
+
+        def out_again() -> bool:
+            with contextlib.suppress(base.Unavailable):
+                leases.reclaim()
+                return due(writer) == [batch_id]
+            return False
+
+        wait_for(out_again, timeout=30, interval=0.2, message="the batch to go out again")
+        assert time.monotonic() - mended < 30 and not leases.stranded
+        assert any("could not be committed while the store was away" in line
+                   for line in log.lines)
+    finally:
+        writer.close()
+        postgres.close_pools()
 
 
 def test_a_worker_elsewhere_is_heard_and_its_result_alone_is_taken(tmp_path, monkeypatch):

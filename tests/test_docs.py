@@ -4,20 +4,35 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
+
 from kirolearn import protocol
-from kirolearn.cli import cli
+from kirolearn.cli import MODULES, cli
 
 ROOT = Path(__file__).parent.parent
 
 
+def commands() -> dict[str, click.Command]:
+    context = click.Context(cli)
+    return {name: cli.get_command(context, name) for name in cli.list_commands(context)}
+
+
+def test_every_command_is_found_in_the_module_named_for_it():
+    import importlib
+
+    for module, names in MODULES.items():
+        found = importlib.import_module(f"kirolearn.cli.{module}").COMMANDS
+        assert tuple(command.name for command in found) == names
+
+
 def test_every_command_is_in_the_readme():
     readme = (ROOT / "README.md").read_text()
-    for name in cli.commands:
+    for name in commands():
         assert f"`kirolearn {name}" in readme, f"kirolearn {name} is not documented"
 
 
 def test_every_command_shows_an_example_in_its_help():
-    for name, command in cli.commands.items():
+    for name, command in commands().items():
         assert "Example" in (command.help or ""), f"kirolearn {name} --help has no example"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 import sys
@@ -226,11 +227,25 @@ def test_saved_rules_are_what_a_shim_loads(tmp_path):
     assert (tmp_path / "secret-rules.json").stat().st_mode & 0o777 == 0o600
     assert rules.load(home) == saved
     (tmp_path / "secret-rules.json").write_text(json.dumps({"kirolearn": "0.0.0", "rules": []}))
-    assert rules.load(home) == saved  # another version's file: read from the library
+    assert rules.load(home) == saved  # another version's file: those kirolearn ships
 
 
-def test_a_shim_scrubbing_with_saved_rules_never_imports_detect_secrets(tmp_path):
-    rules.save(paths.Home(tmp_path))
+def test_the_shipped_rules_are_those_of_the_installed_detect_secrets():
+    """Regenerate after an update of detect-secrets: python -c 'import json,
+    importlib.metadata as m; from kirolearn.privacy import rules;
+    rules.SHIPPED.write_text(json.dumps({"detect-secrets": m.version("detect-secrets"),
+    "rules": rules.from_detect_secrets()}, indent=1) + "\\n")'"""
+    shipped = json.loads(rules.SHIPPED.read_text())
+    assert shipped["detect-secrets"] == importlib.metadata.version("detect-secrets")
+    assert shipped["rules"] == rules.from_detect_secrets()
+
+
+@pytest.mark.parametrize("saved", [True, False], ids=["saved", "none saved"])
+def test_a_shim_scrubbing_never_imports_detect_secrets(tmp_path, saved):
+    """With the rules ingest saved, or none (a connected machine has no ingest): those
+    kirolearn ships."""
+    if saved:
+        rules.save(paths.Home(tmp_path))
     code = ("import sys, pathlib; from kirolearn import paths, privacy;"
             " privacy.use_saved_rules(paths.Home(pathlib.Path(sys.argv[1])));"
             " print(privacy.scrub_text('DB_PASSWORD=hunter2x AKIAIOSFODNN7EXAMPLE'));"

@@ -2,39 +2,57 @@
 
 ``daemon`` runs it (start, stop, restart, status, scale, logs, worker, open), ``data``
 reads and writes what is stored (import, export, stats, search, prune, scrub, seed),
-``records``
-corrects it (forget, edit), ``capture`` says where it is captured (pause, resume),
-``embeddings`` the
-vectors, ``extraction`` the batches that become records (failed, retry), ``agents``
-connects the agents (install, uninstall, mcp), ``backup`` copies the database and puts
-a copy back (backup, restore), ``network`` shares a daemon over TCP (keys, connect),
-and ``doctor`` says what is wrong.
+``records`` corrects it (forget, edit), ``capture`` says where it is captured (pause,
+resume), ``embeddings`` the vectors, ``extraction`` the batches that become records
+(failed, retry), ``agents`` connects the agents (install, uninstall), ``mcp`` serves
+them the MCP tools, ``backup`` copies the database and puts a copy back (backup,
+restore), ``network`` shares a daemon over TCP (keys, connect), and ``doctor`` says
+what is wrong.
+
+A command's module is imported when the command runs: ``kirolearn mcp``, which an agent
+starts at each of its sessions and waits for, pays for its own module only.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import click
 
 from kirolearn import __version__, paths
-from kirolearn.cli import (
-    agents,
-    backup,
-    capture,
-    daemon,
-    data,
-    doctor,
-    embeddings,
-    extraction,
-    network,
-    records,
-)
+
+# module of kirolearn.cli → the commands in its COMMANDS
+MODULES = {
+    "daemon": ("start", "stop", "restart", "status", "scale", "logs", "worker", "open"),
+    "data": ("import", "export", "stats", "search", "brief", "prune", "scrub", "seed",
+             "import-sessions"),
+    "records": ("forget", "edit"),
+    "capture": ("pause", "resume", "enable", "disable"),
+    "backup": ("backup", "restore"),
+    "embeddings": ("embeddings",),
+    "extraction": ("extraction",),
+    "agents": ("install", "uninstall"),
+    "mcp": ("mcp",),
+    "network": ("keys", "connect"),
+    "doctor": ("doctor",),
+}
 
 
 class Commands(click.Group):
     """The command group, whose commands end in a message, never a traceback: an error a
-    command did not expect is said in one line (``KIROLEARN_DEBUG=1`` shows where)."""
+    command did not expect is said in one line (``KIROLEARN_DEBUG=1`` shows where). Its
+    commands are found in their modules (``MODULES``) when asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for names in MODULES.values() for name in names]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = next((m for m, names in MODULES.items() if cmd_name in names), None)
+        if module is None:
+            return None
+        commands = importlib.import_module(f"kirolearn.cli.{module}").COMMANDS
+        return next(command for command in commands if command.name == cmd_name)
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -60,9 +78,3 @@ def cli(ctx: click.Context) -> None:
     Everything lives under KIROLEARN_HOME (default ~/.kirolearn).
     """
     ctx.obj = paths.Home.current()  # read once; each command finds it (common.home)
-
-
-for module in (daemon, data, records, capture, backup, embeddings, extraction, agents,
-               network, doctor):
-    for command in module.COMMANDS:
-        cli.add_command(command)

@@ -1,4 +1,4 @@
-"""Commands for the agents: install and uninstall their hooks, serve MCP."""
+"""Commands for the agents: install and uninstall their hooks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kirolearn import config, control, install, project
+from kirolearn import control, install, project
 from kirolearn import seed as kl_seed
 from kirolearn.cli import common
 from kirolearn.cli.daemon import start
@@ -123,26 +123,4 @@ def _change_agents(operation, agents: tuple[str, ...], target: Path | None) -> N
             click.echo(f"{agent}: {change}")
 
 
-@click.command()
-@click.option("--scope", type=click.Choice(project.SCOPES),
-              default=None, help="Which memories it serves (default: mcp.scope).")
-def mcp(scope: str | None) -> None:
-    """Serve the MCP tools on stdio, for an agent to start (kirolearn install registers
-    it): search_memory, recall, resume_session, timeline, get_records,
-    save_observation, save_session_summary, update_memory and forget, for the project
-    of the current directory.
-
-    \b
-    Example (what an agent's configuration runs):
-        kirolearn mcp
-        kirolearn mcp --scope project+global
-    """
-    from kirolearn import mcp_server
-
-    try:
-        mcp_server.main(scope)
-    except config.ConfigError as exc:
-        raise click.ClickException(f"configuration error: {exc}") from exc
-
-
-COMMANDS = [install_, uninstall, mcp]
+COMMANDS = [install_, uninstall]

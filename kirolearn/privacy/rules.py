@@ -11,8 +11,11 @@ are (``from_detect_secrets``); only what it says about each detector that a scru
 needs is kept here (``DETECTORS``): the needles, and whether a detector's groups are
 the secret or the whole match is. Importing it costs a shim most of its budget, so
 the rules it gives are kept in the home (``save``/``load``), written by ingest at
-every start and read by a shim that must scrub what it spools. (The rules are a
-table read top to bottom, kept whole in one module.)
+every start and read by a shim that must scrub what it spools; where no ingest runs (a
+machine connected to another's daemon), the shim and the MCP server read those of the
+detect-secrets kirolearn was released with (``SHIPPED``, checked against the installed
+one by the tests). (The rules are a table read top to bottom, kept whole in one
+module.)
 """
 
 from __future__ import annotations
@@ -187,6 +190,7 @@ _PLACEHOLDER = re.compile(
     |\[|changeme$|secret$|password$|your[_-])""", re.IGNORECASE | re.VERBOSE)
 _CODE = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?:[(\[].*)?$")
 _NUMBER = re.compile(r"[\d_.,]+")
+_VERSION = re.compile(r"[\^~<>=]{0,2}v?\d+(?:\.\d+){1,3}(?:-[a-z]+(?:\.?\d+)?)?")  # ^3.9.8-rc.1
 _WORD = re.compile(r"[A-Za-z][a-z]*")  # "keyword", "Token": a name, not a secret
 _FORMAT = re.compile(r"%[-+ #0-9.]*[sdifrx(]|\{\w*\}")
 _SECRET_WORD = re.compile(_KEYWORD, re.IGNORECASE)
@@ -254,10 +258,11 @@ def _keyed(match: re.Match, text: str) -> str | None:
         return "password"  # Google's app passwords come as four groups of four
     # "password": "…" in JSON: the key alone says what the value is (a plain word too).
     json_key = quoted and text[match.start() - 1: match.start()] in ("\"", "'")
-    if _NUMBER.fullmatch(value) or _FORMAT.search(value) or (not env_style and (
-            (quoted and (any(c.isspace() for c in value)
-                         or (_WORD.fullmatch(value) and not json_key)))
-            or (not quoted and _looks_like_code(value, tight)))):
+    if _NUMBER.fullmatch(value) or _VERSION.fullmatch(value) or _FORMAT.search(value) or (
+            not env_style and (
+                (quoted and (any(c.isspace() for c in value)
+                             or (_WORD.fullmatch(value) and not json_key)))
+                or (not quoted and _looks_like_code(value, tight)))):
         return None
     return _keyword_kind(word)
 
@@ -464,15 +469,21 @@ def save(home: paths.Home) -> list[dict]:
     return found
 
 
+SHIPPED = Path(__file__).with_name("detect_secrets.json")  # {"detect-secrets": v, "rules"}
+
+
 def load(home: paths.Home) -> list[dict]:
-    """detect-secrets' rules as ingest last saved them, or read from the library when
-    there is no such file (or one from another version of kirolearn)."""
-    try:
-        saved = json.loads(_cache_file(home).read_bytes())
-        if saved.get("kirolearn") == __version__ and isinstance(saved.get("rules"), list):
-            return saved["rules"]
-    except (OSError, ValueError, AttributeError):
-        pass
+    """detect-secrets' rules as ingest last saved them; where there is no such file (or
+    one from another version of kirolearn), those kirolearn ships; the library's own
+    if both are gone."""
+    for path, key, value in ((_cache_file(home), "kirolearn", __version__),
+                             (SHIPPED, None, None)):
+        try:
+            saved = json.loads(path.read_bytes())
+            if (key is None or saved.get(key) == value) and isinstance(saved.get("rules"), list):
+                return saved["rules"]
+        except (OSError, ValueError, AttributeError):
+            continue
     return from_detect_secrets()
 
 

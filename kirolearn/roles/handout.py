@@ -385,6 +385,7 @@ class Handout:
             scope = batches.batch_scope(self.writer.conn, batch_id)
         except (base.Unavailable, errors.StoreError) as exc:
             self.log.warning("batch %s: its result cannot be checked now: %s", batch_id, exc)
+            self.leases.strand([batch_id])
             return None
         if scope is None:
             self.log.warning("dropped a result for batch %s, which does not exist", batch_id)
@@ -407,23 +408,28 @@ class Handout:
         batches once it has run RESULTS_SLICE_S; the rest wait for the next pass of the
         loop, after the events queued meanwhile (a take's thousand records committed at
         once held the events' acks for a second on PostgreSQL). On a fault nothing is
-        committed: the batches go out again when their leases run out."""
+        committed: the batches go out again as soon as the store answers
+        (``Leases.strand``)."""
         if not self.unsaved_any:
             return
         started = time.monotonic()
         outcome: dict[str, int | str | None] = {}
+        failures, self.unsaved_failures = self.unsaved_failures, []
+        taken: list[str] = []  # the batches whose results this transaction holds
         try:
             with self.writer.writing() as conn:
-                failures, self.unsaved_failures = self.unsaved_failures, []
                 for batch_id, error in failures:
                     batches.batch_attempt_failed(conn, batch_id, error)
                 while self.unsaved and (not outcome
                                         or time.monotonic() - started < RESULTS_SLICE_S):
+                    taken.append(self.unsaved[0][0])
                     outcome.update(batches.complete_batches(conn, [self.unsaved.pop(0)],
                                                            self.merge_window_s))
-        except base.Unavailable:
-            self.unsaved, self.unsaved_failures = [], []
-            return  # said when the fault began
+        except base.Unavailable:  # said when the fault began
+            self.leases.strand([*taken, *(result[0] for result in self.unsaved),
+                                *(batch_id for batch_id, _ in failures)])
+            self.unsaved = []
+            return
         if not self.unsaved:
             self.dispatch_due = 0.0  # the workers may have the next take
         committed = {b: n for b, n in outcome.items() if isinstance(n, int)}

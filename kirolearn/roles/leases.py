@@ -6,8 +6,9 @@ A batch handed out is leased in the store until ``lease_ms`` from then; a lease 
 runs out makes it due again (``batches.due_batches``). Sooner than that, a batch goes out
 again when the local worker process that claimed it is gone, or the worker elsewhere
 that took it has said nothing for ``REMOTE_SILENCE_S`` (it says ``working`` every few
-seconds), or that worker's key is revoked. A batch that keeps failing is split in two;
-one event that keeps failing is marked failed with the reason.
+seconds), or that worker's key is revoked, or its result could not be committed (the
+store was away: it goes out again as soon as the store answers). A batch that keeps
+failing is split in two; one event that keeps failing is marked failed with the reason.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from kirolearn.roles.writer import Writer
 
 MAX_BATCH_ATTEMPTS = 5
 CLAIM_CHECK_S = 0.25  # how often a batch's worker is looked for while it extracts
+STRANDED_CHECK_S = 1.0  # how often the store is tried for batches whose results were lost
 REMOTE_SILENCE_S = 15.0  # a worker elsewhere unheard of this long has died with its batches
 TAKE_TARGET_S = 0.1  # a take keeps a worker about this long, at its recent pace
 TAKE_MAX_BATCHES = 32  # ... and holds at most this many batches
@@ -36,6 +38,7 @@ class Leases:
         self.heard: dict[str, float] = {}  # batch of a worker elsewhere → when it last spoke
         self.holders: dict[str, str] = {}  # batch of a worker elsewhere → the worker's name
         self.unclaimed: set[str] = set()  # batches sent elsewhere, not yet said taken
+        self.stranded: set[str] = set()  # batches whose results a fault kept uncommitted
         self.batch_s: float | None = None  # the workers' recent seconds per batch
 
     # -- handing out --------------------------------------------------------------------------
@@ -110,21 +113,38 @@ class Leases:
         self.unclaimed.discard(batch_id)
         return True
 
+    def strand(self, batch_ids: Iterable[str]) -> None:
+        """The results of these batches could not be committed (the store is away): they
+        go out again as soon as it answers (``reclaim``), not at their leases' end."""
+        self.stranded.update(batch_ids)
+
     # -- a worker gone ------------------------------------------------------------------------
 
     def next_check(self, last_look: float) -> float | None:
-        """When (``time.monotonic()``) to look for gone workers again; None: none to."""
+        """When (``time.monotonic()``) to look for gone workers, or try the store for
+        stranded batches, again; None: none to."""
         due = []
         if self.claims:
             due.append(last_look + CLAIM_CHECK_S)
+        if self.stranded:
+            due.append(last_look + STRANDED_CHECK_S)
         if self.heard:
             due.append(min(self.heard.values()) + REMOTE_SILENCE_S)
         return min(due, default=None)
 
     def reclaim(self) -> None:
         """A batch whose worker process is gone, or whose worker elsewhere has gone silent,
-        goes out again now, not at lease end. (Kept in memory: after a restart of storage,
-        the lease does it.)"""
+        or whose result a fault kept from the store, goes out again now, not at lease end.
+        (Kept in memory: after a restart of storage, the lease does it.) While the store
+        is away this raises ``Unavailable``, and the stranded batches wait."""
+        if self.stranded:
+            with self.writer.writing() as conn:
+                for batch_id in sorted(self.stranded):
+                    batches.batch_attempt_failed(
+                        conn, batch_id, "its result could not be committed: the store was away")
+            self.log.warning("handing out again %d batch(es) whose results could not be"
+                             " committed while the store was away", len(self.stranded))
+            self.stranded.clear()
         silent = time.monotonic() - REMOTE_SILENCE_S
         for batch_id, heard in list(self.heard.items()):
             if heard < silent:
