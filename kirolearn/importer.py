@@ -2,10 +2,15 @@
 ingest, a few chunks in flight.
 
 Ingest validates one chunk while storage commits another. A chunk is retried while
-ingest or storage restarts: an event its own earlier attempt stored comes back as
-a duplicate stored since the import began, and is counted as stored. A line that
-cannot be an event is rejected here with its reason. Every
-rejected line is kept, with its number and reason, in ``quarantine/import-<time>.jsonl``.
+ingest or storage is busy or restarts, for up to ``import.wait_s`` (the progress says
+so): an event its own earlier attempt stored comes back as a duplicate stored since the
+import began, and is counted as stored. A line that cannot be an event is rejected here
+with its reason. Every rejected line is kept, with its number and reason, in
+``quarantine/import-<time>.jsonl``.
+
+An import of a file keeps, in the home (``imports.json``), the line up to which every
+line was answered; run again on the same file after it stopped, it skips those lines
+without sending them.
 """
 
 from __future__ import annotations
@@ -13,21 +18,23 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import json
+import os
+import stat
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import tenacity
 
-from kirolearn import contract, control, db, paths, privacy, protocol, transport
+from kirolearn import config, contract, control, db, paths, privacy, protocol, transport
 from kirolearn.db import reads, schema
 
 CHUNK_LINES = 500
 CHUNK_BYTES = 1024 * 1024  # a chunk of lines stays well under the frame limit
 IN_FLIGHT = 3
-RETRY_FOR_S = 60
+PROGRESS_S = 1.0  # how often the progress is told while an answer is awaited
 
 
 class Stalled(RuntimeError):
@@ -35,9 +42,18 @@ class Stalled(RuntimeError):
 
 
 @dataclass
+class Progress:
+    """How far an import is: the bytes of the lines answered (or skipped), and why it
+    waits, if it does."""
+
+    done_bytes: int = 0
+    waiting: str | None = None
+
+
+@dataclass
 class Report:
     counts: dict[str, int] = field(
-        default_factory=lambda: {"stored": 0, "duplicate": 0, "rejected": 0})
+        default_factory=lambda: {"stored": 0, "duplicate": 0, "rejected": 0, "skipped": 0})
     rejected: list[tuple[int, str]] = field(default_factory=list)  # (line number, reason)
     quarantine: Path | None = None  # where the rejected lines were kept
 
@@ -59,6 +75,48 @@ def keep_rejected(report: Report, texts: dict[int, str], home: paths.Home) -> No
                               ensure_ascii=False) + "\n"
                    for line_no, reason in sorted(report.rejected))
     report.quarantine = paths.write_private(path, data.encode("utf-8", "surrogatepass"))
+
+
+# -- going on where an import of a file stopped ------------------------------------------
+
+def file_key(file: object) -> str | None:
+    """What names a file for going on with its import: its real path, size and time
+    (a file changed since is imported afresh); None for a pipe or stdin."""
+    try:
+        info = os.fstat(file.fileno())  # type: ignore[attr-defined]
+        name = file.name  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):
+        return None
+    if not stat.S_ISREG(info.st_mode) or not isinstance(name, str) or name == "<stdin>":
+        return None
+    return f"{os.path.realpath(name)}:{info.st_size}:{info.st_mtime_ns}"
+
+
+def resume_point(home: paths.Home, key: str) -> int:
+    """The line up to which an earlier import of the file was answered (0: none)."""
+    found = _imports(home).get(key)
+    return found if isinstance(found, int) and found > 0 else 0
+
+
+def keep_resume_point(home: paths.Home, key: str, line_no: int | None) -> None:
+    """Keep the line up to which the import of the file was answered (None: it is done,
+    the file is forgotten)."""
+    known = _imports(home)
+    if line_no is None:
+        if known.pop(key, None) is None:
+            return
+    else:
+        known[key] = line_no
+    paths.ensure_private_dir(home.root)
+    paths.write_private(home.imports_file, json.dumps(known, indent=1).encode("utf-8"))
+
+
+def _imports(home: paths.Home) -> dict:
+    try:
+        known = json.loads(home.imports_file.read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return known if isinstance(known, dict) else {}
 
 
 class NotAnExport(ValueError):
@@ -122,24 +180,34 @@ REQUESTS = {"events": ("put_events", {}), "history": ("put_events", {"history": 
             "records": ("put_records", {})}
 
 
-def send_chunk(client: transport.Client, lines: list[str], kind: str = "events") -> list[dict]:
-    """One chunk of lines of a kind, with retries while ingest or storage is
-    restarting."""
+def send_chunk(client: transport.Client, lines: list[str], kind: str = "events",
+               wait_s: float = 600,
+               waiting: Callable[[str | None], None] = lambda why: None) -> list[dict]:
+    """One chunk of lines of a kind, tried again for up to ``wait_s`` while ingest or
+    storage is busy or restarting (``waiting`` is told why, then None once answered)."""
     op, extra = REQUESTS[kind]
     retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_delay(RETRY_FOR_S),
-        wait=tenacity.wait_exponential_jitter(initial=0.1, max=2),
-        retry=tenacity.retry_if_exception(_retryable), reraise=True)
-    return retrying(client.call, op, {"lines": lines, **extra})["results"]
+        stop=tenacity.stop_after_delay(wait_s),
+        wait=tenacity.wait_random_exponential(multiplier=0.1, max=2),
+        retry=tenacity.retry_if_exception(_retryable), reraise=True,
+        before_sleep=lambda state: waiting(str(state.outcome.exception())))
+    results = retrying(client.call, op, {"lines": lines, **extra})["results"]
+    waiting(None)
+    return results
 
 
-def import_lines(lines: Iterable[str | bytes], home: paths.Home) -> Report:
+def import_lines(lines: Iterable[str | bytes], home: paths.Home, skip: int = 0,
+                 progress: Callable[[Progress], None] = lambda done: None,
+                 answered: Callable[[int], None] = lambda line_no: None) -> Report:
     """Send every non-blank line through ingest: events, and an export's records and
     tombstones. In a kirolearn export (its first line says so), the events it had
     already distilled are not extracted again. A line of bytes that is not UTF-8 text
-    is rejected with that reason. Raises NotAnExport (before sending anything) or
-    Stalled when ingest stops answering."""
-    run = Import(home)
+    is rejected with that reason. The first ``skip`` lines were sent by an earlier run:
+    they are counted, not sent. ``progress`` is told how far it is (at least every
+    PROGRESS_S while it waits), ``answered`` the line up to which every line was
+    answered. Raises NotAnExport (before sending anything) or Stalled when ingest does
+    not answer for ``import.wait_s``."""
+    run = Import(home, skip, progress, answered)
     try:
         with concurrent.futures.ThreadPoolExecutor(IN_FLIGHT) as pool:
             run.pool = pool
@@ -156,8 +224,19 @@ class Import:
     sent at once (each on a thread with its own client), answers collected oldest
     first."""
 
-    def __init__(self, home: paths.Home):
+    def __init__(self, home: paths.Home, skip: int = 0,
+                 progress: Callable[[Progress], None] = lambda done: None,
+                 answered: Callable[[int], None] = lambda line_no: None):
         self.home = home
+        self.skip = skip
+        self.progress = progress
+        self.answered = answered
+        self.done = Progress()
+        self.read_through = 0  # the last line read
+        try:
+            self.wait_s = float(config.load(home)["import"]["wait_s"])
+        except config.ConfigError:
+            self.wait_s = float(config.defaults()["import"]["wait_s"])
         self.report = Report()
         self.began = db.utc_now()
         self.seen: set[str] = set()  # event ids answered so far: a second is a true duplicate
@@ -184,7 +263,9 @@ class Import:
                             f"not UTF-8 text (byte {exc.start + 1}): not a JSON line")
                 self.first = False
                 return
+        self.read_through = line_no
         if not line.strip():
+            self.done.done_bytes += len(line.encode("utf-8", "surrogatepass"))
             return
         size = len(line.encode("utf-8", "surrogatepass"))
         if size > protocol.MAX_FRAME_BYTES // 2:
@@ -199,6 +280,9 @@ class Import:
             self.export = True
         elif item is not None and set(item) == {"undistilled"}:
             self._note_undistilled(line_no, line, item["undistilled"])
+        elif line_no <= self.skip:  # sent by an earlier run
+            self.report.add(line_no, "skipped")
+            self.done.done_bytes += size
         else:
             self._add(line_no, line, size, _kind(item, self.export, self.undistilled))
 
@@ -227,7 +311,10 @@ class Import:
         if not hasattr(self.local, "client"):
             self.local.client = control.client("ingest", self.home, control.IMPORT_MS)
             self.clients.append(self.local.client)
-        return send_chunk(self.local.client, chunk, kind)
+        return send_chunk(self.local.client, chunk, kind, self.wait_s, self._waiting)
+
+    def _waiting(self, why: str | None) -> None:
+        self.done.waiting = why and f"waiting for ingest (busy or restarting: {why})"
 
     def _submit(self, kind: str) -> None:
         chunk = self.chunks[kind]
@@ -240,15 +327,22 @@ class Import:
 
     def _collect_oldest(self) -> None:
         numbers, kind, future = self.in_flight.popleft()
+        while not concurrent.futures.wait([future], timeout=PROGRESS_S).done:
+            self.progress(self.done)
         try:
             results = future.result()
         except protocol.RemoteError as exc:  # the whole chunk was refused
             results = [{"status": "rejected", "reason": str(exc)}] * len(numbers)
         except transport.Timeout as exc:
-            raise Stalled(f"ingest stopped answering ({exc}); the lines before"
-                          f" line {numbers[0]} were sent") from exc
+            counts = self.report.counts
+            raise Stalled(
+                f"ingest did not answer for {self.wait_s:.0f} s ({exc}); stopped with"
+                f" {counts['stored']} line(s) stored, {counts['duplicate']} duplicate,"
+                f" {counts['rejected']} rejected; every line up to line"
+                f" {min(numbers[0] - 1, self.through())} was answered") from exc
         for line_no, result in zip(numbers, results, strict=True):
             text = self.sent.pop(line_no)
+            self.done.done_bytes += len(text.encode("utf-8", "surrogatepass"))
             status = result["status"]
             if status == "rejected":
                 self.reject(line_no, text, result.get("reason", ""))
@@ -259,6 +353,14 @@ class Import:
                     status = "stored"  # by this import's own attempt, before a retry
                 self.seen.add(result["event_id"])
             self.report.add(line_no, status)
+        self.answered(self.through())
+        self.progress(self.done)
+
+    def through(self) -> int:
+        """The line up to which every line was answered (or skipped, or not sent)."""
+        waiting = [numbers[0] for numbers, _, _ in self.in_flight]
+        waiting += [chunk.numbers[0] for chunk in self.chunks.values() if chunk.numbers]
+        return min(waiting) - 1 if waiting else self.read_through
 
     def finish(self) -> None:
         """Send what is left and wait for every answer."""

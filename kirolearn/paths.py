@@ -91,6 +91,12 @@ class Home(NamedTuple):
         return self.root / "seeded.json"
 
     @property
+    def imports_file(self) -> Path:
+        """Where ``kirolearn import`` keeps, by file, the line up to which an import that
+        stopped was answered (``importer.resume_point``)."""
+        return self.root / "imports.json"
+
+    @property
     def rules_file(self) -> Path:
         """The rule files (CLAUDE.md, AGENTS.md…) last sent, by checkout: their size and
         time, so that a session start sends only those that changed (``rules``)."""

@@ -92,6 +92,7 @@ def stop_hub(user_home: Path) -> None:
     wait_for(lambda: not left(), 30, 0.1, "the Cline hub's processes to end")
 
 
+@pytest.mark.timeout(300)  # the real CLI runs three times: minutes under load
 def test_cline_remembers_across_runs(daemon, fake_api, tmp_path):
     cline_cli = agent_cli("cline")
     user_home = tmp_path / "home"

@@ -9,13 +9,14 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from helpers import KL, Workspace, here, kl, make_event, status, stored_events, wait_for
 
-from kirolearn import db, paths, protocol, spool, transport
+from kirolearn import db, importer, paths, protocol, spool, transport
 
 EVENTS = 12_000
 
@@ -56,6 +57,64 @@ def test_sigkill_storage_and_ingest_mid_import_loses_nothing(store, daemon, tmp_
     assert sorted(ids) == sorted(e["event_id"] for e in events)  # each exactly once
     restarts = {r["role"]: r["restarts"] for r in status()["roles"]}
     assert restarts["storage"] == 1 and restarts["ingest"] == 1, (restarts, killed)
+
+
+def test_an_import_waits_for_a_busy_daemon_and_says_so(daemon, tmp_path):
+    """Storage stopped for longer than a chunk's answer may take: the import waits, its
+    progress says why, and it finishes once storage goes on."""
+    lines = [json.dumps(make_event("prompt", f"step {i}")) for i in range(2000)]
+    seen: list[str] = []
+    storage = _pid("storage")
+    os.kill(storage, signal.SIGSTOP)
+    try:
+        waiting = threading.Thread(target=lambda: (
+            wait_for(lambda: seen, timeout=60, message="the import to say it waits"),
+            os.kill(storage, signal.SIGCONT)))
+        waiting.start()
+        report = importer.import_lines(
+            lines, here(), progress=lambda done: done.waiting and seen.append(done.waiting))
+        waiting.join()
+    finally:
+        os.kill(storage, signal.SIGCONT)
+    assert report.counts == {"stored": 2000, "duplicate": 0, "rejected": 0, "skipped": 0}
+    assert seen[0].startswith("waiting for ingest (busy or restarting: ")
+    assert _stored_count(daemon) == 2000
+
+
+@pytest.mark.timeout(300)  # two imports, one waiting for a stopped storage: minutes under load
+def test_an_import_that_waited_its_time_stops_and_goes_on_when_run_again(daemon, tmp_path):
+    """Storage stops mid-import and stays stopped past ``import.wait_s``: the import
+    stops, saying what was stored and where; run again, it sends only the rest."""
+    events = [make_event("prompt", f"step {i}") for i in range(4000)]
+    source = tmp_path / "events.jsonl"
+    source.write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    env = {**os.environ, "KIROLEARN_IMPORT_WAIT_S": "2"}
+    run = subprocess.Popen([*KL, "import", str(source)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, cwd="/tmp", env=env)
+    with source.open("rb") as file:
+        key = importer.file_key(file)
+    wait_for(lambda: importer.resume_point(here(), key) > 0, timeout=60, interval=0.01,
+             message="the first lines answered")
+    storage = _pid("storage")
+    os.kill(storage, signal.SIGSTOP)
+    try:
+        _, err = run.communicate(timeout=120)
+    finally:
+        os.kill(storage, signal.SIGCONT)
+    assert run.returncode == 1, err
+    assert "ingest did not answer for 2 s" in err and "stored, " in err
+    assert "run the same command again to go on after it" in err
+    answered = importer.resume_point(here(), key)
+    assert 0 < answered < len(events), err
+    assert f"every line up to line {answered} was answered" in err
+
+    again = kl("import", str(source), check=True, timeout=300)
+    assert f"going on after line {answered}" in again.stderr
+    assert f"skipped {answered} (sent by the earlier run)" in again.stdout
+    with db.reading(db.location(here())) as conn:
+        ids = [row[0] for row in conn.execute("SELECT event_id FROM events")]
+    assert sorted(ids) == sorted(e["event_id"] for e in events)  # each exactly once
+    assert importer.resume_point(here(), key) == 0  # done: a later run sends it all again
 
 
 # -- the disk and the file fail under a running daemon ---------------------------------------

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -60,15 +61,45 @@ def import_(file) -> None:
         kirolearn export > backup.jsonl && kirolearn import backup.jsonl
     """
     require_served()
-    try:
-        report = importer.import_lines(file, common.home())
-    except (importer.Stalled, importer.NotAnExport) as exc:
-        raise click.ClickException(str(exc)) from exc
+    home = common.home()
+    key = importer.file_key(file)
+    skip = importer.resume_point(home, key) if key else 0
+    if skip:
+        click.echo(f"going on after line {skip}: an earlier run of this import stopped"
+                   " there", err=True)
+    size = os.fstat(file.fileno()).st_size if key else 0
+    said: list[str | None] = [None]  # without a terminal: the waiting, said once
+
+    with (click.progressbar(length=max(size, 1), label="importing", file=sys.stderr)
+          if sys.stderr.isatty() else contextlib.nullcontext()) as bar:
+        def progress(done: importer.Progress) -> None:
+            if bar is not None:
+                bar.label = done.waiting or "importing"
+                bar.update(max(0, done.done_bytes - bar.pos) if key else 0)
+            elif done.waiting != said[0]:
+                said[0] = done.waiting
+                if done.waiting:
+                    click.echo(done.waiting, err=True)
+
+        try:
+            report = importer.import_lines(
+                file, home, skip, progress,
+                lambda line_no: importer.keep_resume_point(home, key, line_no) if key else None)
+        except importer.Stalled as exc:
+            again = ("run the same command again to go on after it" if key else
+                     "import a file (not a pipe) to be able to go on where it stops")
+            raise click.ClickException(f"{exc}; {again}") from exc
+        except importer.NotAnExport as exc:
+            raise click.ClickException(str(exc)) from exc
+    if key:
+        importer.keep_resume_point(home, key, None)
     for line_no, reason in sorted(report.rejected):
         click.echo(f"line {line_no}: rejected: {reason}", err=True)
     counts = report.counts
     click.echo(f"stored {counts['stored']}, duplicate {counts['duplicate']},"
-               f" rejected {counts['rejected']}")
+               f" rejected {counts['rejected']}"
+               + (f", skipped {counts['skipped']} (sent by the earlier run)"
+                  if counts["skipped"] else ""))
     if counts["rejected"]:
         click.echo(f"the rejected lines, with their reasons, are in {report.quarantine}",
                    err=True)
