@@ -36,6 +36,7 @@ def test_retrieval_benchmark_quick_run_prints_one_line_per_query_set(home):
     assert rows[0]["inline_timeouts"] == rows[2]["inline_timeouts"] == 0
 
 
+@pytest.mark.timeout(360)  # hundreds of hook processes: minutes on a loaded machine
 def test_shim_benchmark_quick_run_compares_each_hook_with_the_floor(home):
     env = {k: v for k, v in os.environ.items() if k != "KIROLEARN_HOME"}
     result = subprocess.run([sys.executable, str(BENCHMARKS / "shim.py"), "--quick",

@@ -10,6 +10,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 BIN = Path(sys.executable).parent
 
 
@@ -58,6 +60,7 @@ def test_shims_import_only_light_modules():
     assert out == "[]"
 
 
+@pytest.mark.timeout(900)  # pip installs everything: minutes on a loaded machine (600 s allowed)
 def test_quick_start_install_and_start_in_a_fresh_checkout(tmp_path):
     """The README's first Quick start command, verbatim, in a copy of this checkout."""
     root = Path(__file__).parent.parent
