@@ -94,29 +94,20 @@ def file_key(file: object) -> str | None:
 
 def resume_point(home: paths.Home, key: str) -> int:
     """The line up to which an earlier import of the file was answered (0: none)."""
-    found = _imports(home).get(key)
+    found = paths.read_json_object(home.imports_file).get(key)
     return found if isinstance(found, int) and found > 0 else 0
 
 
 def keep_resume_point(home: paths.Home, key: str, line_no: int | None) -> None:
     """Keep the line up to which the import of the file was answered (None: it is done,
     the file is forgotten)."""
-    known = _imports(home)
+    known = paths.read_json_object(home.imports_file)
     if line_no is None:
         if known.pop(key, None) is None:
             return
     else:
         known[key] = line_no
-    paths.ensure_private_dir(home.root)
-    paths.write_private(home.imports_file, json.dumps(known, indent=1).encode("utf-8"))
-
-
-def _imports(home: paths.Home) -> dict:
-    try:
-        known = json.loads(home.imports_file.read_text("utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return known if isinstance(known, dict) else {}
+    paths.write_json(home.imports_file, known)
 
 
 class NotAnExport(ValueError):
@@ -180,9 +171,8 @@ REQUESTS = {"events": ("put_events", {}), "history": ("put_events", {"history": 
             "records": ("put_records", {})}
 
 
-def send_chunk(client: transport.Client, lines: list[str], kind: str = "events",
-               wait_s: float = 600,
-               waiting: Callable[[str | None], None] = lambda why: None) -> list[dict]:
+def send_chunk(client: transport.Client, lines: list[str], kind: str, wait_s: float,
+               waiting: Callable[[str | None], None]) -> list[dict]:
     """One chunk of lines of a kind, tried again for up to ``wait_s`` while ingest or
     storage is busy or restarting (``waiting`` is told why, then None once answered)."""
     op, extra = REQUESTS[kind]

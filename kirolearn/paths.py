@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import stat
 from pathlib import Path
@@ -216,3 +217,19 @@ def write_private(path: Path, data: bytes, durable: bool = False) -> Path:
         os.close(fd)
     os.replace(temporary, path)
     return path
+
+
+def read_json_object(path: Path) -> dict:
+    """A small state file of the home (what was seeded, imported, sent) as a dict: {}
+    when it is missing, unreadable or not an object."""
+    try:
+        value = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def write_json(path: Path, value: dict) -> None:
+    """Replace a small state file of the home (``read_json_object``), private."""
+    ensure_private_dir(path.parent)
+    write_private(path, json.dumps(value, indent=1).encode("utf-8"))

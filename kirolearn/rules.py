@@ -16,7 +16,6 @@ Light: a hook imports it.
 from __future__ import annotations
 
 import fnmatch
-import json
 import os
 import re
 from pathlib import Path
@@ -123,17 +122,11 @@ def remember(home: paths.Home, checkout: str, name: str, now: list[int] | None) 
         files.pop(name, None)
     else:
         files[name] = now
-    paths.ensure_private_dir(home.root)
-    paths.write_private(home.rules_file, json.dumps(known).encode("utf-8"))
+    paths.write_json(home.rules_file, known)
 
 
 def sent(home: paths.Home) -> dict[str, dict[str, list[int]]]:
-    try:
-        known = json.loads(home.rules_file.read_text("utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(known, dict):
-        return {}
+    known = paths.read_json_object(home.rules_file)
     return {checkout: files for checkout, files in known.items() if isinstance(files, dict)}
 
 

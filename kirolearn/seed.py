@@ -200,21 +200,12 @@ def lines(root: str, commits: list[Commit], here: project.Project, as_user: bool
 
 def last_seeded(home: paths.Home, checkout: str) -> str | None:
     """The newest commit a finished run seeded from this checkout."""
-    found = _seeded(home).get(checkout)
+    found = paths.read_json_object(home.seeded_file).get(checkout)
     return found if isinstance(found, str) else None
 
 
 def remember(home: paths.Home, checkout: str, sha: str) -> None:
     """A run finished: the next starts after ``sha``."""
-    known = _seeded(home)
+    known = paths.read_json_object(home.seeded_file)
     known[checkout] = sha
-    paths.ensure_private_dir(home.root)
-    paths.write_private(home.seeded_file, json.dumps(known, indent=1).encode("utf-8"))
-
-
-def _seeded(home: paths.Home) -> dict:
-    try:
-        known = json.loads(home.seeded_file.read_text("utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return known if isinstance(known, dict) else {}
+    paths.write_json(home.seeded_file, known)

@@ -57,7 +57,12 @@ def here() -> paths.Home:
 
 def processes_using(home: Path) -> list[int]:
     """Pids of live processes whose environment points at this home."""
-    needle = f"KIROLEARN_HOME={home}\0".encode()
+    return processes_with(f"KIROLEARN_HOME={home}")
+
+
+def processes_with(variable: str) -> list[int]:
+    """Pids of live processes (but this one) whose environment holds ``NAME=value``."""
+    needle = f"{variable}\0".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():

@@ -28,6 +28,7 @@ from helpers import (
     FakeChatCompletions,
     agent_cli,
     kl,
+    processes_with,
     scripted_api,
     wait_events,
     wait_for,
@@ -73,18 +74,8 @@ def fake_api(tmp_path):
 def stop_hub(user_home: Path) -> None:
     """Stop the background hub the Cline CLI starts (and leaves running) for this home,
     and the MCP servers it runs: every process of this home's user."""
-    needle = f"HOME={user_home}\0".encode()
-
     def left() -> list[int]:
-        found = []
-        for entry in Path("/proc").iterdir():
-            try:
-                if (entry.name.isdigit() and needle in (entry / "environ").read_bytes()
-                        and (entry / "stat").read_text().split()[2] != "Z"):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-        return found
+        return processes_with(f"HOME={user_home}")
 
     for pid in left():
         with contextlib.suppress(OSError):

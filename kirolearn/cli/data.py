@@ -68,18 +68,19 @@ def import_(file) -> None:
         click.echo(f"going on after line {skip}: an earlier run of this import stopped"
                    " there", err=True)
     size = os.fstat(file.fileno()).st_size if key else 0
-    said: list[str | None] = [None]  # without a terminal: the waiting, said once
+    said: str | None = None  # without a terminal: the waiting, said once
 
     with (click.progressbar(length=max(size, 1), label="importing", file=sys.stderr)
           if sys.stderr.isatty() else contextlib.nullcontext()) as bar:
         def progress(done: importer.Progress) -> None:
+            nonlocal said
             if bar is not None:
                 bar.label = done.waiting or "importing"
                 bar.update(max(0, done.done_bytes - bar.pos) if key else 0)
-            elif done.waiting != said[0]:
-                said[0] = done.waiting
-                if done.waiting:
-                    click.echo(done.waiting, err=True)
+            elif done.waiting != said:
+                said = done.waiting
+                if said:
+                    click.echo(said, err=True)
 
         try:
             report = importer.import_lines(
