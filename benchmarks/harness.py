@@ -1,7 +1,12 @@
-"""What the benchmarks share: progress on stderr, latency figures, a seeded database."""
+"""What the benchmarks share: progress on stderr, latency figures, a seeded database.
+
+A benchmark stopped by SIGTERM (``timeout``, a test's limit) exits as on Ctrl-C: its
+``finally`` blocks run, so the daemon it started is stopped, not left running.
+"""
 
 from __future__ import annotations
 
+import signal
 import statistics
 import sys
 from collections.abc import Iterable
@@ -9,6 +14,13 @@ from pathlib import Path
 
 from kirolearn import control, db, paths
 from kirolearn.db import writes
+
+
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+signal.signal(signal.SIGTERM, _exit)
 
 
 def say(*args: object) -> None:

@@ -8,7 +8,9 @@ right after it.
 
 Prints JSON Lines (DESIGN.md §10): one line per window with the share of one core each
 process used (``cpu_<process>_pct``) and in total (target: 0.5), then one
-``after_idle`` line.
+``after_idle`` line; then the memory each process holds (proportional set size,
+``pss_<process>_mb``, and ``pss_total_mb``), idle and after work: records saved and
+embedded (the back-fill, on long texts: its peak is what stays), prompts answered.
 
     python benchmarks/idle.py            # 60 s windows
     python benchmarks/idle.py --quick    # 2 s windows, after 1 s to settle
@@ -31,7 +33,8 @@ from pathlib import Path
 import httpx
 from harness import figures, say
 
-from kirolearn import contract, control, paths
+from kirolearn import contract, control, db, paths
+from kirolearn.db import reads
 from kirolearn.viewer.auth import load_token
 
 KL = [sys.executable, "-m", "kirolearn"]
@@ -101,6 +104,42 @@ class LivePage:
         self.http.close()
 
 
+def pss_mb() -> dict:
+    """Each process's proportional set size (shared pages split between their users)."""
+    found = {}
+    for name, pid in processes().items():
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                found[f"pss_{name}_mb"] = round(int(line.split()[1]) / 1024, 1)
+    return {**found, "pss_total_mb": round(sum(found.values()), 1)}
+
+
+def work(records: int) -> None:
+    """Records saved as by hand, long ones (about 250 tokens each), and each embedded
+    (when embeddings are on)."""
+    home = paths.Home.current()
+    for n in range(records):
+        record = {"record_id": contract.new_record_id(), "namespace": NAMESPACE,
+                  "title": f"How the sync queue retries, part {n}",
+                  "summary": " ".join(f"step {n}.{i}: the worker backs off and retries the"
+                                      f" queue item {i} after a failure" for i in range(20)),
+                  "facts": [], "concepts": [], "files_touched": [],
+                  "observation_type": "decision", "strategy": "mcp_observation",
+                  "source_event_ids": [contract.new_ulid()], "created_at": contract.now_iso()}
+        control.call("ingest", "put_record", {"record": record}, timeout_ms=5000, home=home)
+    state = control.call("retrieval", "embeddings", {"backfill": True}, timeout_ms=5000,
+                         home=home)
+    if "unembedded" not in state:  # embeddings off: nothing to wait for
+        return
+    conn = db.connect_reader(home.db_path)
+    try:
+        deadline = time.monotonic() + 600
+        while reads.count_unembedded(conn) and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        conn.close()
+
+
 def prompt_ms(index: int) -> float:
     """One prompt with retrieval, through ingest, as a shim sends it."""
     event = contract.make_event(
@@ -143,6 +182,12 @@ def main() -> None:
                           "first_prompt_ms": round(first, 3), **figures("next_prompts", warm),
                           "first_to_next_p50": round(first / statistics.median(warm), 2)}),
               flush=True)
+        print(json.dumps({"bench": "idle", "phase": "memory_idle", **pss_mb()}), flush=True)
+        records = 20 if args.quick else 200
+        say(f"{records} records saved and embedded")
+        work(records)
+        print(json.dumps({"bench": "idle", "phase": "memory_after_work", "records": records,
+                          **pss_mb()}), flush=True)
     finally:
         subprocess.run([*KL, "stop"], check=True, stdout=subprocess.DEVNULL)
         shutil.rmtree(home, ignore_errors=True)

@@ -85,7 +85,7 @@ def embed_records(home: Path, records: list[dict], embedder: embeddings.Embedder
     conn.execute("BEGIN")
     conn.executemany(
         "UPDATE memory_records SET embedding = $1, embedding_hash = $2 WHERE record_id = $3",
-        [(embeddings.to_blob(v), embeddings.text_hash(t), r["record_id"])
+        [(embeddings.to_blob(v), embeddings.text_hash(t, embedder.files.space), r["record_id"])
          for r, t, v in zip(records, texts, matrix, strict=True)])
     conn.execute("COMMIT")
     conn.close()

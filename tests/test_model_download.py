@@ -55,9 +55,7 @@ class Hub(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def hub():
-    packaged = embeddings.find_model()
-    Hub.files = {embeddings.HUB_FILES["model"]: packaged.model.read_bytes(),
-                 embeddings.HUB_FILES["tokenizer"]: packaged.tokenizer.read_bytes()}
+    Hub.files = {embeddings.HUB_MODEL: embeddings.find_model().model.read_bytes()}
     Hub.asked = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), Hub)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -81,20 +79,20 @@ def cached(tmp_path: Path, filename: str) -> Path:
 def test_download_fills_the_cache_the_daemon_reads(home, hub, tmp_path, monkeypatch):
     result = kl("embeddings", "download", env=hub_env(tmp_path, hub))
     assert result.returncode == 0, result.stderr
-    model = cached(tmp_path, embeddings.HUB_FILES["model"])
-    tokenizer = cached(tmp_path, embeddings.HUB_FILES["tokenizer"])
-    assert f"model: {model}" in result.stdout and f"tokenizer: {tokenizer}" in result.stdout
-    assert model.read_bytes() == Hub.files[embeddings.HUB_FILES["model"]]
-    assert tokenizer.read_bytes() == Hub.files[embeddings.HUB_FILES["tokenizer"]]
-    assert "the daemon uses the model from: packaged" in result.stdout  # it comes first
+    model = cached(tmp_path, embeddings.HUB_MODEL)
+    assert f"model: {model}" in result.stdout
+    assert model.read_bytes() == Hub.files[embeddings.HUB_MODEL]
+    packaged = embeddings.find_model()
+    assert (f"the daemon uses the model from: packaged, int8 (vector space {packaged.space})"
+            in result.stdout)  # it comes first
 
     # Without the packaged copy, the cache is where the model is found, and it embeds.
     from huggingface_hub import constants
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
-    monkeypatch.setattr(embeddings, "_packaged", lambda package, parts: None)
+    monkeypatch.setattr(embeddings, "packaged_model", lambda: None)
     found = embeddings.find_model()
-    assert (found.model, found.tokenizer, found.source) == (model, tokenizer,
-                                                            "Hugging Face cache")
+    assert (found.model, found.tokenizer, found.source) == (model, embeddings.TOKENIZER,
+                                                            "Hugging Face cache, float32")
     assert embeddings.Embedder(found).embed(["schema changes"]).shape == (
         1, embeddings.DIMENSIONS)
 
@@ -113,12 +111,12 @@ def test_download_fills_the_cache_the_daemon_reads(home, hub, tmp_path, monkeypa
 
 
 def test_download_fails_clearly_and_leaves_no_file(home, hub, tmp_path):
-    Hub.files.pop(embeddings.HUB_FILES["tokenizer"])
+    Hub.files.clear()
     missing = kl("embeddings", "download", env=hub_env(tmp_path, hub))
     assert missing.returncode == 1
-    assert "Error: sentence-transformers/all-MiniLM-L6-v2/tokenizer.json could not be" \
+    assert "Error: sentence-transformers/all-MiniLM-L6-v2/onnx/model.onnx could not be" \
            " fetched" in missing.stderr
-    assert not cached(tmp_path, embeddings.HUB_FILES["tokenizer"]).exists()
+    assert not cached(tmp_path, embeddings.HUB_MODEL).exists()
 
     assert "Traceback" not in missing.stderr
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -93,6 +94,15 @@ def test_quick_start_install_and_start_in_a_fresh_checkout(tmp_path):
              " 'kirolearn.'): print(m.name)"], cwd=tmp_path, capture_output=True, text=True,
             check=True).stdout.split()
         assert set(installed) >= source_modules(checkout)
+        # The embedding model's tokenizer ships inside the package, whole.
+        tokenizer = subprocess.run(
+            [checkout / ".venv" / "bin" / "python", "-c",
+             "import hashlib\nfrom kirolearn.search import embeddings\n"
+             "print(hashlib.sha256(embeddings.TOKENIZER.read_bytes()).hexdigest())"],
+            cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+        assert tokenizer == hashlib.sha256(
+            (root / "kirolearn/search/models/all-MiniLM-L6-v2/tokenizer.json").read_bytes(
+            )).hexdigest()
         status = subprocess.run([kirolearn, "status", "--json"], cwd=checkout, env=env,
                                 capture_output=True, text=True, check=True)
         assert json.loads(status.stdout)["home"] == str(home / ".kirolearn")

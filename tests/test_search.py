@@ -400,7 +400,7 @@ def test_a_slow_query_is_interrupted_at_the_deadline(tmp_path):
     words = [f"word{n}" for n in range(32)]
     records = [record(i, summary=" ".join(words), facts=[" ".join(words)] * 4)
                for i in range(3000)]
-    s = Searcher(make_db(tmp_path / "big.db", records), 10**9, 10**9)
+    s = Searcher(make_db(tmp_path / "big.db", records), term_budget=10**9)
     full = s.search(NS_A, " ".join(words), 10, 60_000)
     assert full.outcome == "ok" and full.latency_ms > 10, "the query must be slow for this test"
     cut = s.search(NS_A, " ".join(words), 10, full.latency_ms / 5)  # whatever this machine's speed

@@ -74,13 +74,12 @@ def embeddings_download() -> None:
         fetched = model.download()
     except model.Unavailable as exc:
         raise click.ClickException(str(exc)) from exc
-    for name, path in fetched.items():
-        click.echo(f"{name}: {path}")
+    click.echo(f"model: {fetched}")
     try:
         files = model.find_model(config.load(common.home())["embeddings"]["model_dir"])
     except model.Unavailable as exc:
         raise click.ClickException(f"downloaded, but {exc}") from exc
-    click.echo(f"the daemon uses the model from: {files.source}")
+    click.echo(f"the daemon uses the model from: {files.source} (vector space {files.space})")
     if control.running(common.home()):
         click.echo("restart to load it: kirolearn restart")
 

@@ -164,16 +164,34 @@ def count_unembedded(conn: Connection) -> int:
                         " WHERE embedding_hash IS NULL").fetchone()[0]
 
 
-def count_vectors(conn: Connection, namespace: str) -> int:
-    return conn.execute("SELECT count(*) FROM memory_records WHERE namespace = $1"
-                        " AND embedding IS NOT NULL", (namespace,)).fetchone()[0]
+def of_space(space: str) -> str:
+    """The LIKE pattern of a space's vector hashes (``space:sha256``; a space is
+    letters, digits and dashes)."""
+    return f"{space}:%"
 
 
-def vectors(conn: Connection, namespace: str) -> Iterator[tuple[str, str, bytes]]:
-    """A namespace's stored vectors: (record_id, created_at, blob)."""
+# A vector of the space, or one whose record's text changed since (its hash is NULL
+# until the back-fill makes it again; the old vector serves until then).
+IN_SPACE = "embedding IS NOT NULL AND (embedding_hash IS NULL OR embedding_hash LIKE $2)"
+
+
+def count_vectors(conn: Connection, namespace: str, space: str) -> int:
+    return conn.execute(f"SELECT count(*) FROM memory_records WHERE namespace = $1"
+                        f" AND {IN_SPACE}", (namespace, of_space(space))).fetchone()[0]
+
+
+def vectors(conn: Connection, namespace: str, space: str) -> Iterator[tuple[str, str, bytes]]:
+    """A namespace's stored vectors of a space: (record_id, created_at, blob)."""
     yield from conn.execute(
         "SELECT record_id, created_at, embedding FROM memory_records"
-        " WHERE namespace = $1 AND embedding IS NOT NULL", (namespace,))
+        f" WHERE namespace = $1 AND {IN_SPACE}", (namespace, of_space(space)))
+
+
+def count_other_vectors(conn: Connection, space: str) -> int:
+    """Vectors of any other space than this one (another model's, or older ones that
+    name none)."""
+    return conn.execute("SELECT count(*) FROM memory_records WHERE embedding IS NOT NULL"
+                        " AND embedding_hash NOT LIKE $1", (of_space(space),)).fetchone()[0]
 
 
 def with_versions(conn: Connection, records: list[dict]) -> list[dict]:

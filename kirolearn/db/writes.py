@@ -274,7 +274,7 @@ def mark_stale(conn: Connection, record_id: str, why: str | None) -> bool:
 RECONCILE_CANDIDATES = 50  # the newest records about the same files a new one is compared with
 
 
-def reconcile(conn: Connection, record_id: str, vector: bytes,
+def reconcile(conn: Connection, record_id: str, vector: bytes, space: str,
               min_similarity: float, window_s: float) -> str | None:
     """Merge a record the daemon extracted, once embedded, into an older one that says
     the same in other words: of its namespace, type and strategy, naming the same files,
@@ -303,8 +303,9 @@ def reconcile(conn: Connection, record_id: str, vector: bytes,
             " AND id < $3 AND observation_type = $4 AND strategy = $5 AND invalid_reason IS NULL"
             " AND superseded_by IS NULL"
             " AND length(embedding) = $6 AND julianday(created_at) >= julianday('now') - $7"
-            " ORDER BY id DESC LIMIT $8", (row[1], row[4], row[0], row[2], row[3], len(vector),
-                                          window_s / 86400, RECONCILE_CANDIDATES)):
+            " AND (embedding_hash IS NULL OR embedding_hash LIKE $9) ORDER BY id DESC LIMIT $8",
+            (row[1], row[4], row[0], row[2], row[3], len(vector), window_s / 86400,
+             RECONCILE_CANDIDATES, reads.of_space(space))):
         similarity = sum(map(operator.mul, _floats(candidate[-1]), values))
         if similarity >= most:
             best, most = candidate, similarity
@@ -524,7 +525,7 @@ def put_rule(conn: Connection, record_id: str, namespace: str, name: str,
 
 def import_record(conn: Connection, record: dict, versions: list[dict],
                   invalid_reason: str | None, embedding: dict | None,
-                  current_hash: Callable[[dict], str], stale: dict | None = None,
+                  made_from: Callable[[dict, str], bool], stale: dict | None = None,
                   superseded_by: str | None = None) -> dict:
     """A record from an export, with its versions, its marks (stale, superseded) and,
     when it was made from the same text by the same model, its vector. Never replaces a
@@ -554,7 +555,7 @@ def import_record(conn: Connection, record: dict, versions: list[dict],
              version["created_at"], version["replaced_at"], version.get("reason")))
     if embedding is not None and invalid_reason is None:
         save_embedding(conn, record["record_id"], embedding["hash"], embedding["vector"],
-                       current_hash)
+                       made_from)
     return {"status": "stored"}
 
 
@@ -581,16 +582,23 @@ def prune_events(conn: Connection, before_ms: int, namespace: str | None) -> int
 
 
 def save_embedding(conn: Connection, record_id: str, text_hash: str, blob: bytes,
-                   current_hash: Callable[[dict], str]) -> bool:
+                   made_from: Callable[[dict, str], bool]) -> bool:
     """Store a record's vector if it was made from the record's current text (a merge may
     have changed it since); whether it was stored."""
     record = reads.record_by_id(conn, record_id)
-    if record is None or "invalid_reason" in record or current_hash(record) != text_hash:
+    if record is None or "invalid_reason" in record or not made_from(record, text_hash):
         return False
     conn.execute("UPDATE memory_records SET embedding = $1, embedding_hash = $2"
                  " WHERE record_id = $3", (blob, text_hash, record_id))
     return True
 
+
+def drop_vectors(conn: Connection, keep_space: str) -> int:
+    """Drop the vectors of every other space than keep_space, so that their records are
+    embedded again (by keep_space's model); how many."""
+    return conn.execute("UPDATE memory_records SET embedding = NULL, embedding_hash = NULL"
+                        " WHERE embedding IS NOT NULL AND embedding_hash NOT LIKE $1",
+                        (reads.of_space(keep_space),)).rowcount
 
 
 # --- retrieval log ---------------------------------------------------------------------------

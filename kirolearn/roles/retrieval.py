@@ -233,8 +233,11 @@ class Retrieval(base.Role):
         except embeddings.Unavailable as exc:
             self.log.info("embeddings off: %s", exc)
             return f"off: {exc}; search is lexical", None
-        self.log.info("embeddings on: %s from %s", embedder.files.model, embedder.files.source)
-        return f"on: {embeddings.MODEL_NAME} ({embedder.files.source})", embedder
+        files = embedder.files
+        self.log.info("embeddings on: %s from %s, vector space %s", files.model, files.source,
+                      files.space)
+        return f"on: {embeddings.MODEL_NAME} ({files.source}; vector space {files.space})", \
+            embedder
 
     def teardown(self) -> None:
         if getattr(self, "rewriter", None) is not None:
@@ -270,7 +273,7 @@ class Retrieval(base.Role):
     def tick(self) -> None:
         """Hand the back-fill's vectors to storage and to the searches."""
         if self.backfill is not None:
-            self.backfill.drain(self._store_vectors)
+            self.backfill.drain(self._store_vectors, self._drop_other_vectors)
 
     def _store_vectors(self, batch: list[dict]) -> None:
         self.searcher.add_vectors(batch)
@@ -279,6 +282,15 @@ class Retrieval(base.Role):
         if base.Outbox(self.storage).request("put_embeddings", {"items": items}) is None:
             # storage is away: the records stay un-embedded and come back
             self.log.warning("storage did not take %d vector(s); retrying later", len(items))
+
+    def _drop_other_vectors(self, count: int) -> None:
+        """Vectors of another model are never searched: storage drops them, and the
+        back-fill embeds their records again (it asks until none is left)."""
+        space = self.backfill.space
+        self.log.info("%d vector(s) are of another model than %s: embedding them again",
+                      count, space)
+        if base.Outbox(self.storage).request("drop_vectors", {"keep_space": space}) is None:
+            self.log.warning("storage did not take drop_vectors; asking again later")
 
     def _on_storage_reply(self, sock: zmq.Socket) -> None:
         while sock.poll(0, zmq.POLLIN):

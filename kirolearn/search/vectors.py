@@ -38,26 +38,28 @@ def created_ms(created_at: str) -> float:
 
 
 class VectorIndex:
-    """Per namespace: record ids, their creation times and a unit-vector matrix. A
-    namespace is searched once its space is installed (``load`` + ``install``); vectors
-    that arrive before that are kept and applied on install."""
+    """Per namespace: record ids, their creation times and a unit-vector matrix of the
+    vectors the model made (of its vector ``space``). A namespace is searched once its
+    vectors are installed (``load`` + ``install``); vectors that arrive before that are
+    kept and applied on install."""
 
-    def __init__(self) -> None:
+    def __init__(self, space: str) -> None:
         import numpy as np
 
         self.np = np
+        self.space = space
         self.spaces: dict[str, dict[str, Any]] = {}
         self.early: dict[str, list[tuple[str, Any, float]]] = {}
         self.requested: set[str] = set()  # loads asked for and not installed yet
 
     def load(self, conn: Connection, namespace: str) -> dict[str, Any]:
-        """A namespace's space, read from the database (a second at 100,000 records)."""
+        """A namespace's vectors, read from the database (a second at 100,000 records)."""
         np = self.np
         # Filled row by row: a list of rows then a copy would need twice the memory.
-        matrix = np.zeros((reads.count_vectors(conn, namespace), embeddings.DIMENSIONS),
-                          dtype=np.float32)
+        matrix = np.zeros((reads.count_vectors(conn, namespace, self.space),
+                           embeddings.DIMENSIONS), dtype=np.float32)
         ids, times = [], []
-        for record_id, created_at, blob in reads.vectors(conn, namespace):
+        for record_id, created_at, blob in reads.vectors(conn, namespace, self.space):
             if len(blob) == embeddings.DIMENSIONS * 4 and len(ids) < len(matrix):
                 matrix[len(ids)] = np.frombuffer(blob, dtype="<f4")
                 ids.append(record_id)
@@ -149,7 +151,11 @@ class Backfill(threading.Thread):
     in its own thread (onnxruntime releases the GIL, so searches go on meanwhile; and it
     waits while searches come, ``searched_at``: bulk work yields to live), and
     loads the vector spaces that searches ask for (``request_load``) so that no search
-    waits for one. Both reach the role's own thread through a queue (``drain``)."""
+    waits for one. Both reach the role's own thread through a queue (``drain``).
+
+    Vectors another model made (another space) are never searched; when it first finds
+    none left to embed, and until it finds no such vector, it asks the role to have
+    storage drop them (``("respace", count)``), so that they are embedded again."""
 
     def __init__(self, path: db.Location, embedder: embeddings.Embedder, index: VectorIndex,
                  log: logging.Logger, results_ready: Callable[[], None] = lambda: None):
@@ -166,6 +172,8 @@ class Backfill(threading.Thread):
         self.pending = 0  # records without a vector at the last look
         self.embedded = 0
         self.searched_at = -math.inf  # the last search (time.monotonic), set by the role
+        self.space = index.space
+        self.respaced = False  # no vector of another space was left at the last look
 
     def request_load(self, namespace: str) -> None:
         self.loads.put(namespace)
@@ -202,6 +210,7 @@ class Backfill(threading.Thread):
                 batch = reads.unembedded(conn, after, BACKFILL_BATCH)
                 if not batch:
                     self.pending = reads.count_unembedded(conn)
+                    self._respace(conn)
                     after = 0  # from the start again: merges un-embed older records
                     self.wake.wait(BACKFILL_IDLE_S)
                     self.wake.clear()
@@ -212,8 +221,9 @@ class Backfill(threading.Thread):
                 matrix = self.embedder.embed(texts)
                 self.results.put(("vectors", [
                     {"record_id": r["record_id"], "namespace": r["namespace"],
-                     "created": created_ms(r["created_at"]), "text_hash": embeddings.text_hash(t),
-                     "vector": v} for r, t, v in zip(records, texts, matrix, strict=True)]))
+                     "created": created_ms(r["created_at"]),
+                     "text_hash": embeddings.text_hash(t, self.space), "vector": v}
+                    for r, t, v in zip(records, texts, matrix, strict=True)]))
                 self.results_ready()
                 self.embedded += len(records)
             except errors.StoreError as exc:  # no database yet, or it is busy
@@ -228,8 +238,18 @@ class Backfill(threading.Thread):
         if conn is not None:
             conn.close()
 
-    def drain(self, vectors_done: Callable[[list[dict]], None]) -> None:
-        """Install loaded spaces, and hand new vectors to vectors_done."""
+    def _respace(self, conn: Connection) -> None:
+        if not self.respaced:
+            others = reads.count_other_vectors(conn, self.space)
+            self.respaced = others == 0
+            if others:
+                self.results.put(("respace", others))
+                self.results_ready()
+
+    def drain(self, vectors_done: Callable[[list[dict]], None],
+              respace: Callable[[int], None]) -> None:
+        """Install loaded spaces, hand new vectors to vectors_done, and the count of
+        vectors of other spaces to respace."""
         while True:
             try:
                 kind, value = self.results.get_nowait()
@@ -237,6 +257,8 @@ class Backfill(threading.Thread):
                 return
             if kind == "space":
                 self.index.install(*value)
+            elif kind == "respace":
+                respace(value)
             else:
                 vectors_done(value)
 
