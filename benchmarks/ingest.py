@@ -2,11 +2,14 @@
 commit, peak RSS of the daemon, the bulk path (``kirolearn import``), and live hooks
 during an import.
 
+Then a small prompt with retrieval on its own and just after another client's 512 KiB
+event (``prompt_beside_large``: the ratio of the medians, target 2).
+
 The last case is an agent's day: 8 clients send prompts with retrieval, as a shim does
 (its 500 ms budget as the poll timeout; a prompt every 100 ms each), first on their own
 (``prompts_alone``), then while ``kirolearn import`` loads 50,000 events
 (``prompts_during_import``): how many were answered within the budget with their
-context, and the import's own rate.
+context (target: 99%, with two busy loops beside it), and the import's own rate.
 
 Prints one JSON line per configuration (see DESIGN.md §10); progress goes to stderr.
 
@@ -104,6 +107,12 @@ PROMPT_EVERY_S = 0.1
 PROMPT = "how did we refactor the storage layer to SQLite WAL mode with forward-only migrations"
 
 
+def prompt_event(text: str, session: str) -> dict:
+    return contract.make_event("prompt", {"type": "text", "content": text},
+                               namespace=NAMESPACE, actor_id="bench", session_id=session,
+                               surface="kiro-cli", version="bench", client_id="bench")
+
+
 def prompt_clients(clients: int, stop: threading.Event, prompts_each: int | None = None
                    ) -> dict:
     """`clients` threads, each sending a prompt with retrieval every PROMPT_EVERY_S until
@@ -116,10 +125,7 @@ def prompt_clients(clients: int, stop: threading.Event, prompts_each: int | None
         rpc = transport.Client(paths.Home.current().endpoint("ingest"), timeout_ms=BUDGET_MS)
         while (sent == 0 or not stop.is_set()) and (prompts_each is None or sent < prompts_each):
             started = time.perf_counter()
-            event = contract.make_event(
-                "prompt", {"type": "text", "content": f"{PROMPT} ({number}-{sent})"},
-                namespace=NAMESPACE, actor_id="bench", session_id=f"live-{number}",
-                surface="kiro-cli", version="bench", client_id="bench")
+            event = prompt_event(f"{PROMPT} ({number}-{sent})", f"live-{number}")
             try:
                 reply = rpc.call("put_event", {"event": event, "retrieve": True})
                 latency = (time.perf_counter() - started) * 1000
@@ -146,6 +152,57 @@ def prompt_clients(clients: int, stop: threading.Event, prompts_each: int | None
             "timeouts": sum(outcome == "timeout" for _, outcome, _ in outcomes),
             "prompt_p50_ms": round(statistics.median(answered), 1) if answered else None,
             "prompt_p99_ms": round(percentile(answered, 99), 1) if answered else None}
+
+
+def large_tool_use(n: int) -> dict:
+    """A tool's output as large as a shim sends (it cuts bodies to 512 KiB): a log."""
+    log = "".join(f"2026-11-24 10:{i // 60 % 60:02d}:{i % 60:02d} worker-{i % 7} INFO"
+                  f" handled job {n}-{i} in {i % 97} ms\n"
+                  for i in range(contract.TRUNCATE_BYTES // 64))[:contract.TRUNCATE_BYTES - 512]
+    return contract.make_event(
+        "tool_use", {"type": "json", "data": {"tool_name": "execute_bash",
+                                              "tool_input": {"command": "cat worker.log"},
+                                              "tool_response": {"result": log}}},
+        namespace=NAMESPACE, actor_id="bench", session_id=f"large-{n}", surface="kiro-cli",
+        version="bench", client_id="bench")
+
+
+def prompt_beside_large(rounds: int) -> dict:
+    """A small prompt with retrieval on its own, then sent just after another client's
+    512 KiB event: its time each way, and the ratio of the medians (target: 2)."""
+    home = paths.Home.current()
+    prompts = transport.Client(home.endpoint("ingest"), timeout_ms=10_000)
+    ctx = zmq.Context()
+    large = transport.make_socket(ctx, zmq.DEALER, connect=home.endpoint("ingest"))
+    alone, beside = [], []
+    try:
+        for n in range(rounds):
+            started = time.perf_counter()
+            prompts.call("put_event", {"event": prompt_event(f"{PROMPT} ({n})", "small"),
+                                       "retrieve": True})
+            alone.append((time.perf_counter() - started) * 1000)
+            large.send_multipart([b"", protocol.pack(protocol.request(
+                "put_event", {"event": large_tool_use(n)}))])
+            started = time.perf_counter()
+            prompts.call("put_event", {"event": prompt_event(f"{PROMPT} [{n}]", "small"),
+                                       "retrieve": True})
+            beside.append((time.perf_counter() - started) * 1000)
+            if not large.poll(10_000):
+                raise RuntimeError("ingest did not acknowledge the large event")
+            reply = protocol.parse_reply(large.recv_multipart()[-1])
+            if not reply["ok"] or reply["body"].get("status") != "stored":
+                raise RuntimeError(f"the large event was not stored: {reply}")
+    finally:
+        prompts.close()
+        large.close(linger=0)
+        ctx.term()
+    return {"bench": "ingest", "path": "prompt_beside_large", "rounds": rounds,
+            "large_bytes": contract.TRUNCATE_BYTES,
+            "alone_p50_ms": round(statistics.median(alone), 1),
+            "beside_p50_ms": round(statistics.median(beside), 1),
+            "beside_p99_ms": round(percentile(beside, 99), 1),
+            "beside_to_alone_p50": round(statistics.median(beside) / statistics.median(alone),
+                                         2), "target_ratio": 2}
 
 
 def import_file(path: Path, count: int, tag: str) -> float:
@@ -243,6 +300,9 @@ def main() -> None:
                "events_per_s": round(rate, 1), "elapsed_s": round(args.import_events / rate, 2)}
         row.update(daemon_memory())
         print(json.dumps(row), flush=True)
+        wait_until_quiet()
+        say("a small prompt beside a 512 KiB event")
+        print(json.dumps(prompt_beside_large(5 if args.quick else 30)), flush=True)
         wait_until_quiet()
         for row in live_during_import(home, args.during_events, args.clients):
             print(json.dumps(row), flush=True)

@@ -156,17 +156,18 @@ def send_reply(sock: zmq.Socket, envelope: list[bytes], message: dict) -> None:
         sock.send_multipart([*envelope, protocol.pack(message)], flags=zmq.NOBLOCK)
 
 
-def recv_request(sock: zmq.Socket, log: logging.Logger) -> tuple[list[bytes], dict] | None:
-    """Read one ROUTER request: (routing envelope, request), or None for a malformed one,
-    which has been answered with an error reply (or dropped, if it had no envelope)
-    and logged."""
+def recv_request(sock: zmq.Socket, log: logging.Logger
+                 ) -> tuple[list[bytes], dict, int] | None:
+    """Read one ROUTER request: (routing envelope, request, its size in bytes), or None
+    for a malformed one, which has been answered with an error reply (or dropped, if it
+    had no envelope) and logged."""
     frames = sock.recv_multipart()
     if len(frames) < 2:
         log.warning("dropped a frame without a routing envelope")
         return None
     envelope, payload = frames[:-1], frames[-1]
     try:
-        return envelope, protocol.parse_request(payload)
+        return envelope, protocol.parse_request(payload), len(payload)
     except protocol.DecodeError as exc:
         log.warning("bad request: %s", exc)
         send_reply(sock, envelope, protocol.reply_error(None, exc.code, exc.reason))

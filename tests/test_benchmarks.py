@@ -205,8 +205,14 @@ def test_ingest_benchmark_quick_run_times_prompts_during_an_import(home):
                             capture_output=True, text=True, timeout=300, env=env, cwd="/tmp")
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
-    assert [row["path"] for row in rows] == ["live", "live", "live", "import", "prompts_alone",
+    assert [row["path"] for row in rows] == ["live", "live", "live", "import",
+                                             "prompt_beside_large", "prompts_alone",
                                              "prompts_during_import"]
+    beside = rows[4]
+    assert beside["rounds"] == 5 and beside["large_bytes"] == 512 * 1024
+    assert beside["alone_p50_ms"] > 0 and 0 < beside["beside_p50_ms"] <= beside["beside_p99_ms"]
+    assert beside["beside_to_alone_p50"] == pytest.approx(
+        beside["beside_p50_ms"] / beside["alone_p50_ms"], rel=0.05)
     alone, during = rows[-2:]
     assert alone["prompts"] == 8 * 50 and during["import_events"] == 5_000
     for row in (alone, during):

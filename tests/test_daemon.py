@@ -70,6 +70,36 @@ def test_put_event_scrubs_stores_and_dedups(store, ingest, daemon):
     assert digest == contract.content_hash(json.loads(body))
 
 
+def test_a_large_event_is_prepared_beside_the_hooks_and_scrubbed_all_the_same(ingest, daemon):
+    """A tool's long output (prepared off ingest's loop) is scrubbed to its end and
+    stored; a prompt sent while it is prepared is answered, with its retrieval, and a
+    large event resent is a duplicate."""
+    secret = "AKIAIOSFODNN7EXAMPLE"
+    output = "".join(f"line {n}: job done\n" for n in range(20_000))  # about 360 KiB
+    large = make_event("tool_use", body={"type": "json", "data": {
+        "tool_name": "execute_bash", "tool_input": {"command": "cat log"},
+        "tool_response": {"result": f"<private>pin zebra-lamp</private>{output}key {secret}"}}})
+    with transport.Client(here().endpoint("ingest"), timeout_ms=10_000) as other:
+        sock = transport.make_socket(other.ctx, zmq.DEALER, connect=here().endpoint("ingest"))
+        try:
+            message = protocol.request("put_event", {"event": large})
+            sock.send_multipart([b"", protocol.pack(message)])
+            prompt = ingest.call("put_event", {"event": make_event("prompt", "why"),
+                                               "retrieve": True})
+            assert prompt["status"] == "stored" and "context" in prompt["retrieval"]
+            assert sock.poll(10_000)
+            reply = protocol.parse_reply(sock.recv_multipart()[-1])
+        finally:
+            sock.close(linger=0)
+    assert reply["ok"] and reply["body"] == {"event_id": large["event_id"], "status": "stored"}
+    assert ingest.call("put_event", {"event": large})["status"] == "duplicate"
+    with db.reading(db.location(here())) as conn:
+        [(body,)] = conn.execute("SELECT body_json FROM events WHERE event_id = $1",
+                                 (large["event_id"],)).fetchall()
+    assert "zebra-lamp" not in body and secret not in body and "line 19999: job done" in body
+    assert "[REDACTED:private]" in body and "[REDACTED:aws-access-key]" in body
+
+
 def test_only_prompts_with_retrieve_get_a_retrieval_answer(ingest):
     prompt = ingest.call("put_event", {"event": make_event("prompt", "why"), "retrieve": True})
     assert prompt["status"] == "stored"

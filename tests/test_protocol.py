@@ -83,7 +83,8 @@ class SlowServer:
         while not self.stop.is_set():
             if not self.sock.poll(20):
                 continue
-            envelope, request = transport.recv_request(self.sock, logging.getLogger("test"))
+            envelope, request, _ = transport.recv_request(self.sock,
+                                                          logging.getLogger("test"))
             count += 1
             if count == 1:
                 time.sleep(self.first_delay)

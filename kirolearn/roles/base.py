@@ -83,6 +83,7 @@ class Request:
     body: dict
     client: str | None = None  # the key's name, on a request from another machine
     storing: str | None = None  # ingest's search: the namespace of the prompt it stores
+    size: int = 0  # bytes, as received
 
     def reply(self, body: dict | None = None) -> None:
         transport.send_reply(self.sock, self.envelope, protocol.reply_ok(self.id, body))
@@ -182,11 +183,11 @@ def serve(sock: zmq.Socket, table: dict[str, Handler], who: str, log: logging.Lo
         received = transport.recv_request(sock, log)
         count += 1
         if received is not None:
-            envelope, message = received
+            envelope, message, size = received
             client, storing = message.get("client"), message.get("storing")
             dispatch(Request(sock, envelope, message["id"], message["op"], message["body"],
                              client if isinstance(client, str) else None,
-                             storing if isinstance(storing, str) else None),
+                             storing if isinstance(storing, str) else None, size),
                      table, who, log)
         if not sock.poll(0, zmq.POLLIN):
             break

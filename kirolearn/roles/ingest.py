@@ -11,8 +11,10 @@ context" rather than make the shim wait past its own timeout.
 Ingest never blocks on a downstream role: it talks to storage and retrieval over
 DEALER sockets with request ids, so many requests can be in flight and storage
 can commit them as one group. Live requests go ahead of bulk work: an import's
-chunks (``put_events``) are prepared one at a time between passes over the sockets,
-and one is with storage at a time, so a hook's event waits behind one chunk at most.
+chunks (``put_events``) and any large event are prepared (parsed, checked, scrubbed)
+on a thread of their own (``Preparer``), so the loop keeps answering hooks meanwhile,
+and one chunk is with storage at a time, so a hook's event waits behind one chunk's
+commit at most.
 
 It also drains the spool (events a shim could not deliver) when it starts and
 every ``ingest.spool_interval_s``: each file goes through the same door as a
@@ -32,7 +34,12 @@ door, events and record writes alike.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
+import os
+import queue
+import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,12 +73,76 @@ FLUSH_EVENTS = 200
 FLUSH_BYTES = 1024 * 1024
 SPOOL_CHUNK = 200  # spool files read per storage request
 # Bulk events (an import's put_events) wait behind every live request: one chunk is
-# prepared at a time between passes over the sockets, and one is with storage at a
-# time, so a hook's event is committed behind at most one chunk of an import.
+# prepared at a time, off the loop, and one is with storage at a time, so a hook's
+# event is committed behind at most one chunk of an import.
 BULK_AT_STORAGE = 1
+# A put_event this large (a tool's long output) is prepared off the loop too: scrubbing
+# 512 KiB takes tens of milliseconds, which a small prompt beside it would wait.
+LARGE_REQUEST_BYTES = 32 * 1024
+PREPARER_NICENESS = 10  # of the preparer's thread: the CPU goes to hooks' work first
 # The shim's poll timeout is the whole budget; retrieval gets a little less, so the
 # "stored, no context" answer reaches the shim before it gives up and spools.
 REPLY_RESERVE_S = 0.05
+
+
+Prepared = tuple[dict, dict] | Exception  # prepare's (stored, body), or why not
+
+
+def prepare_all(items: list) -> tuple[list, list[Prepared]]:
+    """The events (JSON text decoded) and each one prepared (``prepare``), or the
+    exception that says why it cannot be: pure, so it runs on any thread."""
+    events = [decode(item) if isinstance(item, str) else item for item in items]
+    found: list[Prepared] = []
+    for event in events:
+        try:
+            found.append(prepare(event))
+        except Exception as exc:  # a ContractError; anything else is logged by the loop
+            found.append(exc)
+    return events, found
+
+
+class Preparer:
+    """One thread that prepares what would hold the loop up: an import's chunks and
+    large events. Each job's result waits in ``done`` until the loop takes it
+    (``wake`` tells it); CPython's lock is handed over every few milliseconds, so the
+    loop answers hooks while a job runs."""
+
+    def __init__(self, wake: Callable[[], None]):
+        self.jobs: queue.Queue = queue.Queue()
+        self.done: queue.Queue = queue.Queue()
+        self.busy = 0  # jobs given and not yet taken back
+        self.wake = wake
+        # The loop waits for the lock at most this long when it wakes (5 ms by default).
+        sys.setswitchinterval(0.001)
+        self.thread = threading.Thread(target=self._run, name="prepare", daemon=True)
+        self.thread.start()
+
+    def submit(self, items: list, then: Callable[[list, list[Prepared]], None]) -> None:
+        """Prepare events (or their JSON text), then, on the loop's thread (``take``),
+        ``then(events, prepared)``."""
+        self.busy += 1
+        self.jobs.put((items, then))
+
+    def take(self) -> None:
+        while True:
+            try:
+                events, prepared, then = self.done.get_nowait()
+            except queue.Empty:
+                return
+            self.busy -= 1
+            then(events, prepared)
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+        self.thread.join(10)
+
+    def _run(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):  # Linux: a thread's own niceness
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PREPARER_NICENESS)
+        while (job := self.jobs.get()) is not None:
+            items, then = job
+            self.done.put((*prepare_all(items), then))
+            self.wake()
 
 
 @dataclass
@@ -101,6 +172,7 @@ class Ingest(base.Role):
         self.ticked_at = 0.0
         self.spooling = False  # a chunk of the spool is with storage
         self.storage_timeout_s = self.settings["ingest"]["storage_timeout_ms"] / 1000
+        self.preparer = Preparer(self.wake)
         self.serve_on(self.home.endpoint("ingest"))
         self.storage = transport.make_socket(self.ctx, zmq.DEALER,
                                              connect=self.home.endpoint("storage"))
@@ -117,11 +189,13 @@ class Ingest(base.Role):
         self.outbox: list[tuple[Pending, list[dict]]] = []
         self.outbox_bytes = self.outbox_events = 0
         self.by_storage_id: dict[str, list[Pending]] = {}
-        # put_events waiting to be prepared; the one prepared, waiting for storage; the
-        # storage request ids of those sent and not yet acknowledged.
+        # put_events waiting to be prepared; the one prepared (or being prepared),
+        # waiting for storage; the storage request ids of those sent and not yet
+        # acknowledged.
         self.bulk: collections.deque[tuple[base.Request, list, bool]] = collections.deque()
         self.bulk_ready: list[tuple[Pending, list[dict]]] = []
         self.bulk_at_storage: set[str] = set()
+        self.bulk_preparing = False
         # Record writes relayed to storage: its request id → (client request, deadline).
         self.relays: dict[str, tuple[base.Request, float, Callable | None]] = {}
         self.accepted = 0
@@ -154,8 +228,14 @@ class Ingest(base.Role):
             hints = check_hints(request.body)
         except ValueError as exc:
             raise base.BadRequest(str(exc)) from None
-        self._put(request, [request.body.get("event")], retrieve=retrieve,
-                  global_namespace=also, hints=hints)
+        def put(events: list, prepared: list[Prepared] | None = None) -> None:
+            self._put(request, events, retrieve=retrieve, global_namespace=also, hints=hints,
+                      prepared=prepared)
+
+        if request.size >= LARGE_REQUEST_BYTES:  # scrubbed off the loop: hooks go on
+            self.preparer.submit([request.body.get("event")], put)
+        else:
+            put([request.body.get("event")])
         return base.LATER
 
     @base.op("put_events")
@@ -271,20 +351,26 @@ class Ingest(base.Role):
 
     def _bulk_step(self) -> None:
         """One step of bulk work: the prepared chunk to storage once the one before is
-        acknowledged, else the next chunk prepared (while storage commits the last)."""
+        acknowledged, else the next chunk given to the preparer (while storage commits
+        the last)."""
         if self.bulk_ready and len(self.bulk_at_storage) < BULK_AT_STORAGE:
             sent = self._send_to_storage(self.bulk_ready)
             self.bulk_ready = []
             if sent is not None:
                 self.bulk_at_storage.add(sent)
-        elif self.bulk and not self.bulk_ready:
+        elif self.bulk and not self.bulk_ready and not self.bulk_preparing:
             request, items, history = self.bulk.popleft()
-            events = [decode(item) if isinstance(item, str) else item for item in items]
-            self._put(request, events, retrieve=False, history=history, bulk=True)
+            self.bulk_preparing = True
+
+            def prepared(events: list, done: list[Prepared]) -> None:
+                self.bulk_preparing = False
+                self._put(request, events, retrieve=False, history=history, bulk=True,
+                          prepared=done)
+            self.preparer.submit(items, prepared)
 
     def _bulk_due(self) -> bool:
         return bool((self.bulk_ready and len(self.bulk_at_storage) < BULK_AT_STORAGE)
-                    or (self.bulk and not self.bulk_ready))
+                    or (self.bulk and not self.bulk_ready and not self.bulk_preparing))
 
     def _fail(self, pending: Pending, code: int, reason: str) -> None:
         if pending.request is None:  # spooled events stay spooled; try again later
@@ -316,27 +402,30 @@ class Ingest(base.Role):
     def _put(self, request: base.Request | None, events: list, retrieve: bool | str,
              spool_files: list[Path] | None = None, history: bool = False,
              global_namespace: str | None = None, bulk: bool = False,
-             hints: dict | None = None) -> None:
-        """Prepare each event and queue the valid ones for storage (``request`` None:
-        events from the spool; ``history``: already distilled, see ``put_events``;
-        ``bulk``: held as the next bulk chunk, ``_bulk_step``)."""
+             hints: dict | None = None, prepared: list[Prepared] | None = None) -> None:
+        """Prepare each event (unless the preparer did: ``prepared``) and queue the valid
+        ones for storage (``request`` None: events from the spool; ``history``: already
+        distilled, see ``put_events``; ``bulk``: held as the next bulk chunk,
+        ``_bulk_step``)."""
         now = time.monotonic()
         op = request.op if request is not None else "put_events"
         pending = Pending(request, op, [None] * len(events), now + self.storage_timeout_s,
                           spool_files=spool_files or [])
         clean = []
         first_body = None
-        for index, event in enumerate(events):
-            try:
-                stored, body = prepare(event)
-            except contract.ContractError as exc:
-                pending.results[index] = rejection(event, exc)
+        if prepared is None:
+            events, prepared = prepare_all(events)
+        for index, (event, outcome) in enumerate(zip(events, prepared, strict=True)):
+            if isinstance(outcome, contract.ContractError):
+                pending.results[index] = rejection(event, outcome)
                 continue
-            except Exception as exc:  # a bug must cost this event, not the others
-                self.log.exception("an event could not be prepared")
+            if isinstance(outcome, Exception):  # a bug must cost this event, not the others
+                self.log.error("an event could not be prepared", exc_info=outcome)
                 pending.results[index] = rejection(event, contract.ContractError(
-                    [contract.FieldError("event", f"could not be read: {type(exc).__name__}")]))
+                    [contract.FieldError("event",
+                                         f"could not be read: {type(outcome).__name__}")]))
                 continue
+            stored, body = outcome
             if history:
                 stored["history"] = True
             clean.append(stored)
@@ -486,8 +575,9 @@ class Ingest(base.Role):
     def wake_at(self) -> float | None:
         """The next deadline: now while bulk work can go on (after each pass over the
         sockets), the spool's next drain, a search waiting to be sent (tried again
-        soon), a prompt's budget, a storage acknowledgement or relay's timeout."""
-        if self._bulk_due():
+        soon), a prompt's budget, a storage acknowledgement or relay's timeout; now too
+        when the preparer has something done."""
+        if self._bulk_due() or not self.preparer.done.empty():
             return time.monotonic()
         searches = self.searches.next_deadline(self.ticked_at)
         deadlines = [] if searches is None else [searches]
@@ -498,6 +588,8 @@ class Ingest(base.Role):
         return min(deadlines, default=None)
 
     def tick(self) -> None:
+        self.preparer.take()
+        self._flush()
         now = self.ticked_at = time.monotonic()
         if not self.spooling and not self.stopping and now >= self.next_spool:
             self._drain_spool(now)
@@ -519,6 +611,9 @@ class Ingest(base.Role):
     def drain(self) -> None:
         """Give in-flight requests a moment to be acknowledged before exiting; bulk work
         not begun is refused (an import sends it again to the next daemon)."""
+        self.preparer.stop()  # after what it was given
+        self.preparer.take()
+        self._flush()
         for pending, _ in self.bulk_ready:
             self._fail(pending, Code.UNAVAILABLE, "kirolearn is stopping")
         for request, _, _ in self.bulk:
