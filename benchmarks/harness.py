@@ -28,6 +28,15 @@ def say(*args: object) -> None:
     print(*args, file=sys.stderr, flush=True)
 
 
+def daemon_processes() -> dict[str, int]:
+    """The running daemon's processes by name (the supervisor's too): their pids."""
+    status = control.status(paths.Home.current())
+    if status is None:
+        raise SystemExit("the daemon is not running")
+    return {"supervisor": status["pid"],
+            **{r["name"]: r["pid"] for r in status["roles"] if r["pid"]}}
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]

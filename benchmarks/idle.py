@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import httpx
-from harness import figures, say
+from harness import daemon_processes, figures, say
 
 from kirolearn import contract, control, db, paths
 from kirolearn.db import reads
@@ -44,15 +44,6 @@ SETTLE_S = 3.0  # start-up work (the spool drained, the model loaded) is not idl
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
-def processes() -> dict[str, int]:
-    """The daemon's processes by name (the supervisor's too)."""
-    status = control.status(paths.Home.current())
-    if status is None:
-        raise SystemExit("idle: the daemon is not running")
-    return {"supervisor": status["pid"],
-            **{r["name"]: r["pid"] for r in status["roles"] if r["pid"]}}
-
-
 def cpu_ticks(pid: int) -> int:
     """User and system time of every thread of pid, in clock ticks."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -61,7 +52,7 @@ def cpu_ticks(pid: int) -> int:
 
 def cpu_window(seconds: float) -> dict:
     """Each process's share of one core over ``seconds`` of wall time, in percent."""
-    pids = processes()
+    pids = daemon_processes()
     before = {name: cpu_ticks(pid) for name, pid in pids.items()}
     started = time.monotonic()
     time.sleep(seconds)
@@ -107,7 +98,7 @@ class LivePage:
 def pss_mb() -> dict:
     """Each process's proportional set size (shared pages split between their users)."""
     found = {}
-    for name, pid in processes().items():
+    for name, pid in daemon_processes().items():
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
             if line.startswith("Pss:"):
                 found[f"pss_{name}_mb"] = round(int(line.split()[1]) / 1024, 1)

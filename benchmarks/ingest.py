@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import zmq
-from harness import percentile, say
+from harness import daemon_processes, percentile, say
 
 from kirolearn import contract, paths, protocol, transport
 
@@ -257,11 +257,8 @@ def wait_until_quiet(timeout_s: float = 120) -> None:
 
 def daemon_memory() -> dict:
     """Peak resident memory (VmHWM) of each daemon process, summed."""
-    status = json.loads(subprocess.run([*KL, "status", "--json"], capture_output=True,
-                                       text=True, check=True).stdout)
-    pids = [status["pid"]] + [r["pid"] for r in status["roles"] if r["pid"]]
     peak_kb = {}
-    for pid in pids:
+    for pid in daemon_processes().values():
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
                 peak_kb[pid] = int(line.split()[1])
