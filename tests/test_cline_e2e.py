@@ -105,6 +105,9 @@ def test_cline_remembers_across_runs(daemon, fake_api, tmp_path):
             hook = proj / ".clinerules" / "hooks" / name
             assert hook.stat().st_mode & stat.S_IXUSR, hook
             assert "exec kirolearn-cline" in hook.read_text()  # by name: fit to commit
+        settings = user_home / ".cline" / "data" / "settings" / "cline_mcp_settings.json"
+        # Cline gives a server without a timeout 3 s to start: too little on a busy machine.
+        assert json.loads(settings.read_text())["mcpServers"]["kirolearn"]["timeout"] == 60
         doctor = kl("doctor", env=env, cwd=str(proj))
         assert f"ok    cline (project {proj})" in doctor.stdout, doctor.stdout
         namespace = project.resolve_project(proj, home=str(user_home)).namespace(ACTOR)
@@ -148,7 +151,6 @@ def test_cline_remembers_across_runs(daemon, fake_api, tmp_path):
         removed = kl("uninstall", "--agent", "cline", env=env, cwd=str(proj))
         assert removed.returncode == 0, removed.stderr
         assert not (proj / ".clinerules").exists()
-        settings = user_home / ".cline" / "data" / "settings" / "cline_mcp_settings.json"
         assert "kirolearn" not in (settings.read_text() if settings.exists() else "")
     finally:
         stop_hub(user_home)

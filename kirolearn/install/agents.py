@@ -325,7 +325,9 @@ def cline(project: Path | None, home: Path) -> list[ConfigFile]:
     data = Path(os.environ.get("CLINE_DATA_DIR") or cline_home(home) / "data")
     settings = Path(os.environ.get("CLINE_MCP_SETTINGS_PATH")
                     or data / "settings" / "cline_mcp_settings.json")
-    server = McpServer(shape=lambda entry: {**entry, "disabled": False,
+    # Without a "timeout" the CLI gives a stdio server 3 s to answer its first request,
+    # which a Python server on a busy machine can miss: its tools are then not offered.
+    server = McpServer(shape=lambda entry: {**entry, "disabled": False, "timeout": 60,
                                             "autoApprove": list(APPROVED_TOOLS)})
     return [*(ConfigFile(hooks / name, (_cline_hook(name),), "script") for name in CLINE_HOOKS),
             ConfigFile(settings, (server,))]
