@@ -8,6 +8,7 @@ import random
 import re
 import sqlite3
 import sys
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -288,6 +289,41 @@ def test_a_long_prompt_is_embedded_by_its_start_and_rarest_words(corpus_db, embe
     [text] = recording.texts
     assert text.startswith("Where are schema changes kept?")
     assert len(text) <= fts_query.EMBEDDED_MAX_CHARS
+
+
+class SignallingEmbedder(RecordingEmbedder):
+    def __init__(self, real: embeddings.Embedder):
+        super().__init__(real)
+        self.started = threading.Event()
+
+    def embed(self, texts: list[str]):
+        self.started.set()
+        return super().embed(texts)
+
+
+@pytest.mark.parametrize("long", [False, True])
+def test_the_prompt_is_embedded_while_its_words_are_searched(corpus_db, embedder, long):
+    """The full-text statement waits until the embedding has begun: were the prompt
+    embedded after it, the wait would run out."""
+    signalling = SignallingEmbedder(embedder)
+    began = []
+
+    class Waiting(Searcher):
+        def _rank(self, *args):
+            began.append(signalling.started.wait(30))
+            return super()._rank(*args)
+
+    searcher = Waiting(corpus_db, embedder=signalling)
+    try:
+        found = searcher.search(NAMESPACE, "Where are schema changes kept?"
+                                + " The log: 2026-11-24 INFO heartbeat ok" * 20 * long,
+                                10, 60_000, mode="hybrid")
+    finally:
+        searcher.close()
+    assert began == [True]
+    [text] = signalling.texts
+    assert text.startswith("Where are schema changes kept?")
+    assert found.records[0]["title"] == RECORDS[0]["title"]
 
 
 @settings(max_examples=25, deadline=None,

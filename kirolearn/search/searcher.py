@@ -466,8 +466,11 @@ class Searcher:
         return self.vectors.similarities(namespaces, record_ids, vector)
 
     def _search(self, namespaces: tuple[str, ...], query: str, limit: int,
-                within: list[int] | None = None) -> Result:
-        """The lexical search (among these row ids, when ``within`` is given)."""
+                within: list[int] | None = None,
+                chosen: Callable[[list[str]], None] | None = None) -> Result:
+        """The lexical search (among these row ids, when ``within`` is given).
+        ``chosen`` is told the query's distinctive terms once they are chosen, before
+        the full-text statement (most of a search's time) runs."""
         raw = [t for t in with_parts(words(query)[:MAX_WORDS]) if not is_stop_word(t)]
         if not raw or limit <= 0:
             return Result([], "empty", 0.0)
@@ -486,6 +489,8 @@ class Searcher:
         terms, window = select_terms(candidates, token_freq, total, budget)
         rare = [t for t in terms if is_rare(token_freq[t], total)]
         distinctive = sorted((t for t in terms if token_freq[t]), key=token_freq.__getitem__)
+        if chosen is not None:
+            chosen(distinctive)
         try:
             # Room for the repeats `without_repeats` leaves out when namespaces are merged.
             wanted = limit if len(namespaces) == 1 else limit + SCOPE_SLACK
@@ -536,16 +541,24 @@ class Searcher:
 
     # -- what the steps use -------------------------------------------------------------------
 
-    def lexical(self, namespaces: tuple[str, ...], query: str, limit: int) -> Result:
-        """The lexical search, the words' candidates of a hybrid one."""
-        return self._search(namespaces, query, limit)
+    def lexical(self, namespaces: tuple[str, ...], query: str, limit: int,
+                chosen: Callable[[list[str]], None] | None = None) -> Result:
+        """The lexical search, the words' candidates of a hybrid one (``chosen``: see
+        ``_search``)."""
+        return self._search(namespaces, query, limit, chosen=chosen)
 
     def query_vector(self, query: str, distinctive: list[str], reserve_s: float) -> Any:
         """The query's vector (a long prompt's start and its rarest words,
-        ``embedded_query``), made on the embedding thread and given up ``reserve_s``
-        before the deadline (raises TimeoutError then, or what the embedder raised)."""
-        pending = self._embedding.submit(self.embedder.embed,
-                                         [embedded_query(query, distinctive)])
+        ``embedded_query``), given up ``reserve_s`` before the deadline (``vector_of``)."""
+        return self.vector_of(self.embed_soon(embedded_query(query, distinctive)), reserve_s)
+
+    def embed_soon(self, text: str) -> concurrent.futures.Future:
+        """This text's embedding, started on the embedding thread."""
+        return self._embedding.submit(self.embedder.embed, [text])
+
+    def vector_of(self, pending: concurrent.futures.Future, reserve_s: float) -> Any:
+        """The vector ``embed_soon`` is making, waited for until ``reserve_s`` before the
+        deadline (raises TimeoutError then, or what the embedder raised)."""
         try:
             wait_s = self.deadline - time.monotonic() - reserve_s
             return pending.result(timeout=max(0.0, wait_s))[0]

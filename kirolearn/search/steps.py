@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -30,7 +31,7 @@ from kirolearn.db import fts, reads
 from kirolearn.db.store import Connection
 from kirolearn.search import ranking, vectors
 from kirolearn.search.context import without_repeats
-from kirolearn.search.query import fts_expression
+from kirolearn.search.query import embedded_query, fts_expression
 from kirolearn.search.result import Result
 
 RARE_SHARE = 3  # rare matches take at most a third of a hybrid answer's places, one a term
@@ -60,6 +61,7 @@ class Search:
     limit: int
     mode: str  # "hybrid", or "semantic": the vectors alone
     lexical: Result | None = None  # the words' candidates, ``limit × CANDIDATES`` of them
+    embedding: Future | None = None  # the query's vector, while it is being made
     query_vector: Any = None
     rare: dict[str, dict] = field(default_factory=dict)  # records of a rare word, by id
     near: list[tuple[str, float, float]] = field(default_factory=list)  # (id, cosine, created)
@@ -94,12 +96,15 @@ class Env(Protocol):
 
     def vectors_ready(self, namespaces: tuple[str, ...]) -> bool: ...
 
-    def lexical(self, namespaces: tuple[str, ...], query: str, limit: int) -> Result: ...
+    def lexical(self, namespaces: tuple[str, ...], query: str, limit: int,
+                chosen: Callable[[list[str]], None] | None = None) -> Result: ...
 
     def lexical_instead(self, namespaces: tuple[str, ...], query: str, limit: int,
                         wide: Result | None, why: str) -> Result: ...
 
-    def query_vector(self, query: str, distinctive: list[str], reserve_s: float) -> Any: ...
+    def embed_soon(self, text: str) -> Future: ...
+
+    def vector_of(self, pending: Future, reserve_s: float) -> Any: ...
 
     def rank(self, namespaces: tuple[str, ...], expression: str,
              limit: int) -> list[tuple[int, float]]: ...
@@ -111,12 +116,23 @@ Step = Callable[[Env, Search], None]
 
 
 def lexical(env: Env, s: Search) -> None:
-    """The words' candidates (when every namespace's vectors are there to fuse with)."""
+    """The words' candidates (when every namespace's vectors are there to fuse with). The
+    query is embedded meanwhile, on the embedding thread, from the moment the words'
+    rarest are known (``embedded_query``) to the end of the full-text statement."""
     if not env.vectors_ready(s.namespaces):
         s.answer = env.lexical_instead(s.namespaces, s.query, s.limit, None,
                                        "vectors still loading")
         return
-    s.lexical = env.lexical(s.namespaces, s.query, s.wide)
+
+    def chosen(distinctive: list[str]) -> None:
+        s.embedding = env.embed_soon(embedded_query(s.query, distinctive))
+
+    try:
+        s.lexical = env.lexical(s.namespaces, s.query, s.wide, chosen)
+    except BaseException:
+        if s.embedding is not None:
+            s.embedding.cancel()
+        raise
 
 
 def embed_query(env: Env, s: Search) -> None:
@@ -124,8 +140,9 @@ def embed_query(env: Env, s: Search) -> None:
     made on a thread; the embedder is given up in time for the answer to be the
     lexical one (failing, or too slow)."""
     reserve = RETURN_MARGIN_S if s.lexical.window is None else FALLBACK_RESERVE_S
+    pending = s.embedding or env.embed_soon(embedded_query(s.query, s.lexical.distinctive))
     try:
-        s.query_vector = env.query_vector(s.query, s.lexical.distinctive, reserve)
+        s.query_vector = env.vector_of(pending, reserve)
     except Exception as exc:  # too slow (TimeoutError) or broken: lexical it is
         s.answer = env.lexical_instead(s.namespaces, s.query, s.limit, s.lexical,
                                        f"{type(exc).__name__}: {exc}")
