@@ -29,12 +29,39 @@ def say(*args: object) -> None:
 
 
 def daemon_processes() -> dict[str, int]:
-    """The running daemon's processes by name (the supervisor's too): their pids."""
+    """The running daemon's processes by name (the supervisor's too): their pids, and
+    those of the processes a role runs (the embedding model's, by its module's name)."""
     status = control.status(paths.Home.current())
     if status is None:
         raise SystemExit("the daemon is not running")
-    return {"supervisor": status["pid"],
-            **{r["name"]: r["pid"] for r in status["roles"] if r["pid"]}}
+    found = {"supervisor": status["pid"],
+             **{r["name"]: r["pid"] for r in status["roles"] if r["pid"]}}
+    for role in [r for r in status["roles"] if r["pid"]]:
+        for child in _children(role["pid"]):
+            found[_process_name(child, f"{role['name']}_child")] = child
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    """The processes any thread of pid started."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:  # it ended meanwhile
+            continue
+    return found
+
+
+def _process_name(pid: int, otherwise: str) -> str:
+    """A Python child's module (``-m kirolearn.search.embed_worker``: embed_worker)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return otherwise
+    if b"-m" in argv[:-1]:
+        return argv[argv.index(b"-m") + 1].decode().rsplit(".", 1)[-1]
+    return otherwise
 
 
 def percentile(values: list[float], q: float) -> float:

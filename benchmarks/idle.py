@@ -10,9 +10,11 @@ Prints JSON Lines (DESIGN.md §10): one line per window with the share of one co
 process used (``cpu_<process>_pct``) and in total (target: 0.5), then one
 ``after_idle`` line; then the memory each process holds (proportional set size,
 ``pss_<process>_mb``, and ``pss_total_mb``), idle and after work: records saved and
-embedded (the back-fill, on long texts: its peak is what stays), prompts answered.
+embedded (the back-fill, on long texts), prompts answered, and once more when the
+embedding model's process has left (``--model-idle-s``, ``embeddings.idle_s``).
 
     python benchmarks/idle.py            # 60 s windows
+    python benchmarks/idle.py --seconds 10 --records 10000   # memory after a large back-fill
     python benchmarks/idle.py --quick    # 2 s windows, after 1 s to settle
 """
 
@@ -124,11 +126,25 @@ def work(records: int) -> None:
         return
     conn = db.connect_reader(home.db_path)
     try:
-        deadline = time.monotonic() + 600
+        deadline = time.monotonic() + 600 + records
         while reads.count_unembedded(conn) and time.monotonic() < deadline:
             time.sleep(0.5)
     finally:
         conn.close()
+
+
+def model_left(wait_s: float) -> bool:
+    """Wait until the embedding model's process has left (``embeddings.idle_s``); False
+    when there is none to wait for (embeddings off)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        state = control.call("retrieval", "embeddings", {}, timeout_ms=5000,
+                             home=paths.Home.current())
+        if "model" not in state:
+            return False
+        if not state["model"].startswith("loaded") or time.monotonic() > deadline:
+            return True
+        time.sleep(0.2)
 
 
 def prompt_ms(index: int) -> float:
@@ -146,14 +162,20 @@ def prompt_ms(index: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="length of each window")
+    parser.add_argument("--model-idle-s", type=int, default=30,
+                        help="embeddings.idle_s: the model's process leaves after this long")
+    parser.add_argument("--records", type=int, default=200,
+                        help="records saved and embedded before the memory is read again")
     parser.add_argument("--quick", action="store_true", help="2 s windows (a smoke run)")
     args = parser.parse_args()
     seconds = 2.0 if args.quick else args.seconds
     settle_s = 1.0 if args.quick else SETTLE_S
+    model_idle_s = 2 if args.quick else args.model_idle_s
 
     home = Path(tempfile.mkdtemp(prefix="kl-bench-", dir="/tmp"))
     os.environ["KIROLEARN_HOME"] = str(home)
     os.environ["KIROLEARN_VIEWER_PORT"] = "0"
+    os.environ["KIROLEARN_EMBEDDINGS_IDLE_S"] = str(model_idle_s)
     subprocess.run([*KL, "start"], check=True, stdout=subprocess.DEVNULL)
     try:
         time.sleep(settle_s)
@@ -167,18 +189,23 @@ def main() -> None:
                               **cpu_window(seconds)}), flush=True)
         finally:
             page.close()
-        first = prompt_ms(0)
+        model_left(model_idle_s + 60)
+        print(json.dumps({"bench": "idle", "phase": "memory_idle", **pss_mb()}), flush=True)
+        first = prompt_ms(0)  # with the model's process to start again, if it left
         warm = [prompt_ms(i) for i in range(1, 21)]
         print(json.dumps({"bench": "idle", "phase": "after_idle", "idle_s": round(seconds),
                           "first_prompt_ms": round(first, 3), **figures("next_prompts", warm),
                           "first_to_next_p50": round(first / statistics.median(warm), 2)}),
               flush=True)
-        print(json.dumps({"bench": "idle", "phase": "memory_idle", **pss_mb()}), flush=True)
-        records = 20 if args.quick else 200
+        records = 20 if args.quick else args.records
         say(f"{records} records saved and embedded")
         work(records)
         print(json.dumps({"bench": "idle", "phase": "memory_after_work", "records": records,
                           **pss_mb()}), flush=True)
+        if model_left(model_idle_s + 60):
+            say(f"the model's process left after {model_idle_s} s without work")
+            print(json.dumps({"bench": "idle", "phase": "memory_after_work_idle",
+                              "records": records, **pss_mb()}), flush=True)
     finally:
         subprocess.run([*KL, "stop"], check=True, stdout=subprocess.DEVNULL)
         shutil.rmtree(home, ignore_errors=True)

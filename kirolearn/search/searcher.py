@@ -457,7 +457,7 @@ class Searcher:
                    record_ids: list[str]) -> dict[str, float]:
         """How close in meaning each of these records is to the query (none when the
         vectors are still loading or the embedder does not answer in time)."""
-        if not self.vectors_ready(namespaces):
+        if not self.vectors_ready(namespaces) or not self.model_ready():
             return {}
         try:
             vector = self.query_vector(query, lexical.distinctive, steps.RETURN_MARGIN_S)
@@ -585,6 +585,15 @@ class Searcher:
             result = self._search(namespaces, query, limit)
         result.error = f"semantic side skipped ({why})"
         return result
+
+    def model_ready(self) -> bool:
+        """Whether the model answers at once. One in a process of its own that is not
+        loaded (``embed_worker``: it left when idle) is started now, and the searches
+        meanwhile are lexical rather than kept waiting for it."""
+        if getattr(self.embedder, "ready", True):  # in this process: always loaded
+            return True
+        self.embedder.warm()
+        return False
 
     def vectors_ready(self, namespaces: tuple[str, ...]) -> bool:
         """Whether every namespace's vectors are loaded. The retrieval role's back-fill is

@@ -96,6 +96,8 @@ class Env(Protocol):
 
     def vectors_ready(self, namespaces: tuple[str, ...]) -> bool: ...
 
+    def model_ready(self) -> bool: ...
+
     def lexical(self, namespaces: tuple[str, ...], query: str, limit: int,
                 chosen: Callable[[list[str]], None] | None = None) -> Result: ...
 
@@ -116,12 +118,14 @@ Step = Callable[[Env, Search], None]
 
 
 def lexical(env: Env, s: Search) -> None:
-    """The words' candidates (when every namespace's vectors are there to fuse with). The
+    """The words' candidates (when every namespace's vectors are there to fuse with, and
+    the model is loaded: else the lexical answer, at once). The
     query is embedded meanwhile, on the embedding thread, from the moment the words'
     rarest are known (``embedded_query``) to the end of the full-text statement."""
-    if not env.vectors_ready(s.namespaces):
-        s.answer = env.lexical_instead(s.namespaces, s.query, s.limit, None,
-                                       "vectors still loading")
+    waiting = ("vectors still loading" if not env.vectors_ready(s.namespaces) else
+               "the model is loading" if not env.model_ready() else None)
+    if waiting:
+        s.answer = env.lexical_instead(s.namespaces, s.query, s.limit, None, waiting)
         return
 
     def chosen(distinctive: list[str]) -> None:
