@@ -48,7 +48,8 @@ FIT_SIMILARITY = 0.3
 STRONG_COVERAGE = 0.5  # a lexical match holding this much stays, however far in meaning
 IN_TIME_BOOST = 2.0  # a record of the time the request names ("yesterday"): its score × this
 CANDIDATES = 4  # each side of a hybrid search brings limit × this many candidates
-RETURN_MARGIN_S = 0.005  # a late embedder is given up this long before the deadline
+RETURN_MARGIN_S = 0.025  # a late embedder is given up this long before the deadline (room
+# for the answer to be made on a busy machine, where a thread may wait its turn)
 FALLBACK_RESERVE_S = 0.06  # ... or this long, when a lexical search must still be run
 
 
