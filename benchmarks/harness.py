@@ -6,6 +6,7 @@ A benchmark stopped by SIGTERM (``timeout``, a test's limit) exits as on Ctrl-C:
 
 from __future__ import annotations
 
+import os
 import signal
 import statistics
 import sys
@@ -40,6 +41,15 @@ def daemon_processes() -> dict[str, int]:
         for child in _children(role["pid"]):
             found[_process_name(child, f"{role['name']}_child")] = child
     return found
+
+
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system time of every thread of pid, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
 
 
 def _children(pid: int) -> list[int]:

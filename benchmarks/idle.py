@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import httpx
-from harness import daemon_processes, figures, say
+from harness import cpu_seconds, daemon_processes, figures, say
 
 from kirolearn import contract, control, db, paths
 from kirolearn.db import reads
@@ -43,24 +43,16 @@ KL = [sys.executable, "-m", "kirolearn"]
 NAMESPACE = "/actor/bench/project/" + "c" * 64 + "/"
 TARGET_PCT = 0.5
 SETTLE_S = 3.0  # start-up work (the spool drained, the model loaded) is not idling
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_ticks(pid: int) -> int:
-    """User and system time of every thread of pid, in clock ticks."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
 
 def cpu_window(seconds: float) -> dict:
     """Each process's share of one core over ``seconds`` of wall time, in percent."""
     pids = daemon_processes()
-    before = {name: cpu_ticks(pid) for name, pid in pids.items()}
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     started = time.monotonic()
     time.sleep(seconds)
     elapsed = time.monotonic() - started
-    after = {name: cpu_ticks(pid) for name, pid in pids.items()}
-    shares = {name: (after[name] - before[name]) / TICKS_PER_S / elapsed * 100
+    after = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    shares = {name: (after[name] - before[name]) / elapsed * 100
               for name in pids}
     return {"seconds": round(elapsed, 1),
             "cpu_total_pct": round(sum(shares.values()), 3), "target_pct": TARGET_PCT,

@@ -5,6 +5,8 @@ the daemon, warms it with other prompts (as a running daemon is), then sends eac
 to the retrieval role and reports, per query set:
 
 - search_*: the search as the retrieval role timed it (server side);
+- retrieval_cpu_ms_per_search: the CPU time the retrieval role (and its model process)
+  spent per search of the set;
 - roundtrip_*: client → daemon → client for that search (what `kirolearn search`, the
   MCP server and the shims wait for), and floor_* the same round trip for a ping;
 - inline_* (prompts): a prompt event sent to ingest with retrieve=true, answered after
@@ -44,7 +46,7 @@ import time
 from pathlib import Path
 
 import corpus
-from harness import daemon_processes, figures, say, write_records
+from harness import cpu_seconds, daemon_processes, figures, say, write_records
 
 from kirolearn import contract, db, paths, search, transport
 from kirolearn.search import embeddings, searcher
@@ -129,6 +131,14 @@ def peak_rss_mb() -> float:
     return round(total_kb / 1024, 1)
 
 
+def retrieval_cpu_s() -> float:
+    """CPU time so far of the retrieval role and of its model process (which, leaving
+    when idle, may be a new one: only compare figures taken while it stays)."""
+    processes = daemon_processes()
+    return sum(cpu_seconds(processes[name]) for name in ("retrieval", "embed_worker")
+               if name in processes)
+
+
 def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap: bool,
         mode: str, titles_only: bool = False) -> None:
     home = Path(tempfile.mkdtemp(prefix="kl-bench-", dir="/tmp"))
@@ -155,7 +165,9 @@ def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap
         for name, queries in query_sets.items():
             say(f"  {len(queries)} {name} queries")
             bodies = [{"query": q, "namespace": SEARCHED, "mode": mode} for q in queries]
+            cpu_before = retrieval_cpu_s()
             roundtrip, replies = timed_calls(retrieval, "search", bodies)
+            cpu_ms = (retrieval_cpu_s() - cpu_before) * 1000 / len(queries)
             row = {"bench": "retrieval", "records": count, "mode": mode, "queries": name,
                    "count": len(queries)}
             if embedder is not None:
@@ -163,6 +175,7 @@ def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap
             row.update(figures("search", [r["latency_ms"] for r in replies]))
             row.update(figures("roundtrip", roundtrip))
             row.update(figures("floor", floor))
+            row["retrieval_cpu_ms_per_search"] = round(cpu_ms, 2)
             row["ratio_to_floor"] = round(row["roundtrip_p50_ms"] / row["floor_p50_ms"], 1)
             if name == "prompts":
                 inline, answers = timed_calls(ingest, "put_event", [
