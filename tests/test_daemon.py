@@ -15,6 +15,7 @@ from helpers import KL, here, kl, make_event, processes_using, status, stored_ev
 
 from kirolearn import contract, db, paths, protocol, transport
 from kirolearn.db import schema
+from kirolearn.roles import base
 
 
 def test_start_status_stop_leaves_nothing_behind(home):
@@ -343,6 +344,29 @@ def test_concurrent_events_are_committed_in_groups(store, ingest, daemon, ctx):
         counters = control.call("ping")
     assert counters["events_stored"] == 300
     assert counters["commits"] < 300 / 3  # acknowledged in groups, not one commit each
+
+
+def test_a_quiet_role_gives_back_memory_once_until_work_comes_again(ingest, daemon, ctx):
+    """After ``QUIET_S`` without work (a control ping is none), each role gives back its
+    caches and the heap's free pages once; work makes it do so again after the next
+    quiet spell."""
+    def given_back(endpoint: str) -> int:
+        with transport.Client(here().endpoint(endpoint), ctx) as control:
+            return control.call("ping")["memory_given_back"]
+
+    for i in range(200):
+        assert ingest.call("put_event", {"event": make_event(content=f"work {i}")}
+                           )["status"] == "stored"
+    ingest.call("put_event", {"event": make_event(kind="prompt", content="work 7"),
+                              "retrieve": True})
+    before = {name: given_back(f"{name}.ctl") for name in ("storage", "retrieval", "ingest")}
+    wait_for(lambda: all(given_back(f"{name}.ctl") > count for name, count in before.items()),
+             3 * base.QUIET_S + 30, 1.0, "each role quiet, its memory given back")
+    once = {name: given_back(f"{name}.ctl") for name in before}
+    assert ingest.call("put_event", {"event": make_event(content="more work")}
+                       )["status"] == "stored"
+    wait_for(lambda: given_back("storage.ctl") > once["storage"], 3 * base.QUIET_S + 30, 1.0,
+             "storage quiet again after the next work")
 
 
 def test_retrievals_are_logged_for_prompts(ingest, daemon):

@@ -16,7 +16,18 @@ from secret_corpus import KINDS, PRIVATE, SECRETS
 
 from kirolearn import paths
 from kirolearn.contract import canonical_json
-from kirolearn.privacy import marker, may_need_scrub, redact, rules, scrub, scrub_text
+from kirolearn.privacy import (
+    Scrubber,
+    marker,
+    may_need_scrub,
+    redact,
+    rules,
+    scrub,
+    scrub_record,
+    scrub_stale,
+    scrub_text,
+    version,
+)
 
 P = marker("private")
 plain = st.text(alphabet=st.characters(blacklist_characters="<>&%\\"), max_size=40)
@@ -68,6 +79,36 @@ def test_scrub_is_idempotent_and_never_grows_a_secret_back(parts):
     for _, source, secret in SECRETS:
         if source in parts:
             assert secret not in once
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(pieces, max_size=6), st.lists(st.lists(pieces, max_size=4), max_size=3))
+def test_a_record_scrubbed_with_todays_rules_needs_no_second_pass(summary, facts):
+    """What a search hands out of a record marked with today's rules (as stored) is what
+    scrubbing it again would give: skipping the second pass loses nothing."""
+    record = scrub_record({"record_id": "R1", "title": "".join(summary[:2]),
+                           "summary": "".join(summary), "facts": ["".join(f) for f in facts]})
+    [kept] = scrub_stale([{**record, "scrubbed_with": version()}])
+    [again] = scrub_stale([{**record, "scrubbed_with": "another"}])
+    assert kept == again == record
+
+
+def test_a_search_scrubs_a_record_of_other_rules_and_what_the_working_tree_told():
+    secret = "AKIAQWERTYUIOPASDFGH"
+    stored = {"record_id": "R1", "title": f"Deploy with {secret}", "summary": "",
+              "facts": [secret], "stale": {"why": f"gone from branch fix-{secret}", "at": "x"}}
+    [older] = scrub_stale([{**stored, "scrubbed_with": None}])
+    [today] = scrub_stale([{**stored, "scrubbed_with": version()}])
+    assert secret not in json.dumps(older) and "scrubbed_with" not in older
+    assert today["stale"]["why"] == "gone from branch fix-[REDACTED:aws-access-key]"
+    assert today["title"] == stored["title"]  # trusted: storage scrubbed it with these rules
+
+
+def test_the_rules_version_names_the_rules_and_the_code_that_runs_them():
+    today = Scrubber(rules.compile_all(rules.from_detect_secrets()))
+    fewer = Scrubber(rules.compile_all(rules.from_detect_secrets()[1:]))
+    assert today.version == version() and len(today.version) == 16
+    assert fewer.version != today.version
 
 
 @given(st.text(max_size=200))

@@ -15,7 +15,7 @@ from helpers import make_db, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kirolearn import contract, db, project
+from kirolearn import contract, db, privacy, project
 from kirolearn.db import postgres, writes
 from kirolearn.db.sqlite import schema as sqlite_schema
 from kirolearn.search import checkpoint, when, worktree
@@ -201,6 +201,40 @@ def test_a_prompt_finds_its_records_ranked_and_in_the_fixed_format(searcher):
         "Migrated the users table from integer ids to UUIDs in two steps.\n\n"
         "- edited `migrations/0042_user_uuid.py` (+48 −3)\n"
         "- ran `alembic upgrade head` → exit 0")
+
+
+def test_a_search_scrubs_the_records_of_older_rules_and_storage_scrubs_them_again(store_at):
+    """Each record keeps the version of the rules its text was scrubbed with: a search
+    scrubs a record of another version as it leaves, ``rescrub_records`` scrubs it in
+    place and marks it, and an edit of it keeps the mark only when it had today's."""
+    secret = "AKIAQWERTYUIOPASDFGH"
+    make_db(store_at, [record(1, title="Rotate the deploy key", summary=f"old key {secret}"),
+                       record(2, title="Rotate the deploy key again", summary="a new key")])
+    conn = db.connect_writer(store_at)
+    marks = dict(conn.execute("SELECT record_id, scrubbed_with FROM memory_records"))
+    assert set(marks.values()) == {privacy.version()}  # as stored, with today's rules
+    conn.execute("UPDATE memory_records SET scrubbed_with = 'older' WHERE record_id = $1",
+                 ("R0000000000000000000000001",))  # before an upgrade's new rule
+    s = Searcher(store_at)
+    found = s.search(NS_A, "rotate the deploy key", 10, 5000)
+    assert len(found.records) == 2 and secret not in found.context
+    assert "old key [REDACTED:aws-access-key]" in found.context
+    assert all("scrubbed_with" not in r for r in found.as_dict(with_records=True)["records"])
+    with conn.transaction():
+        assert writes.rescrub_records(conn, 10) == (1, {"aws-access-key": 1})
+    with conn.transaction():
+        assert writes.rescrub_records(conn, 10) == (0, {})
+    assert conn.execute("SELECT summary, scrubbed_with FROM memory_records WHERE record_id"
+                        " = $1", ("R0000000000000000000000001",)).fetchone() == (
+        "old key [REDACTED:aws-access-key]", privacy.version())
+    conn.execute("UPDATE memory_records SET scrubbed_with = 'older' WHERE record_id = $1",
+                 ("R0000000000000000000000002",))
+    for n in (1, 2):
+        writes.update_record(conn, f"R{n:025d}", [NS_A], {"summary": "edited"}, "an edit")
+    assert dict(conn.execute("SELECT record_id, scrubbed_with FROM memory_records")) == {
+        "R0000000000000000000000001": privacy.version(), "R0000000000000000000000002": None}
+    s.close()
+    conn.close()
 
 
 def test_stemming_and_punctuation_still_match(searcher):

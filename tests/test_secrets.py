@@ -4,6 +4,7 @@ each exit and by ``kirolearn scrub``."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import sqlite3
@@ -16,7 +17,7 @@ from helpers import Workspace, call, kl, retrieval, serve, wait_for
 from secret_corpus import PRIVATE, SECRETS
 from starlette.testclient import TestClient
 
-from kirolearn import config, contract, db, paths
+from kirolearn import config, contract, db, paths, privacy
 from kirolearn.db import writes
 from kirolearn.extract import llm
 from kirolearn.supervisor.arbiter import Arbiter, Process
@@ -236,6 +237,7 @@ def plant(base: Path, namespace: str) -> str:
     body_json = contract.canonical_json(event["body"])
     writes.insert_event(conn, contract.stored_form(event, body_json, 0, event["content_hash"]), 0)
     writes.insert_record(conn, record)
+    conn.execute("UPDATE memory_records SET scrubbed_with = NULL")  # before the mark was kept
     writes.log_retrieval(conn, event["event_id"], namespace, [record["record_id"]], 1.0, "ok")
     conn.execute("UPDATE retrievals SET context = $1", (f"## Prior\n{text}",))  # as then
     conn.execute("COMMIT")
@@ -248,12 +250,30 @@ def old(data: str | bytes) -> list[str]:
     return [name for name, secret in OLD.items() if secret in text]
 
 
+def stored_record(base: Path, record_id: str) -> tuple[str, str | None]:
+    """A record's title as stored, and the version of the rules that scrubbed it."""
+    with contextlib.closing(sqlite3.connect(paths.Home(base).db_path)) as conn:
+        return conn.execute("SELECT title, scrubbed_with FROM memory_records"
+                            " WHERE record_id = ?", (record_id,)).fetchone()
+
+
 def test_each_exit_scrubs_what_older_rules_let_through_and_scrub_purges_it(home, tmp_path):
+    """Records are scrubbed again by storage as it starts (their rules' version is not
+    today's); the rest stored (events, the retrieval log) is scrubbed at each exit, and
+    in place by ``kirolearn scrub``."""
     ws = Workspace(tmp_path)
     record_id = plant(home, ws.namespace)
     assert old(paths.Home(home).db_path.read_bytes()) == ["aws", "hf", "pw"]
     kl("start", check=True)
     try:
+        today = privacy.version()
+        assert wait_for(lambda: stored_record(home, record_id)[1] == today and
+                        stored_record(home, record_id), 30, 0.05,
+                        "the record scrubbed again with today's rules"
+                        )[0] == "Deploy with [REDACTED:aws-access-key]"
+        wait_for(lambda: "1 record(s) scrubbed again with today's privacy rules: 7 redaction"
+                 in (paths.Home(home).log_dir / "storage.log").read_text(), 10, 0.05,
+                 "storage's log line")
         logs = sorted(paths.Home(home).log_dir.iterdir())
         assert {log.name: log.stat().st_mode & 0o777 for log in logs} == {
             log.name: 0o600 for log in logs} and len(logs) > 3
@@ -276,7 +296,8 @@ def test_each_exit_scrubs_what_older_rules_let_through_and_scrub_purges_it(home,
         assert {name: old(text) for name, text in exits.items() if old(text)} == {}
 
         dry = kl("scrub", "--dry-run", check=True).stdout
-        assert dry.startswith("would redact ") and "events: " in dry and "memory_records: " in dry
+        assert dry.startswith("would redact ") and "events: " in dry
+        assert "memory_records: " not in dry  # scrubbed again as storage started
         assert old(paths.Home(home).db_path.read_bytes()) == ["aws", "hf", "pw"]  # nothing changed
         done = kl("scrub", check=True).stdout
         assert done.replace("redacted", "would redact", 1) == dry

@@ -97,6 +97,11 @@ def open_searcher(where: Location, interrupted: Callable[[], bool]) -> Connectio
     return dialect(where).open_searcher(where, interrupted)
 
 
+def release_memory(conn: Connection) -> None:
+    """Give back what the connection caches on this side (SQLite's page cache)."""
+    conn.dialect.release_memory(conn)
+
+
 @contextlib.contextmanager
 def reading(where: Location) -> Iterator[Connection]:
     """A read-only connection for one piece of work, closed after it (on PostgreSQL,

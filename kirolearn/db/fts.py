@@ -83,12 +83,13 @@ def records_between(conn: Connection, namespaces: Sequence[str], start: datetime
 
 
 def records_by_rowid(conn: Connection, ids: Sequence[int]) -> dict[int, dict]:
-    """Full records by their row id (read after ranking: only the ranked rows)."""
+    """Full records by their row id, for a search's answer (read after ranking: only
+    the ranked rows)."""
     if not ids:
         return {}
     p = Params()
-    return {row[0]: reads.record_from_row(row[1:]) for row in conn.execute(
-        f"SELECT id, {reads.RECORD_COLUMNS} FROM memory_records WHERE id IN {p.list(ids)}",
+    return {row[0]: reads.searched_record_from_row(row[1:]) for row in conn.execute(
+        f"SELECT id, {reads.SEARCHED_COLUMNS} FROM memory_records WHERE id IN {p.list(ids)}",
         p.values)}
 
 

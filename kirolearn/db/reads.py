@@ -51,6 +51,8 @@ RECORD_COLUMNS = ("record_id, namespace, title, summary, facts_json, concepts_js
                   " files_touched_json, observation_type, strategy, source_event_ids_json,"
                   " created_at, invalid_reason, anchors_json, code_json, stale_why, stale_at,"
                   " superseded_by")
+# A search's records also say which rules scrubbed their text (``privacy.scrub_stale``).
+SEARCHED_COLUMNS = RECORD_COLUMNS + ", scrubbed_with"
 
 
 def record_from_row(row: tuple) -> dict:
@@ -74,6 +76,12 @@ def record_from_row(row: tuple) -> dict:
     if row[16] is not None:
         record["superseded_by"] = row[16]
     return record
+
+
+def searched_record_from_row(row: tuple) -> dict:
+    """A record of ``SEARCHED_COLUMNS``: with ``scrubbed_with``, the version of the
+    privacy rules its stored text was scrubbed with."""
+    return {**record_from_row(row[:-1]), "scrubbed_with": row[-1]}
 
 
 def namespaces_in(conn: Connection, table: str = "memory_records") -> list[str]:
@@ -100,17 +108,20 @@ def record_by_id(conn: Connection, record_id: str) -> dict | None:
     return None if row is None else record_from_row(row)
 
 
-def records_by_id(conn: Connection, record_ids: list[str],
-                  namespaces: Iterable[str], valid_only: bool = False) -> list[dict]:
+def records_by_id(conn: Connection, record_ids: list[str], namespaces: Iterable[str],
+                  valid_only: bool = False, searched: bool = False) -> list[dict]:
     """The records with these ids in these namespaces (``valid_only``: not marked
-    invalid), in the order asked; ids that are not there are left out."""
+    invalid; ``searched``: for a search's answer, ``SEARCHED_COLUMNS``), in the order
+    asked; ids that are not there are left out."""
     if not record_ids:
         return []
     p = Params()
     valid = " AND invalid_reason IS NULL" if valid_only else ""
+    columns, made = ((SEARCHED_COLUMNS, searched_record_from_row) if searched
+                     else (RECORD_COLUMNS, record_from_row))
     # Unindexed namespace: look the ids up by their unique index, not the namespace's rows.
-    found = {row[0]: record_from_row(row) for row in conn.execute(
-        f"SELECT {RECORD_COLUMNS} FROM memory_records WHERE record_id IN {p.list(record_ids)}"
+    found = {row[0]: made(row) for row in conn.execute(
+        f"SELECT {columns} FROM memory_records WHERE record_id IN {p.list(record_ids)}"
         f" AND {conn.unindexed('namespace')} IN {p.list(namespaces)}{valid}", p.values)}
     return [found[i] for i in dict.fromkeys(record_ids) if i in found]
 

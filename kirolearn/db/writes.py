@@ -73,9 +73,12 @@ INSERT_RECORD_SQL = (
     "INSERT INTO memory_records (record_id, namespace, title, summary, facts_json,"
     " facts_text, concepts_json, files_touched_json, observation_type, strategy,"
     " source_event_ids_json, created_at, batch_id, invalid_reason, embedding_hash,"
-    " files_key, anchors_json, code_json, session_id, turn_seq)"
-    " SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18, e.session_id,"
-    " e.seq FROM (SELECT 1) AS one LEFT JOIN events e ON e.event_id = $19")
+    " files_key, anchors_json, code_json, scrubbed_with, session_id, turn_seq)"
+    " SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,"
+    " e.session_id, e.seq FROM (SELECT 1) AS one LEFT JOIN events e ON e.event_id = $20")
+# A change to part of a record's text keeps its mark of today's rules only when the rest
+# had it (``privacy.scrub_stale``): the new part was scrubbed with today's.
+KEEP_SCRUBBED = "scrubbed_with = CASE WHEN scrubbed_with = {} THEN scrubbed_with END"
 
 
 def _new_record_params(record: dict, batch_id: str | None, invalid_reason: str | None) -> tuple:
@@ -87,13 +90,14 @@ def _new_record_params(record: dict, batch_id: str | None, invalid_reason: str |
             batch_id, invalid_reason, None if invalid_reason is None else NOT_EMBEDDED,
             files_key(record.get("files_touched", [])),
             json.dumps(record.get("anchors") or {}), json.dumps(record.get("code") or {}),
-            next(iter(record["source_event_ids"]), None))
+            privacy.version(), next(iter(record["source_event_ids"]), None))
 
 
 def insert_record(conn: Connection, record: dict, batch_id: str | None = None,
                   invalid_reason: str | None = None) -> None:
-    """A new record; one marked invalid (an import) is kept out of the full-text index
-    and is never embedded."""
+    """A new record, its text scrubbed with today's rules (every way a record comes in
+    scrubs it: a worker's result, MCP, an import, a rule file); one marked invalid (an
+    import) is kept out of the full-text index and is never embedded."""
     conn.execute(INSERT_RECORD_SQL, _new_record_params(record, batch_id, invalid_reason))
 
 
@@ -170,10 +174,10 @@ def _merge_into(conn: Connection, row: tuple, record: dict,
         "UPDATE memory_records SET summary = $1, facts_json = $2, facts_text = $3,"
         " concepts_json = $4, source_event_ids_json = $5, created_at = $6, batch_id = $7,"
         " embedding_hash = NULL, anchors_json = $8, code_json = $9, stale_why = NULL,"
-        " stale_at = NULL WHERE id = $10",
+        f" stale_at = NULL, {KEEP_SCRUBBED.format('$11')} WHERE id = $10",
         (summary, json.dumps(facts), " ".join(facts), json.dumps(concepts),
          json.dumps(sources), record["created_at"], batch_id, json.dumps(anchors),
-         json.dumps(code), row[0]))
+         json.dumps(code), row[0], privacy.version()))
     return True
 
 
@@ -402,32 +406,71 @@ SCRUBBED = {
 def scrub_stored(conn: Connection, dry_run: bool = False) -> dict[str, dict[str, int]]:
     """Run today's scrubber over everything stored and redact in place: events (their
     hash made again), records (their index entry rewritten by the triggers, their vector
-    dropped to be made again from the new text), versions, the retrieval log and batch
-    errors. ``{table: {kind: redactions}}``; with dry_run nothing is written."""
+    dropped to be made again from the new text, marked scrubbed with today's rules),
+    versions, the retrieval log and batch errors. ``{table: {kind: redactions}}``; with
+    dry_run nothing is written."""
     report: dict[str, dict[str, int]] = {}
-    for table, (key, texts, jsons) in SCRUBBED.items():
+    for table in SCRUBBED:
         counts: Counter = Counter()
-        columns = texts + jsons
-        rows = conn.execute(f"SELECT {key}, {', '.join(columns)} FROM {table}").fetchall()
-        for row in rows:
-            changed = {}
-            for name, value in zip(columns, row[1:], strict=True):
-                if value is None or not privacy.may_need_scrub(value):
-                    continue
-                if name in jsons:
-                    parsed = json.loads(value)
-                    clean = privacy.scrub(parsed, counts)
-                    if clean != parsed:
-                        changed[name] = contract.canonical_json(clean)
-                else:
-                    clean = privacy.scrub(value, counts)
-                    if clean != value:
-                        changed[name] = clean
-            if changed and not dry_run:
-                _rewrite(conn, table, key, row[0], changed)
+        _scrub_rows(conn, table, f"SELECT {_scrubbed_columns(table)} FROM {table}", (),
+                    counts, dry_run)
         if counts:
             report[table] = dict(counts)
+    if not dry_run:
+        conn.execute(f"UPDATE memory_records SET scrubbed_with = $1 WHERE {_NOT_SCRUBBED}",
+                     (privacy.version(),))
     return report
+
+
+_NOT_SCRUBBED = "(scrubbed_with IS NULL OR scrubbed_with <> $1)"  # with today's rules
+
+
+def rescrub_records(conn: Connection, limit: int) -> tuple[int, dict[str, int]]:
+    """Up to ``limit`` records whose text was scrubbed with other rules than today's
+    (stored before an upgrade) scrubbed again, redacted in place as ``scrub_stored``
+    does, and marked: how many were looked at, and the redactions by kind (a caller
+    goes on while the first equals ``limit``)."""
+    version = privacy.version()
+    counts: Counter = Counter()
+    ids = _scrub_rows(conn, "memory_records",
+                      f"SELECT {_scrubbed_columns('memory_records')} FROM memory_records"
+                      f" WHERE {_NOT_SCRUBBED} ORDER BY id LIMIT $2", (version, limit), counts)
+    if ids:
+        p = Params(version)
+        conn.execute(f"UPDATE memory_records SET scrubbed_with = $1 WHERE id IN {p.list(ids)}",
+                     p.values)
+    return len(ids), dict(counts)
+
+
+def _scrubbed_columns(table: str) -> str:
+    key, texts, jsons = SCRUBBED[table]
+    return ", ".join((key, *texts, *jsons))
+
+
+def _scrub_rows(conn: Connection, table: str, select: str, params: tuple, counts: Counter,
+                dry_run: bool = False) -> list:
+    """Scrub the rows ``select`` reads of ``table`` (its key, then its ``SCRUBBED``
+    columns) and rewrite those that change; their keys."""
+    key, texts, jsons = SCRUBBED[table]
+    columns = texts + jsons
+    rows = conn.execute(select, params).fetchall()
+    for row in rows:
+        changed = {}
+        for name, value in zip(columns, row[1:], strict=True):
+            if value is None or not privacy.may_need_scrub(value):
+                continue
+            if name in jsons:
+                parsed = json.loads(value)
+                clean = privacy.scrub(parsed, counts)
+                if clean != parsed:
+                    changed[name] = contract.canonical_json(clean)
+            else:
+                clean = privacy.scrub(value, counts)
+                if clean != value:
+                    changed[name] = clean
+        if changed and not dry_run:
+            _rewrite(conn, table, key, row[0], changed)
+    return [row[0] for row in rows]
 
 
 def _rewrite(conn: Connection, table: str, key: str, row_key: int | str,
@@ -483,7 +526,8 @@ def update_record(conn: Connection, record_id: str, namespaces: Iterable[str],
     p = Params()
     assignments = ", ".join(f"{name} = {p(value)}" for name, value in columns.items()
                             if value is not None)
-    conn.execute(f"UPDATE memory_records SET {assignments}, {EMBED_AGAIN} WHERE id = {p(row[0])}",
+    conn.execute(f"UPDATE memory_records SET {assignments}, {EMBED_AGAIN},"
+                 f" {KEEP_SCRUBBED.format(p(privacy.version()))} WHERE id = {p(row[0])}",
                  p.values)
     return True
 
@@ -515,11 +559,12 @@ def put_rule(conn: Connection, record_id: str, namespace: str, name: str,
     _keep_version(conn, row[0], f"{name} changed")
     conn.execute("UPDATE memory_records SET title = $1, summary = $2, facts_json = $3,"
                  " facts_text = $4, concepts_json = $5, source_event_ids_json = $6,"
-                 " created_at = $7, invalid_reason = NULL, embedding_hash = NULL"
-                 " WHERE id = $8",
+                 " created_at = $7, invalid_reason = NULL, embedding_hash = NULL,"
+                 f" {KEEP_SCRUBBED.format('$9')} WHERE id = $8",
                  (record["title"], record["summary"], json.dumps(record["facts"]),
                   " ".join(record["facts"]), json.dumps(record["concepts"]),
-                  json.dumps(record["source_event_ids"]), record["created_at"], row[0]))
+                  json.dumps(record["source_event_ids"]), record["created_at"], row[0],
+                  privacy.version()))
     return "updated"
 
 

@@ -6,8 +6,13 @@ screen).
 Ingest runs it on every string of an event's body (text, every message turn, every
 JSON key and value) and on records saved through MCP or imported; a shim runs it on
 what it spools; and every exit runs it again on what it hands out (a model's prompt,
-the injected context, MCP answers, logs, exports, the viewer), so a rule added later
-protects what was stored before it (``kirolearn scrub`` rewrites that too).
+MCP answers, logs, exports, the viewer), so a rule added later protects what was
+stored before it (``kirolearn scrub`` rewrites that too).
+
+A search, the hot exit, scrubs only what today's rules have not seen: each record
+carries the ``version`` of the rules its text was scrubbed with when stored, storage
+scrubs again the records of another version (``writes.rescrub_records``, after an
+upgrade), and until it has, a search scrubs those as they leave (``scrub_stale``).
 
 It builds a new value and never mutates its input. Most strings hold none of the
 rules' needles: one Aho-Corasick pass says so and they come back untouched.
@@ -16,14 +21,19 @@ rules' needles: one Aho-Corasick pass says so and they come back untouched.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import ahocorasick_rs
 
 from kirolearn import contract, paths
 from kirolearn.privacy import rules as rule_set
+
+# The scrubber's own code: a change to it is a change of the rules (``Scrubber.version``).
+_CODE = [Path(__file__), Path(rule_set.__file__)]
 
 PRIVATE = "private"
 MAX_ROUNDS = 8
@@ -66,6 +76,18 @@ class Scrubber:
         self._exact_needles = list(exact)
         self._exact_rules = [exact[n] for n in self._exact_needles]
         self._exact = ahocorasick_rs.AhoCorasick(self._exact_needles)
+
+    @functools.cached_property
+    def version(self) -> str:
+        """What these rules redact, as a short digest of the rules and of the code that
+        runs them: text scrubbed with this version needs no second pass."""
+        digest = hashlib.sha256()
+        for path in _CODE:
+            digest.update(path.read_bytes())
+        for rule in self.rules:
+            digest.update(repr((rule.kind, rule.source, rule.flags, rule.needles,
+                                rule.groups, rule.exact)).encode())
+        return digest.hexdigest()[:16]
 
     def _hits(self, automaton: Any, needles: list[str], text: str) -> list[int]:
         try:
@@ -262,6 +284,26 @@ def _keyed_value(key: Any, value: Any, counts: Counter | None) -> Any:
 # What a redaction may lengthen (``password=[REDACTED]``), cut back to the contract.
 RECORD_TEXT_LIMITS = {"title": 200, "summary": 4000}
 RECORD_LIST_LIMITS = {"facts": 500, "concepts": 100, "files_touched": 500}
+
+
+def version() -> str:
+    """The version of this process's rules (``Scrubber.version``)."""
+    return scrubber().version
+
+
+def scrub_stale(records: list[dict]) -> list[dict]:
+    """Records about to leave in a search's answer, each scrubbed unless its stored text
+    was scrubbed with today's rules (``scrubbed_with``, which does not leave)."""
+    today = version()
+    out = []
+    for record in records:
+        clean = {k: v for k, v in record.items() if k != "scrubbed_with"}
+        if record.get("scrubbed_with") != today:
+            clean = scrub(clean)
+        elif clean.get("stale"):  # told of by the working tree, not stored scrubbed
+            clean["stale"] = scrub(clean["stale"])
+        out.append(clean)
+    return out
 
 
 def scrub_record(record: Any) -> Any:

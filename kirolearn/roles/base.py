@@ -10,8 +10,11 @@ left waiting and no message can take the process down. A handler's docstring is
 its entry in docs/protocol.md (a test checks that every op is documented there).
 
 The loop sleeps in its poll until a message comes or the role's next deadline
-(``wake_at``): an idle role costs nothing. A signal, or a thread of the role with news
-(``wake``), writes to a pipe the poll watches, so they are acted on at once.
+(``wake_at``): an idle role costs nothing. Once nothing has come for ``QUIET_S``,
+it gives back the memory its work took (``release_memory``, then the heap's free
+pages): a daemon left running all day holds what it needs idle, not its peak. A
+signal, or a thread of the role with news (``wake``), writes to a pipe the poll
+watches, so they are acted on at once.
 
 SIGINT is ignored (the supervisor owns Ctrl-C) unless the role was started by hand
 from a terminal (``kirolearn worker``); the first SIGTERM asks for a graceful stop,
@@ -37,12 +40,13 @@ from typing import Any
 
 import zmq
 
-from kirolearn import config, paths, protocol, transport
+from kirolearn import config, heap, paths, protocol, transport
 from kirolearn.supervisor.states import RET_CONFIG, RET_KILLED, RET_OK
 
 Code = protocol.ErrorCode
 REQUESTS_PER_PASS = 1000  # requests read from one socket before the others get a turn
 IDLE_WAKE_S = 60.0  # the longest an idle loop sleeps (where the parent's death is not said)
+QUIET_S = 10.0  # a role this long without a request gives back what memory it can
 PR_SET_PDEATHSIG = 1
 
 
@@ -237,6 +241,9 @@ class Role:
         self._poller = zmq.Poller()
         self._parent = os.getppid()
         self.started = time.monotonic()
+        self._quiet_at: float | None = self.started + QUIET_S  # None: given back since
+        self._control: zmq.Socket | None = None  # its pings are no work: not in _quiet_at
+        self.memory_given_back = 0
 
     # -- for subclasses --------------------------------------------------------------------
 
@@ -261,6 +268,9 @@ class Role:
     def teardown(self) -> None:
         """Release resources (database, files)."""
 
+    def release_memory(self) -> None:
+        """Let go of caches a quiet role can fill again (a database's page cache)."""
+
     def counters(self) -> dict:
         """What ``ping`` adds about the role's work (``kirolearn status`` reads it)."""
         return {}
@@ -270,10 +280,13 @@ class Role:
     @op("ping")
     @op("ping", "control")
     def ping(self, request: Request) -> dict:
-        """``ping`` → ``{name, role, pid, uptime_s, …counters, client?}``: alive and
-        serving (``client``: the key a request from another machine came with)."""
+        """``ping`` → ``{name, role, pid, uptime_s, memory_given_back, …counters,
+        client?}``: alive and serving (``memory_given_back``: how many times a quiet
+        spell let it give back memory; ``client``: the key a request from another
+        machine came with)."""
         reply = {"name": self.name, "role": self.role, "pid": os.getpid(),
-                 "uptime_s": round(time.monotonic() - self.started, 3), **self.counters()}
+                 "uptime_s": round(time.monotonic() - self.started, 3),
+                 "memory_given_back": self.memory_given_back, **self.counters()}
         if request.client is not None:
             reply["client"] = request.client
         return reply
@@ -328,6 +341,15 @@ class Role:
         with contextlib.suppress(OSError):  # full: it wakes anyway
             os.write(self._wake_w, b"w")
 
+    def _give_back_memory(self) -> None:
+        self._quiet_at = None
+        try:
+            self.release_memory()
+        except Exception:
+            self.log.exception("error while giving back memory; carrying on")
+        heap.release()
+        self.memory_given_back += 1
+
     def _watch_signals_and_parent(self, standalone: bool) -> None:
         signal.signal(signal.SIGINT, self._on_signal if standalone else signal.SIG_IGN)
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -350,7 +372,7 @@ class Role:
         """Serve until stopped. ``standalone``: started from a terminal, not by the
         supervisor, so Ctrl-C stops it like SIGTERM."""
         self._watch_signals_and_parent(standalone)
-        self.serve_on(self.home.endpoint(f"{self.name}.ctl"), "control")
+        self._control = self.serve_on(self.home.endpoint(f"{self.name}.ctl"), "control")
         try:
             try:
                 self.setup()
@@ -361,10 +383,13 @@ class Role:
             if os.getppid() != self._parent:  # it died before it could say
                 self.stopping = True
             while not self.stopping:
-                due = self.wake_at()
+                due = min((t for t in (self.wake_at(), self._quiet_at) if t is not None),
+                          default=None)
                 wait_s = IDLE_WAKE_S if due is None else due - time.monotonic()
                 timeout_ms = math.ceil(min(IDLE_WAKE_S, max(0.0, wait_s)) * 1000)
                 for sock in dict(self._poller.poll(timeout_ms)):
+                    if sock is not self._control:
+                        self._quiet_at = time.monotonic() + QUIET_S
                     try:
                         self._readers[sock](sock)
                     except Exception:
@@ -375,6 +400,8 @@ class Role:
                         self.tick()
                     except Exception:
                         self.log.exception("error in timed work; carrying on")
+                if self._quiet_at is not None and time.monotonic() >= self._quiet_at:
+                    self._give_back_memory()
                 if self._signals:
                     self.log.info("received signal %d; stopping", self._signals[0])
                     self.stopping = True

@@ -247,6 +247,9 @@ class Retrieval(base.Role):
         return f"on: {embeddings.MODEL_NAME} ({files.source}; vector space {files.space})", \
             embedder
 
+    def release_memory(self) -> None:
+        self.searcher.release_memory()
+
     def teardown(self) -> None:
         if getattr(self, "rewriter", None) is not None:
             self.rewriter.close()

@@ -21,7 +21,8 @@ The connection, and what is done when the database cannot be written, are the
 and what to do (the shims keep their events in the spool), and ``ping`` carries it for
 ``kirolearn status`` and ``doctor``. With ``backup.interval_h`` set, a backup is taken
 that often into ``backups/`` (``scheduled-<time>.db``, the last ``backup.keep`` kept),
-on a thread beside the writer.
+on a thread beside the writer. Between events, the records stored with other privacy
+rules than today's are scrubbed again (``_rescrub``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ BATCH_WORK_MAX_DEFER_S = 10.0  # extraction waits at most this long behind a bur
 BATCH_WORK_GAP_S = 0.05  # batch work runs at most this often (a failing pass never spins)
 WAL_CHECK_S = 5.0  # how often the writer looks for a WAL deleted under it
 PURGE_AFTER_S = 2.0  # forgets in a row: the full-text index is purged once, after the last
+RESCRUB_SLICE = 500  # records scrubbed again with today's rules in one transaction
+RESCRUB_RETRY_S = 5.0  # after a slice that could not be written
 
 
 class Storage(base.Role):
@@ -66,6 +69,9 @@ class Storage(base.Role):
         self.handout = Handout(self, self.writer, self.busy, self.announce)
         self.feed = self.bind(zmq.PUB, self.home.endpoint("feed"), hwm=100)
         self.purge_due: float | None = None  # when to purge forgotten words from the index
+        # When to scrub again the records stored with other rules (``_rescrub``); None: done.
+        self.rescrub_due: float | None = 0.0
+        self.rescrubbed: dict[str, int] = {"records": 0, "redactions": 0}
         self.events_stored = 0
         self.commits = 0
         self.last_put = 0.0
@@ -425,6 +431,8 @@ class Storage(base.Role):
         busy_until = self.last_put + BUSY_WINDOW_S
         if self.purge_due is not None:
             due.append(max(self.purge_due, busy_until))
+        if self.rescrub_due is not None:
+            due.append(max(self.rescrub_due, busy_until))
         work = self.handout.due(now)
         if work is not None:
             last = self.handout.last_work
@@ -453,6 +461,8 @@ class Storage(base.Role):
         busy = self.busy()
         if not busy and self.purge_due is not None and now >= self.purge_due:
             self._purge_index()
+        if not busy and self.rescrub_due is not None and now >= self.rescrub_due:
+            self._rescrub(now)
         if busy and now - self.handout.last_work < BATCH_WORK_MAX_DEFER_S:
             return
         if self.writer.waiting_to_reopen(now):
@@ -470,6 +480,33 @@ class Storage(base.Role):
             return
         self._forgotten()
         self.log.info("the full-text index was rewritten without the forgotten records")
+
+    def _rescrub(self, now: float) -> None:
+        """A slice of the records stored with other rules than today's (before an
+        upgrade: ``privacy.Scrubber.version``) scrubbed again, between events; until
+        then a search scrubs them as they leave."""
+        try:
+            with self.writing():
+                looked, counts = writes.rescrub_records(self.conn, RESCRUB_SLICE)
+        except (base.Unavailable, errors.StoreError) as exc:
+            self.log.warning("records could not be scrubbed again now: %s", exc)
+            self.rescrub_due = now + RESCRUB_RETRY_S
+            return
+        self.rescrubbed["records"] += looked
+        self.rescrubbed["redactions"] += sum(counts.values())
+        if counts:  # the old words leave the full-text index too
+            self.announce(b"records")
+            self.purge_due = now
+        if looked < RESCRUB_SLICE:
+            self.rescrub_due = None
+            if self.rescrubbed["records"]:
+                self.log.info("%(records)d record(s) scrubbed again with today's privacy"
+                              " rules: %(redactions)d redaction(s)", self.rescrubbed)
+
+    def release_memory(self) -> None:
+        """The writer's page cache, filled by a burst of writes, given back when quiet."""
+        if self.writer.is_open:
+            db.release_memory(self.conn)
 
     # -- stop -----------------------------------------------------------------------------------
 

@@ -21,13 +21,14 @@ trained with, so a dot product is the cosine.
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import importlib
 import importlib.util
 import os
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from kirolearn import heap
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIMENSIONS = 384
@@ -154,7 +155,7 @@ class Embedder:
         self.session = onnxruntime.InferenceSession(str(files.model), options,
                                                     providers=["CPUExecutionProvider"])
         self.inputs = {i.name for i in self.session.get_inputs()}
-        _release_freed_memory()  # the load's working copies (60 MB) stay held otherwise
+        heap.release()  # the load's working copies (60 MB) stay held otherwise
 
     def embed(self, texts: list[str]) -> Any:
         """An (n, DIMENSIONS) float32 array of unit vectors, one per text.
@@ -176,17 +177,6 @@ class Embedder:
             pooled = hidden[0].mean(axis=0)  # no padding: every token counts
             vectors[row] = pooled / max(float(np.linalg.norm(pooled)), 1e-12)
         return vectors
-
-
-def _release_freed_memory() -> None:
-    """Hand the heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere
-    nothing to do)."""
-    try:
-        libc = ctypes.CDLL(None)
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
-        return
-    trim(0)
 
 
 def load(model_dir: str = "") -> Embedder:

@@ -40,10 +40,11 @@ class Result:
 
     @property
     def context(self) -> str:
-        """The context for the agent, scrubbed as it leaves (stored text was scrubbed
-        with the rules of its day) and fenced as recalled notes."""
-        return fenced(privacy.scrub_text(context_block(self.records) if self.block is None
-                                         else self.block))
+        """The context for the agent, fenced as recalled notes: of records whose stored
+        text today's rules scrubbed, or scrubbed as it leaves (``privacy.scrub_stale``)."""
+        if self.block is not None:
+            return fenced(privacy.scrub_text(self.block))
+        return fenced(context_block(privacy.scrub_stale(self.records)))
 
     @property
     def record_ids(self) -> list[str]:
@@ -54,7 +55,7 @@ class Result:
                  "outcome": self.outcome, "latency_ms": round(self.latency_ms, 3),
                  "terms": self.terms, "window": self.window}
         if with_records:
-            reply["records"] = privacy.scrub(self.records)
+            reply["records"] = privacy.scrub_stale(self.records)
         if self.coverage is not None:
             reply["coverage"] = round(self.coverage, 3)
         if self.left_out:

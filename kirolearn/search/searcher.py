@@ -184,6 +184,11 @@ class Searcher:
             if self.vectors is not None:
                 self.vectors.clear()  # reloaded with the connection
 
+    def release_memory(self) -> None:
+        """The searches' page cache given back (a quiet role's: ``base.QUIET_S``)."""
+        if self.conn is not None:
+            db.release_memory(self.conn)
+
     def search(self, namespace: str | Sequence[str], query: str, limit: int, budget_ms: float,
                deadline: float | None = None, mode: str = "lexical",
                max_tokens: int | None = None, types: Sequence[str] = (),
@@ -450,7 +455,7 @@ class Searcher:
                 scores[record_id] = scores.get(record_id, 0.0) + share / (self.rrf_k + rank)
         best = sorted(scores, key=lambda i: -scores[i])[:limit]  # stable: the newer first
         records = [{**r, "score": -scores[r["record_id"]]} for r in reads.records_by_id(
-            conn, best, namespaces, valid_only=True)]
+            conn, best, namespaces, valid_only=True, searched=True)]
         return Result(records, "ok" if records else "empty", 0.0, lexical.terms)
 
     def _closeness(self, namespaces: tuple[str, ...], query: str, lexical: Result,

@@ -266,7 +266,7 @@ def fetch(env: Env, s: Search) -> None:
     s.shown = {n: i for i, _ in s.fused for n in s.around.get(i, ())
                if n in s.pool and n not in hits}
     s.found = {r["record_id"]: r for r in reads.records_by_id(
-        env.connection(), [*hits, *s.shown], s.namespaces, valid_only=True)}
+        env.connection(), [*hits, *s.shown], s.namespaces, valid_only=True, searched=True)}
     missing = {i for i in [*hits, *s.shown] if i not in s.found}
     if missing:
         env.vectors.forget(missing)  # forgotten or marked invalid since they were loaded

@@ -249,6 +249,10 @@ def purge_index(conn: Connection) -> None:
     conn.execute("VACUUM memory_records, record_versions")
 
 
+def release_memory(conn: Connection) -> None:
+    """Nothing held here: the server keeps the pages."""
+
+
 @contextlib.contextmanager
 def terms_counted_after(conn: Connection) -> Iterator[None]:
     """Records written in bulk, in the caller's transaction: ``record_terms`` is counted

@@ -258,8 +258,13 @@ ALTER TABLE memory_records ADD COLUMN stale_why TEXT;
 ALTER TABLE memory_records ADD COLUMN stale_at TEXT;
 ALTER TABLE memory_records ADD COLUMN superseded_by TEXT;
 """),
+    (7, "record_scrubbed_with", """
+-- The version of the privacy rules a record's text was scrubbed with (SQLite's
+-- migration 17).
+ALTER TABLE memory_records ADD COLUMN scrubbed_with TEXT;
+"""),
 ]
 
 
 # Each migration's schema, as the SQLite migration it matches (exports name that one).
-SQLITE_SCHEMA = {1: 12, 2: 12, 3: 13, 4: 14, 5: 15, 6: 16}
+SQLITE_SCHEMA = {1: 12, 2: 12, 3: 13, 4: 14, 5: 15, 6: 16, 7: 17}

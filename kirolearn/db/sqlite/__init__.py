@@ -244,6 +244,11 @@ def purge_index(conn: Connection) -> None:
     conn.execute("INSERT INTO memory_records_fts (memory_records_fts) VALUES ('optimize')")
 
 
+def release_memory(conn: Connection) -> None:
+    """Give back the connection's page cache (refilled by the next statements)."""
+    conn.execute("PRAGMA shrink_memory")
+
+
 @contextlib.contextmanager
 def terms_counted_after(conn: Connection) -> Iterator[None]:
     """Records written in bulk: FTS5 keeps its counts as it goes, nothing to do after."""

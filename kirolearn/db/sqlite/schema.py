@@ -321,5 +321,10 @@ ALTER TABLE memory_records ADD COLUMN code_json TEXT NOT NULL DEFAULT '{}';
 ALTER TABLE memory_records ADD COLUMN stale_why TEXT;
 ALTER TABLE memory_records ADD COLUMN stale_at TEXT;
 ALTER TABLE memory_records ADD COLUMN superseded_by TEXT;
+"""),    (17, "record_scrubbed_with", """
+-- The version of the privacy rules a record's text was scrubbed with when stored
+-- (privacy.Scrubber.version): a search scrubs only the records of another version, and
+-- storage scrubs those again. NULL: stored before this column; scrubbed again at start.
+ALTER TABLE memory_records ADD COLUMN scrubbed_with TEXT;
 """),
 ]
