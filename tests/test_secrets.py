@@ -236,8 +236,10 @@ def plant(base: Path, namespace: str) -> str:
     conn.execute("BEGIN")
     body_json = contract.canonical_json(event["body"])
     writes.insert_event(conn, contract.stored_form(event, body_json, 0, event["content_hash"]), 0)
-    writes.insert_record(conn, record)
-    conn.execute("UPDATE memory_records SET scrubbed_with = NULL")  # before the mark was kept
+    writes.insert_record(conn, record)  # scrubbed as it is stored today; as it was then:
+    conn.execute("UPDATE memory_records SET title = $1, summary = $2, facts_json = $3,"
+                 " facts_text = $2, scrubbed_with = NULL",
+                 (record["title"], text, json.dumps([text])))
     writes.log_retrieval(conn, event["event_id"], namespace, [record["record_id"]], 1.0, "ok")
     conn.execute("UPDATE retrievals SET context = $1", (f"## Prior\n{text}",))  # as then
     conn.execute("COMMIT")

@@ -82,6 +82,7 @@ KEEP_SCRUBBED = "scrubbed_with = CASE WHEN scrubbed_with = {} THEN scrubbed_with
 
 
 def _new_record_params(record: dict, batch_id: str | None, invalid_reason: str | None) -> tuple:
+    record = privacy.scrub_record(record)  # what the mark says: today's rules, here
     facts = record.get("facts", [])
     return (record["record_id"], record["namespace"], record["title"], record["summary"],
             json.dumps(facts), " ".join(facts), json.dumps(record.get("concepts", [])),
@@ -95,9 +96,10 @@ def _new_record_params(record: dict, batch_id: str | None, invalid_reason: str |
 
 def insert_record(conn: Connection, record: dict, batch_id: str | None = None,
                   invalid_reason: str | None = None) -> None:
-    """A new record, its text scrubbed with today's rules (every way a record comes in
-    scrubs it: a worker's result, MCP, an import, a rule file); one marked invalid (an
-    import) is kept out of the full-text index and is never embedded."""
+    """A new record, its text scrubbed here with this process's rules and marked so
+    (``scrubbed_with``: a search hands it out without a second pass; the role that sent
+    it scrubbed it too, for its logs); one marked invalid (an import) is kept out of the
+    full-text index and is never embedded."""
     conn.execute(INSERT_RECORD_SQL, _new_record_params(record, batch_id, invalid_reason))
 
 
@@ -153,6 +155,7 @@ def _merge_into(conn: Connection, row: tuple, record: dict,
                 batch_id: str | None) -> bool:
     """Merge record into the stored one (a row of ``MERGE_COLUMNS``), as ``save_record``
     says; False (nothing changed) when that would pass a record's limits."""
+    record = privacy.scrub_record(record)
     title, summary = row[7], row[1]
     added = record["summary"] if record["title"] == title else "\n\n".join(
         part for part in (record["title"], record["summary"]) if part)
@@ -519,6 +522,7 @@ def update_record(conn: Connection, record_id: str, namespaces: Iterable[str],
                      (changes["invalid_reason"], NOT_EMBEDDED, row[0]))
         return True
     _keep_version(conn, row[0], reason)
+    changes = privacy.scrub_record(changes)
     columns = {"title": changes.get("title"), "summary": changes.get("summary")}
     if "facts" in changes:
         columns.update(facts_json=json.dumps(changes["facts"]),
@@ -541,6 +545,7 @@ def put_rule(conn: Connection, record_id: str, namespace: str, name: str,
     unchanged, removed or forgotten."""
     if conn.execute("SELECT 1 FROM tombstones WHERE record_id = $1", (record_id,)).fetchone():
         return "forgotten"
+    record = privacy.scrub_record(record)
     row = conn.execute("SELECT id, title, summary, facts_json, concepts_json, invalid_reason"
                        " FROM memory_records WHERE record_id = $1 AND namespace = $2",
                        (record_id, namespace)).fetchone()

@@ -40,7 +40,7 @@ from typing import Any
 
 import zmq
 
-from kirolearn import config, heap, paths, protocol, transport
+from kirolearn import config, heap, paths, privacy, protocol, transport
 from kirolearn.supervisor.states import RET_CONFIG, RET_KILLED, RET_OK
 
 Code = protocol.ErrorCode
@@ -373,6 +373,9 @@ class Role:
         supervisor, so Ctrl-C stops it like SIGTERM."""
         self._watch_signals_and_parent(standalone)
         self._control = self.serve_on(self.home.endpoint(f"{self.name}.ctl"), "control")
+        # The privacy rules as ingest saved them (it builds them from detect-secrets,
+        # whose import would cost each role 13 MB; ``privacy.save_rules``).
+        privacy.use_saved_rules(self.home)
         try:
             try:
                 self.setup()

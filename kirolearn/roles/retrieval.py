@@ -181,7 +181,7 @@ class Retrieval(base.Role):
     role = "retrieval"
 
     def setup(self) -> None:
-        privacy.scrubber()  # built now, not within the first prompt's budget
+        privacy.version()  # reckoned now, not within the first prompt's budget
         cfg = self.settings["retrieval"]
         self.default_limit = cfg["limit"]
         self.default_budget_ms = cfg["budget_ms"]
