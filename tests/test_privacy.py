@@ -283,6 +283,22 @@ def test_the_shipped_rules_are_those_of_the_installed_detect_secrets():
     assert shipped["rules"] == rules.from_detect_secrets()
 
 
+def test_ingest_saves_the_shipped_rules_without_importing_detect_secrets(tmp_path,
+                                                                          monkeypatch):
+    """The shipped rules are the installed detect-secrets' (above): saving them costs
+    no import of it; for another version of detect-secrets, the library's own are."""
+    code = ("import sys, pathlib; from kirolearn import paths; from kirolearn.privacy import"
+            " rules; rules.save(paths.Home(pathlib.Path(sys.argv[1])));"
+            " print('detect_secrets' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.split() == ["False"]
+    assert rules.load(paths.Home(tmp_path)) == rules.from_detect_secrets()
+    monkeypatch.setattr(rules, "_shipped_for", lambda version: None)  # another version
+    (tmp_path / "secret-rules.json").unlink()
+    assert rules.save(paths.Home(tmp_path)) == rules.from_detect_secrets()
+
+
 @pytest.mark.parametrize("saved", [True, False], ids=["saved", "none saved"])
 def test_a_shim_scrubbing_never_imports_detect_secrets(tmp_path, saved):
     """With the rules ingest saved, or none (a connected machine has no ingest): those

@@ -462,14 +462,29 @@ def _cache_file(home: paths.Home) -> Path:
 
 
 def save(home: paths.Home) -> list[dict]:
-    """Write detect-secrets' rules where a shim finds them (ingest, at every start)."""
-    found = from_detect_secrets()
+    """Write detect-secrets' rules where a shim and the other roles find them (ingest,
+    at every start): those kirolearn ships when they are the installed version's (no
+    import of detect-secrets, 13 MB held for good), else the library's own."""
+    import importlib.metadata  # not at the top: a shim never saves
+
+    found = _shipped_for(importlib.metadata.version("detect-secrets"))
+    if found is None:
+        found = from_detect_secrets()
     paths.write_private(_cache_file(home), json.dumps(
         {"kirolearn": __version__, "rules": found}).encode("utf-8"))
     return found
 
 
 SHIPPED = Path(__file__).with_name("detect_secrets.json")  # {"detect-secrets": v, "rules"}
+
+
+def _shipped_for(version: str) -> list[dict] | None:
+    """The shipped rules, if they are those of this version of detect-secrets."""
+    try:
+        shipped = json.loads(SHIPPED.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return shipped["rules"] if shipped.get("detect-secrets") == version else None
 
 
 def load(home: paths.Home) -> list[dict]:
