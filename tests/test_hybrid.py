@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from kirolearn import contract, db, paths, protocol, transport
 from kirolearn.db import fts, writes
 from kirolearn.search import context as context_format
-from kirolearn.search import embeddings, ranking
+from kirolearn.search import embeddings, ranking, vectors
 from kirolearn.search import query as fts_query
 from kirolearn.search.searcher import Searcher
 from kirolearn.tooluse import cut as tooluse_cut
@@ -150,6 +150,26 @@ def test_a_vector_hash_holds_its_space_and_its_text(title, other, space):
 def test_a_vector_survives_the_blob_bit_exactly(values):
     vector = np.array(values, dtype=np.float32)
     assert embeddings.from_blob(embeddings.to_blob(vector)).tobytes() == vector.tobytes()
+
+
+@settings(max_examples=30)
+@given(st.integers(1, 300), st.integers(0, 2**32 - 1))
+def test_vectors_fitted_to_their_rows_search_the_same_and_grow_again(count, seed):
+    rng = np.random.default_rng(seed)
+    index = vectors.VectorIndex("space")
+    index.install("ns", {"ids": [], "where": {}, "created": [],
+                         "matrix": np.zeros((0, embeddings.DIMENSIONS), dtype=np.float32)})
+    rows = rng.standard_normal((count + 1, embeddings.DIMENSIONS)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    for n, row in enumerate(rows[:count]):
+        index.upsert("ns", f"r{n}", row, float(n))
+    query = rows[-1]
+    before = index.top(["ns"], query, 10, -1.0)
+    index.fit()
+    assert len(index.spaces["ns"]["matrix"]) == count
+    assert index.top(["ns"], query, 10, -1.0) == before
+    index.upsert("ns", "the query", query, float(count))
+    assert index.top(["ns"], query, 1, -1.0)[0][0] == "the query"
 
 
 # -- fusion -----------------------------------------------------------------------------------

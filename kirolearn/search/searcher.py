@@ -185,9 +185,12 @@ class Searcher:
                 self.vectors.clear()  # reloaded with the connection
 
     def release_memory(self) -> None:
-        """The searches' page cache given back (a quiet role's: ``base.QUIET_S``)."""
+        """The searches' page cache and the vectors' spare room given back (a quiet
+        role's: ``base.QUIET_S``)."""
         if self.conn is not None:
             db.release_memory(self.conn)
+        if self.vectors is not None:
+            self.vectors.fit()
 
     def search(self, namespace: str | Sequence[str], query: str, limit: int, budget_ms: float,
                deadline: float | None = None, mode: str = "lexical",

@@ -110,6 +110,13 @@ class VectorIndex:
         space["ids"].append(record_id)
         space["created"].append(created)
 
+    def fit(self) -> None:
+        """Each matrix cut to the rows it holds: the room appending left (up to half of
+        it, after a back-fill) given back; the next append grows it again."""
+        for space in self.spaces.values():
+            if len(space["matrix"]) > len(space["ids"]):
+                space["matrix"] = space["matrix"][:len(space["ids"])].copy()
+
     def top(self, namespaces: Sequence[str], query: Any, limit: int,
             floor: float) -> list[tuple[str, float, float]]:
         """The most similar records at or above floor: (record_id, cosine, created_ms)."""
