@@ -11,7 +11,9 @@ process used (``cpu_<process>_pct``) and in total (target: 0.5), then one
 ``after_idle`` line; then the memory each process holds (proportional set size,
 ``pss_<process>_mb``, and ``pss_total_mb``), idle and after work: records saved and
 embedded (the back-fill, on long texts), prompts answered, and once more when the
-embedding model's process has left (``--model-idle-s``, ``embeddings.idle_s``).
+embedding model's process has left (``--model-idle-s``, ``embeddings.idle_s``) and each
+role, quiet, has given back its memory (``memory_given_back``). ``--mode lexical``: the
+same with embeddings off.
 
     python benchmarks/idle.py            # 60 s windows
     python benchmarks/idle.py --seconds 10 --records 10000   # memory after a large back-fill
@@ -139,6 +141,25 @@ def model_left(wait_s: float) -> bool:
         time.sleep(0.2)
 
 
+def memory_given_back() -> dict[str, int]:
+    """How many times each role has given back its memory after a quiet spell."""
+    status = control.status(paths.Home.current()) or {"roles": []}
+    return {role["name"]: control.call(f"{role['name']}.ctl", "ping", timeout_ms=5000,
+                                       home=paths.Home.current())["memory_given_back"]
+            for role in status["roles"] if role["pid"]}
+
+
+def roles_gave_back(since: dict[str, int], wait_s: float) -> None:
+    """Wait until every role has given back its memory once more than ``since`` (each
+    does after ``base.QUIET_S`` without work; a ping is none)."""
+    deadline = time.monotonic() + wait_s
+    while not all(count > since.get(name, -1) for name, count in memory_given_back().items()):
+        if time.monotonic() > deadline:
+            say("  not every role has given back its memory yet")
+            return
+        time.sleep(1.0)
+
+
 def prompt_ms(index: int) -> float:
     """One prompt with retrieval, through ingest, as a shim sends it."""
     event = contract.make_event(
@@ -158,6 +179,8 @@ def main() -> None:
                         help="embeddings.idle_s: the model's process leaves after this long")
     parser.add_argument("--records", type=int, default=200,
                         help="records saved and embedded before the memory is read again")
+    parser.add_argument("--mode", choices=["hybrid", "lexical"], default="hybrid",
+                        help="lexical: embeddings off (no model, no vectors)")
     parser.add_argument("--quick", action="store_true", help="2 s windows (a smoke run)")
     args = parser.parse_args()
     seconds = 2.0 if args.quick else args.seconds
@@ -168,6 +191,7 @@ def main() -> None:
     os.environ["KIROLEARN_HOME"] = str(home)
     os.environ["KIROLEARN_VIEWER_PORT"] = "0"
     os.environ["KIROLEARN_EMBEDDINGS_IDLE_S"] = str(model_idle_s)
+    os.environ["KIROLEARN_EMBEDDINGS_ENABLED"] = "1" if args.mode == "hybrid" else "0"
     subprocess.run([*KL, "start"], check=True, stdout=subprocess.DEVNULL)
     try:
         time.sleep(settle_s)
@@ -182,7 +206,8 @@ def main() -> None:
         finally:
             page.close()
         model_left(model_idle_s + 60)
-        print(json.dumps({"bench": "idle", "phase": "memory_idle", **pss_mb()}), flush=True)
+        print(json.dumps({"bench": "idle", "phase": "memory_idle", "mode": args.mode,
+                          **pss_mb()}), flush=True)
         first = prompt_ms(0)  # with the model's process to start again, if it left
         warm = [prompt_ms(i) for i in range(1, 21)]
         print(json.dumps({"bench": "idle", "phase": "after_idle", "idle_s": round(seconds),
@@ -190,14 +215,16 @@ def main() -> None:
                           "first_to_next_p50": round(first / statistics.median(warm), 2)}),
               flush=True)
         records = 20 if args.quick else args.records
-        say(f"{records} records saved and embedded")
+        say(f"{records} records saved" + (" and embedded" if args.mode == "hybrid" else ""))
+        before = memory_given_back()
         work(records)
-        print(json.dumps({"bench": "idle", "phase": "memory_after_work", "records": records,
-                          **pss_mb()}), flush=True)
+        print(json.dumps({"bench": "idle", "phase": "memory_after_work", "mode": args.mode,
+                          "records": records, **pss_mb()}), flush=True)
         if model_left(model_idle_s + 60):
             say(f"the model's process left after {model_idle_s} s without work")
-            print(json.dumps({"bench": "idle", "phase": "memory_after_work_idle",
-                              "records": records, **pss_mb()}), flush=True)
+        roles_gave_back(before, 60)
+        print(json.dumps({"bench": "idle", "phase": "memory_after_work_idle", "mode": args.mode,
+                          "records": records, **pss_mb()}), flush=True)
     finally:
         subprocess.run([*KL, "stop"], check=True, stdout=subprocess.DEVNULL)
         shutil.rmtree(home, ignore_errors=True)
