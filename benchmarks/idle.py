@@ -141,19 +141,20 @@ def model_left(wait_s: float) -> bool:
         time.sleep(0.2)
 
 
-def memory_given_back() -> dict[str, int]:
-    """How many times each role has given back its memory after a quiet spell."""
-    status = control.status(paths.Home.current()) or {"roles": []}
-    return {role["name"]: control.call(f"{role['name']}.ctl", "ping", timeout_ms=5000,
-                                       home=paths.Home.current())["memory_given_back"]
-            for role in status["roles"] if role["pid"]}
+def memory_given_back(names: list[str]) -> dict[str, int]:
+    """How many times each of these roles has given back its memory after a quiet spell
+    (asked on its control socket: a request to the role itself, ``kirolearn status``'s
+    too, is work that starts the spell again)."""
+    return {name: control.call(f"{name}.ctl", "ping", timeout_ms=5000,
+                               home=paths.Home.current())["memory_given_back"]
+            for name in names}
 
 
 def roles_gave_back(since: dict[str, int], wait_s: float) -> None:
     """Wait until every role has given back its memory once more than ``since`` (each
-    does after ``base.QUIET_S`` without work; a ping is none)."""
+    does after ``base.QUIET_S`` without work)."""
     deadline = time.monotonic() + wait_s
-    while not all(count > since.get(name, -1) for name, count in memory_given_back().items()):
+    while not all(count > since[name] for name, count in memory_given_back(list(since)).items()):
         if time.monotonic() > deadline:
             say("  not every role has given back its memory yet")
             return
@@ -216,7 +217,8 @@ def main() -> None:
               flush=True)
         records = 20 if args.quick else args.records
         say(f"{records} records saved" + (" and embedded" if args.mode == "hybrid" else ""))
-        before = memory_given_back()
+        roles = control.status(paths.Home.current())["roles"]
+        before = memory_given_back([role["name"] for role in roles if role["pid"]])
         work(records)
         print(json.dumps({"bench": "idle", "phase": "memory_after_work", "mode": args.mode,
                           "records": records, **pss_mb()}), flush=True)
