@@ -103,7 +103,7 @@ def test_a_shim_imports_only_the_light_modules(shim):
 # a module imports from a lower layer or from its own folder, never from beside or above.
 LAYERS = (
     ("kirolearn", "kirolearn.contract", "kirolearn.configs", "kirolearn.supervisor.states",
-     "kirolearn.words"),
+     "kirolearn.words", "kirolearn.heap"),
     ("kirolearn.paths", "kirolearn.protocol"),
     ("kirolearn.transport", "kirolearn.project", "kirolearn.spool", "kirolearn.keys",
      "kirolearn.tooluse"),
