@@ -140,7 +140,9 @@ class Client:
     def close(self) -> None:
         self._reset()
         if self._own_ctx:
-            self.ctx.term()
+            # Every socket of it closed first: one made when an exception (a signal's
+            # SystemExit) cut ``_socket`` short would otherwise keep term() waiting.
+            self.ctx.destroy(linger=0)
 
     def __enter__(self) -> Client:
         return self

@@ -121,3 +121,15 @@ def test_client_times_out_when_nobody_listens(ctx, tmp_path):
         client.call("ping")
     assert time.monotonic() - started < 1
     client.close()
+
+
+def test_a_client_closes_even_with_a_socket_an_interruption_left_open(tmp_path):
+    """A SIGTERM's SystemExit can cut a call short after its socket was made and before
+    the client held it: closing must not wait on that socket (a benchmark stopped by
+    its time limit hung there, its daemon never stopped)."""
+    client = transport.Client(f"ipc://{tmp_path}/nobody.sock", timeout_ms=50)
+    stray = transport.make_socket(client.ctx, zmq.REQ, connect=f"ipc://{tmp_path}/x.sock")
+    closed = threading.Event()
+    threading.Thread(target=lambda: (client.close(), closed.set()), daemon=True).start()
+    assert closed.wait(10)
+    assert stray.closed
