@@ -147,7 +147,13 @@ class Client:
     def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if kind is not None and not issubclass(kind, Exception) and self._own_ctx:
+            # A signal's SystemExit or a Ctrl-C, maybe in the middle of a zmq call: the
+            # process is on its way out, and term() can wait there for good (seen under
+            # load). Its finally blocks must run: the context is left to the exit.
+            self._reset()
+            return
         self.close()
 
 
