@@ -432,6 +432,17 @@ def test_a_search_past_its_deadline_returns_nothing(searcher):
     assert (late.outcome, late.records) == ("timeout", [])
 
 
+def test_a_search_past_its_deadline_leaves_the_other_reads_without_one(tmp_path):
+    """The deadline a search set stops its own statements, never a later timeline's."""
+    records = [record(i, title=f"uuid step {i}", summary="uuid " * 40) for i in range(400)]
+    s = Searcher(make_db(tmp_path / "k.db", records))
+    assert s.search(NS_A, "uuid", 10, 0).outcome == "timeout"
+    around = s.timeline(record(200)["record_id"], [NS_A], 50, 50)
+    assert len(around) == 101
+    assert len(s.get_records([r["record_id"] for r in records[:100]], [NS_A])) == 100
+    s.close()
+
+
 def test_a_slow_query_is_interrupted_at_the_deadline(tmp_path):
     words = [f"word{n}" for n in range(32)]
     records = [record(i, summary=" ".join(words), facts=[" ".join(words)] * 4)

@@ -271,6 +271,7 @@ class Searcher:
                             error=f"{type(exc).__name__}: {exc}")
             if not timed_out:
                 self.close()  # a broken connection is reopened next time
+        self.deadline = math.inf  # the other reads (timeline, brief...) have none
         result.latency_ms = (time.monotonic() - started) * 1000
         return result
 
