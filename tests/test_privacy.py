@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -17,6 +19,7 @@ from secret_corpus import KINDS, PRIVATE, SECRETS
 from kirolearn import paths
 from kirolearn.contract import canonical_json
 from kirolearn.privacy import (
+    ScrubbedRecord,
     Scrubber,
     marker,
     may_need_scrub,
@@ -26,6 +29,7 @@ from kirolearn.privacy import (
     scrub_record,
     scrub_stale,
     scrub_text,
+    scrubber,
     version,
 )
 
@@ -81,6 +85,54 @@ def test_scrub_is_idempotent_and_never_grows_a_secret_back(parts):
             assert secret not in once
 
 
+# Every form of a secret word of the keyed rule, and keys that name one.
+KEYWORDS = ["pass", "password", "passwd", "passphrase", "pwd", "secret", "token", "credential",
+            "credentials", "api_key", "api-key", "apikey", "access_key", "accesskey", "auth_key",
+            "private_key", "privkey", "priv-key", "account_key", "client_key", "service_key",
+            "db_key", "dbkey", "database_key", "key_pass", "keypass", "sharedaccesskey",
+            "sharedaccesssignature", "signing_key", "encryption_key", "contrasena", "contraseña"]
+secret_word = st.sampled_from(KEYWORDS).flatmap(
+    lambda w: st.sampled_from([w, w.upper(), w.title()]))
+value = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEF0123456789_-", min_size=4,
+                max_size=70)
+assignment = st.tuples(
+    st.sampled_from(["", "DB_", "my", "cloudant_", "ibm_cloud_iam_", "softlayer-", "x.", "ſ"]),
+    secret_word, st.sampled_from(["", "s", "_name", "Error", "-x"]),
+    st.sampled_from(["=", ": ", " = ", ":=", "=>", "\": \"", "' : '", " "]),
+    value, st.sampled_from(["", "\"", "'", " ", "\n", ";"]),
+).map("".join)
+keyed_pieces = st.one_of(
+    pieces, assignment, assignment,
+    st.sampled_from(KEYWORDS).flatmap(lambda w: st.sampled_from([w, w.upper(), w.title()])),
+    st.sampled_from(["cloudant", "ibm_cloud_iam", "softlayer", "sl_", "cl", "DB_", "my"]),
+    st.sampled_from(["=", ": ", " = ", ":=", "=>", "\"", "'", "[", "]", " ", "\n", "ſ", "K"]),
+    st.text(alphabet="0123456789abcdefABCDEF", min_size=20, max_size=70),
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz_-", min_size=20, max_size=50))
+
+
+def test_every_secret_word_begins_with_one_of_the_keyed_rules_starts():
+    for word in KEYWORDS:
+        assert re.fullmatch(rules._KEYWORD, word, re.IGNORECASE), word
+        assert word.lower().startswith(rules._KEYWORD_STARTS) or not word.isascii(), word
+
+
+@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(keyed_pieces, max_size=10))
+def test_the_rules_tried_where_they_can_match_find_what_trying_everywhere_finds(parts):
+    """The keyed rule tried only where a secret word starts, and detect-secrets' rules of
+    long values only beside a long token, redact what every rule tried at every place
+    redacts."""
+    fast = scrubber()
+    everywhere = [dataclasses.replace(rule, starts=(), long=False) for rule in fast.rules]
+    text = "".join(parts)
+    assert fast.redact(text) == Scrubber(everywhere).redact(text)
+    short = text.isascii() and not rules.LONG_TOKEN.search(text)
+    for rule, anywhere in zip(fast.rules, everywhere, strict=True):
+        assert rule.spans(text) == anywhere.spans(text)
+        if rule.long and short:
+            assert anywhere.spans(text) == [], rule.source
+
+
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(pieces, max_size=6), st.lists(st.lists(pieces, max_size=4), max_size=3))
 def test_a_record_scrubbed_with_todays_rules_needs_no_second_pass(summary, facts):
@@ -91,6 +143,18 @@ def test_a_record_scrubbed_with_todays_rules_needs_no_second_pass(summary, facts
     [kept] = scrub_stale([{**record, "scrubbed_with": version()}])
     [again] = scrub_stale([{**record, "scrubbed_with": "another"}])
     assert kept == again == record
+
+
+def test_a_record_scrubbed_here_with_todays_rules_is_not_scrubbed_again():
+    raw = {"record_id": "R1", "title": "rotate", "summary": "password=hunter2hunter2",
+           "facts": ["token: abcdefgh12345678"]}
+    once = scrub_record(raw)
+    assert "hunter2" not in once["summary"] and "abcdefgh" not in once["facts"][0]
+    assert scrub_record(once) is once  # nothing to do: the same object
+    planted = ScrubbedRecord(raw)  # raw text under an old version's mark
+    planted.scrubbed_with = "another"
+    assert scrub_record(planted) == once
+    assert scrub_record(dict(once)) == once and scrub_record(dict(once)) is not once
 
 
 def test_a_search_scrubs_a_record_of_other_rules_and_what_the_working_tree_told():

@@ -63,6 +63,7 @@ class Scrubber:
     def __init__(self, rules: list[rule_set.Rule]):
         self.rules = rules
         self.gated = [i for i, rule in enumerate(rules) if not rule.needles and not rule.exact]
+        self.long = {i for i, rule in enumerate(rules) if rule.long}
         lower: dict[str, set[int]] = {}
         exact: dict[str, set[int]] = {}
         for i, rule in enumerate(rules):
@@ -112,8 +113,10 @@ class Scrubber:
             chosen |= self._lower_rules[i]
         for i in self._hits(self._exact, self._exact_needles, text):
             chosen |= self._exact_rules[i]
-        if self.gated and rule_set.LONG_TOKEN.search(text):
+        if (self.gated or chosen & self.long) and rule_set.LONG_TOKEN.search(text):
             chosen.update(self.gated)
+        elif text.isascii():
+            chosen -= self.long  # none of them matches without a long token
         if not chosen:
             return []
         spans = []
@@ -306,12 +309,25 @@ def scrub_stale(records: list[dict]) -> list[dict]:
     return out
 
 
+class ScrubbedRecord(dict):
+    """A record as ``scrub_record`` gave it, with the version of the rules it was
+    scrubbed with: scrubbing it again with them changes nothing, so it is not done (a
+    worker's record is scrubbed where storage checks it, and passes where it is
+    written). Only this process makes one: a record read from a socket is a plain dict."""
+
+    __slots__ = ("scrubbed_with",)
+
+
 def scrub_record(record: Any) -> Any:
     """A record's (or a version's, or an edit's) text, scrubbed like an event's body:
     one saved through MCP, imported, or made by any extraction worker."""
     if not isinstance(record, dict):
         return record
-    record = dict(record)
+    today = version()
+    if isinstance(record, ScrubbedRecord) and record.scrubbed_with == today:
+        return record
+    record = ScrubbedRecord(record)
+    record.scrubbed_with = today
     for field_name, limit in RECORD_TEXT_LIMITS.items():
         if isinstance(record.get(field_name), str):
             record[field_name] = scrub_text(record[field_name])[:limit]
