@@ -270,6 +270,48 @@ def test_records_written_in_bulk_are_counted_as_one_by_one(postgres_server):
     assert term_counts(bulk) == counted
 
 
+def test_a_transactions_term_counts_change_once_a_term_and_stay_exact(postgres_server):
+    """Five records sharing their words: the first is counted at once, the other four
+    change each of their terms' counts once, as the transaction commits; edits and
+    deletes after leave the counts a full recount gives."""
+    url = postgres_server.database()
+    conn = db.connect_writer(url)
+    conn.execute("BEGIN")
+    for n in range(5):
+        writes.insert_record(conn, record(n, f"Retry the webhook {n % 2}", "backoff and retries"))
+
+    def terms(where: str) -> int:
+        return conn.execute("SELECT count(DISTINCT term) FROM memory_records,"
+                            f" unnest(tsvector_to_array(search)) AS t(term) WHERE {where}"
+                            ).fetchone()[0]
+
+    first = terms("id = (SELECT min(id) FROM memory_records)")
+    later = terms("id > (SELECT min(id) FROM memory_records)")
+    assert conn.execute("SELECT count(*) FROM record_terms").fetchone()[0] == first
+    conn.execute("SET CONSTRAINTS memory_records_terms_fold IMMEDIATE")
+    changed = conn.execute("SELECT n_tup_ins + n_tup_upd FROM pg_stat_xact_user_tables"
+                           " WHERE relname = 'record_terms'").fetchone()[0]
+    conn.execute("COMMIT")
+    assert changed == first + later and later < 4 * first  # not 5 × a record's terms
+    conn.execute("BEGIN")
+    writes.insert_record(conn, record(6, "Retry the webhook 6"))
+    writes.insert_record(conn, record(7, "Retry the webhook 7"))
+    conn.execute("SET CONSTRAINTS memory_records_terms_fold IMMEDIATE")
+    writes.insert_record(conn, record(8, "Retry the webhook 8"))
+    conn.execute("COMMIT")  # what the first fold took is not added up twice
+    conn.execute("BEGIN")
+    writes.update_record(conn, record(1, "")["record_id"], ["/team/project/p/"],
+                         {"title": "Timeouts of the queue"}, "edited")
+    assert writes.delete_record(conn, record(2, "")["record_id"], ["/team/project/p/"])
+    writes.insert_record(conn, record(9, "Queue timeouts", "the webhook again"))
+    conn.execute("COMMIT")
+    recount = dict(conn.execute(
+        "SELECT term, count(*) FROM memory_records, unnest(tsvector_to_array(search))"
+        " AS t(term) GROUP BY term"))
+    conn.close()
+    assert term_counts(url) == recount and recount["retri"] == 7 and recount["queue"] == 2
+
+
 def test_an_identifier_is_found_as_one_word_in_records_written_before_it_was(postgres_server,
                                                                              monkeypatch):
     """Migration 2 indexes an identifier joined by underscores as one lexeme, in the

@@ -258,12 +258,15 @@ def terms_counted_after(conn: Connection) -> Iterator[None]:
     """Records written in bulk, in the caller's transaction: ``record_terms`` is counted
     again once, after them, instead of row by row by its trigger (which updates the
     common terms' rows once for each record), and the table is analyzed."""
-    conn.execute("ALTER TABLE memory_records DISABLE TRIGGER memory_records_terms")
+    triggers = ("memory_records_terms", "memory_records_terms_fold")
+    for trigger in triggers:
+        conn.execute(f"ALTER TABLE memory_records DISABLE TRIGGER {trigger}")
     yield
     conn.execute("DELETE FROM record_terms")
     conn.execute("INSERT INTO record_terms SELECT term, count(*) FROM memory_records,"
                  " unnest(tsvector_to_array(search)) AS t(term) GROUP BY term")
-    conn.execute("ALTER TABLE memory_records ENABLE TRIGGER memory_records_terms")
+    for trigger in triggers:
+        conn.execute(f"ALTER TABLE memory_records ENABLE TRIGGER {trigger}")
     # The planner's figures for the new rows now, not when autovacuum next comes: a
     # search planned without them read whole windows (190 ms at 100,000 records).
     conn.execute("ANALYZE memory_records")

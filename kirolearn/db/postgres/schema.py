@@ -4,8 +4,9 @@ names that one).
 
 The full text is a ``tsvector`` column generated from a valid record's title, summary
 and facts, with a GIN index; ``record_terms`` keeps how many records hold each lexeme
-(the counterpart of SQLite's fts5vocab table), kept by a trigger, so that the search's
-IDF rules read a term's frequency by one index seek.
+(the counterpart of SQLite's fts5vocab table), kept by triggers (added up once a
+transaction: migration 8), so that the search's IDF rules read a term's frequency by one
+index seek.
 """
 
 from __future__ import annotations
@@ -263,8 +264,69 @@ ALTER TABLE memory_records ADD COLUMN superseded_by TEXT;
 -- migration 17).
 ALTER TABLE memory_records ADD COLUMN scrubbed_with TEXT;
 """),
+    (8, "record_terms_per_transaction", """
+-- The search's term counts change once a transaction, not once a record: the common
+-- terms' rows were updated (and locked) for every record written. The first record of
+-- a transaction is counted at once, as before; each later one's trigger adds its terms
+-- to a table of the session's own (temporary, emptied at each commit that used it), and
+-- a deferred trigger adds them up into record_terms as the transaction commits (the
+-- first to run; the others find nothing waiting).
+CREATE OR REPLACE FUNCTION record_terms_count() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('kirolearn.terms_later', true) IS DISTINCT FROM 'yes' THEN
+        -- The first record of a transaction (most write one) is counted at once.
+        PERFORM set_config('kirolearn.terms_later', 'yes', true);  -- until the commit
+        IF TG_OP <> 'INSERT' AND OLD.search IS NOT NULL THEN
+            UPDATE record_terms SET docs = docs - 1
+            WHERE term = ANY (tsvector_to_array(OLD.search));
+        END IF;
+        IF TG_OP <> 'DELETE' AND NEW.search IS NOT NULL THEN
+            INSERT INTO record_terms
+            SELECT term, 1 FROM unnest(tsvector_to_array(NEW.search)) AS t(term)
+            ON CONFLICT (term) DO UPDATE SET docs = record_terms.docs + 1;
+        END IF;
+        RETURN NULL;
+    END IF;
+    PERFORM set_config('kirolearn.terms_waiting', 'yes', true);
+    IF to_regclass('pg_temp.record_term_changes') IS NULL THEN
+        CREATE TEMPORARY TABLE record_term_changes (
+            term TEXT NOT NULL,
+            delta INTEGER NOT NULL
+        ) ON COMMIT DELETE ROWS;
+    END IF;
+    IF TG_OP <> 'INSERT' AND OLD.search IS NOT NULL THEN
+        INSERT INTO pg_temp.record_term_changes
+        SELECT term, -1 FROM unnest(tsvector_to_array(OLD.search)) AS t(term);
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.search IS NOT NULL THEN
+        INSERT INTO pg_temp.record_term_changes
+        SELECT term, 1 FROM unnest(tsvector_to_array(NEW.search)) AS t(term);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE FUNCTION record_terms_fold() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('kirolearn.terms_waiting', true) IS DISTINCT FROM 'yes' THEN
+        RETURN NULL;  -- none, or added up already
+    END IF;
+    PERFORM set_config('kirolearn.terms_waiting', 'no', true);
+    WITH moved AS (DELETE FROM pg_temp.record_term_changes RETURNING term, delta),
+    summed AS (SELECT term, sum(delta)::bigint AS delta FROM moved GROUP BY term
+               HAVING sum(delta) <> 0),
+    updated AS (UPDATE record_terms r SET docs = r.docs + s.delta FROM summed s
+                WHERE r.term = s.term RETURNING r.term)
+    INSERT INTO record_terms
+    SELECT term, delta FROM summed WHERE delta > 0 AND term NOT IN (SELECT term FROM updated)
+    ON CONFLICT (term) DO UPDATE SET docs = record_terms.docs + EXCLUDED.docs;
+    RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER memory_records_terms_fold
+AFTER INSERT OR DELETE OR UPDATE OF title, summary, facts_text, concepts_json, invalid_reason
+ON memory_records DEFERRABLE INITIALLY DEFERRED
+FOR EACH ROW EXECUTE FUNCTION record_terms_fold();
+"""),
 ]
 
 
 # Each migration's schema, as the SQLite migration it matches (exports name that one).
-SQLITE_SCHEMA = {1: 12, 2: 12, 3: 13, 4: 14, 5: 15, 6: 16, 7: 17}
+SQLITE_SCHEMA = {1: 12, 2: 12, 3: 13, 4: 14, 5: 15, 6: 16, 7: 17, 8: 17}
