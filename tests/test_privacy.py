@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import importlib.metadata
 import json
+import os
 import re
 import subprocess
 import sys
@@ -32,6 +34,7 @@ from kirolearn.privacy import (
     scrubber,
     version,
 )
+from kirolearn.supervisor.states import RET_PIDFILE
 
 P = marker("private")
 plain = st.text(alphabet=st.characters(blacklist_characters="<>&%\\"), max_size=40)
@@ -361,6 +364,25 @@ def test_ingest_saves_the_shipped_rules_without_importing_detect_secrets(tmp_pat
     monkeypatch.setattr(rules, "_shipped_for", lambda version: None)  # another version
     (tmp_path / "secret-rules.json").unlink()
     assert rules.save(paths.Home(tmp_path)) == rules.from_detect_secrets()
+
+
+def test_the_supervisor_scrubs_its_roles_logs_without_importing_detect_secrets(tmp_path):
+    """It builds its scrubber as it starts, from the saved rules: the library would cost
+    it 13 MB for good. (The pidfile is held here, so it stops right after.)"""
+    home = paths.Home(tmp_path)
+    home.ensure_layout()
+    held = os.open(home.pidfile(), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    code = ("import sys; from kirolearn import privacy;"
+            " from kirolearn.supervisor.__main__ import run_daemon;"
+            " print(run_daemon(0, False), privacy._scrubber is not None,"
+            " 'detect_secrets' in sys.modules)")
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True, env={**os.environ, "KIROLEARN_HOME": str(tmp_path)})
+    finally:
+        os.close(held)
+    assert out.stdout.split() == [str(RET_PIDFILE), "True", "False"], out.stderr
 
 
 @pytest.mark.parametrize("saved", [True, False], ids=["saved", "none saved"])
