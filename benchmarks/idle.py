@@ -2,7 +2,8 @@
 
 Starts a daemon in a temporary home, lets it settle, then reads each process's CPU time
 from ``/proc/PID/stat`` over a window with nothing to do, and over a window with the
-viewer's live page open (its server-sent-events stream, as the browser holds it). Then
+viewer's live page open (its server-sent-events stream, as the browser holds it; the
+viewer's process starts with that first page, ``viewer_first_page_ms``). Then
 the first prompt (with retrieval) after the idle window is timed against the prompts
 right after it.
 
@@ -11,9 +12,9 @@ process used (``cpu_<process>_pct``) and in total (target: 0.5), then one
 ``after_idle`` line; then the memory each process holds (proportional set size,
 ``pss_<process>_mb``, and ``pss_total_mb``), idle and after work: records saved and
 embedded (the back-fill, on long texts), prompts answered, and once more when the
-embedding model's process has left (``--model-idle-s``, ``embeddings.idle_s``) and each
-role, quiet, has given back its memory (``memory_given_back``). ``--mode lexical``: the
-same with embeddings off.
+embedding model's process has left (``--model-idle-s``, ``embeddings.idle_s``, and the
+viewer's after the same time, ``viewer.idle_s``) and each role, quiet, has given back its
+memory (``memory_given_back``). ``--mode lexical``: the same with embeddings off.
 
     python benchmarks/idle.py            # 60 s windows
     python benchmarks/idle.py --seconds 10 --records 10000   # memory after a large back-fill
@@ -39,7 +40,7 @@ from harness import cpu_seconds, daemon_processes, figures, say
 
 from kirolearn import contract, control, db, paths
 from kirolearn.db import reads
-from kirolearn.viewer.auth import load_token
+from kirolearn.viewer.listener import load_token
 
 KL = [sys.executable, "-m", "kirolearn"]
 NAMESPACE = "/actor/bench/project/" + "c" * 64 + "/"
@@ -70,7 +71,9 @@ class LivePage:
             raise SystemExit("idle: the viewer is not listening")
         self.http = httpx.Client(base_url=info["url"], timeout=None, headers={
             "authorization": f"Bearer {load_token(paths.Home(base))}"})
+        started = time.perf_counter()
         self.http.get("/live").raise_for_status()
+        self.first_page_ms = (time.perf_counter() - started) * 1000  # the viewer starts
         self.opened = threading.Event()
         self.closing = False
         self.thread = threading.Thread(target=self._follow, daemon=True)
@@ -141,6 +144,17 @@ def model_left(wait_s: float) -> bool:
         time.sleep(0.2)
 
 
+def viewer_left(wait_s: float) -> None:
+    """Wait until the viewer's process has left, unused (``viewer.idle_s``)."""
+    deadline = time.monotonic() + wait_s
+    while any(role["name"] == "viewer" and role["state"] != "WAITING"
+              for role in control.status(paths.Home.current())["roles"]):
+        if time.monotonic() > deadline:
+            say("  the viewer's process has not left yet")
+            return
+        time.sleep(0.2)
+
+
 def memory_given_back(names: list[str]) -> dict[str, int]:
     """How many times each of these roles has given back its memory after a quiet spell
     (asked on its control socket: a request to the role itself, ``kirolearn status``'s
@@ -192,6 +206,7 @@ def main() -> None:
     os.environ["KIROLEARN_HOME"] = str(home)
     os.environ["KIROLEARN_VIEWER_PORT"] = "0"
     os.environ["KIROLEARN_EMBEDDINGS_IDLE_S"] = str(model_idle_s)
+    os.environ["KIROLEARN_VIEWER_IDLE_S"] = str(model_idle_s)
     os.environ["KIROLEARN_EMBEDDINGS_ENABLED"] = "1" if args.mode == "hybrid" else "0"
     subprocess.run([*KL, "start"], check=True, stdout=subprocess.DEVNULL)
     try:
@@ -203,10 +218,12 @@ def main() -> None:
             time.sleep(settle_s)
             say(f"idle with the live page open for {seconds:.0f} s")
             print(json.dumps({"bench": "idle", "phase": "live_page_open",
+                              "viewer_first_page_ms": round(page.first_page_ms, 1),
                               **cpu_window(seconds)}), flush=True)
         finally:
             page.close()
         model_left(model_idle_s + 60)
+        viewer_left(model_idle_s + 60)
         print(json.dumps({"bench": "idle", "phase": "memory_idle", "mode": args.mode,
                           **pss_mb()}), flush=True)
         first = prompt_ms(0)  # with the model's process to start again, if it left

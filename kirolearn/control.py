@@ -242,10 +242,11 @@ def drain_spool(home: paths.Home) -> dict:
 
 
 def wait_ready(home: paths.Home, daemon=None, timeout_s: float = READY_TIMEOUT_S) -> dict:
-    """The supervisor's status once every role is RUNNING or one is FATAL (or the last
+    """The supervisor's status once every role is ready (RUNNING, or WAITING to be
+    started on demand) or one is FATAL (or the last
     status seen when ``timeout_s`` runs out). ``daemon``: the supervisor just spawned,
     whose early exit is a StartFailed."""
-    from kirolearn.supervisor.states import FATAL, RET_PIDFILE, RUNNING
+    from kirolearn.supervisor.states import FATAL, READY, RET_PIDFILE
 
     deadline = time.monotonic() + timeout_s
     status: dict = {}
@@ -262,7 +263,7 @@ def wait_ready(home: paths.Home, daemon=None, timeout_s: float = READY_TIMEOUT_S
             time.sleep(0.05)
             continue
         states = {r["state"] for r in status["roles"]}
-        if states == {RUNNING} or FATAL in states:
+        if states <= set(READY) or FATAL in states:
             return status
         time.sleep(0.05)
     return status

@@ -8,6 +8,11 @@ once (EXITED → STARTING); one that keeps dying (more than ``FLAP_LIMIT`` times
 in ``FLAP_WINDOW_S``) goes FATAL too. RUNNING means: answering ``ping`` on its
 control socket; one that dies within ``start_secs`` of its start still failed to start.
 
+The viewer is started on demand: the supervisor holds its listening socket
+(``viewer.listener``), and the viewer is WAITING until a connection waits there; it
+is then started with the socket, and is WAITING again when it exits unused
+(``RET_IDLE``).
+
 Stopping stops every role but storage at once, then storage, so that it commits what
 ingest and the workers hand it on their way out; each process goes down the ladder: a
 ``shutdown`` message, then SIGTERM, then SIGKILL.
@@ -26,6 +31,7 @@ import math
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -43,12 +49,15 @@ from kirolearn.supervisor.states import (
     EXITED,
     FATAL,
     RET_CONFIG,
+    RET_IDLE,
     RUNNING,
     START_ORDER,
     STARTING,
     STOPPED,
     STOPPING,
+    WAITING,
 )
+from kirolearn.viewer.listener import FD_ENV, close_listener, open_listener
 
 FLAP_LIMIT = 10
 FLAP_WINDOW_S = 60.0
@@ -127,6 +136,7 @@ class Arbiter:
         self.shutting_down = False
         self.stop_queue: list[list[str]] = []
         self.role_loggers: dict[str, logging.Logger] = {}
+        self.viewer_listener: socket.socket | None = None  # held while the viewer waits
 
     # -- logging of children --------------------------------------------------------------
 
@@ -170,10 +180,15 @@ class Arbiter:
 
     def _spawn(self, proc: Process) -> None:
         env = dict(os.environ, KIROLEARN_HOME=str(self.home.root), PYTHONUNBUFFERED="1")
+        handed: tuple[int, ...] = ()
+        if proc.role == "viewer" and self.viewer_listener is not None:
+            handed = (self.viewer_listener.fileno(),)
+            env[FD_ENV] = str(handed[0])
         proc.popen = subprocess.Popen(
             [sys.executable, "-m", f"kirolearn.roles.{proc.role}", "--name", proc.name],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-            cwd=self.home.root)  # not the caller's cwd: a source checkout there would shadow us
+            cwd=self.home.root,  # not the caller's cwd: a source checkout there would shadow us
+            pass_fds=handed)
         threading.Thread(target=self._pipe_output, args=(proc, proc.popen.stdout),
                          name=f"log-{proc.name}", daemon=True).start()
         proc.started = time.monotonic()
@@ -205,6 +220,10 @@ class Arbiter:
             log.info("stopped: %s (exit status %s)", proc.name, code)
             proc.state = STOPPED
             return
+        if code == RET_IDLE and proc.role == "viewer":
+            log.info("%s exited unused; WAITING for the next visit", proc.name)
+            proc.state = WAITING
+            return
         log.warning("exited: %s (exit status %s; not expected) after %.1fs", proc.name, code,
                     uptime)
         proc.crashes = [t for t in proc.crashes if now - t < FLAP_WINDOW_S] + [now]
@@ -232,6 +251,25 @@ class Arbiter:
             proc.state = EXITED
             proc.restarts += 1
             self._spawn(proc)
+
+    def visit(self) -> None:
+        """A connection waits on the viewer's socket: start the viewer."""
+        proc = self.processes.get("viewer")
+        if proc is not None and proc.state == WAITING and not self.shutting_down:
+            self._spawn(proc)
+
+    def _open_viewer_listener(self) -> None:
+        """Listen for the viewer, which is WAITING from now on (FATAL if it cannot)."""
+        proc = self.processes.get("viewer")
+        if proc is None:
+            return
+        try:
+            self.viewer_listener = open_listener(self.home, self.settings["viewer"]["port"],
+                                                 log)
+            proc.state = WAITING
+        except OSError as exc:
+            log.error("gave up: viewer entered FATAL state: cannot listen (%s)", exc)
+            proc.state = FATAL
 
     def _begin_stop(self, proc: Process) -> None:
         if not proc.alive():
@@ -388,14 +426,26 @@ class Arbiter:
                                             bind=self.home.endpoint("supervisor.ctl"))
             os.umask(old_umask)
             log.info("supervisor started (pid %d, home %s)", os.getpid(), self.home.root)
+            self._open_viewer_listener()
             table = base.op_table(self, "control")
             poller.register(control, zmq.POLLIN)
             poller.register(wake_r, zmq.POLLIN)
+            watching = False  # the viewer's socket, while the viewer is WAITING
             self.step()  # spawn the roles now: the poll below sleeps while nothing moves
             while not self.stopped():
+                viewer = self.processes.get("viewer")
+                wanted = viewer is not None and viewer.state == WAITING
+                if wanted != watching and self.viewer_listener is not None:
+                    if wanted:
+                        poller.register(self.viewer_listener, zmq.POLLIN)
+                    else:
+                        poller.unregister(self.viewer_listener)
+                    watching = wanted
                 ready = dict(poller.poll(self._poll_ms()))
                 if wake_r in ready:
                     base.empty_pipe(wake_r)
+                if watching and self.viewer_listener.fileno() in ready:
+                    self.visit()
                 if control in ready:
                     base.serve(control, table, "supervisor", log)
                 if self.signals:
@@ -414,5 +464,7 @@ class Arbiter:
                     proc.popen.kill()
                     proc.popen.wait()
             self.ctx.destroy(linger=0)
+            if self.viewer_listener is not None:
+                close_listener(self.home, self.viewer_listener)
             remove_socket_files(run_dir)
             lock.release()

@@ -15,6 +15,10 @@ BACKOFF = "BACKOFF"
 STOPPING = "STOPPING"
 EXITED = "EXITED"
 FATAL = "FATAL"
+# Started on demand, and not running now: the supervisor holds its socket, and the
+# first request starts it (the viewer, until someone opens it and after it idles out).
+WAITING = "WAITING"
+READY = (RUNNING, WAITING)  # what `kirolearn start` waits for every role to be
 
 # The roles in start order (the gateway only with network.listen); stopping walks it
 # backwards (storage last, after draining).
@@ -24,6 +28,7 @@ START_ORDER = ("storage", "retrieval", "ingest", "gateway", "viewer", "extractio
 RET_OK = 0
 RET_KILLED = 2  # a second SIGTERM: exited at once
 RET_PIDFILE = 3  # another supervisor holds the pidfile
+RET_IDLE = 4  # a role started on demand exits, unused: it is WAITING again
 RET_CONFIG = 78  # EX_CONFIG: FATAL at once, a restart will not fix it
 
 # Exit code of `kirolearn status` when no daemon runs (LSB's "program is not running").

@@ -28,6 +28,7 @@ from mcp import Client, StdioServerParameters
 
 from kirolearn import contract, control, db, paths, project
 from kirolearn.db import writes
+from kirolearn.supervisor.states import READY
 
 KL = [sys.executable, "-m", "kirolearn"]
 BIN = Path(sys.executable).parent
@@ -90,6 +91,11 @@ def kl(*args: str, input: str | None = None, timeout: float = 60, check: bool = 
 
 def status() -> dict:
     return json.loads(kl("status", "--json").stdout)
+
+
+def all_up(roles: list[dict]) -> bool:
+    """Every role RUNNING, or WAITING to be started on demand (the viewer)."""
+    return all(r["state"] in READY for r in roles)
 
 
 def make_event(kind: str = "prompt", content: str = "hello", **overrides) -> dict:

@@ -11,7 +11,7 @@ import stat
 import subprocess
 from pathlib import Path
 
-from helpers import KL, kl, make_event, status, wait_for
+from helpers import KL, all_up, kl, make_event, status, wait_for
 
 from kirolearn import paths
 
@@ -65,7 +65,7 @@ def test_a_backup_taken_during_an_import_holds_every_acknowledged_event(daemon, 
 
     restored = kl("restore", str(copy), "--yes", check=True)
     assert f"restored {len(backed)} events and {records} records from {copy}" in restored.stdout
-    assert all(r["state"] == "RUNNING" for r in status()["roles"])  # started again
+    assert all_up(status()["roles"])  # started again
     assert _event_ids(db) == backed
     assert _read(db, "PRAGMA integrity_check") == [("ok",)]
     kept = next(daemon.glob("kirolearn.db.before-restore-????????T??????Z"))

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import KL, Workspace, here, kl, make_event, status, stored_events, wait_for
+from helpers import KL, Workspace, all_up, here, kl, make_event, status, stored_events, wait_for
 
 from kirolearn import db, importer, paths, protocol, spool, transport
 
@@ -172,7 +172,7 @@ def test_a_disk_fault_is_said_at_once_and_mended_by_itself(small_disk, ctx, faul
             assert "storage cannot write" in refused.value.reason and words in refused.value.reason
             shown = status()
             assert shown["fault"] and words in shown["fault"]["reason"]
-            assert all(r["state"] == "RUNNING" for r in shown["roles"])
+            assert all_up(shown["roles"])
             doctor = kl("doctor")
             assert doctor.returncode == 1 and "FAIL  writes: storage cannot write" in doctor.stdout
             mend(small_disk)

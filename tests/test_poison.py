@@ -9,7 +9,7 @@ import json
 import msgpack
 import pytest
 import zmq
-from helpers import here, kl, make_event, status, stored_events, wait_for
+from helpers import all_up, here, kl, make_event, status, stored_events, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -68,7 +68,7 @@ def test_a_poison_spool_file_is_quarantined_and_the_rest_stored(home):
                                "01ARZ3NDEKTSV4RRFFQ69G5FAV.json",
                                "01ARZ3NDEKTSV4RRFFQ69G5FAV.json.reason"])
         assert DEEP in (here().quarantine_dir / f"{poison['event_id']}.json.reason").read_text()
-        assert all(r["state"] == "RUNNING" for r in status()["roles"])
+        assert all_up(status()["roles"])
         restarted = kl("restart")  # a start that finds the quarantine still comes up
         assert restarted.returncode == 0, restarted.stderr
         doctor = kl("doctor")
@@ -190,7 +190,7 @@ def test_every_fuzzed_request_is_answered(raw_sockets, endpoint, frame):
 
 def test_after_the_fuzzing_every_role_is_the_process_it_was(module_daemon, ingest_client):
     started = {r["name"]: r["restarts"] for r in status()["roles"]}
-    assert all(r["state"] == "RUNNING" for r in status()["roles"])
+    assert all_up(status()["roles"])
     assert all(count == 0 for count in started.values()), started
     assert ingest_client.call("put_event", {"event": make_event(content="after")})["status"] in (
         "stored", "duplicate")

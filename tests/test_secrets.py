@@ -22,7 +22,8 @@ from kirolearn.db import writes
 from kirolearn.extract import llm
 from kirolearn.supervisor.arbiter import Arbiter, Process
 from kirolearn.viewer.app import create_app
-from kirolearn.viewer.auth import COOKIE, load_token
+from kirolearn.viewer.auth import COOKIE
+from kirolearn.viewer.listener import load_token
 
 CORPUS = "\n".join(text for _, text, _ in SECRETS)
 PRIVATE_TEXT = "\n".join(text for _, text in PRIVATE)

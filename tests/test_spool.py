@@ -7,7 +7,7 @@ import os
 import signal
 
 import pytest
-from helpers import Workspace, here, kl, status, stored_events, wait_events, wait_for
+from helpers import Workspace, all_up, here, kl, status, stored_events, wait_events, wait_for
 
 from kirolearn import paths, spool
 
@@ -72,7 +72,7 @@ def test_a_hook_starts_the_daemon_when_it_is_down(home, ws):
         wait_for(here().daemon_running, timeout=20, message="the daemon to start")
         events = wait_events(1, timeout=20)
         assert [e["body"]["content"] for e in events] == ["hello"]
-        wait_for(lambda: all(r["state"] == "RUNNING" for r in status()["roles"]), timeout=20,
+        wait_for(lambda: all_up(status()["roles"]), timeout=20,
                  message="every role RUNNING")
         wait_for(lambda: not spool.waiting(here()), message="the spool to drain")
     finally:
@@ -124,6 +124,6 @@ def test_a_bad_spool_file_is_set_aside_and_the_rest_stored(home, ws):
         doctor = kl("doctor")
         assert "note  quarantine: 2 item(s)" in doctor.stdout
         assert "01ARZ3NDEKTSV4RRFFQ69G5FAV.json: event: unreadable spool file" in doctor.stdout
-        assert all(r["state"] == "RUNNING" for r in status()["roles"])
+        assert all_up(status()["roles"])
     finally:
         kl("stop", check=True)

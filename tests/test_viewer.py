@@ -25,7 +25,8 @@ from kirolearn.db import batches, writes
 from kirolearn.roles.checks import prepare
 from kirolearn.viewer import chart, pages, queries
 from kirolearn.viewer.app import create_app
-from kirolearn.viewer.auth import COOKIE, load_token
+from kirolearn.viewer.auth import COOKIE
+from kirolearn.viewer.listener import load_token
 
 SESSION = "7a9c1e-claude-session"
 BASE_URL = "http://127.0.0.1"
@@ -327,7 +328,7 @@ def test_the_token_is_made_once_private_and_kept(home):
 def test_the_viewer_runs_in_the_daemon_and_streams_events_as_they_arrive(daemon, ws):
     state = status()
     roles = {r["name"]: r for r in state["roles"]}
-    assert roles["viewer"]["state"] == "RUNNING"
+    assert roles["viewer"]["state"] == "WAITING"  # until the first visit (below)
     assert state["viewer"] == control.viewer_info(paths.Home(daemon))["url"]
     assert f"viewer: {state['viewer']} (kirolearn open)" in kl("status", check=True).stdout
     url = kl("open", "--url", check=True).stdout.strip()
@@ -371,6 +372,34 @@ def test_the_viewer_runs_in_the_daemon_and_streams_events_as_they_arrive(daemon,
     kl("start", check=True)
 
 
+def test_the_viewer_starts_at_the_first_visit_and_exits_when_no_one_uses_it(home,
+                                                                           monkeypatch):
+    """A viewer nobody opens costs no process: the supervisor holds its port, starts it
+    for the first connection (which it answers), and again after it idled out."""
+    monkeypatch.setenv("KIROLEARN_VIEWER_IDLE_S", "1")
+    kl("start", check=True)
+    try:
+        def viewer() -> dict:
+            return next(r for r in status()["roles"] if r["name"] == "viewer")
+
+        assert viewer()["state"] == "WAITING" and viewer()["pid"] is None
+        url = kl("open", "--url", check=True).stdout.strip()
+        for visits in (1, 2):
+            with httpx.Client(timeout=10) as http:  # answered by the viewer it starts
+                assert http.get(url, follow_redirects=True).status_code == 200
+            wait_for(lambda: viewer()["state"] == "WAITING", timeout=20,
+                     message="the unused viewer to exit")
+            log = (paths.Home(home).log_dir / "supervisor.log").read_text()
+            assert log.count("spawned: 'viewer'") == visits
+            assert log.count("viewer exited unused; WAITING for the next visit") == visits
+        assert viewer()["restarts"] == 0
+        assert "ok    roles: all RUNNING (viewer WAITING: started on demand)" in kl(
+            "doctor").stdout
+    finally:
+        kl("stop", check=True)
+    assert control.viewer_info(paths.Home(home)) is None
+
+
 def test_a_taken_port_moves_the_viewer_and_open_says_where(home, monkeypatch):
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
@@ -383,7 +412,7 @@ def test_a_taken_port_moves_the_viewer_and_open_says_where(home, monkeypatch):
             info = control.viewer_info(paths.Home(home))
             assert info["port"] != port
             assert kl("open", "--url", check=True).stdout.startswith(info["url"] + "?token=")
-            log = (paths.Home(home).log_dir / "viewer.log").read_text()
+            log = (paths.Home(home).log_dir / "supervisor.log").read_text()
             assert f"port {port} is taken; the viewer listens on {info['port']}" in log
         finally:
             kl("stop", check=True)

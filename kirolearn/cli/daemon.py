@@ -13,7 +13,7 @@ import click
 from kirolearn import __version__, capture, config, control, keys, paths, project, transport
 from kirolearn.cli import common
 from kirolearn.cli.common import require_running, settings
-from kirolearn.supervisor.states import EXIT_NOT_RUNNING, RUNNING, START_ORDER
+from kirolearn.supervisor.states import EXIT_NOT_RUNNING, READY, START_ORDER
 
 
 def print_status(status: dict) -> None:
@@ -39,7 +39,8 @@ def print_status(status: dict) -> None:
                    " empty: the SQLite file in the home again).")
 def start(foreground: bool, extraction_workers: int | None, listen: str | None,
           storage: str | None) -> None:
-    """Start the daemon and wait until every role is RUNNING. Exit 1 if one is not, or
+    """Start the daemon and wait until every role is RUNNING (the viewer WAITING for
+    its first visit). Exit 1 if one is not, or
     if the database cannot be written (it keeps running, to say why and take the events
     once that is fixed).
 
@@ -83,7 +84,7 @@ def start(foreground: bool, extraction_workers: int | None, listen: str | None,
         status = control.wait_ready(common.home(), control.spawn(common.home(), workers=workers))
     except control.StartFailed as exc:
         raise click.ClickException(str(exc)) from exc
-    if not status or any(r["state"] != RUNNING for r in status["roles"]):
+    if not status or any(r["state"] not in READY for r in status["roles"]):
         if status:
             print_status(status)
         raise click.ClickException(

@@ -10,7 +10,7 @@ import click
 from kirolearn import capture, config, control, db, install, keys, paths, project, spool
 from kirolearn.cli import common
 from kirolearn.db import errors, schema
-from kirolearn.supervisor.states import RUNNING
+from kirolearn.supervisor.states import READY, WAITING
 
 
 @click.command()
@@ -54,9 +54,11 @@ def doctor(project_dir: str | None) -> None:
     if running:
         try:
             roles = control.call("supervisor.ctl", "status", home=common.home())["roles"]
-            bad = [f"{r['name']} {r['state']}" for r in roles if r["state"] != RUNNING]
-            report(not bad, "roles", "all RUNNING" if not bad else
-                   f"{', '.join(bad)}; see: kirolearn logs")
+            bad = [f"{r['name']} {r['state']}" for r in roles if r["state"] not in READY]
+            waiting = [r["name"] for r in roles if r["state"] == WAITING]
+            report(not bad, "roles", f"{', '.join(bad)}; see: kirolearn logs" if bad else
+                   "all RUNNING" + (f" ({', '.join(waiting)} WAITING: started on demand)"
+                                    if waiting else ""))
         except control.Unanswered as exc:
             report(False, "roles",
                    f"the supervisor does not answer ({exc}); run: kirolearn restart")

@@ -226,6 +226,7 @@ class Role:
 
     role = "role"
     refuse_while_stopping = False  # answer SHUTTING_DOWN to all but ping once stopping
+    exit_code = RET_OK  # what ``run`` returns once stopped (RET_IDLE: unused, on demand)
 
     def __init__(self, name: str, home: paths.Home, settings: dict):
         self.name = name
@@ -416,7 +417,7 @@ class Role:
             self.teardown()
             self.ctx.destroy(linger=0)  # socket files go with the supervisor's cleanup
             self.log.info("stopped")
-        return RET_OK
+        return self.exit_code
 
 
 def main(role_class: type[Role], argv: list[str] | None = None) -> None:

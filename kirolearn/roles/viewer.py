@@ -1,19 +1,18 @@
 """Viewer role: the web app (``kirolearn.viewer``) on 127.0.0.1, fed live by storage.
 
-The supervisor starts it like any other role (control socket, signals, parent
-watch). uvicorn serves the app on a thread of its own while the role's loop relays
-storage's ``feed`` (a SUB socket) to the live streams. The port is ``viewer.port``
-(0: any free port); when that port is taken, a free one is used and the log says so.
-Where the viewer listens goes in ``run/viewer.json`` (0600), which ``kirolearn open``
-reads with the token.
+The supervisor starts it on demand: it holds the listening socket
+(``viewer.listener``) and starts the viewer when a connection waits there, handing it
+the socket. The viewer exits (``RET_IDLE``) once no connection has been open for
+``viewer.idle_s``, and the supervisor waits for the next one: a viewer nobody opens
+costs no memory. uvicorn serves the app on a thread of its own while the role's loop
+relays storage's ``feed`` (a SUB socket) to the live streams. Run alone (from a
+terminal), it binds the port itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import json
 import os
 import socket
 import threading
@@ -22,28 +21,14 @@ import time
 import uvicorn
 import zmq
 
-from kirolearn import control, paths, transport
+from kirolearn import transport
 from kirolearn.roles import base
+from kirolearn.supervisor.states import RET_IDLE
 from kirolearn.viewer.app import create_app
-from kirolearn.viewer.auth import load_token
 from kirolearn.viewer.feed import Feed
+from kirolearn.viewer.listener import FD_ENV, close_listener, load_token, open_listener
 
-HOST = "127.0.0.1"  # never anything else: the viewer is for this machine's user only
-
-
-def listen(port: int) -> socket.socket:
-    """A listening socket on HOST: ``port``, or any free port if that one is taken."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((HOST, port))
-    except OSError as exc:
-        if exc.errno != errno.EADDRINUSE or port == 0:
-            sock.close()
-            raise
-        sock.bind((HOST, 0))
-    sock.listen(128)
-    return sock
+CHECK_S = 1.0  # how often it looks whether anyone is connected
 
 
 class QuietServer(uvicorn.Server):
@@ -70,11 +55,11 @@ class Viewer(base.Role):
     role = "viewer"
 
     def setup(self) -> None:
-        wanted = self.settings["viewer"]["port"]
-        self.listener = listen(wanted)
-        port = self.listener.getsockname()[1]
-        if wanted and port != wanted:
-            self.log.warning("port %d is taken; the viewer listens on %d instead", wanted, port)
+        handed = os.environ.get(FD_ENV)
+        self.own_listener = handed is None
+        self.listener = (open_listener(self.home, self.settings["viewer"]["port"], self.log)
+                         if handed is None else socket.socket(fileno=int(handed)))
+        self.idle_s = self.settings["viewer"]["idle_s"]
         self.feed = Feed()
         app = create_app(self.home, load_token(self.home), self.feed)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
@@ -85,10 +70,10 @@ class Viewer(base.Role):
         sub = transport.make_socket(self.ctx, zmq.SUB, connect=self.home.endpoint("feed"))
         sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.add_socket(sub, self._on_feed)
-        self.url = f"http://{HOST}:{port}/"
-        paths.write_private(self.home.viewer_info(), json.dumps(
-            {"url": self.url, "port": port, "pid": os.getpid()}).encode())
-        self.log.info("viewer at %s (kirolearn open)", self.url)
+        host, port = self.listener.getsockname()
+        self.url = f"http://{host}:{port}/"
+        self.used_at = self.next_check = time.monotonic()
+        self.requests = 0
 
     def _on_feed(self, sock: zmq.Socket) -> None:
         while sock.poll(0, zmq.POLLIN):
@@ -105,11 +90,23 @@ class Viewer(base.Role):
             self.wake()  # the loop sees it stopped
 
     def wake_at(self) -> float | None:
-        return None if self.thread.is_alive() else time.monotonic()
+        return time.monotonic() if not self.thread.is_alive() else self.next_check
 
     def tick(self) -> None:
         if not self.thread.is_alive():  # the server died: exit, and be restarted
             self.log.error("the web server stopped; exiting so the supervisor restarts it")
+            self.stopping = True
+            return
+        now = time.monotonic()
+        self.next_check = now + CHECK_S
+        state = self.server.server_state
+        if state.connections or state.total_requests != self.requests:
+            self.requests = state.total_requests
+            self.used_at = now
+        elif not self.own_listener and now - self.used_at >= self.idle_s:
+            self.log.info("no one used the viewer for %ds; exiting until the next visit",
+                          round(now - self.used_at))
+            self.exit_code = RET_IDLE
             self.stopping = True
 
     def teardown(self) -> None:
@@ -118,10 +115,10 @@ class Viewer(base.Role):
             server.stop()
             self.thread.join(5)
         if getattr(self, "listener", None) is not None:
-            self.listener.close()
-        with contextlib.suppress(OSError):
-            if (control.viewer_info(self.home) or {}).get("pid") == os.getpid():
-                self.home.viewer_info().unlink()
+            if self.own_listener:
+                close_listener(self.home, self.listener)
+            else:
+                self.listener.close()  # the supervisor's: it listens on
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlencode
@@ -18,23 +17,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from kirolearn import paths
-
 COOKIE = "kirolearn_token"
 TOKEN_HEADER = "x-kirolearn-token"
-
-
-def load_token(home: paths.Home) -> str:
-    """The viewer's token, made at first start: random, in a file only the user can read."""
-    path = home.viewer_token
-    with contextlib.suppress(FileNotFoundError):
-        token = path.read_text("utf-8").strip()
-        if len(token) >= 32:
-            path.chmod(0o600)
-            return token
-    token = secrets.token_urlsafe(32)
-    paths.write_private(path, (token + "\n").encode())
-    return token
 
 
 def link(path: str, **params: object) -> str:
