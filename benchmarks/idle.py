@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -144,15 +145,22 @@ def model_left(wait_s: float) -> bool:
         time.sleep(0.2)
 
 
-def viewer_left(wait_s: float) -> None:
-    """Wait until the viewer's process has left, unused (``viewer.idle_s``)."""
+def wait_until(done: Callable[[], bool], wait_s: float, every_s: float, late: str) -> None:
+    """Ask ``done`` every ``every_s`` until it is true; after ``wait_s``, say ``late``."""
     deadline = time.monotonic() + wait_s
-    while any(role["name"] == "viewer" and role["state"] != "WAITING"
-              for role in control.status(paths.Home.current())["roles"]):
+    while not done():
         if time.monotonic() > deadline:
-            say("  the viewer's process has not left yet")
+            say(f"  {late}")
             return
-        time.sleep(0.2)
+        time.sleep(every_s)
+
+
+def viewer_left() -> bool:
+    """Whether the viewer's process has left, unused (``viewer.idle_s``): asked of the
+    supervisor alone (``kirolearn status`` asks the roles too, which is work to them)."""
+    roles = control.call("supervisor.ctl", "status", timeout_ms=5000,
+                         home=paths.Home.current())["roles"]
+    return all(role["state"] == "WAITING" for role in roles if role["name"] == "viewer")
 
 
 def memory_given_back(names: list[str]) -> dict[str, int]:
@@ -164,15 +172,10 @@ def memory_given_back(names: list[str]) -> dict[str, int]:
             for name in names}
 
 
-def roles_gave_back(since: dict[str, int], wait_s: float) -> None:
-    """Wait until every role has given back its memory once more than ``since`` (each
-    does after ``base.QUIET_S`` without work)."""
-    deadline = time.monotonic() + wait_s
-    while not all(count > since[name] for name, count in memory_given_back(list(since)).items()):
-        if time.monotonic() > deadline:
-            say("  not every role has given back its memory yet")
-            return
-        time.sleep(1.0)
+def roles_gave_back(since: dict[str, int]) -> bool:
+    """Whether every role has given back its memory once more than ``since`` (each does
+    after ``base.QUIET_S`` without work)."""
+    return all(count > since[name] for name, count in memory_given_back(list(since)).items())
 
 
 def prompt_ms(index: int) -> float:
@@ -223,7 +226,7 @@ def main() -> None:
         finally:
             page.close()
         model_left(model_idle_s + 60)
-        viewer_left(model_idle_s + 60)
+        wait_until(viewer_left, model_idle_s + 60, 0.2, "the viewer's process has not left yet")
         print(json.dumps({"bench": "idle", "phase": "memory_idle", "mode": args.mode,
                           **pss_mb()}), flush=True)
         first = prompt_ms(0)  # with the model's process to start again, if it left
@@ -241,7 +244,8 @@ def main() -> None:
                           "records": records, **pss_mb()}), flush=True)
         if model_left(model_idle_s + 60):
             say(f"the model's process left after {model_idle_s} s without work")
-        roles_gave_back(before, 60)
+        wait_until(lambda: roles_gave_back(before), 60, 1.0,
+                   "not every role has given back its memory yet")
         print(json.dumps({"bench": "idle", "phase": "memory_after_work_idle", "mode": args.mode,
                           "records": records, **pss_mb()}), flush=True)
     finally:

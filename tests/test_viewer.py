@@ -400,6 +400,25 @@ def test_the_viewer_starts_at_the_first_visit_and_exits_when_no_one_uses_it(home
     assert control.viewer_info(paths.Home(home)) is None
 
 
+def test_a_viewer_that_cannot_listen_is_fatal_and_the_rest_runs(home):
+    paths.Home(home).ensure_layout()
+    paths.Home(home).viewer_token.mkdir()  # its token cannot be made
+    started = kl("start")
+    try:
+        assert started.returncode == 1 and "not every role reached RUNNING" in started.stderr
+        def states() -> dict[str, str]:
+            return {r["name"]: r["state"] for r in status()["roles"]}
+
+        wait_for(lambda: {s for n, s in states().items() if n != "viewer"} == {"RUNNING"},
+                 message="the other roles RUNNING")
+        assert states()["viewer"] == "FATAL"
+        log = (paths.Home(home).log_dir / "supervisor.log").read_text()
+        assert "gave up: viewer entered FATAL state: cannot listen" in log
+        assert control.viewer_info(paths.Home(home)) is None
+    finally:
+        kl("stop", check=True)
+
+
 def test_a_taken_port_moves_the_viewer_and_open_says_where(home, monkeypatch):
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
