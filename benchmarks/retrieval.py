@@ -2,7 +2,9 @@
 
 For each corpus size it writes the records (see corpus.py) into a fresh home, starts
 the daemon, warms it with other prompts (as a running daemon is), then sends each query
-to the retrieval role and reports, per query set:
+to the retrieval role and reports, per query set (``prompts``, ``short`` queries, and
+the prompts again with the files of a record of the project: in play,
+``prompts_files_in_play``, and just opened by a tool, ``prompts_file_opened``):
 
 - search_*: the search as the retrieval role timed it (server side);
 - retrieval_cpu_ms_per_search: the CPU time the retrieval role (and its model process)
@@ -38,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -139,7 +142,20 @@ def retrieval_cpu_s() -> float:
                if name in processes)
 
 
-def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap: bool,
+def with_files(prompts: list[str], records: list[dict], seed: int = 23) -> dict[str, list]:
+    """The prompts again, each with the files of a record of the searched project: as
+    the files in play (``files``: the session touched them), and as a tool use's file
+    just opened (``opened``: what is known of it, ranked by the prompt)."""
+    rng = random.Random(seed)
+    named = [r["files_touched"] for r in records if r["files_touched"]]
+    files = [rng.choice(named)[:2] for _ in prompts]
+    return {"prompts_files_in_play": [{"query": q, "files": f}
+                                      for q, f in zip(prompts, files, strict=True)],
+            "prompts_file_opened": [{"query": q, "opened": f[:1]}
+                                    for q, f in zip(prompts, files, strict=True)]}
+
+
+def run(count: int, query_sets: dict[str, list], warmup: list[str], overlap: bool,
         mode: str, titles_only: bool = False) -> None:
     home = Path(tempfile.mkdtemp(prefix="kl-bench-", dir="/tmp"))
     os.environ["KIROLEARN_HOME"] = str(home)
@@ -150,8 +166,9 @@ def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap
     embedder = embeddings.load() if mode == "hybrid" else None
     if embedder is not None:
         embed_records(home, records, embedder, titles_only)
-    known = corpus.known_item_prompts([r for r in records if r["namespace"] == SEARCHED],
-                                      len(query_sets["prompts"]))
+    searched = [r for r in records if r["namespace"] == SEARCHED]
+    known = corpus.known_item_prompts(searched, len(query_sets["prompts"]))
+    query_sets = {**query_sets, **with_files(query_sets["prompts"], searched)}
     subprocess.run([*KL, "start"], check=True, stdout=subprocess.DEVNULL)
     try:
         retrieval = transport.Client(paths.Home.current().endpoint("retrieval"), timeout_ms=10_000)
@@ -164,7 +181,8 @@ def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap
             exact = searcher.Searcher(paths.Home(home).db_path, term_budget=10**12)
         for name, queries in query_sets.items():
             say(f"  {len(queries)} {name} queries")
-            bodies = [{"query": q, "namespace": SEARCHED, "mode": mode} for q in queries]
+            bodies = [{"namespace": SEARCHED, "mode": mode,
+                       **({"query": q} if isinstance(q, str) else q)} for q in queries]
             cpu_before = retrieval_cpu_s()
             roundtrip, replies = timed_calls(retrieval, "search", bodies)
             cpu_ms = (retrieval_cpu_s() - cpu_before) * 1000 / len(queries)
@@ -190,7 +208,7 @@ def run(count: int, query_sets: dict[str, list[str]], warmup: list[str], overlap
                 hybrid = searcher.Searcher(paths.Home(home).db_path, embedder=embedder)
                 row["known_item_recall_at_10"] = known_item_recall(hybrid, known, mode)
                 hybrid.close()
-            if exact is not None:
+            if exact is not None and name in ("prompts", "short"):
                 say("  exact seed ranking, for the overlap")
                 shares, seed_times = [], []
                 for query, reply in zip(queries, replies, strict=True):

@@ -646,6 +646,33 @@ def test_other_namespaces_keep_only_what_clears_their_floor(rows, floor):
             assert (r in kept) == (r["namespace"] == NS_A or (r["relevance"] or 0) >= floor)
 
 
+WORDS = ["retry", "backoff", "upload", "client", "timeout", "cursor", "src/app.py", "tests"]
+
+
+@pytest.fixture(scope="module")
+def worded_searcher(tmp_path_factory):
+    """60 records of a few words each, some in another namespace."""
+    rng = random.Random(3)
+    records = [record(n, NS_A if n % 4 else NS_B, title=" ".join(rng.sample(WORDS, 3)),
+                      summary=" ".join(rng.choices(WORDS, k=rng.randint(0, 6))))
+               for n in range(1, 61)]
+    s = Searcher(make_db(tmp_path_factory.mktemp("worded") / "kirolearn.db", records))
+    yield s
+    s.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(WORDS), min_size=1, max_size=4, unique=True),
+       st.sets(st.integers(1, 70)), st.integers(1, 12))
+def test_a_ranking_among_some_rows_is_the_whole_ranking_kept_to_them(
+        worded_searcher, terms, rows, limit):
+    conn = worded_searcher.connection()
+    expression = fts_query.fts_expression(terms)
+    whole = conn.dialect.fts.rank(conn, (NS_A,), expression, 100)
+    among = conn.dialect.fts.rank(conn, (NS_A,), expression, limit, 0, (), sorted(rows))
+    assert among == [row for row in whole if row[0] in rows][:limit]
+
+
 def test_a_file_brings_back_its_records_best_matching_the_request_first(store_at):
     """``about_files``: only the records naming the file, those matching the request
     before newer ones that do not, the newer first among equals, none excluded; with no
