@@ -3,6 +3,7 @@ the query builder, the seed's rules, isolation, budgets."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import sqlite3
@@ -16,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kirolearn import contract, db, privacy, project
-from kirolearn.db import postgres, writes
+from kirolearn.db import fts, postgres, writes
 from kirolearn.db.sqlite import schema as sqlite_schema
 from kirolearn.search import checkpoint, when, worktree
 from kirolearn.search import context as context_format
@@ -647,14 +648,16 @@ def test_other_namespaces_keep_only_what_clears_their_floor(rows, floor):
 
 
 WORDS = ["retry", "backoff", "upload", "client", "timeout", "cursor", "src/app.py", "tests"]
+PATHS = ["src/app.py", "src/client.py", "README.md", "tests/test_app.py"]
 
 
 @pytest.fixture(scope="module")
 def worded_searcher(tmp_path_factory):
-    """60 records of a few words each, some in another namespace."""
+    """60 records of a few words and files each, some in another namespace."""
     rng = random.Random(3)
-    records = [record(n, NS_A if n % 4 else NS_B, title=" ".join(rng.sample(WORDS, 3)),
-                      summary=" ".join(rng.choices(WORDS, k=rng.randint(0, 6))))
+    records = [{**record(n, NS_A if n % 4 else NS_B, title=" ".join(rng.sample(WORDS, 3)),
+                         summary=" ".join(rng.choices(WORDS, k=rng.randint(0, 6)))),
+                "files_touched": rng.sample(PATHS, rng.randint(0, 2))}
                for n in range(1, 61)]
     s = Searcher(make_db(tmp_path_factory.mktemp("worded") / "kirolearn.db", records))
     yield s
@@ -671,6 +674,39 @@ def test_a_ranking_among_some_rows_is_the_whole_ranking_kept_to_them(
     whole = conn.dialect.fts.rank(conn, (NS_A,), expression, 100)
     among = conn.dialect.fts.rank(conn, (NS_A,), expression, limit, 0, (), sorted(rows))
     assert among == [row for row in whole if row[0] in rows][:limit]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.sampled_from([*PATHS, "docs/none.md"])), st.sets(st.sampled_from([NS_A, NS_B]),
+                                                                   min_size=1),
+       st.integers(1, 70))
+def test_the_records_of_files_are_the_newest_naming_one(worded_searcher, files, namespaces,
+                                                        limit):
+    conn = worded_searcher.connection()
+    naming = [(row, record_id) for row, record_id, named, namespace in conn.execute(
+        "SELECT id, record_id, files_touched_json, namespace FROM memory_records"
+        " ORDER BY id DESC") if set(json.loads(named)) & files and namespace in namespaces]
+    assert fts.records_of_files(conn, sorted(namespaces), sorted(files), limit) == (
+        naming[:limit])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(WORDS), min_size=1, max_size=4, unique=True),
+       st.lists(st.tuples(st.sets(st.integers(1, 70)), st.sampled_from([1.5, 2.0, 0.5])),
+                max_size=2), st.integers(1, 12))
+def test_a_lifted_ranking_is_the_whole_ranking_with_the_lifted_scores_multiplied(
+        worded_searcher, terms, lifts, limit):
+    conn = worded_searcher.connection()
+    expression = fts_query.fts_expression(terms)
+    lifted = conn.dialect.fts.rank(conn, (NS_A,), expression, limit,
+                                   lifts=[(sorted(rows), factor) for rows, factor in lifts])
+    scores = {}
+    for row, score in conn.dialect.fts.rank(conn, (NS_A,), expression, 100):
+        for rows, factor in lifts:
+            score *= factor if row in rows and rows else 1
+        scores[row] = score
+    best = sorted(scores, key=lambda row: (scores[row], -row))[:limit]
+    assert lifted == [(row, pytest.approx(scores[row])) for row in best]
 
 
 def test_a_file_brings_back_its_records_best_matching_the_request_first(store_at):

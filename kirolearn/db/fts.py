@@ -6,6 +6,7 @@ literal substring, full rows, a session's start, the ranking signals) is here, o
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -52,16 +53,21 @@ def like(conn: Connection, namespaces: Sequence[str], text: str,
 
 def records_of_files(conn: Connection, namespaces: Sequence[str], paths: Sequence[str],
                      limit: int) -> list[tuple[int, str]]:
-    """(row id, record id) of the valid records naming one of these files (the file
-    index, ``record_files``), newest first."""
-    if not paths or not namespaces:
+    """(row id, record id) of the newest ``limit`` valid records naming one of these
+    files (the file index, ``record_files``), newest first. Each file's newest are read
+    in index order on their own: asked of several files at once, the index would give
+    every record of each to be sorted, thousands for a file that much work touched."""
+    newest = heapq.nlargest(limit, {
+        row for namespace in namespaces for path in paths
+        for (row,) in conn.execute(
+            "SELECT record_id FROM record_files WHERE namespace = $1 AND path = $2"
+            " ORDER BY record_id DESC LIMIT $3", (namespace, path, limit))})
+    if not newest:
         return []
     p = Params()
-    where = f"rf.namespace IN {p.list(namespaces)} AND rf.path IN {p.list(paths)}"
-    return [(row[0], row[1]) for row in conn.execute(
-        "SELECT DISTINCT rf.record_id, mr.record_id FROM record_files rf"
-        f" JOIN memory_records mr ON mr.id = rf.record_id WHERE {where}"
-        f" ORDER BY rf.record_id DESC LIMIT {p(limit)}", p.values)]
+    ids = dict(conn.execute(f"SELECT id, record_id FROM memory_records WHERE id IN"
+                            f" {p.list(newest)}", p.values).fetchall())
+    return [(row, ids[row]) for row in newest if row in ids]
 
 
 def records_between(conn: Connection, namespaces: Sequence[str], start: datetime,

@@ -509,9 +509,7 @@ class Searcher:
                 ids = conn.dialect.fts.rank(conn, namespaces, expression, wanted, 0,
                                             self.types, within)
             else:
-                ids = self._lifted(conn, namespaces, expression,
-                                   self._rank(conn, namespaces, expression, wanted, window),
-                                   wanted)
+                ids = self._lifted(conn, namespaces, expression, wanted, window)
         except errors.StoreError:
             if time.monotonic() >= self.deadline:
                 raise DeadlinePassed from None
@@ -713,35 +711,44 @@ class Searcher:
                 for r, held in zip(records, found, strict=True)}
 
     def _lifted(self, conn: Connection, namespaces: tuple[str, ...], expression: str,
-                ranked: list[tuple[int, float]], limit: int) -> list[tuple[int, float]]:
-        """What is known beside the words lifts the records it names: the files in play
-        (``files``, × IN_PLAY_BOOST) and the time the request names (``span``,
-        × steps.IN_TIME_BOOST). The best matches among those join the ranking, each
-        one's score multiplied (lower is better: BM25 and negated ts_rank are
-        negative)."""
-        boost: dict[int, float] = {}
+                limit: int, window: int | None) -> list[tuple[int, float]]:
+        """The best matches (``_rank``), where what is known beside the words lifts the
+        records it names: the files in play (``files``, × IN_PLAY_BOOST) and the time
+        the request names (``span``, × steps.IN_TIME_BOOST), each one's score
+        multiplied (lower is better: BM25 and negated ts_rank are negative). Ranked
+        together in one statement; with a window, the lifted records' best matches,
+        however old, join the window's."""
+        lifts: list[tuple[list[int], float]] = []
         if self.files:
-            boost.update((row, IN_PLAY_BOOST) for row, _ in fts.records_of_files(
-                conn, namespaces, self.files, FILE_RECORDS))
+            lifts.append(([row for row, _ in fts.records_of_files(
+                conn, namespaces, self.files, FILE_RECORDS)], IN_PLAY_BOOST))
         if self.span is not None:
-            for row in fts.records_between(conn, namespaces, *self.span, SPAN_RECORDS):
-                boost[row] = boost.get(row, 1.0) * steps.IN_TIME_BOOST
-        if not boost:
-            return ranked
-        scores = dict(ranked)
+            lifts.append((fts.records_between(conn, namespaces, *self.span, SPAN_RECORDS),
+                          steps.IN_TIME_BOOST))
+        lifts = [(rows, factor) for rows, factor in lifts if rows]
+        if window is None or not lifts:
+            return self._rank(conn, namespaces, expression, limit, window, lifts)
+        boost: dict[int, float] = {}
+        for rows, factor in lifts:
+            for row in rows:
+                boost[row] = boost.get(row, 1.0) * factor
+        scores = dict(self._rank(conn, namespaces, expression, limit, window))
         scores.update(conn.dialect.fts.rank(conn, namespaces, expression, limit, 0,
                                             self.types, list(boost)))
         order = sorted(scores, key=lambda i: (scores[i] * boost.get(i, 1.0), -i))
         return [(i, scores[i] * boost.get(i, 1.0)) for i in order[:limit]]
 
     def _rank(self, conn: Connection, namespaces: tuple[str, ...], expression: str,
-              limit: int, window: int | None) -> list[tuple[int, float]]:
-        """BM25 order within the namespace. With a window, only the newest `window` ids
-        are ranked, widened (x4) while the namespace has too few matches in it."""
+              limit: int, window: int | None,
+              lifts: list[tuple[list[int], float]] | None = None) -> list[tuple[int, float]]:
+        """BM25 order within the namespace (``lifts``: see ``fts.rank``). With a window,
+        only the newest `window` ids are ranked, widened (x4) while the namespace has
+        too few matches in it."""
         newest = fts.newest_id(conn) if window is not None else 0
         while True:
             since = newest - window if window is not None else 0
-            rows = conn.dialect.fts.rank(conn, namespaces, expression, limit, since, self.types)
+            rows = conn.dialect.fts.rank(conn, namespaces, expression, limit, since, self.types,
+                                         lifts=lifts or ())
             if len(rows) >= limit or since <= 0:
                 return rows
             window *= 4

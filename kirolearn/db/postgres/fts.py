@@ -108,11 +108,17 @@ def match_count(conn: Connection, expression: str) -> int:
 
 def rank(conn: Connection, namespaces: Sequence[str], expression: str, limit: int,
          since_id: int = 0, types: Sequence[str] = (),
-         within: Sequence[int] | None = None) -> list[tuple[int, float]]:
-    """(id, -ts_rank) of the best matches with an id past ``since_id``, in the
-    namespaces (of these types, when given; among these row ids, when given)."""
+         within: Sequence[int] | None = None,
+         lifts: Sequence[tuple[Sequence[int], float]] = ()) -> list[tuple[int, float]]:
+    """(id, score) of the best matches with an id past ``since_id``, in the namespaces
+    (of these types, when given; among these row ids, when given). The score is
+    -ts_rank (lower is better), times the factor of each of ``lifts`` (row ids, factor)
+    that holds the row."""
     p = Params()
     query = tsquery(phrases(expression), p)
+    score = f"-ts_rank(mr.search, {query})" + "".join(
+        f" * CASE WHEN mr.id IN {p.list(rows)} THEN {p(float(factor))}::float4 ELSE 1 END"
+        for rows, factor in lifts if rows)
     where = f" AND mr.namespace IN {p.list(namespaces)}"
     if within is not None:
         where += f" AND mr.id IN {p.list(within or [0])}"
@@ -122,7 +128,7 @@ def rank(conn: Connection, namespaces: Sequence[str], expression: str, limit: in
                                          ).fetchone()[0] - since_id > SCANNED_IDS_MAX
     with bitmap_scans_only(conn) if wide else contextlib.nullcontext():
         return conn.execute(
-            f"SELECT mr.id, -ts_rank(mr.search, {query}) AS score FROM memory_records"
+            f"SELECT mr.id, {score} AS score FROM memory_records"
             f" mr WHERE mr.search @@ ({query}) AND mr.id > {p(since_id)}{where}"
             f" ORDER BY score, mr.id DESC LIMIT {p(limit)}", p.values).fetchall()
 

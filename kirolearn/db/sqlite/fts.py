@@ -42,14 +42,20 @@ def match_count(conn: Connection, expression: str) -> int:
 
 def rank(conn: Connection, namespaces: Sequence[str], expression: str, limit: int,
          since_id: int = 0, types: Sequence[str] = (),
-         within: Sequence[int] | None = None) -> list[tuple[int, float]]:
-    """(id, BM25) of the best matches with an id past ``since_id``, in the namespaces
-    (of these types, when given; among these row ids, when given).
+         within: Sequence[int] | None = None,
+         lifts: Sequence[tuple[Sequence[int], float]] = ()) -> list[tuple[int, float]]:
+    """(id, score) of the best matches with an id past ``since_id``, in the namespaces
+    (of these types, when given; among these row ids, when given). The score is BM25
+    (lower is better), times the factor of each of ``lifts`` (row ids, factor) that
+    holds the row.
 
-    Row ids to keep to are compared as each match is read (the ``+`` keeps them from
-    FTS5, which would seek every term's doclist once per id: for common words, a second
-    at 100,000 records where reading the whole match takes milliseconds)."""
+    Row ids are compared as each match is read (the ``+`` keeps them from FTS5, which
+    would seek every term's doclist once per id: for common words, a second at 100,000
+    records where reading the whole match takes milliseconds)."""
     p = Params(expression, since_id)
+    score = "bm25(memory_records_fts)" + "".join(
+        f" * CASE WHEN +memory_records_fts.rowid IN {p.list(rows)} THEN {p(factor)} ELSE 1 END"
+        for rows, factor in lifts if rows)
     where = f" AND mr.namespace IN {p.list(namespaces)}"
     if within is not None:
         where += f" AND +memory_records_fts.rowid IN {p.list(within or [0])}"
@@ -60,7 +66,7 @@ def rank(conn: Connection, namespaces: Sequence[str], expression: str, limit: in
         join = ("JOIN memory_records mr INDEXED BY memory_records_id_namespace"
                 " ON mr.id = memory_records_fts.rowid")
     return conn.execute(
-        f"SELECT mr.id, bm25(memory_records_fts) FROM memory_records_fts {join}"
+        f"SELECT mr.id, {score} AS score FROM memory_records_fts {join}"
         f" WHERE memory_records_fts MATCH $1 AND memory_records_fts.rowid > $2{where}"
-        f" ORDER BY bm25(memory_records_fts), mr.id DESC LIMIT {p(limit)}",
+        f" ORDER BY score, mr.id DESC LIMIT {p(limit)}",
         p.values).fetchall()
