@@ -146,6 +146,23 @@ def test_past_32_terms_the_rarest_are_kept(doc_freq, total):
         assert max(max(doc_freq[t], 1) for t in kept) <= min(max(doc_freq[t], 1) for t in dropped)
 
 
+@given(freqs, st.integers(1, 500), st.integers(1, 40))
+def test_a_long_prompt_keeps_its_rarest_matched_terms(doc_freq, total, most):
+    terms = list(doc_freq)
+    kept, _ = fts_query.select_terms(terms, doc_freq, total, 10**9, most)
+    whole, _ = fts_query.select_terms(terms, doc_freq, total, 10**9)
+    matched = [t for t in kept if doc_freq[t]]
+    assert len(matched) <= most and kept == [t for t in whole if t in kept]
+    assert [t for t in kept if not doc_freq[t]] == [t for t in whole if not doc_freq[t]]
+    dropped = [t for t in whole if t not in kept]
+    if dropped:
+        assert len(matched) == most
+        assert max(doc_freq[t] for t in matched) <= min(doc_freq[t] for t in dropped)
+    assert fts_query.most_matched_terms(fts_query.LONG_PROMPT_WORDS) is None
+    assert fts_query.most_matched_terms(fts_query.LONG_PROMPT_WORDS + 1) == (
+        fts_query.LONG_PROMPT_TERMS)
+
+
 @given(freqs, st.integers(0, 2000), st.integers(1, 300))
 def test_common_terms_are_dropped_first_and_never_the_rarest(doc_freq, total, term_budget):
     terms = list(doc_freq)
@@ -370,10 +387,14 @@ def test_past_32_terms_the_common_ones_are_dropped(tmp_path):
     records = [record(i, summary=" ".join(f"w{n}" for n in range(40) if i <= n))
                for i in range(50)]
     s = Searcher(make_db(tmp_path / "k.db", records))
-    query = " ".join(f"w{n}" for n in range(40)) + " unseen1 unseen2"
+    query = " ".join(f"w{n}" for n in range(34)) + " unseen1 unseen2"
     result = s.search(NS_A, query, 10, 5000)
-    s.close()
     assert result.terms == [f"w{n}" for n in range(30)] + ["unseen1", "unseen2"]
+    # a long prompt keeps its rarest matched terms
+    long = s.search(NS_A, " ".join(f"w{n}" for n in range(40)) + " unseen1 unseen2", 10, 5000)
+    s.close()
+    assert long.terms == [f"w{n}" for n in range(fts_query.LONG_PROMPT_TERMS)] + [
+        "unseen1", "unseen2"]
 
 
 def test_common_words_are_dropped_and_ranked_over_the_newest_records(tmp_path):

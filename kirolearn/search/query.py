@@ -31,6 +31,8 @@ TERM_BUDGET_MIN = 2000
 TERM_BUDGET_MAX = 4000
 RARE_MATCHES = 10  # a term in at most this many records, and a tenth of them, is rare
 MAX_WORDS = 1000  # distinct words considered from one prompt (a pasted log can be huge)
+LONG_PROMPT_WORDS = 40  # a prompt of more words than this is long ...
+LONG_PROMPT_TERMS = 8  # ... and keeps at most this many terms that match something
 
 
 def words(query: str) -> list[str]:
@@ -139,18 +141,29 @@ def is_rare(doc_freq: int, total: int) -> bool:
     return 0 < doc_freq <= RARE_MATCHES and doc_freq * 10 <= total
 
 
+def most_matched_terms(words_in_query: int) -> int | None:
+    """How many terms that match something a query keeps (None: MAX_TERMS). A long
+    prompt (a pasted traceback or log) keeps its LONG_PROMPT_TERMS rarest: each term is
+    one more doclist the full-text statement reads whole, most of a long prompt's time,
+    and past a few the rarest have found what its commoner words would."""
+    return LONG_PROMPT_TERMS if words_in_query > LONG_PROMPT_WORDS else None
+
+
 def term_budget_for(total: int) -> int:
     """Rows the terms of one search may match between them, for a corpus of `total`."""
     return min(max(total // 25, TERM_BUDGET_MIN), TERM_BUDGET_MAX)
 
 
 def select_terms(terms: list[str], doc_freq: dict[str, int], total: int,
-                 term_budget: int) -> tuple[list[str], int | None]:
+                 term_budget: int, most_matched: int | None = None
+                 ) -> tuple[list[str], int | None]:
     """Which terms to search for, and how many of the newest records to rank (None: all).
 
     ``doc_freq`` maps each term to the number of records containing it (0 when
     unseen); ``total`` is the number of records. Past MAX_TERMS, the terms with the
-    highest IDF ``ln(N / max(df, 1))`` are kept, unseen ones counting as rare. Then,
+    highest IDF ``ln(N / max(df, 1))`` are kept, unseen ones counting as rare; of
+    those that match anything, at most ``most_matched`` (the rarest: see
+    ``most_matched_terms``). Then,
     while the kept terms match more than ``term_budget`` rows between them, the most
     common is dropped, down to the rarest term that matches anything; if that one
     alone matches more, it is ranked over the newest records only: the share of them
@@ -162,6 +175,9 @@ def select_terms(terms: list[str], doc_freq: dict[str, int], total: int,
     by_rarity = sorted(terms, key=idf, reverse=True)  # stable: ties keep query order
     kept = set(by_rarity[:MAX_TERMS] if total else terms[:MAX_TERMS])
     seen = [t for t in by_rarity if t in kept and doc_freq.get(t, 0)]
+    if most_matched is not None:
+        kept.difference_update(seen[most_matched:])
+        seen = seen[:most_matched]
     touched = sum(doc_freq[t] for t in seen)
     if total > term_budget:
         while touched > term_budget and len(seen) > 1:  # unseen terms match nothing

@@ -60,6 +60,7 @@ from kirolearn.search.query import (
     fts_expression,
     is_rare,
     is_stop_word,
+    most_matched_terms,
     quote,
     refers_back,
     says_what,
@@ -480,7 +481,8 @@ class Searcher:
         """The lexical search (among these row ids, when ``within`` is given).
         ``chosen`` is told the query's distinctive terms once they are chosen, before
         the full-text statement (most of a search's time) runs."""
-        raw = [t for t in with_parts(words(query)[:MAX_WORDS]) if not is_stop_word(t)]
+        said = words(query)[:MAX_WORDS]
+        raw = [t for t in with_parts(said) if not is_stop_word(t)]
         if not raw or limit <= 0:
             return Result([], "empty", 0.0)
         conn = self.connection()
@@ -495,7 +497,8 @@ class Searcher:
         total, doc_freq = self._frequencies(conn, unique)
         token_freq = {t: doc_freq[stems[t]] for t in candidates}
         budget = self.term_budget or term_budget_for(total)
-        terms, window = select_terms(candidates, token_freq, total, budget)
+        terms, window = select_terms(candidates, token_freq, total, budget,
+                                     most_matched_terms(len(said)))
         rare = [t for t in terms if is_rare(token_freq[t], total)]
         distinctive = sorted((t for t in terms if token_freq[t]), key=token_freq.__getitem__)
         if chosen is not None:
