@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 import zmq
-from helpers import free_ports, here, kl, processes_using
+from helpers import here, kl, processes_using
 from hypothesis import settings
+from ports import free_ports
 from postgres_server import PostgresServer
 
 from kirolearn import paths, transport

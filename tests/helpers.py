@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -442,24 +441,6 @@ def make_db(where: db.Location, records: list[dict]) -> db.Location:
 
 
 # -- machines of a team: each a KIROLEARN_HOME of its own, the traffic on 127.0.0.1 ----------
-
-def free_ports() -> int:
-    """A port P with P, P+1 and P+2 free on 127.0.0.1 (the daemon listens on all three)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        if port > 65533:
-            continue
-        try:
-            for offset in (1, 2):
-                with socket.socket() as other:
-                    other.bind(("127.0.0.1", port + offset))
-            return port
-        except OSError:
-            continue
-    raise AssertionError("no three free ports in a row")
-
 
 def new_machine(machines: list[Path]) -> Path:
     base = Path(tempfile.mkdtemp(prefix="kl-m-", dir="/tmp"))

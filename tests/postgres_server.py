@@ -10,10 +10,11 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
+
+from ports import free_ports
 
 USER = "kirolearn"
 
@@ -29,12 +30,6 @@ def _bindir() -> Path:
     return Path(initdb).parent
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 class PostgresServer:
     """One server; ``database()`` makes a fresh database on it and gives its URL."""
 
@@ -42,7 +37,7 @@ class PostgresServer:
         self.bindir = _bindir()
         self.root = Path(tempfile.mkdtemp(prefix="kl-pg-", dir="/tmp"))
         self.data = self.root / "data"
-        self.port = _free_port()
+        self.port = free_ports()  # below the ephemeral range: no one takes it meanwhile
         self.count = 0
         self.as_user: list[str] = []
         if os.geteuid() == 0:

@@ -16,7 +16,6 @@ from helpers import (
     allow,
     clone,
     connect,
-    free_ports,
     here,
     kl,
     make_event,
@@ -25,6 +24,7 @@ from helpers import (
     wait_for,
     wait_records,
 )
+from ports import free_ports
 
 from kirolearn import (
     contract,

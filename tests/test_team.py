@@ -26,7 +26,6 @@ from helpers import (
     call,
     clone,
     connect,
-    free_ports,
     here,
     kl,
     make_event,
@@ -39,6 +38,7 @@ from helpers import (
 from hypothesis import given
 from hypothesis import strategies as st
 from mcp import Client
+from ports import free_ports
 
 from kirolearn import control, db, keys, paths, project, protocol, spool, transport
 from kirolearn.roles import gateway, leases
