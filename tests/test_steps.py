@@ -3,7 +3,6 @@ itself (the others are tested through the searcher, in test_hybrid)."""
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
@@ -142,27 +141,3 @@ def test_work_of_the_time_the_request_names_ranks_higher(candidates):
     state = search(fused=list(fused), created=created)
     steps.in_time(SimpleNamespace(span=None), state)
     assert state.fused == fused  # no time named: nothing moves
-
-
-def test_the_nearest_found_beside_the_words_are_taken_and_a_failed_search_is_made_again():
-    made_here = []
-
-    class Vectors:
-        def top(self, namespaces, query, limit, floor):
-            made_here.append((namespaces, query, limit, floor))
-            return [("here", 0.5, 0.0)]
-
-    env = SimpleNamespace(vectors=Vectors(), types=(), min_similarity=0.25,
-                          deadline=float("inf"))
-    found = Future()
-    found.set_result([("beside", 0.9, 0.0)])
-    state = search(query_vector="v", nearest=found)
-    steps.vector(env, state)
-    assert state.near == [("beside", 0.9, 0.0)] and made_here == []
-    failed = Future()
-    failed.set_exception(RuntimeError("the embedder broke"))
-    for nearest in (failed, None):
-        state = search(query_vector="v", nearest=nearest)
-        steps.vector(env, state)
-        assert state.near == [("here", 0.5, 0.0)]
-    assert made_here == [((NAMESPACE,), "v", 12, 0.25)] * 2

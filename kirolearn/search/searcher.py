@@ -566,15 +566,6 @@ class Searcher:
         """This text's embedding, started on the embedding thread."""
         return self._embedding.submit(self.embedder.embed, [text])
 
-    def nearest_soon(self, pending: concurrent.futures.Future, namespaces: tuple[str, ...],
-                     limit: int) -> concurrent.futures.Future:
-        """The ``limit`` records nearest in meaning to the vector ``pending`` makes, at or
-        above the floor, found on the embedding thread once it is made: while the
-        full-text statement runs (both leave Python's lock to the other). The vectors
-        change on the search's own thread, between searches, never during one."""
-        return self._embedding.submit(lambda: self.vectors.top(
-            namespaces, pending.result()[0], limit, self.min_similarity))
-
     def vector_of(self, pending: concurrent.futures.Future, reserve_s: float) -> Any:
         """The vector ``embed_soon`` is making, waited for until ``reserve_s`` before the
         deadline (raises TimeoutError then, or what the embedder raised)."""

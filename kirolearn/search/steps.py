@@ -63,7 +63,6 @@ class Search:
     mode: str  # "hybrid", or "semantic": the vectors alone
     lexical: Result | None = None  # the words' candidates, ``limit × CANDIDATES`` of them
     embedding: Future | None = None  # the query's vector, while it is being made
-    nearest: Future | None = None  # ... and then the records nearest it (``near``)
     query_vector: Any = None
     rare: dict[str, dict] = field(default_factory=dict)  # records of a rare word, by id
     near: list[tuple[str, float, float]] = field(default_factory=list)  # (id, cosine, created)
@@ -108,9 +107,6 @@ class Env(Protocol):
 
     def embed_soon(self, text: str) -> Future: ...
 
-    def nearest_soon(self, pending: Future, namespaces: tuple[str, ...],
-                     limit: int) -> Future: ...
-
     def vector_of(self, pending: Future, reserve_s: float) -> Any: ...
 
     def rank(self, namespaces: tuple[str, ...], expression: str,
@@ -126,8 +122,7 @@ def lexical(env: Env, s: Search) -> None:
     """The words' candidates (when every namespace's vectors are there to fuse with, and
     the model is loaded: else the lexical answer, at once). The
     query is embedded meanwhile, on the embedding thread, from the moment the words'
-    rarest are known (``embedded_query``) to the end of the full-text statement, and
-    the records nearest it found there too (``vector``)."""
+    rarest are known (``embedded_query``) to the end of the full-text statement."""
     waiting = ("vectors still loading" if not env.vectors_ready(s.namespaces) else
                "the model is loading" if not env.model_ready() else None)
     if waiting:
@@ -136,14 +131,12 @@ def lexical(env: Env, s: Search) -> None:
 
     def chosen(distinctive: list[str]) -> None:
         s.embedding = env.embed_soon(embedded_query(s.query, distinctive))
-        s.nearest = env.nearest_soon(s.embedding, s.namespaces, s.wide)
 
     try:
         s.lexical = env.lexical(s.namespaces, s.query, s.wide, chosen)
     except BaseException:
-        for pending in (s.embedding, s.nearest):
-            if pending is not None:
-                pending.cancel()
+        if s.embedding is not None:
+            s.embedding.cancel()
         raise
 
 
@@ -156,8 +149,6 @@ def embed_query(env: Env, s: Search) -> None:
     try:
         s.query_vector = env.vector_of(pending, reserve)
     except Exception as exc:  # too slow (TimeoutError) or broken: lexical it is
-        if s.nearest is not None:
-            s.nearest.cancel()
         s.answer = env.lexical_instead(s.namespaces, s.query, s.limit, s.lexical,
                                        f"{type(exc).__name__}: {exc}")
         return
@@ -177,17 +168,8 @@ def rare(env: Env, s: Search) -> None:
 
 
 def vector(env: Env, s: Search) -> None:
-    """The records nearest in meaning, at or above the floor (of the types asked for):
-    found on the embedding thread while the full-text statement ran (``lexical``), else
-    here."""
-    near = None
-    if s.nearest is not None:
-        try:
-            near = s.nearest.result(timeout=max(0.0, env.deadline - time.monotonic()))
-        except Exception:  # cut short: found here instead
-            near = None
-    if near is None:
-        near = env.vectors.top(s.namespaces, s.query_vector, s.wide, env.min_similarity)
+    """The records nearest in meaning, at or above the floor (of the types asked for)."""
+    near = env.vectors.top(s.namespaces, s.query_vector, s.wide, env.min_similarity)
     if env.types:
         wanted = fts.of_types(env.connection(), [i for i, _, _ in near], env.types)
         near = [item for item in near if item[0] in wanted]
