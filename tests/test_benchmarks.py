@@ -23,19 +23,19 @@ def test_retrieval_benchmark_quick_run_prints_one_line_per_query_set(home):
                             capture_output=True, text=True, timeout=600, env=env, cwd="/tmp")
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
+    sets = ("prompts", "short", "prompts_files_in_play", "prompts_file_opened")
     assert [(r["records"], r["mode"], r["queries"]) for r in rows] == [
-        (1000, "lexical", "prompts"), (1000, "lexical", "short"),
-        (1000, "hybrid", "prompts"), (1000, "hybrid", "short")]
+        (1000, mode, name) for mode in ("lexical", "hybrid") for name in sets]
     for row in rows:
         assert row["bench"] == "retrieval" and row["outcome_ok"] > 0
         assert row["outcome_error"] == row["outcome_fallback"] == row["outcome_timeout"] == 0
-        keys = ("search", "roundtrip", "floor") + (("seed_search",) if row["mode"] == "lexical"
-                                                   else ())
-        for key in keys:
+        seed = row["mode"] == "lexical" and row["queries"] in ("prompts", "short")
+        for key in ("search", "roundtrip", "floor") + (("seed_search",) if seed else ()):
             assert 0 < row[f"{key}_p50_ms"] <= row[f"{key}_p99_ms"]
+    hybrid = rows[len(sets)]
     assert 0 < rows[0]["known_item_recall_at_10"] <= 1
-    assert rows[2]["vectors"] == "titles"  # quick: no known-item figure for hybrid
-    assert rows[0]["inline_timeouts"] == rows[2]["inline_timeouts"] == 0
+    assert hybrid["vectors"] == "titles"  # quick: no known-item figure for hybrid
+    assert rows[0]["inline_timeouts"] == hybrid["inline_timeouts"] == 0
 
 
 @pytest.mark.timeout(360)  # hundreds of hook processes: minutes on a loaded machine
