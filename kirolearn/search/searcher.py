@@ -743,7 +743,7 @@ class Searcher:
 
     def _rank(self, conn: Connection, namespaces: tuple[str, ...], expression: str,
               limit: int, window: int | None,
-              lifts: list[tuple[list[int], float]] | None = None) -> list[tuple[int, float]]:
+              lifts: Sequence[tuple[list[int], float]] = ()) -> list[tuple[int, float]]:
         """BM25 order within the namespace (``lifts``: see ``fts.rank``). With a window,
         only the newest `window` ids are ranked, widened (x4) while the namespace has
         too few matches in it."""
@@ -751,7 +751,7 @@ class Searcher:
         while True:
             since = newest - window if window is not None else 0
             rows = conn.dialect.fts.rank(conn, namespaces, expression, limit, since, self.types,
-                                         lifts=lifts or ())
+                                         lifts=lifts)
             if len(rows) >= limit or since <= 0:
                 return rows
             window *= 4
