@@ -32,11 +32,15 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kirolearn import paths
+from kirolearn.code import files
 from kirolearn.contract import sha256
 
 # Which memories an MCP server serves: the project's, the global ones, or both.
 SCOPES = ("project", "global", "project+global")
 
+GIT_FILE_BYTES = 4096  # HEAD, a ref, a worktree's ``.git`` or ``commondir``
+PACKED_REFS_BYTES = 16 << 20
+CONFIG_BYTES = 1 << 20
 MARKERS = (
     ".kiro", ".git", "package.json", "Cargo.toml", "pyproject.toml", "setup.py", "go.mod",
     "pom.xml", "build.gradle", "build.gradle.kts", "Gemfile", "composer.json", "mix.exs",
@@ -141,9 +145,8 @@ def normal_origin(url: str) -> str | None:
 
 def git_origin(root: str | os.PathLike) -> str | None:
     """The normal URL of the ``origin`` remote of the repository at root, or None."""
-    try:
-        text = (Path(root) / ".git" / "config").read_text("utf-8", errors="replace")
-    except OSError:
+    text = _text(Path(root) / ".git" / "config", CONFIG_BYTES)
+    if text is None:
         return None
     section = None
     for line in text.splitlines():
@@ -174,21 +177,18 @@ def _git_dirs(dot_git: Path) -> tuple[Path, Path] | None:
     ``.git/worktrees/``) that and the main ``.git``; None: neither."""
     if dot_git.is_dir():
         return dot_git, dot_git
-    try:
-        text = dot_git.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        return None
-    if not text.startswith("gitdir:"):
+    text = _text(dot_git)
+    if text is None or not text.startswith("gitdir:"):
         return None
     gitdir = Path(text[len("gitdir:"):].strip())
     if not gitdir.is_absolute():
         gitdir = dot_git.parent / gitdir
     gitdir = Path(os.path.realpath(gitdir))
     # <main>/.git/worktrees/<name> carries a 'commondir' pointing back to <main>/.git
-    try:
-        common = Path((gitdir / "commondir").read_text(encoding="utf-8").strip())
-    except OSError:
+    found = _text(gitdir / "commondir")
+    if not found:
         return None
+    common = Path(found)
     if not common.is_absolute():
         common = gitdir / common
     return gitdir, Path(os.path.realpath(common))
@@ -200,31 +200,54 @@ def _main_worktree(git_file: Path) -> Path | None:
     return dirs[1].parent if dirs and dirs[1].name == ".git" else None
 
 
+def _text(path: Path, limit: int = GIT_FILE_BYTES) -> str | None:
+    """A small file of git's, stripped, when it is a regular file (not a FIFO, a device
+    or a link at its last step), its first ``limit`` bytes; None otherwise."""
+    data = files.read_regular(str(path), limit)
+    return None if data is None else data.decode("utf-8", errors="replace").strip()
+
+
+def valid_ref(ref: str) -> bool:
+    """Whether ``ref`` is a name git itself would take for a ref under ``refs/``
+    (``git check-ref-format``'s rules): none of ``..``, a component starting with ``.``
+    or ending ``.lock``, control characters, space, ``~^:?*[\\``, ``@{``, ``//``; so
+    that a ref read from HEAD never names a file outside the git directory."""
+    if (not ref.startswith("refs/") or len(ref) > 1024 or ref.endswith(("/", "."))
+            or ".." in ref or "//" in ref or "@{" in ref):
+        return False
+    if any(ord(c) < 0x20 or c in " ~^:?*[\\\x7f" for c in ref):
+        return False
+    return all(part and not part.startswith(".") and not part.endswith(".lock")
+               for part in ref.split("/"))
+
+
 def git_head(checkout: str | os.PathLike) -> tuple[str | None, str | None]:
     """The branch a checkout is on (None: detached, or not git) and its commit, read
     from its ``.git`` files as git keeps them (loose refs, then ``packed-refs``): a few
-    small reads, no ``git`` process, so every hook can say where its work is."""
+    small reads, no ``git`` process, so every hook can say where its work is. The files
+    are untrusted: each is read only as a regular file, bounded, and a ref only when git
+    would take its name (``valid_ref``)."""
     dirs = _git_dirs(Path(checkout) / ".git")
     if dirs is None:
         return None, None
     gitdir, common = dirs
-    try:
-        head = (gitdir / "HEAD").read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
+    head = _text(gitdir / "HEAD")
+    if head is None:
         return None, None
     if not head.startswith("ref: "):
         return None, head if _is_commit(head) else None
     ref = head[len("ref: "):].strip()
+    if not valid_ref(ref):
+        return None, None
     branch = ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else None
     for directory in (gitdir, common):
-        try:
-            commit = (directory / ref).read_text(encoding="utf-8", errors="replace").strip()
-        except OSError:
+        data = files.read_in(str(directory), ref, GIT_FILE_BYTES)
+        if data is None:
             continue
+        commit = data.decode("utf-8", errors="replace").strip()
         return branch, commit if _is_commit(commit) else None
-    try:
-        packed = (common / "packed-refs").read_text(encoding="utf-8", errors="replace")
-    except OSError:
+    packed = _text(common / "packed-refs", PACKED_REFS_BYTES)
+    if packed is None:
         return branch, None  # a branch with no commit yet
     for line in packed.splitlines():
         commit, _, name = line.partition(" ")

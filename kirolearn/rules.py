@@ -10,6 +10,10 @@ so an unchanged project costs a few ``stat`` calls and no request); ``seed --git
 sends them all. Context given to an agent leaves out the records of the files that
 agent loads itself (``loads``): it has them already.
 
+The checkout is untrusted: a rule file is read only when it is a regular file inside
+it (a link to ``/proc/self/environ`` or out of the tree is no rule file), and no more
+than ``MAX_BYTES`` of it (``code.files``).
+
 Light: a hook imports it.
 """
 
@@ -21,6 +25,7 @@ import re
 from pathlib import Path
 
 from kirolearn import control, paths, project
+from kirolearn.code import files
 
 # The files, relative to the checkout's root; and folders whose every file of these
 # endings is one.
@@ -63,20 +68,35 @@ def auto_memory(checkout: str, user_home: str) -> tuple[str, Path]:
 
 
 def found(checkout: str, user_home: str) -> dict[str, Path]:
-    """The rule files there are, by name: the checkout's, and Claude Code's auto memory."""
-    root = Path(checkout)
-    there = {name: root / name for name in RULE_FILES if (root / name).is_file()}
+    """The rule files there are, by name, each by its real path: the checkout's (regular
+    files inside it, a link followed only while it stays inside), and Claude Code's
+    auto memory (a regular file, not a link)."""
+    there: dict[str, Path] = {}
+    for name in RULE_FILES:
+        real = _regular_in(checkout, name)
+        if real is not None:
+            there[name] = real
     for folder, endings in RULE_FOLDERS:
+        directory = files.inside(checkout, folder)
         try:
-            names = sorted(entry.name for entry in os.scandir(root / folder)
-                           if entry.is_file() and entry.name.endswith(endings))
+            names = sorted(entry.name for entry in os.scandir(directory)
+                           if entry.name.endswith(endings)) if directory else []
         except OSError:
             continue
-        there.update({f"{folder}/{name}": root / folder / name for name in names[:MOST_FILES]})
+        for entry in names[:MOST_FILES]:
+            real = _regular_in(checkout, f"{folder}/{entry}")
+            if real is not None:
+                there[f"{folder}/{entry}"] = real
     name, path = auto_memory(checkout, user_home)
-    if path.is_file():
+    if files.is_regular(str(path)):
         there[name] = path
     return there
+
+
+def _regular_in(checkout: str, name: str) -> Path | None:
+    """The real path of ``name`` when it is a regular file inside the checkout."""
+    real = files.inside(checkout, name)
+    return Path(real) if real is not None and files.is_regular(real) else None
 
 
 def signature(path: Path) -> list[int] | None:
@@ -89,12 +109,10 @@ def signature(path: Path) -> list[int] | None:
 
 
 def read(path: Path) -> str | None:
-    """A rule file's text, its first ``MAX_BYTES`` (None: it cannot be read)."""
-    try:
-        with path.open("rb") as file:
-            return file.read(MAX_BYTES).decode("utf-8", errors="replace")
-    except OSError:
-        return None
+    """A rule file's text, its first ``MAX_BYTES`` (None: it cannot be read, or is no
+    longer a regular file)."""
+    data = files.read_regular(str(path), MAX_BYTES)
+    return None if data is None else data.decode("utf-8", errors="replace")
 
 
 def changed(home: paths.Home, checkout: str, user_home: str

@@ -24,15 +24,16 @@ library, a licence header everywhere).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
-import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
 from kirolearn import __version__, contract, paths, project
+from kirolearn.code.git import Git
 
 HUNK_LINES = 200  # an edit's old or new text, as an agent would send it
 MAX_EDITS = 60  # the hunks of a commit replayed as edits (the rest: its files are read)
@@ -42,6 +43,11 @@ BOT = re.compile(r"\[bot\]|dependabot|renovate|pre-commit-ci|github-actions", re
 FORMATTING = re.compile(r"^\W*(?:re)?format|^\W*style\b|\b(?:black|prettier|ruff format|"
                         r"isort|gofmt|rustfmt|clang-format)\b", re.I)
 SURFACE = "git"
+GIT_TIMEOUT_S = 600.0  # one git command of a seed (a long history's log)
+
+
+class GitFailed(Exception):
+    """git could not read the repository (what it said, or that it did not finish)."""
 
 
 @dataclass
@@ -54,17 +60,40 @@ class Commit:
     files: int = 0  # how many it changed
 
 
+@functools.lru_cache(maxsize=8)
+def reader(root: str) -> Git:
+    """git for the repository at root, as a reader (``code.git``), once per run."""
+    return Git(root, GIT_TIMEOUT_S)
+
+
 def git(root: str, *args: str) -> str:
-    return subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", root, *args],
-                          capture_output=True, text=True, check=True,
-                          errors="replace").stdout
+    """What a git command printed; GitFailed when it failed or did not finish."""
+    done = reader(root).run(*args)
+    if done is None:
+        raise GitFailed(f"git {args[0]} did not finish within {GIT_TIMEOUT_S:.0f} s")
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise GitFailed(f"git {args[0]}: {said[-1] if said else 'failed'}")
+    return done.stdout.decode("utf-8", errors="replace")
 
 
 def head(root: str) -> str | None:
     """The commit checked out at root (None: not a git working tree with a commit)."""
-    found = subprocess.run(["git", "-C", root, "rev-parse", "--verify", "-q", "HEAD"],
-                           capture_output=True, text=True)
-    return found.stdout.strip() if found.returncode == 0 else None
+    found = reader(root).text("rev-parse", "--verify", "-q", "HEAD")
+    return found.strip() if found else None
+
+
+def since_time(root: str, text: str) -> int | None:
+    """The time (epoch seconds) a ``--since`` date means, as git reads it; None when git
+    cannot read it as a date (git takes any words it does not know for now)."""
+    said = reader(root).text("rev-parse", f"--since={text}")
+    found = re.fullmatch(r"--max-age=(\d+)", (said or "").strip())
+    if found is None:
+        return None
+    now = reader(root).text("rev-parse", "--since=now") or ""
+    means_now = found[0] == now.strip() or abs(
+        int(found[1]) - int(re.sub(r"\D", "", now) or 0)) <= 1
+    return None if means_now and text.strip().lower() != "now" else int(found[1])
 
 
 def history(root: str, after: str | None = None, since: str | None = None,
@@ -79,8 +108,8 @@ def history(root: str, after: str | None = None, since: str | None = None,
     if limit:
         args.append(f"-n{limit}")
     span = "HEAD"
-    if after and subprocess.run(["git", "-C", root, "merge-base", "--is-ancestor", after,
-                                 "HEAD"], capture_output=True).returncode == 0:
+    ancestor = reader(root).run("merge-base", "--is-ancestor", after, "HEAD") if after else None
+    if ancestor is not None and ancestor.returncode == 0:
         span = f"{after}..HEAD"
     found = []
     for entry in git(root, *args, span, "--").split("\x01")[1:]:
@@ -106,7 +135,8 @@ def left_out(commit: Commit) -> str | None:
 
 def hunks(root: str, sha: str) -> list[tuple[str, str, str, bool]]:
     """(path, old text, new text, new file) per hunk of the commit, with context."""
-    diff = git(root, "show", "--format=", "-U3", "--no-renames", "--no-ext-diff", sha)
+    diff = git(root, "show", "--format=", "-U3", "--no-renames", "--no-ext-diff",
+               "--no-textconv", sha)
     out: list[tuple[str, str, str, bool]] = []
     path, new_file, old, new = None, False, [], []
 

@@ -28,7 +28,8 @@ SHIM_MAY_IMPORT = {"kirolearn", "kirolearn.shims", "kirolearn.shims.common",
                    "kirolearn.contract", "kirolearn.paths", "kirolearn.project",
                    "kirolearn.protocol", "kirolearn.transport", "kirolearn.spool",
                    "kirolearn.control", "kirolearn.capture", "kirolearn.tooluse",
-                   "kirolearn.words", "kirolearn.rules", *SHIMS}
+                   "kirolearn.words", "kirolearn.rules", "kirolearn.code",
+                   "kirolearn.code.files", *SHIMS}
 # Start-up is most of a hook's cost: each of these costs it milliseconds.
 SHIM_MUST_NOT = ("click", "ulid", "tenacity", "asyncio", "_hashlib", "sqlite3", "logging",
                  "tomllib", "subprocess", "socket", "numpy", "starlette", "mcp", "pydantic",
@@ -104,11 +105,12 @@ def test_a_shim_imports_only_the_light_modules(shim):
 LAYERS = (
     ("kirolearn", "kirolearn.contract", "kirolearn.configs", "kirolearn.supervisor.states",
      "kirolearn.words", "kirolearn.heap"),
-    ("kirolearn.paths", "kirolearn.protocol"),
+    ("kirolearn.paths", "kirolearn.protocol", "kirolearn.code.files"),
     ("kirolearn.transport", "kirolearn.project", "kirolearn.spool", "kirolearn.keys",
      "kirolearn.tooluse"),
     ("kirolearn.config", "kirolearn.privacy", "kirolearn.access"),
     ("kirolearn.capture",),
+    ("kirolearn.code",),
     ("kirolearn.db",),
     ("kirolearn.search", "kirolearn.extract"),
     ("kirolearn.control",),

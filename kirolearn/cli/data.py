@@ -428,10 +428,16 @@ def seed(from_git: bool, project: str | None, since: str | None, limit: int | No
     if newest is None:
         raise click.ClickException(f"{root} is not in a git repository; run it in one, or"
                                    " give --project")
+    if since is not None and kl_seed.since_time(root, since) is None:
+        raise click.BadParameter(f"{since!r} is not a date git can read (try 2024-01-01"
+                                 " or '6 months ago')", param_hint="--since")
     require_served()
     home = common.home()
     after = None if since or limit else kl_seed.last_seeded(home, root)
-    commits = kl_seed.history(root, after, since, limit)
+    try:
+        commits = kl_seed.history(root, after, since, limit)
+    except kl_seed.GitFailed as exc:
+        raise click.ClickException(str(exc)) from exc
     why = {c.sha: kl_seed.left_out(c) for c in commits}
     kept = [c for c in commits if why[c.sha] is None]
     as_user = (actor or loaded["seed"]["actor"]) == "user"
@@ -445,7 +451,7 @@ def seed(from_git: bool, project: str | None, since: str | None, limit: int | No
                                show_pos=True, file=sys.stderr) as bar:
             report = importer.import_lines(
                 kl_seed.lines(root, kept, here, as_user, lambda commit: bar.update(1)), home)
-    except importer.Stalled as exc:
+    except (importer.Stalled, kl_seed.GitFailed) as exc:
         raise click.ClickException(f"{exc}; run it again to go on") from exc
     seconds = time.monotonic() - started
     if not report.counts["rejected"]:

@@ -14,16 +14,21 @@ language server, no file read: what the agent's edit said.
 Beside them, where the work was (``code``): the branch and commit its turn was on (as
 the hooks' events say: ``project.git_head``) and, where the project is on this
 machine, the git blob id of each anchored file as the turn left it, read when its
-batch is extracted (a file the check finds still that blob is not searched again).
+batch is extracted (a file the check finds still that blob is not searched again). The
+tree is untrusted: a file is read only when it is a regular file inside it
+(``code.files``), and the reads stop at ``BLOB_READ_S``, so that a FIFO or a hung
+filesystem never holds the worker.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import re
 import textwrap
 
+from kirolearn.code import files
 from kirolearn.contract import MAX_ANCHORED_BYTES
 from kirolearn.contract import MAX_ANCHORED_FILES as MAX_FILES
 from kirolearn.contract import MAX_ANCHORED_SYMBOLS as MAX_SYMBOLS
@@ -33,6 +38,7 @@ from kirolearn.words import STOP_WORDS
 
 CONSTANT = re.compile(r"^\s*([A-Z][A-Z0-9_]{2,})\s*(?::[^=\n]*)?=(?!=)", re.MULTILINE)
 METHOD = re.compile(r"\bfunc\s*\([^)]*\)\s*([A-Za-z_]\w*)")  # Go: func (s *Server) Name
+BLOB_READ_S = 1.0  # a record's files are read for their blob ids this long at most
 MIN_CHARS = 4  # a shorter name (`get`, `run`) is found anywhere: it would anchor nothing
 
 
@@ -112,13 +118,15 @@ def code(record: dict, events: list[dict]) -> dict:
     last = mine[-1]
     found = {key: last[key] for key in ("branch", "commit") if last.get(key)}
     root = last.get("project_path")
-    blobs = {}
-    for path in (record.get("anchors") or {}) if root and os.path.isabs(root) else ():
-        try:
-            with open(os.path.join(root, path), "rb") as f:
-                data = f.read(MAX_ANCHORED_BYTES + 1)
-        except OSError:
-            continue
-        if len(data) <= MAX_ANCHORED_BYTES:
-            blobs[path] = blob_id(data, len(last["commit"]))
+    blobs: dict[str, str] = {}
+    if root and os.path.isabs(root) and record.get("anchors"):
+        def read() -> None:
+            for path in record["anchors"]:
+                data = files.read_in(root, path, MAX_ANCHORED_BYTES + 1)
+                if data is not None and len(data) <= MAX_ANCHORED_BYTES:
+                    blobs[path] = blob_id(data, len(last["commit"]))
+        # what was read in time stands; the rest are checked by their names alone
+        with contextlib.suppress(files.Abandoned):
+            files.bounded(BLOB_READ_S, read)
+    blobs = dict(blobs)
     return {**found, "blobs": blobs} if blobs else found

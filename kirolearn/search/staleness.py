@@ -12,9 +12,14 @@ still the git blob its work left is not searched at all. A file renamed
 branch not merged into the one checked out, after that branch forked from it, is left
 out (``Tree.hides``).
 
-The check reads only the candidates' files, stats them first and keeps their text and
-blob id by (mtime, size), never walks the tree, and stops at its budget: what it could
-not check in time stands, as a slow filesystem must not cost the context. Only the
+The check reads only the candidates' files, keeps their text and blob id by (mtime,
+size), never walks the tree, and stops at its budget: what it could not check in time
+stands, as a slow filesystem must not cost the context. The tree is untrusted: a file
+is read only when it is a regular file inside it (``code.files``: a FIFO, a device or a
+link out of the tree is not read, and the record stands), and the check runs on a
+thread of its own that the search stops waiting for at its budget, so a filesystem that
+hangs holds neither the search nor the next ones (a tree whose check is still stuck is
+not checked again until it comes back). Only the
 retrieval role of the machine holding the working tree checks (a client elsewhere's
 project is not there), for a prompt of this machine, in a git working tree git has
 read (where a moved file can be followed; elsewhere, and before the project's first
@@ -23,6 +28,7 @@ reading, the records are shown as they are).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -31,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
+from kirolearn.code import files as tree_files
 from kirolearn.contract import MAX_ANCHORED_BYTES
 from kirolearn.project import blob_id
 
@@ -97,8 +104,9 @@ class Checkout:
         self._texts: OrderedDict[str, tuple[int, int, str, bytes]] = OrderedDict()
         self._blobs: dict[tuple[str, int, int, int], str] = {}
         self._lock = threading.Lock()
+        self._stuck: set[str] = set()  # trees whose check has not come back
 
-    def _read(self, path: str, stat: os.stat_result) -> tuple[str, bytes] | None:
+    def _read(self, path: str, fd: int, stat: os.stat_result) -> tuple[str, bytes] | None:
         """A file's text and the bytes it is, from the cache while they match the stat."""
         key = (stat.st_mtime_ns, stat.st_size)
         with self._lock:
@@ -107,8 +115,7 @@ class Checkout:
                 self._texts.move_to_end(path)
                 return known[2], known[3]
         try:
-            with open(path, "rb") as f:
-                data = f.read(MAX_ANCHORED_BYTES + 1)
+            data = tree_files.read_fd(fd, MAX_ANCHORED_BYTES + 1)
         except OSError:
             return None
         text = data.decode("utf-8", errors="replace")
@@ -147,17 +154,23 @@ class Checkout:
             path = os.path.normpath(os.path.join(root, now))
             if not path.startswith(root.rstrip(os.sep) + os.sep):
                 return Finding()  # not within the project: not ours to judge
-            try:
-                stat = os.stat(path)
-            except FileNotFoundError:
+            if not os.path.lexists(path):
                 why.append(f"`{name}` no longer exists")
                 continue
-            except OSError:
-                return Finding()
             names = anchors.get(name, [])
-            if not names or stat.st_size > MAX_ANCHORED_BYTES:
+            if not names:
                 return Finding()
-            read = self._read(path, stat)
+            fd = tree_files.open_in(root, now)  # a regular file inside the tree, or nothing
+            if fd is None:
+                return Finding()
+            try:
+                stat = os.fstat(fd)
+                read = (self._read(path, fd, stat) if stat.st_size <= MAX_ANCHORED_BYTES
+                        else None)
+            except OSError:
+                read = None
+            finally:
+                os.close(fd)
             if read is None:
                 return Finding()
             text, data = read
@@ -189,12 +202,29 @@ class Checkout:
     def check(self, tree: Tree, records: Sequence[dict], deadline: float
               ) -> dict[str, Finding]:
         """What the check found of each record, by id; the records left when ``CHECK_S``
-        or the deadline passes are not checked (nor in the answer)."""
+        or the deadline passes are not checked (nor in the answer). The check runs on a
+        thread of its own, waited for until then and no longer."""
         until = min(deadline, time.monotonic() + CHECK_S)
-        found = {}
-        for record in records:
-            if time.monotonic() >= until:
-                break
-            found[record["record_id"]] = self.find(tree.root, record, tree.renamed,
-                                                   tree.changed)
-        return found
+        found: dict[str, Finding] = {}
+        with self._lock:
+            if tree.root in self._stuck or not records:
+                return found
+
+        def run() -> None:
+            try:
+                for record in records:
+                    if time.monotonic() >= until:
+                        break
+                    finding = self.find(tree.root, record, tree.renamed, tree.changed)
+                    with self._lock:
+                        found[record["record_id"]] = finding
+            finally:
+                with self._lock:
+                    self._stuck.discard(tree.root)
+
+        with self._lock:
+            self._stuck.add(tree.root)  # until run() comes back
+        with contextlib.suppress(tree_files.Abandoned):
+            tree_files.bounded(until - time.monotonic() + CHECK_S, run)
+        with self._lock:
+            return dict(found)

@@ -8,21 +8,21 @@ with when each forked from it (a record made on one after that is not recalled h
 thread of its own, at most once every ``REFRESH_S`` a project and at once when the
 checkout moves to another commit, so searches do not wait for git: a search takes what
 the last reading found. Only a project's first reading, and the one after a checkout
-of another branch, are waited for, briefly (``Worktrees.reading``). Hooks and
-fsmonitor commands of the repository's configuration are not run. A detached HEAD or
-a shallow clone reads as no branch: every record is visible there.
+of another branch, are waited for, briefly (``Worktrees.reading``). git runs as a
+reader (``code.git``): none of the repository's hooks, filters or other programs run.
+A detached HEAD or a shallow clone reads as no branch: every record is visible there.
 """
 
 from __future__ import annotations
 
 import math
-import subprocess
 import threading
 import time
 from collections.abc import Mapping
 from typing import NamedTuple
 
 from kirolearn import project
+from kirolearn.code.git import Git
 
 REFRESH_S = 10.0  # how old a reading may be before the next search starts another
 GIT_TIMEOUT_S = 10.0
@@ -30,7 +30,6 @@ MAX_FILES = 50  # the changed files kept of a project (git's order)
 MAX_PROJECTS = 256  # readings kept; past this they are all read again
 RENAME_COMMITS = 200  # how far back renames are followed
 MAX_BRANCHES = 20  # the unmerged branches whose fork is read (the most recent first)
-GIT = ("git", "-c", "core.fsmonitor=false", "-C")
 
 
 def parse_status(output: bytes) -> tuple[str, ...]:
@@ -70,15 +69,6 @@ def parse_renames(status: bytes, log: bytes) -> dict[str, str]:
     return moved
 
 
-def _git(root: str, *args: str) -> bytes | None:
-    try:
-        done = subprocess.run([*GIT, root, *args], capture_output=True,
-                              timeout=GIT_TIMEOUT_S, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout if done.returncode == 0 else None
-
-
 class Reading(NamedTuple):
     """What git said of a working tree, when."""
 
@@ -93,33 +83,38 @@ class Reading(NamedTuple):
 NOT_READ = Reading(-math.inf, (), None)
 
 
-def read(root: str, renames: bool = False) -> tuple[tuple[str, ...], dict[str, str] | None]:
+def read(root: str, renames: bool = False, git: Git | None = None
+         ) -> tuple[tuple[str, ...], dict[str, str] | None]:
     """The files changed in root's working tree, as git says now, and (``renames``)
     those renamed there and in its last commits; none where git cannot say (not a
     repository, no git, too slow), and then renames None."""
-    status = _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=no")
+    git = git or Git(root, GIT_TIMEOUT_S)
+    status = git.output("status", "--porcelain=v1", "-z", "--untracked-files=no",
+                        "--ignore-submodules=all")
     if status is None:
         return (), None
-    log = _git(root, "log", "-M", "--diff-filter=R", "--name-status", "-z", "--format=",
-               f"-n{RENAME_COMMITS}") if renames else None
+    log = git.output("log", "-M", "--diff-filter=R", "--name-status", "-z", "--format=",
+                     "--no-textconv", "--no-ext-diff", f"-n{RENAME_COMMITS}"
+                     ) if renames else None
     return parse_status(status), parse_renames(status, log or b"") if renames else {}
 
 
-def branches(root: str) -> tuple[str | None, dict[str, float]]:
+def branches(root: str, git: Git | None = None) -> tuple[str | None, dict[str, float]]:
     """The branch checked out at root and, of the local branches not merged into it
     (the ``MAX_BRANCHES`` most recently committed to), when each forked from it: the
     time of their merge base. (None, {}): detached, shallow, or not read."""
-    head = _git(root, "symbolic-ref", "-q", "--short", "HEAD")
-    shallow = _git(root, "rev-parse", "--is-shallow-repository")
+    git = git or Git(root, GIT_TIMEOUT_S)
+    head = git.output("symbolic-ref", "-q", "--short", "HEAD")
+    shallow = git.output("rev-parse", "--is-shallow-repository")
     if not head or shallow is None or shallow.strip() != b"false":
         return None, {}
     branch = head.decode("utf-8", "surrogateescape").strip()
-    listed = _git(root, "for-each-ref", "--no-merged=HEAD", "--sort=-committerdate",
+    listed = git.output("for-each-ref", "--no-merged=HEAD", "--sort=-committerdate",
                   f"--count={MAX_BRANCHES}", "--format=%(refname:short)", "refs/heads")
     forked: dict[str, float] = {}
     for name in (listed or b"").decode("utf-8", "surrogateescape").split():
-        base = _git(root, "merge-base", "HEAD", f"refs/heads/{name}")
-        when = _git(root, "show", "-s", "--format=%ct", base.strip().decode()) if base else None
+        base = git.output("merge-base", "HEAD", f"refs/heads/{name}")
+        when = git.output("show", "-s", "--format=%ct", base.strip().decode()) if base else None
         forked[name] = float(when) if when and when.strip().isdigit() else -math.inf
     return branch, forked
 
@@ -170,8 +165,9 @@ class Worktrees:
 
     def _read(self, root: str) -> None:
         head = project.git_head(root)
-        files, moved = read(root, renames=True)
-        branch, forked = branches(root) if moved is not None else (None, {})
+        git = Git(root, GIT_TIMEOUT_S)
+        files, moved = read(root, renames=True, git=git)
+        branch, forked = branches(root, git) if moved is not None else (None, {})
         with self._lock:
             if len(self._known) >= MAX_PROJECTS:
                 self._known.clear()
