@@ -345,3 +345,33 @@ def test_a_fifo_in_the_tree_or_behind_head_hangs_no_hook_and_no_search(home, tmp
                    for role in roles), roles
     finally:
         kl("stop", check=True)
+
+
+def test_stored_transcripts_are_regular_files_found_without_following_a_link(tmp_path):
+    """A FIFO named like a transcript, a link loop and a link out of the folder: the
+    listing passes over them (it used to hang, or abort the whole import), and the
+    transcripts beside them are found and read a line at a time."""
+    from kirolearn.transcripts import claude_code, codex
+    from kirolearn.transcripts.replay import Transcript, json_lines
+
+    projects = tmp_path / ".claude" / "projects" / "-work-app"
+    projects.mkdir(parents=True)
+    (projects / "good.jsonl").write_text('{"a": 1}\nnot json\n[1]\n{"b": 2}\n')
+    fifo(projects / "pipe.jsonl")
+    (projects / "loop").symlink_to(projects)
+    (projects / "out.jsonl").symlink_to(tmp_path / "elsewhere.jsonl")
+    (tmp_path / "elsewhere.jsonl").write_text('{"secret": 1}\n')
+    assert returns(lambda: claude_code.stored(tmp_path)) == [projects / "good.jsonl"]
+    sessions = tmp_path / ".codex" / "sessions" / "2025" / "01"
+    sessions.mkdir(parents=True)
+    (sessions / "rollout-1.jsonl").write_text("{}\n")
+    fifo(sessions / "rollout-2.jsonl")
+    (sessions / "deeper").symlink_to(tmp_path / ".codex")  # a loop through the tree
+    assert returns(lambda: codex.stored(tmp_path)) == [sessions / "rollout-1.jsonl"]
+    transcript = Transcript("claude-code", projects / "good.jsonl")
+    assert list(json_lines(projects / "good.jsonl", transcript)) == [(1, {"a": 1}),
+                                                                     (4, {"b": 2})]
+    assert transcript.problems == ["line 2: not JSON", "line 3: not a JSON object"]
+    piped = Transcript("claude-code", projects / "pipe.jsonl")
+    assert returns(lambda: list(json_lines(projects / "pipe.jsonl", piped))) == []
+    assert piped.problems == ["cannot be read: not a regular file"]

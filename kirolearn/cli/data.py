@@ -499,25 +499,36 @@ def import_sessions(agent: str, project: str | None) -> None:
     require_served()
     home = common.home()
     only = kl_project.resolve_project(project, override="") if project else None
+    found: list[replay.Session] = []
+    imported = 0
+
+    def lines() -> Iterator[str]:
+        """Each session's events as JSON lines, a session read only when the last is
+        sent (a long history is never held at once)."""
+        nonlocal imported
+        with click.progressbar(replay.sessions(transcripts.READERS[agent], Path.home(),
+                                               home, kl_project.actor_id(), only),
+                               label="importing sessions", show_pos=True,
+                               file=sys.stderr) as bar:
+            for session in bar:
+                found.append(session)
+                for problem in session.transcript.problems:
+                    click.echo(f"{session.transcript.path}: {problem}", err=True)
+                imported += bool(session.events)
+                for event in session.events:
+                    yield json.dumps(event, ensure_ascii=False)
+                session.events = []
+
+    started = time.monotonic()
     try:
-        found = replay.sessions(transcripts.READERS[agent], Path.home(), home,
-                                     kl_project.actor_id(), only)
+        report = importer.import_lines(lines(), home)
+    except importer.Stalled as exc:
+        raise click.ClickException(f"{exc}; run it again to go on") from exc
     except (control.Timeout, protocol.RemoteError) as exc:
         raise click.ClickException(f"the daemon could not say which sessions it holds: {exc}"
                                    ) from exc
-    for session in found:
-        for problem in session.transcript.problems:
-            click.echo(f"{session.transcript.path}: {problem}", err=True)
-    kept = [s for s in found if s.events]
-    started = time.monotonic()
-    try:
-        with click.progressbar(length=len(kept), label=f"importing {len(kept)} session(s)",
-                               show_pos=True, file=sys.stderr) as bar:
-            report = importer.import_lines(_session_lines(kept, bar.update), home)
-    except importer.Stalled as exc:
-        raise click.ClickException(f"{exc}; run it again to go on") from exc
     counts = report.counts
-    click.echo(f"imported {len(kept)} session(s) of {agent} in {time.monotonic() - started:.1f} s: "
+    click.echo(f"imported {imported} session(s) of {agent} in {time.monotonic() - started:.1f} s: "
                + _said(report, Counter(s.left_out for s in found if s.left_out))
                + (f"; {sum(len(s.transcript.problems) for s in found)} line(s) unreadable"
                   if any(s.transcript.problems for s in found) else ""))
@@ -539,13 +550,6 @@ def _said(report: importer.Report, skipped: Counter) -> str:
             + (f"; left out {sum(skipped.values())}: "
                + ", ".join(f"{n} {reason}" for reason, n in skipped.most_common())
                if skipped else ""))
-
-
-def _session_lines(found: list[replay.Session], done) -> Iterator[str]:
-    for session in found:
-        for event in session.events:
-            yield json.dumps(event, ensure_ascii=False)
-        done(1)
 
 
 COMMANDS = [import_, export, stats, search_, brief, prune, scrub, seed, import_sessions]

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kirolearn.shims import claude_code as shim
-from kirolearn.transcripts.replay import Transcript, json_lines
+from kirolearn.transcripts.replay import Transcript, json_lines, stored_files
 
 AGENT = shim.SURFACE
 NOT_PROMPTS = ("<command-name>", "<command-message>", "<local-command-stdout>",
@@ -35,8 +35,8 @@ NOT_PROMPTS = ("<command-name>", "<command-message>", "<local-command-stdout>",
 
 def stored(user_home: Path) -> list[Path]:
     """The transcripts Claude Code keeps for this user, oldest first."""
-    found = (user_home / ".claude" / "projects").glob("*/*.jsonl")
-    return sorted(found, key=lambda p: (p.stat().st_mtime, str(p)))
+    found = stored_files(user_home / ".claude" / "projects", "*/*.jsonl")
+    return [path for _, path in sorted(found, key=lambda f: (f[0], str(f[1])))]
 
 
 def _prompt(content: object) -> str:

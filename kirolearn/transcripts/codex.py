@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kirolearn.shims import codex as shim
-from kirolearn.transcripts.replay import Transcript, json_lines
+from kirolearn.transcripts.replay import Transcript, json_lines, stored_files
 
 AGENT = shim.SURFACE
 SHELL = ("exec_command", "shell", "local_shell", "container.exec")
@@ -33,9 +33,9 @@ SHELL = ("exec_command", "shell", "local_shell", "container.exec")
 def stored(user_home: Path) -> list[Path]:
     """The transcripts Codex keeps for this user, oldest first."""
     root = user_home / ".codex"
-    found = [*(root / "sessions").glob("**/rollout-*.jsonl"),
-             *(root / "archived_sessions").glob("**/rollout-*.jsonl")]
-    return sorted(found, key=lambda p: (p.name, str(p)))
+    found = [*stored_files(root / "sessions", "**/rollout-*.jsonl"),
+             *stored_files(root / "archived_sessions", "**/rollout-*.jsonl")]
+    return sorted((path for _, path in found), key=lambda p: (p.name, str(p)))
 
 
 def _arguments(call: dict) -> object:

@@ -23,15 +23,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kirolearn.shims import copilot as shim
-from kirolearn.transcripts.replay import Transcript, json_lines
+from kirolearn.transcripts.replay import Transcript, json_lines, stored_files
 
 AGENT = shim.SURFACE
 
 
 def stored(user_home: Path) -> list[Path]:
     """The transcripts Copilot CLI keeps for this user, oldest first."""
-    found = (user_home / ".copilot" / "session-state").glob("*/events.jsonl")
-    return sorted(found, key=lambda p: (p.stat().st_mtime, str(p)))
+    found = stored_files(user_home / ".copilot" / "session-state", "*/events.jsonl")
+    return [path for _, path in sorted(found, key=lambda f: (f[0], str(f[1])))]
 
 
 def transcripts(user_home: Path) -> Iterator[Transcript]:

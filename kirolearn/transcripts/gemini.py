@@ -25,8 +25,9 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from kirolearn.code import files
 from kirolearn.shims import gemini as shim
-from kirolearn.transcripts.replay import Transcript, json_lines
+from kirolearn.transcripts.replay import Transcript, json_lines, stored_files
 
 AGENT = shim.SURFACE
 GEMINI_OWN = re.compile(r"^\s*<session_context>")
@@ -34,8 +35,8 @@ GEMINI_OWN = re.compile(r"^\s*<session_context>")
 
 def stored(user_home: Path) -> list[Path]:
     """The transcripts Gemini CLI keeps for this user, oldest first."""
-    found = (user_home / ".gemini" / "tmp").glob("*/chats/session-*.jsonl")
-    return sorted(found, key=lambda p: (p.name, str(p)))
+    found = stored_files(user_home / ".gemini" / "tmp", "*/chats/session-*.jsonl")
+    return sorted((path for _, path in found), key=lambda p: (p.name, str(p)))
 
 
 def _text(content: object) -> str:
@@ -76,9 +77,9 @@ def read(path: Path) -> Transcript:
     """One transcript, as the hooks Gemini CLI would have run."""
     transcript = Transcript(AGENT, path)
     header, messages = _messages(path, transcript)
-    try:
-        transcript.cwd = (path.parent.parent / ".project_root").read_text("utf-8").strip()
-    except OSError:
+    root_file = files.read_regular(str(path.parent.parent / ".project_root"), 4096)
+    transcript.cwd = root_file.decode("utf-8", "replace").strip() if root_file else ""
+    if not transcript.cwd:
         transcript.problems.append("its project's directory is not known (no .project_root)")
         return transcript
     transcript.session_id = str(header.get("sessionId") or "")

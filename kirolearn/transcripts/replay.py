@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
+import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from kirolearn import __version__, capture, contract, control, paths, project
+from kirolearn.code import files
 from kirolearn.shims import common
 
 CLIENT_ID = "import-sessions"
@@ -48,26 +52,59 @@ def _is_time(text: str) -> bool:
     return True
 
 
+def stored_files(folder: Path, pattern: str) -> list[tuple[float, Path]]:
+    """The regular files below ``folder`` whose path from it matches ``pattern``
+    (``fnmatch`` per folder; a leading ``**/``: at any depth), with the time each was
+    last changed. A transcript folder is untrusted: no link is followed (a link loop or a
+    link out of it costs nothing), a FIFO or device is no transcript, and what cannot be
+    read is passed over."""
+    parts = pattern.split("/")
+    anywhere = parts[0] == "**"
+    if anywhere:
+        parts = parts[1:]
+    found: list[tuple[float, Path]] = []
+    for top, folders, names in os.walk(folder, followlinks=False):
+        depth = len(Path(top).relative_to(folder).parts)
+        if not anywhere:
+            if depth >= len(parts) - 1:
+                folders.clear()
+            if depth != len(parts) - 1 or not all(
+                    fnmatch.fnmatchcase(name, part) for name, part in
+                    zip(Path(top).relative_to(folder).parts, parts, strict=False)):
+                continue
+        for name in names:
+            if fnmatch.fnmatchcase(name, parts[-1]):
+                try:
+                    found_stat = os.lstat(os.path.join(top, name))
+                except OSError:
+                    continue
+                if stat.S_ISREG(found_stat.st_mode):
+                    found.append((found_stat.st_mtime, Path(top) / name))
+    return found
+
+
 def json_lines(path: Path, transcript: Transcript) -> Iterator[tuple[int, dict]]:
     """Each line of a JSON Lines transcript that is a JSON object, with its number; any
-    other (a line cut short by a crash, say) is noted among its problems."""
-    try:
-        text = path.read_text("utf-8", errors="replace")
-    except OSError as exc:
-        transcript.problems.append(f"cannot be read: {exc.strerror}")
+    other (a line cut short by a crash, say) is noted among its problems. Read a line at
+    a time, and only as a regular file (``code.files``: a FIFO or a link is not read)."""
+    fd = files.open_regular(str(path))
+    if fd is None:
+        transcript.problems.append("cannot be read: not a regular file")
         return
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except (ValueError, RecursionError):
-            transcript.problems.append(f"line {number}: not JSON")
-            continue
-        if isinstance(item, dict):
-            yield number, item
-        else:
-            transcript.problems.append(f"line {number}: not a JSON object")
+    with os.fdopen(fd, "rb") as file:
+        for number, raw in enumerate(file, 1):
+            line = raw.decode("utf-8", errors="replace")
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except (ValueError, RecursionError):
+                transcript.problems.append(f"line {number}: not JSON")
+                continue
+            if isinstance(item, dict):
+                yield number, item
+            else:
+                transcript.problems.append(f"line {number}: not a JSON object")
 
 
 def event_id(transcript: Transcript, ms: int, place: int) -> str:
@@ -123,26 +160,29 @@ class Session:
 
 
 def sessions(agent_module, user_home: Path, home: paths.Home, actor: str,
-             only: project.Project | None = None) -> list[Session]:
-    """The agent's stored sessions (those of ``only``'s project, when given), read and
-    made into events, each left out where there is nothing to import, where capture is
-    off for its project, or where its hooks captured it live."""
-    found: list[Session] = []
+             only: project.Project | None = None) -> Iterator[Session]:
+    """The agent's stored sessions (those of ``only``'s project, when given), each read
+    and made into events as it is asked for (so that one session at a time is held),
+    left out where there is nothing to import, where capture is off for its project,
+    or where its hooks captured it live (the daemon is asked: control.Timeout or
+    protocol.RemoteError)."""
     for transcript in agent_module.transcripts(user_home):
         session = Session(transcript)
-        found.append(session)
         if not transcript.session_id or not transcript.hooks:
             session.left_out = "nothing to import"
+            yield session
             continue
         here = project.resolve_project(transcript.cwd, override="")
         if only is not None and here.project_id != only.project_id:
             session.left_out = "another project's"
+            yield session
             continue
         session.left_out = capture.why_off(here.root, transcript.cwd, home)
         if session.left_out is None:
             session.events = events(transcript, here, actor)
-    _leave_live_alone([s for s in found if s.events], home)
-    return found
+            transcript.hooks = []  # made into events: not held twice
+            _leave_live_alone([session], home)
+        yield session
 
 
 def _leave_live_alone(found: list[Session], home: paths.Home) -> None:
