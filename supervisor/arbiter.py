@@ -8,6 +8,13 @@ once (EXITED → STARTING); one that keeps dying (more than ``FLAP_LIMIT`` times
 in ``FLAP_WINDOW_S``) goes FATAL too. RUNNING means: answering ``ping`` on its
 control socket; one that dies within ``start_secs`` of its start still failed to start.
 
+A RUNNING process is pinged every ``HEALTH_S``: alive is not enough, as a role stuck in
+a call (a read that never returns) answers nothing while its process stands. One that
+has answered no ping for ``UNRESPONSIVE_AFTER_S`` is UNRESPONSIVE in ``status``; one
+silent for ``supervisor.unresponsive_s`` (an extraction worker: at least its model's
+three attempts, ``extraction.llm_timeout_s`` each) is killed and started again, as a
+crash is.
+
 The viewer is started on demand: the supervisor holds its listening socket
 (``viewer.listener``), and the viewer is WAITING until a connection waits there; it
 is then started with the socket, and is WAITING again when it exits unused
@@ -55,12 +62,16 @@ from kirolearn.supervisor.states import (
     STARTING,
     STOPPED,
     STOPPING,
+    UNRESPONSIVE,
+    UP,
     WAITING,
 )
 from kirolearn.viewer.listener import FD_ENV, close_listener, open_listener
 
 FLAP_LIMIT = 10
 FLAP_WINDOW_S = 60.0
+HEALTH_S = 5.0  # how often a RUNNING process is pinged
+UNRESPONSIVE_AFTER_S = 2 * HEALTH_S  # silent this long: UNRESPONSIVE in status
 
 log = logging.getLogger("kirolearn.supervisor")
 
@@ -110,6 +121,8 @@ class Process:
     stop_deadline: float = 0.0
     remove_when_stopped: bool = False
     client: transport.Client | None = None
+    answered: float = 0.0  # when it last answered a ping (monotonic)
+    next_ping: float = 0.0
 
     @property
     def pid(self) -> int | None:
@@ -191,7 +204,7 @@ class Arbiter:
             pass_fds=handed)
         threading.Thread(target=self._pipe_output, args=(proc, proc.popen.stdout),
                          name=f"log-{proc.name}", daemon=True).start()
-        proc.started = time.monotonic()
+        proc.started = proc.answered = time.monotonic()
         proc.state = STARTING
         log.info("spawned: '%s' with pid %d", proc.name, proc.popen.pid)
 
@@ -304,7 +317,7 @@ class Arbiter:
         now = time.monotonic()
         for proc in list(self.processes.values()):
             if proc.popen is not None and proc.popen.poll() is not None and proc.state in (
-                    STARTING, RUNNING, STOPPING):
+                    STARTING, STOPPING, *UP):
                 self._on_exit(proc, now)
             if proc.state == STOPPED and proc.remove_when_stopped:
                 del self.processes[proc.name]
@@ -317,7 +330,10 @@ class Arbiter:
             elif proc.state == STARTING and self._listening(proc) and self._ping(proc):
                 proc.state = RUNNING
                 proc.fast_failures = 0
+                proc.answered, proc.next_ping = now, now + HEALTH_S
                 log.info("success: %s entered RUNNING state", proc.name)
+            elif proc.state in UP and now >= proc.next_ping:
+                self._check_health(proc, now)
         if self.shutting_down and self.stop_queue:
             group = self.stop_queue[0]
             if all(self.processes[n].state in (STOPPED, FATAL, BACKOFF) for n in group
@@ -325,6 +341,32 @@ class Arbiter:
                 self.stop_queue.pop(0)
                 for name in self.stop_queue[0] if self.stop_queue else []:
                     self._begin_stop(self.processes[name])
+
+    def unresponsive_s(self, proc: Process) -> float:
+        """How long a process may answer no ping before it is taken as stuck."""
+        limit = float(self.sup["unresponsive_s"])
+        if proc.role == "extraction":  # a model's call may take its attempts' time
+            limit = max(limit, 3 * float(self.settings["extraction"]["llm_timeout_s"]) + 30)
+        return limit
+
+    def _check_health(self, proc: Process, now: float) -> None:
+        """Ping a running process: one that answers is RUNNING; one silent for a while is
+        UNRESPONSIVE; one silent past ``unresponsive_s`` is killed (and so restarted)."""
+        proc.next_ping = now + HEALTH_S
+        if self._ping(proc):
+            if proc.state == UNRESPONSIVE:
+                log.info("%s answers again after %.1fs; RUNNING", proc.name,
+                         now - proc.answered)
+            proc.state, proc.answered = RUNNING, time.monotonic()
+            return
+        silent = now - proc.answered
+        if silent >= self.unresponsive_s(proc):
+            log.error("killing '%s' (%d): it has answered no ping for %.0fs (stuck in a call)",
+                      proc.name, proc.popen.pid, silent)
+            proc.popen.kill()
+        elif silent >= UNRESPONSIVE_AFTER_S and proc.state != UNRESPONSIVE:
+            log.warning("%s has answered no ping for %.0fs: UNRESPONSIVE", proc.name, silent)
+            proc.state = UNRESPONSIVE
 
     def begin_shutdown(self) -> None:
         if self.shutting_down:
@@ -344,6 +386,7 @@ class Arbiter:
                                      for p in self.processes.values()):
             return 10
         due = [p.next_start for p in self.processes.values() if p.state == BACKOFF]
+        due += [p.next_ping for p in self.processes.values() if p.state in UP]
         wait_s = min(due, default=time.monotonic() + base.IDLE_WAKE_S) - time.monotonic()
         return math.ceil(min(base.IDLE_WAKE_S, max(0.0, wait_s)) * 1000)
 

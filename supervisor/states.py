@@ -18,6 +18,10 @@ FATAL = "FATAL"
 # Started on demand, and not running now: the supervisor holds its socket, and the
 # first request starts it (the viewer, until someone opens it and after it idles out).
 WAITING = "WAITING"
+# RUNNING, but answering no ping for a while: stuck in a call. Killed and started again
+# once that lasts ``supervisor.unresponsive_s``.
+UNRESPONSIVE = "UNRESPONSIVE"
+UP = (RUNNING, UNRESPONSIVE)  # started, answered a first ping, not yet exited
 READY = (RUNNING, WAITING)  # what `kirolearn start` waits for every role to be
 
 # The roles in start order (the gateway only with network.listen); stopping walks it

@@ -490,6 +490,28 @@ def test_stop_ladder_escalates_to_sigterm_then_sigkill(home, monkeypatch):
     assert "stopped: storage (exit status 0)" in log
 
 
+def test_a_role_stuck_in_a_call_is_unresponsive_then_restarted(home, monkeypatch):
+    """A role whose process stands but answers nothing (stopped here, as one stuck in a
+    read would be) is not RUNNING in status for long: UNRESPONSIVE, then killed and
+    started again; the daemon answers prompts after."""
+    monkeypatch.setenv("KIROLEARN_SUPERVISOR_UNRESPONSIVE_S", "15")
+    kl("start", check=True)
+    try:
+        stuck = next(r for r in status()["roles"] if r["role"] == "retrieval")
+        os.kill(stuck["pid"], signal.SIGSTOP)
+        wait_for(lambda: next(r for r in status()["roles"] if r["role"] == "retrieval"
+                              )["state"] == "UNRESPONSIVE", 60, 0.2, "UNRESPONSIVE")
+        back = wait_for(lambda: next((r for r in status()["roles"] if r["role"] == "retrieval"
+                                      and r["restarts"] == 1 and r["state"] == "RUNNING"),
+                                     None), 60, 0.2, "retrieval restarted")
+        assert back["pid"] != stuck["pid"]
+        log = kl("logs", "supervisor", "-n", "50").stdout
+        assert f"killing 'retrieval' ({stuck['pid']}): it has answered no ping for" in log
+        assert kl("search", "anything", check=True).returncode == 0
+    finally:
+        kl("stop", check=True)
+
+
 def test_export_and_stats_by_project_directory(ingest, daemon, tmp_path, monkeypatch):
     from kirolearn import project
 
