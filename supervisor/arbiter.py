@@ -223,12 +223,29 @@ class Arbiter:
         except (transport.Timeout, protocol.RemoteError, protocol.DecodeError):
             return False
 
+    def _tell_storage_worker_gone(self, proc: Process) -> None:
+        """An extraction worker exited: storage hands out again at once what it held or
+        may have had waiting, rather than at the leases' end (if storage cannot be told
+        now, the leases do it)."""
+        try:
+            with transport.Client(self.home.endpoint("storage"), self.ctx,
+                                  timeout_ms=500) as client:
+                handed = client.call("worker_gone", {"pid": proc.popen.pid})["handed_out"]
+            if handed:
+                log.info("%s exited: storage hands out its %d batch(es) again", proc.name,
+                         handed)
+        except (transport.Timeout, protocol.RemoteError, protocol.DecodeError, KeyError) as exc:
+            log.warning("could not tell storage that %s exited (%s); its batches go out"
+                        " again when their leases end", proc.name, exc)
+
     def _on_exit(self, proc: Process, now: float) -> None:
         code = proc.popen.returncode
         uptime = now - proc.started
         if proc.client is not None:  # a fresh socket for the next incarnation's pings
             proc.client.close()
             proc.client = None
+        if proc.role == "extraction" and not self.shutting_down:
+            self._tell_storage_worker_gone(proc)
         if proc.state == STOPPING:
             log.info("stopped: %s (exit status %s)", proc.name, code)
             proc.state = STOPPED

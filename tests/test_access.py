@@ -224,11 +224,18 @@ class RawWorker:
         self.records = transport.make_socket(ctx, zmq.PUSH, connect=endpoints["records"],
                                              curve=curve)
 
-    def take(self, timeout_ms: int = 30_000) -> list[dict]:
+    def take(self, timeout_ms: int = 30_000, claim: bool = True) -> list[dict]:
         assert self.batches.poll(timeout_ms), "no take came"
-        batches = protocol.unpack(self.batches.recv())["batches"]
-        self.records.send(protocol.pack({"batch_ids": [b["batch_id"] for b in batches]}))
+        take = protocol.unpack(self.batches.recv())
+        batches = take["batches"]
+        self.token = take["take"]
+        if claim:
+            self.claim(batches, self.token)
         return batches
+
+    def claim(self, batches: list[dict], token: str | None) -> None:
+        self.records.send(protocol.pack({"batch_ids": [b["batch_id"] for b in batches],
+                                         "take": token}))
 
     def close(self) -> None:
         self.batches.close(0)
@@ -306,6 +313,43 @@ def test_worker_ports_take_worker_keys_only_and_keep_records_to_their_batch(
     with db.reading(db.location(here())) as conn:
         states = dict(conn.execute("SELECT namespace, state FROM extraction_batches"))
     assert states[ns("dave+private")] == "ready"
+
+
+def test_a_worker_cannot_claim_or_settle_a_batch_sent_to_another(workerless, home, ctx):
+    """A take sent to one worker elsewhere and not yet claimed: another worker that knows
+    the batch's id (not the take's token) claims it and sends its result first; it is
+    dropped, and the batch is the first worker's to settle."""
+    address, server_key = workerless
+    first, second = keys.new_pair(), keys.new_pair()
+    keys.allow("first", first.public.decode(), paths.Home(home), keys.WORKER)
+    keys.allow("thief", second.public.decode(), paths.Home(home), keys.WORKER)
+    put(ns("dave"), "the zebrafrost outage came from the cache")
+    given = RawWorker(ctx, address, first, server_key)
+    thief = None
+    try:
+        batch = given.take(claim=False)[0]
+        thief = RawWorker(ctx, address, second, server_key)
+        thief.claim([batch], None)
+        thief.claim([batch], "0" * 32)
+        thief.records.send(protocol.pack({"results": [
+            {"batch_id": batch["batch_id"], "records": [
+                {**record(ns("dave"), "Planted", "by a worker not given the batch"),
+                 "source_event_ids": [batch["events"][0]["event_id"]]}]}]}))
+        wait_for(lambda: "which it was not given" in storage_log(), 30, 0.1,
+                 "the thief's result dropped")
+        given.claim([batch], given.token)
+        given.records.send(protocol.pack({"results": [
+            {"batch_id": batch["batch_id"], "records": []}]}))
+
+        def state():
+            with db.reading(db.location(here())) as conn:
+                return conn.execute("SELECT state FROM extraction_batches").fetchone()[0]
+        wait_for(lambda: state() == "done", message="the batch done by the worker given it")
+        assert not [line for line in exported() if "record_id" in line]
+    finally:
+        given.close()
+        if thief is not None:
+            thief.close()
 
 
 def test_a_revoked_worker_is_cut_off_mid_take_and_its_batch_goes_out_again(

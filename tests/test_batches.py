@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 
 import pytest
@@ -258,9 +259,12 @@ def test_a_batch_whose_result_the_store_could_not_take_goes_out_once_it_answers(
 def test_a_worker_elsewhere_is_heard_and_its_result_alone_is_taken(tmp_path, monkeypatch):
     writer, leases, batch_id, _ = leased(tmp_path)
     try:
-        leases.lease([batch_id], db.now_ms(), elsewhere=True)
-        assert leases.unclaimed == {batch_id}
-        leases.taken([batch_id, 7], "laptop")
+        leases.lease([batch_id], db.now_ms(), elsewhere=True, token="t1")
+        assert leases.unclaimed == {batch_id: "t1"}
+        leases.taken([batch_id], "mallory", "t0")  # not the take's token: not hers to claim
+        leases.taken([batch_id], "mallory", None)
+        assert leases.unclaimed == {batch_id: "t1"} and not leases.holders
+        leases.taken([batch_id, 7], "laptop", "t1")
         leases.working([batch_id], "mallory")  # not hers: changes nothing
         heard = leases.heard[batch_id]
         leases.working([batch_id], "laptop")
@@ -268,11 +272,29 @@ def test_a_worker_elsewhere_is_heard_and_its_result_alone_is_taken(tmp_path, mon
         assert not leases.settle(batch_id, "mallory")  # a result for a batch not given her
         assert leases.settle(batch_id, "laptop") and not leases.holders
         # silent for too long: out again
-        leases.lease([batch_id], db.now_ms(), elsewhere=True)
-        leases.taken([batch_id], "laptop")
+        leases.lease([batch_id], db.now_ms(), elsewhere=True, token="t2")
+        leases.taken([batch_id], "laptop", "t2")
         monkeypatch.setattr(leases_role, "REMOTE_SILENCE_S", -1.0)
         leases.reclaim()
         assert due(writer) == [batch_id] and not leases.heard
+    finally:
+        writer.close()
+
+
+def test_a_batch_sent_to_this_machines_workers_goes_out_again_when_one_exits(tmp_path):
+    """What a worker held, and what was sent here and not yet claimed (it may have
+    waited in the exited worker's queue), goes out again; a claimed batch of another,
+    live worker stays with it."""
+    writer, leases, batch_id, log = leased(tmp_path)
+    try:
+        leases.lease([batch_id], db.now_ms(), elsewhere=False)
+        assert leases.worker_gone(4242) == 1
+        assert due(writer) == [batch_id] and not leases.sent_here
+        leases.lease([batch_id], db.now_ms(), elsewhere=False)
+        leases.claimed([batch_id], os.getpid())
+        assert leases.worker_gone(4242) == 0 and due(writer) == []
+        assert leases.worker_gone(os.getpid()) == 1 and due(writer) == [batch_id]
+        assert any("worker 4242 exited" in line for line in log.lines)
     finally:
         writer.close()
 

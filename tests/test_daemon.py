@@ -24,7 +24,7 @@ from helpers import (
 )
 
 from kirolearn import contract, db, paths, protocol, transport
-from kirolearn.db import schema
+from kirolearn.db import batches, schema
 from kirolearn.roles import base
 
 
@@ -419,6 +419,34 @@ def test_an_expired_lease_is_handed_out_again_and_committed_once(store, home, mo
                  timeout=15, message="the late result to be ignored")
         assert records() == 1
         assert "handed out again (attempt 2)" in kl("logs", "storage", "-n", "100").stdout
+    finally:
+        kl("stop", check=True)
+
+
+def test_a_killed_workers_waiting_batch_goes_out_again_at_once_not_at_lease_end(
+        store, home, monkeypatch):
+    """A take sent to a worker that has not claimed it yet (it waits in its queue) is
+    lost with the worker's process: the supervisor tells storage, which hands it out
+    again at once, though the lease has an hour to run."""
+    monkeypatch.setenv("KIROLEARN_STORAGE_LEASE_S", "3600")
+    kl("start", check=True)
+    try:
+        stuck = next(r for r in status()["roles"] if r["role"] == "extraction")
+        os.kill(stuck["pid"], signal.SIGSTOP)  # the take waits in its queue, unclaimed
+        with transport.Client(here().endpoint("ingest")) as client:
+            client.call("put_event", {"event": make_event("prompt", "Adopt WAL mode")})
+            client.call("put_event", {"event": make_event("session_summary", "WAL adopted")})
+        def leased() -> bool:
+            with db.reading(db.location(here())) as conn:
+                return batches.next_lease_expiry(conn) is not None
+        wait_for(leased, 30, 0.1, "the batch sent to the worker")
+        os.kill(stuck["pid"], signal.SIGKILL)
+
+        def records() -> int:
+            return json.loads(kl("stats", "--json").stdout)["totals"]["records"]
+        wait_for(lambda: records() == 1, 60, 0.2, "the batch extracted by the new worker")
+        log = kl("logs", "supervisor", "-n", "100").stdout
+        assert "extraction-1 exited: storage hands out its 1 batch(es) again" in log
     finally:
         kl("stop", check=True)
 

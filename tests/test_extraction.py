@@ -81,10 +81,11 @@ def test_a_worker_answers_each_batch_of_a_take_and_survives_malformed_takes(home
             batches.send(frame)
         batches.send(protocol.pack({"batches": [
             {"batch_id": "poison", "namespace": NAMESPACE, "events": [{"kind": "prompt"}]},
-            {"batch_id": "good", "namespace": NAMESPACE, "events": [stored]}]}))
+            {"batch_id": "good", "namespace": NAMESPACE, "events": [stored]}],
+            "take": "t-1"}))
         assert records.poll(20_000), "the worker answered nothing"
         assert protocol.unpack(records.recv()) == {"batch_ids": ["poison", "good"],
-                                                   "worker_pid": worker.pid}
+                                                   "take": "t-1", "worker_pid": worker.pid}
         assert records.poll(10_000)
         results = protocol.unpack(records.recv())["results"]
         assert [r["batch_id"] for r in results] == ["poison", "good"]

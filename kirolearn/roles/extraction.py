@@ -109,6 +109,8 @@ class ExtractionWorker(base.Role):
             return
         started = time.monotonic()
         claim: dict = {"batch_ids": [b[0] for b in batches]}
+        if isinstance(take.get("take"), str):  # said back: it was this worker that got it
+            claim["take"] = take["take"]
         if self.daemon is None:  # a pid means something on the daemon's machine only
             claim["worker_pid"] = os.getpid()
         self.records.send(protocol.pack(claim))

@@ -23,6 +23,7 @@ batch it took); anything else is dropped and said in the log.
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable
 
@@ -264,14 +265,15 @@ class Handout:
     def _hand_out(self, take: Take, now: int) -> bool:
         """Send one take to a free worker (of this machine, for a take of private
         batches) and lease its batches; False if no worker took it (they stay due)."""
-        message = protocol.pack({"batches": take.batches})
+        token = secrets.token_hex(16)  # the worker that gets the take says it with its claim
+        message = protocol.pack({"batches": take.batches, "take": token})
         for sock in self.batches[:1] if take.local else self.batches:
             if base.send_now(sock, message):
                 break
         else:
             return False  # no worker free (one went away since the poll)
         self.leases.lease([batch["batch_id"] for batch in take.batches], now,
-                          elsewhere=sock is not self.batches[0])
+                          elsewhere=sock is not self.batches[0], token=token)
         lease_end = time.monotonic() + self.leases.lease_ms / 1000
         self.dispatch_due = min(self.dispatch_due or lease_end, lease_end)
         for batch, attempts in zip(take.batches, take.attempts, strict=True):
@@ -339,7 +341,7 @@ class Handout:
         ids, working = message.get("batch_ids"), message.get("working")
         if isinstance(ids, list):
             if worker is not None:
-                self.leases.taken(ids, worker)  # heard from now on (not its pid)
+                self.leases.taken(ids, worker, message.get("take"))  # heard (not its pid)
             else:
                 self.leases.claimed(ids, message.get("worker_pid"))
         elif worker is not None and isinstance(working, list):  # still at it

@@ -4,7 +4,9 @@ the workers' messages and tells it): a test drives it with a writer on a file.
 
 A batch handed out is leased in the store until ``lease_ms`` from then; a lease that
 runs out makes it due again (``batches.due_batches``). Sooner than that, a batch goes out
-again when the local worker process that claimed it is gone, or the worker elsewhere
+again when the local worker process that claimed it is gone (or, for the batches sent
+to this machine's workers and not yet claimed, which may have waited in its queue, when
+the supervisor says a worker of this machine exited: ``worker_gone``), or the worker elsewhere
 that took it has said nothing for ``REMOTE_SILENCE_S`` (it says ``working`` every few
 seconds), or that worker's key is revoked, or its result could not be committed (the
 store was away: it goes out again as soon as the store answers). A batch that keeps
@@ -37,17 +39,24 @@ class Leases:
         self.claims: dict[str, int] = {}  # leased batch → the pid of the worker that took it
         self.heard: dict[str, float] = {}  # batch of a worker elsewhere → when it last spoke
         self.holders: dict[str, str] = {}  # batch of a worker elsewhere → the worker's name
-        self.unclaimed: set[str] = set()  # batches sent elsewhere, not yet said taken
+        # batches sent elsewhere, not yet said taken → the token of their take: the worker
+        # that got the take alone can say it took them (PUSH does not say who got it)
+        self.unclaimed: dict[str, str] = {}
+        self.sent_here: set[str] = set()  # batches sent to this machine's workers, unclaimed
         self.stranded: set[str] = set()  # batches whose results a fault kept uncommitted
         self.batch_s: float | None = None  # the workers' recent seconds per batch
 
     # -- handing out --------------------------------------------------------------------------
 
-    def lease(self, batch_ids: list[str], now_ms: int, elsewhere: bool) -> None:
+    def lease(self, batch_ids: list[str], now_ms: int, elsewhere: bool, token: str = ""
+              ) -> None:
         """The batches were sent to a worker (``elsewhere``: one on another machine, which
-        has yet to say it took them): leased until now + lease_ms."""
+        has yet to say it took them, with the take's ``token``): leased until now +
+        lease_ms."""
         if elsewhere:
-            self.unclaimed.update(batch_ids)
+            self.unclaimed.update(dict.fromkeys(batch_ids, token))
+        else:
+            self.sent_here.update(batch_ids)
         with self.writer.writing() as conn:
             batches.lease_batches(conn, batch_ids, now_ms + self.lease_ms)
 
@@ -86,13 +95,17 @@ class Leases:
     def claimed(self, batch_ids: Iterable[object], pid: object) -> None:
         """This machine's worker ``pid`` took the batches."""
         if isinstance(pid, int):
-            self.claims.update(dict.fromkeys((i for i in batch_ids if isinstance(i, str)), pid))
+            ids = [i for i in batch_ids if isinstance(i, str)]
+            self.claims.update(dict.fromkeys(ids, pid))
+            self.sent_here.difference_update(ids)
 
-    def taken(self, batch_ids: Iterable[object], worker: str) -> None:
-        """The worker elsewhere took batches sent there: heard from now on."""
+    def taken(self, batch_ids: Iterable[object], worker: str, token: object) -> None:
+        """The worker elsewhere took batches sent there (``token``: its take's, which only
+        the worker that got the take knows): heard from now on."""
         for batch_id in batch_ids:
-            if isinstance(batch_id, str) and batch_id in self.unclaimed:
-                self.unclaimed.discard(batch_id)
+            if (isinstance(batch_id, str) and batch_id in self.unclaimed
+                    and isinstance(token, str) and token == self.unclaimed[batch_id]):
+                del self.unclaimed[batch_id]
                 self.heard[batch_id] = time.monotonic()
                 self.holders[batch_id] = worker
 
@@ -108,9 +121,10 @@ class Leases:
         if worker is not None and self.holders.get(batch_id) != worker:
             return False
         self.claims.pop(batch_id, None)
+        self.sent_here.discard(batch_id)
         self.heard.pop(batch_id, None)
         self.holders.pop(batch_id, None)
-        self.unclaimed.discard(batch_id)
+        self.unclaimed.pop(batch_id, None)
         return True
 
     def strand(self, batch_ids: Iterable[str]) -> None:
@@ -164,6 +178,22 @@ class Leases:
             except PermissionError:
                 pass  # alive, as another user
 
+    def worker_gone(self, pid: int) -> int:
+        """A worker process of this machine exited (the supervisor says so at once): the
+        batches it claimed, and those sent to this machine's workers that none has claimed
+        yet (one may have waited in its queue, lost with it), go out again now; how many.
+        One that another worker still holds in its queue is then done twice and committed
+        once."""
+        gone = {b for b, holder in self.claims.items() if holder == pid} | self.sent_here
+        for batch_id in sorted(gone):
+            self.claims.pop(batch_id, None)
+            self._again(batch_id, f"worker {pid} exited before it was done")
+        self.sent_here.clear()
+        if gone:
+            self.log.warning("worker %d exited: handing out again %d batch(es) it held or may"
+                             " have had waiting", pid, len(gone))
+        return len(gone)
+
     def revoke(self, allowed: set[str], revoked: bool) -> bool:
         """After a key was ``revoked``, or when a batch is held by a worker whose key is no
         longer ``allowed``: its batches, and those sent elsewhere and not yet said taken
@@ -172,7 +202,7 @@ class Leases:
         gone = {b for b, name in self.holders.items() if name not in allowed}
         if not (revoked or gone):
             return False
-        for batch_id in gone | self.unclaimed:
+        for batch_id in gone | set(self.unclaimed):
             name = self.holders.pop(batch_id, None)
             self.heard.pop(batch_id, None)
             self.log.warning("batch %s: %s; handing it out again", batch_id,

@@ -239,6 +239,16 @@ class Storage(base.Role):
         self.log.info("retry_batches: %d failed batch(es) re-queued", requeued)
         return {"requeued": requeued}
 
+    @base.op("worker_gone")
+    def worker_gone(self, request: base.Request) -> dict:
+        """``worker_gone {pid}`` → ``{handed_out}``: a worker of this machine exited (from the
+        supervisor): what it held, and the batches sent here and not yet claimed, go out
+        again now rather than at their leases' end."""
+        pid = request.require("pid", int, "a process id")
+        handed = self.handout.leases.worker_gone(pid)
+        self.handout.dispatch_due = 0.0
+        return {"handed_out": handed}
+
     @base.op("forget")
     def forget(self, request: base.Request) -> dict:
         """``forget {record_id, namespaces}`` → ``{deleted}``: whether the record was
