@@ -235,10 +235,20 @@ def serve(ws: Workspace, scenario: Callable[[Client], Awaitable[object]], *args:
     return anyio.run(main)
 
 
-async def call(client: Client, tool: str, **arguments: object) -> tuple[bool, str]:
-    """(is_error, text) of one tool call."""
+async def call(client: Client, tool: str, fenced: bool = False, **arguments: object
+               ) -> tuple[bool, str]:
+    """(is_error, text) of one tool call: stored text comes fenced as recalled notes
+    (``search.context.fenced``), given here without the fence unless ``fenced``."""
+    from kirolearn.search.context import FENCE, PREAMBLE
+
     result = await client.call_tool(tool, arguments)
-    return result.is_error, "\n".join(block.text for block in result.content)
+    text = "\n".join(block.text for block in result.content)
+    head, tail = f"<{FENCE}>\n{PREAMBLE}\n\n", f"\n</{FENCE}>"
+    if not fenced and text.startswith(head):
+        assert text.count(tail) == 1 and tail in text, text
+        inner, _, after = text[len(head):].partition(tail)
+        text = inner + after
+    return result.is_error, text
 
 
 def first_run(count: int, namespace: str) -> tuple[list[dict], list[tuple[str, object]]]:

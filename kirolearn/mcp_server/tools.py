@@ -1,7 +1,8 @@
 """The MCP tools, one function each: its docstring is the description the model reads,
 its signature the schema the SDK checks every call against, and its answer is text.
 ``memory`` (bound by the server's one registration, ``TOOLS``) is the scope and the
-daemon calls."""
+daemon calls. An answer that carries stored text is fenced and quoted as the hooks'
+context is (``search.context.fenced``): recalled notes, data, never instructions."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pydantic import Field
 from kirolearn import config, contract, control
 from kirolearn.mcp_server import text
 from kirolearn.mcp_server.memory import Memory, hits
+from kirolearn.search.context import fenced
 
 RECALL_LIMIT = 8  # memories one recall returns (the seed's recallLimit)
 
@@ -52,7 +54,7 @@ def search_memory(memory: Memory, query: Query,
     if not records:
         return (f"No memories matched \u201c{text.one_line(query)}\u201d"
                 f" in {memory.scope.label}.")
-    return "\n\n".join(text.search_block(record) for record in records)
+    return fenced("\n\n".join(text.search_block(record) for record in records))
 
 
 def recall(memory: Memory, query: Query) -> str:
@@ -63,7 +65,8 @@ def recall(memory: Memory, query: Query) -> str:
     close it is in meaning to the query, from 0 to 1 (above 0.5: about the same
     thing; below 0.3: barely related, found by a shared word); or "No relevant
     memories found."."""
-    return text.recall_text(hits(memory.search(query, RECALL_LIMIT)))
+    found = hits(memory.search(query, RECALL_LIMIT))
+    return fenced(text.recall_text(found)) if found else text.recall_text(found)
 
 
 def resume_session(memory: Memory) -> str:
@@ -74,7 +77,8 @@ def resume_session(memory: Memory) -> str:
     turn, newest last), what is left (next steps said at its end, a command that
     was still failing) and the files it touched; or says there is none yet."""
     reply = memory.call("retrieval", "resume_session", {"namespace": memory.scope.saves_to})
-    return reply["context"] or f"No earlier session to resume in {memory.scope.label}."
+    return (fenced(reply["context"]) if reply["context"]
+            else f"No earlier session to resume in {memory.scope.label}.")
 
 
 def timeline(memory: Memory, record_id: RecordId | None = None, query: Query | None = None,
@@ -99,7 +103,7 @@ def timeline(memory: Memory, record_id: RecordId | None = None, query: Query | N
         "before": before, "after": after})["records"]
     if not records:
         raise ToolError(f"there is no record {record_id} in {memory.scope.label}")
-    return text.timeline_text(records, record_id, memory.scope.label)
+    return fenced(text.timeline_text(records, record_id, memory.scope.label))
 
 
 def get_records(memory: Memory,
@@ -112,7 +116,7 @@ def get_records(memory: Memory,
     records = memory.records(text.unique(ids))
     if not records:
         raise ToolError(f"none of these records is in {memory.scope.label}: {', '.join(ids)}")
-    answer = "\n\n".join(text.full_record(record) for record in records)
+    answer = fenced("\n\n".join(text.full_record(record) for record in records))
     missing = [i for i in text.unique(ids) if i not in {r["record_id"] for r in records}]
     if missing:
         answer += f"\n\nNot found in {memory.scope.label}: {', '.join(missing)}"

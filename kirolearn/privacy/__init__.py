@@ -43,9 +43,11 @@ _CLOSE = r"(?:>|&gt;|&\#0*62;|&\#x0*3e;|\\u003e|%3e)"
 _TAG = re.compile(rf"{_OPEN}\s*(/|%2f)?\s*private\b[^<>&%]*?{_CLOSE}", re.IGNORECASE)
 
 
-# C0 controls but tab and newline, DEL, C1 controls, and the bidirectional embeddings,
-# overrides and isolates; in a JSON text, C0 controls come escaped (``\u0000``, ``\b``).
-CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0 controls but tab and newline, DEL, C1 controls, the bidirectional embeddings,
+# overrides and isolates, and Unicode's tag characters (text no reader sees, that a
+# model reads); in a JSON text, C0 controls come escaped (``\u0000``, ``\b``).
+CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+                      "\U000e0000-\U000e007f]")
 _ENCODED_CONTROLS = re.compile(r"\\u00[01][0-9a-fA-F]|\\u007[fF]|\\[bfr]")
 
 
