@@ -3,6 +3,9 @@
 - recall: of the test corpus (tests/secret_corpus.py: realistic secrets of many kinds
   and ``<private>`` as people type it), the share redacted, and the kinds caught whole
   (every sample of the kind) and missed;
+- recall on formats (benchmarks/secret_formats.py: over 150 kinds of secret, one sample
+  each, built from public references on secret formats apart from the tests' corpus): a
+  secret counts as caught only when no 12 characters of it survive;
 - false positives: the share of ordinary lines that the secret rules change, per kind
   of text: source code (kirolearn's, the standard library's security-minded modules,
   and the installed packages kirolearn depends on), prose (the docs), lockfile lines
@@ -36,6 +39,7 @@ from kirolearn import privacy
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 STDLIB = ["smtplib", "ftplib", "imaplib", "poplib", "getpass", "ssl", "hmac", "secrets", "uuid",
           "netrc", "urllib/request", "urllib/parse", "http/client", "http/cookiejar",
           "logging/handlers", "email/utils", "hashlib", "base64", "tokenize", "configparser",
@@ -119,6 +123,22 @@ def recall() -> dict:
             "private_variants": len(secret_corpus.PRIVATE), "private_redacted": hidden}
 
 
+def formats_recall() -> dict:
+    from secret_formats import FORMATS
+
+    missed = []
+    for kind, text, secret in FORMATS:
+        out = privacy.scrub_text(text)
+        pieces = [secret] if len(secret) < 12 else [secret[i:i + 12] for i in
+                                                     range(0, len(secret) - 11, 6)]
+        if any(piece in out for piece in pieces):
+            missed.append(kind)
+            say(f"missed {kind}: {out[:120]!r}")
+    return {"bench": "scrub", "text": "formats", "kinds": len(FORMATS),
+            "kinds_caught": len(FORMATS) - len(missed), "kinds_missed": missed,
+            "recall": round(1 - len(missed) / len(FORMATS), 4)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -128,6 +148,7 @@ def main() -> None:
     privacy.scrubber()
     say(f"rules built in {time.perf_counter() - started:.2f} s")
     print(json.dumps(recall()), flush=True)
+    print(json.dumps(formats_recall()), flush=True)
     for kind, lines in texts(args.quick).items():
         say(f"{kind}: {len(lines)} lines")
         print(json.dumps(false_positives(kind, lines, args.show)), flush=True)

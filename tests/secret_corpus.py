@@ -260,6 +260,29 @@ add("buildkite-token", "buildkite {s}", "bkua_" + fake("bk", 40, HEX))
 add("heroku-key", "heroku token {s}", "HRKU-" + fake("hrku", 60, URLSAFE))
 add("1password-token", "OP_SERVICE_ACCOUNT {s}", "ops_eyJ" + fake("ops", 60, URLSAFE))
 
+# Secrets known by their shape in context, not by a provider's prefix: a flag, a key of a
+# .env file or a structured value, a header, URL userinfo, a JSON text inside a string.
+add("gpg-passphrase", "gpg --batch --passphrase {s} --symmetric notes.txt",
+    "Qw3rty!" + fake("gpg", 8))
+add("ssh-keygen-passphrase", "ssh-keygen -t rsa -b 4096 -N {s} -f id_deploy", fake("skg", 14))
+add("sqlcmd-password", "sqlcmd -S tcp:db,1433 -U sa -P {s}", "Sa!" + fake("sqlc", 12))
+add("zip-password", "zip -e -P {s} backup.zip db.sql", fake("zipp", 12))
+add("kubernetes-secret", "kind: Secret\napiVersion: v1\nmetadata:\n  name: db\ndata:\n"
+    "  token: {s}\n", fake("k8sd", 40, B64) + "==")
+add("jwk-private", '{{"kty": "RSA", "e": "AQAB", "n": "sXchDaQebHnPiGvyDOAT4saGEUetSyo9MKLOoWF", '
+    '"d": "{s}"}}', fake("jwk", 86, URLSAFE))
+add("maven-password", "<server>\n  <id>releases</id>\n  <password>{s}</password>\n</server>",
+    fake("mvnp", 18))
+add("nuget-password", '<add key="ClearTextPassword" value="{s}" />', fake("nugp", 16))
+add("laravel-app-key", "APP_KEY=base64:{s}", fake("applk", 43, B64) + "=")
+add("rails-master-key", "RAILS_MASTER_KEY={s}", fake("rmkey", 32, HEX))
+add("db-pw", "DB_PW={s}", fake("dbpw", 14))
+add("url-password-at-hash", "mysql://app:{s}@db.internal/shop", "pa@s#" + fake("upat", 9))
+add("presigned-url", "https://b.s3.amazonaws.com/f.zip?X-Amz-Expires=60&X-Amz-Signature={s}",
+    fake("psig", 64, HEX))
+add("nested-json", '{{"result": "{{\\"db\\": {{\\"passwd\\": \\"{s}\\"}}}}"}}',
+    fake("nestj", 20))
+
 KINDS = sorted({kind.split("-")[0] if kind.startswith(("url-password", "dotenv")) else kind
                 for kind, _, _ in SECRETS})
 

@@ -408,6 +408,7 @@ def test_false_positives_on_ordinary_code_prose_lockfiles_and_ids_stay_near_zero
     rows = {row["text"]: row for row in map(json.loads, out.splitlines())}
     assert rows["corpus"]["recall"] == 1.0
     assert rows["corpus"]["private_redacted"] == rows["corpus"]["private_variants"]
+    assert rows["formats"]["kinds"] >= 150 and rows["formats"]["recall"] == 1.0
     assert rows["code"]["lines"] > 5000 and rows["code"]["false_positive_rate"] < 0.001
     for text in ("prose", "lockfile", "uuids", "hashes"):
         assert rows[text]["lines"] > 100 and rows[text]["false_positive_lines"] == 0, text

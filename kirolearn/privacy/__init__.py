@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -235,14 +236,22 @@ def may_need_scrub(encoded: str) -> bool:
     return scrubber().may_match(encoded)
 
 
-@functools.lru_cache(maxsize=8192)  # JSON keys and short values repeat a lot
-def _redact_short(text: str) -> tuple[str, tuple[str, ...]]:
-    return scrubber().redact(text)
+def _redact(text: str) -> tuple[str, tuple[str, ...]]:
+    nested: list[str] = []
+    if text.lstrip()[:1] in "{[":
+        text = _without_nested_secrets(text, nested)
+    scrubbed, kinds = scrubber().redact(text)
+    return scrubbed, (*nested, *kinds)
+
+
+_redact_short = functools.lru_cache(maxsize=8192)(_redact)  # keys, short values repeat
 
 
 def redact(text: str) -> tuple[str, tuple[str, ...]]:
-    """text scrubbed, and the kind of each redaction made."""
-    return _redact_short(text) if len(text) <= 64 else scrubber().redact(text)
+    """text scrubbed, and the kind of each redaction made. A text that is JSON has the
+    secrets under its keys redacted first (``_nested_secrets``): the keys say what the
+    values are, where the text alone, its quotes escaped, no longer shows it."""
+    return _redact_short(text) if len(text) <= 64 else _redact(text)
 
 
 def scrub_text(text: str) -> str:
@@ -258,6 +267,59 @@ def scrub_event(event: dict, counts: Counter | None = None) -> dict:
     return {**event, "body": body, "content_hash": contract.content_hash(body)}
 
 
+NESTED_JSON_BYTES = 1 << 20  # a string this long at most is parsed as JSON
+
+
+def _nested_secrets(text: str, depth: int = 0) -> list[tuple[str, str]]:
+    """(value, kind) of each secret under a secret key of the JSON a string holds (a
+    tool's result that is JSON text, a log line's payload), at any depth and through
+    JSON held in its strings in turn: the object's keys say what its values are, which
+    the text alone, its quotes escaped, no longer shows."""
+    stripped = text.strip()
+    if (depth > 4 or len(stripped) < 8 or len(stripped) > NESTED_JSON_BYTES
+            or stripped[0] not in "{[" or stripped[-1] not in "}]"):
+        return []
+    try:
+        parsed = json.loads(stripped)
+    except (ValueError, RecursionError):
+        return []
+    found: list[tuple[str, str]] = []
+
+    def walk(node: Any, key: Any = None) -> None:
+        if isinstance(node, dict):
+            private = rule_set.JWK_PRIVATE if "kty" in node else ()
+            for k, v in node.items():
+                if isinstance(v, str) and k in private and len(v) >= 8:
+                    found.append((v, "private-key"))
+                else:
+                    walk(v, k)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item, key)
+        elif isinstance(node, str):
+            kind = rule_set.secret_key_kind(key) if isinstance(key, str) else None
+            if kind is not None and rule_set.secret_value(node):
+                found.append((node, kind))
+            else:
+                found.extend(_nested_secrets(node, depth + 1))
+
+    walk(parsed)
+    return found
+
+
+def _without_nested_secrets(text: str, kinds: list[str]) -> str:
+    """text with each secret of the JSON it holds (``_nested_secrets``) redacted where it
+    stands, as JSON wrote it: the rest of the text keeps its form."""
+    for value, kind in _nested_secrets(text):
+        encoded = json.dumps(value)[1:-1]
+        for form in dict.fromkeys((encoded, json.dumps(value, ensure_ascii=False)[1:-1],
+                                   json.dumps(encoded)[1:-1])):
+            if form and form in text:
+                text = text.replace(form, marker(kind))
+                kinds.append(kind)
+    return text
+
+
 def scrub(value: Any, counts: Counter | None = None) -> Any:
     """A copy of value with every string (dict keys included) scrubbed; each redaction's
     kind is counted in ``counts`` when given."""
@@ -267,8 +329,10 @@ def scrub(value: Any, counts: Counter | None = None) -> Any:
             counts.update(kinds)
         return text
     if isinstance(value, dict):
-        return {scrub(k, counts) if isinstance(k, str) else k: _keyed_value(k, v, counts)
-                for k, v in value.items()}
+        private = rule_set.JWK_PRIVATE if "kty" in value else ()
+        return {scrub(k, counts) if isinstance(k, str) else k:
+                marker("private-key") if k in private and isinstance(v, str)
+                else _keyed_value(k, v, counts) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [scrub(v, counts) for v in value]
     return value

@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import functools
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,7 +71,10 @@ class Rule:
                     continue
             if "s" in self.pattern.groupindex:
                 start, end = match.span("s")
-                if end - start >= 2 and text[start] in "'\"" and text[end - 1] == text[start]:
+                if (end - start >= 4 and text[start] == "\\" and text[start + 1] == "\""
+                        and text[end - 2:end] == "\\\""):
+                    start, end = start + 2, end - 2  # quoted in JSON held in a string
+                elif end - start >= 2 and text[start] in "'\"" and text[end - 1] == text[start]:
                     start, end = start + 1, end - 1  # a quoted value: the quotes stay
                 if end > start:
                     found.append((start, end, kind))
@@ -206,21 +210,27 @@ def from_detect_secrets() -> list[dict]:
 
 # -- what they miss ------------------------------------------------------------------------------
 
-_QUOTED_OR_BARE = r"""(?P<s>"[^"\n]*"|'[^'\n]*'|[^\s"'`,;)}\]]+)"""
-_KEYWORD = (r"(?:pass(?:word|wd|phrase)?|pwd|secret|token|credentials?|api[_-]?key|apikey"
-            r"|access[_-]?key|auth[_-]?key|private[_-]?key|account[_-]?key|client[_-]?key"
-            r"|service[_-]?key|db[_-]?key|database[_-]?key|priv[_-]?key|key[_-]?pass"
-            r"|sharedaccesskey|sharedaccesssignature|signing[_-]?key|encryption[_-]?key"
-            r"|contrase(?:ñ|n)a)")
+# (a value in JSON held in a string comes with its quotes escaped: \"…\")
+_QUOTED_OR_BARE = r"""(?P<s>\\"(?:[^"\\\n]|\\[^"\n])*\\"|"[^"\n]*"|'[^'\n]*'|[^\s"'`,;)}\]]+)"""
+_KEYWORD = (r"(?:pass(?:word|wd|phrase|code)?|pwd|pw|secret|token|credentials?|creds?"
+            r"|api[_-]?key|apikey|access[_-]?key|auth[_-]?key|private[_-]?key|account[_-]?key"
+            r"|client[_-]?key|service[_-]?key|db[_-]?key|database[_-]?key|priv[_-]?key"
+            r"|key[_-]?pass|sharedaccesskey|sharedaccesssignature|signing[_-]?key"
+            r"|encryption[_-]?key|master[_-]?key|contrase(?:ñ|n)a|key|signature|sig|jwt|dsn"
+            r"|auth)")
 # What each of _KEYWORD's words begins with (the tests check every match does).
-_KEYWORD_STARTS = ("pass", "pwd", "secret", "token", "credential", "api", "access", "auth",
-                   "priv", "account", "client", "service", "db", "database", "key",
-                   "sharedaccess", "signing", "encryption", "contrase")
+_KEYWORD_STARTS = ("pass", "pwd", "pw", "secret", "token", "credential", "cred", "api",
+                   "access", "auth", "priv", "account", "client", "service", "db", "database",
+                   "key", "sharedaccess", "signing", "encryption", "master", "contrase", "sig",
+                   "jwt", "dsn")
+# The words of a key that name a secret by themselves only when its value looks like one
+# (``APP_KEY=base64:…`` is, ``sort_key = "name"`` is not): a value of a secret's shape.
+_WEAK_WORDS = ("key", "sig", "signature", "dsn", "auth", "cred", "creds")
 # A key with a secret word, a separator and a value: ``DB_PASSWORD=…``, ``"token": "…"``,
 # ``password = '…'``. The match starts at the word; what comes before it (DB_) stays.
 _KEYED = (
-    rf"(?P<word>{_KEYWORD})(?P<rest>[\w-]*)[\"'\]]{{0,2}}[ \t]*(?P<sep>:=|=>|[:=])(?!=)[ \t]*"
-    rf"(?!\[REDACTED){_QUOTED_OR_BARE}")
+    rf"(?P<word>{_KEYWORD})(?P<rest>[\w-]*)(?:\\?[\"'\]]){{0,2}}[ \t]*(?P<sep>:=|=>|[:=])(?!=)"
+    rf"[ \t]*(?!\[REDACTED){_QUOTED_OR_BARE}")
 # A key that ends like these names something about a secret, not the secret.
 _NOT_THE_SECRET = re.compile(
     r"[_-]?(?:type|types|id|ids|name|names|file|filename|path|dir|url|uri|endpoint|length|len"
@@ -228,9 +238,23 @@ _NOT_THE_SECRET = re.compile(
     r"|format|env|var|policy|pattern|regex|required|enabled|label|placeholder|hint|min|max"
     r"|reset|changed|version|usage|used|budget|budgets|estimate|class|kind|mode|store|cache"
     r"|provider|manager|helper|source|command|cmd)$", re.IGNORECASE)
+# Keys named "…key" that are no secret: a database's, a dictionary's, a keyboard's (the
+# word before "key").
+_NOT_A_SECRET_KEY = frozenset([
+    "primary", "foreign", "sort", "partition", "range", "hash", "cache", "lookup", "dict", "map",
+    "group", "row", "column", "index", "unique", "public", "pub", "composite", "natural",
+    "surrogate", "object", "item", "entry", "record", "order", "shortcut", "hot", "short",
+    "keyboard", "press", "pressed", "on", "event", "react", "vue", "list", "idempotency",
+    "routing", "storage", "s3", "bucket", "field", "attr", "attribute", "prop", "message",
+    "translation", "i18n", "l10n", "setting", "config", "option", "state", "query", "cursor",
+    "next", "prev", "page", "pagination", "ssh", "gpg", "pgp", "license", "host", "known",
+    "trusted", "verify", "verification", "template", "component", "dedup", "dedupe", "ordering",
+    "lock", "mutex", "redis", "kv", "sequence"])
+_KEY_WORDS = re.compile(r"[_\-.]+|(?<=[a-z0-9])(?=[A-Z])")
 _PLACEHOLDER = re.compile(
     r"""^(?:\$|\{|<|%\(|%s|\*{3}|x{4,}$|\.\.\.|true$|false$|null$|none$|nil$|undefined$
-    |\[|changeme$|secret$|password$|your[_-])""", re.IGNORECASE | re.VERBOSE)
+    |\[|changeme$|secret$|password$|your[_-]|example|dummy|fake|test$|redacted|todo$)""",
+    re.IGNORECASE | re.VERBOSE)
 _CODE = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?:[(\[].*)?$")
 _NUMBER = re.compile(r"[\d_.,]+")
 _VERSION = re.compile(r"[\^~<>=]{0,2}v?\d+(?:\.\d+){1,3}(?:-[a-z]+(?:\.?\d+)?)?")  # ^3.9.8-rc.1
@@ -239,9 +263,28 @@ _FORMAT = re.compile(r"%[-+ #0-9.]*[sdifrx(]|\{\w*\}")
 _SECRET_WORD = re.compile(_KEYWORD, re.IGNORECASE)
 
 
+def shaped_like_a_secret(value: str) -> bool:
+    """Whether a value has a secret's form: one unbroken run of 16 characters or more,
+    of several kinds (letters and digits, or both cases), of secret-like entropy, and not
+    a path, a URL, a dotted name, a version or an identifier of words."""
+    if len(value) < 16 or any(c.isspace() for c in value) or _PLACEHOLDER.match(value):
+        return False
+    if value.startswith(("/", "./", "~/", "http://", "https://")) or _VERSION.fullmatch(value):
+        return False
+    if re.fullmatch(r"[a-z_.:/-]+|[A-Z_.:/-]+|[A-Za-z]+(?:[._-][A-Za-z]+)*", value):
+        return False  # words: a name, a setting, a dotted path
+    kinds = sum(bool(re.search(pattern, value))
+                for pattern in (r"[a-z]", r"[A-Z]", r"\d", r"[^A-Za-z0-9]"))
+    if kinds < 2:
+        return False
+    counts = {c: value.count(c) for c in set(value)}
+    entropy = -sum(n / len(value) * math.log2(n / len(value)) for n in counts.values())
+    return entropy >= 3.0
+
+
 def _keyword_kind(word: str) -> str:
     word = word.lower()
-    if word.startswith(("pass", "pwd", "contras")) or word.endswith("pass"):
+    if word.startswith(("pass", "pwd", "contras")) or word.endswith("pass") or word == "pw":
         return "password"
     if word == "token":
         return "token"
@@ -281,11 +324,17 @@ def _keyed(match: re.Match, text: str) -> str | None:
     if rest and not (rest[0] in "_-" or rest.lower() == "s" or rest[0].isupper()):
         return None  # tokenizer, passage: another word
     before = _key_before(text, match.start())
-    if word.lower().startswith("pass") and before and before[-1].isalpha() and not (
-            (before.isupper() and word.isupper()) or word[0].isupper()):
-        return None  # compass, bypass (but PGPASSWORD, storePassword)
+    lowered = word.lower()
+    if (lowered.startswith(("pass", "pw", "key", "sig", "auth", "cred", "dsn", "jwt"))
+            and before and before[-1].isalpha() and not (
+                (before.isupper() and word.isupper()) or word[0].isupper())):
+        return None  # compass, monkey, design (but PGPASSWORD, storePassword, apiKey)
     if _NOT_THE_SECRET.search(rest) and not (word + rest).lower().endswith("private_key_id"):
         return None
+    weak = lowered.replace("-", "_") in _WEAK_WORDS
+    if weak and (rest.strip("_-").lower() not in ("", "s") or _KEY_WORDS.split(
+            before.strip("_-."))[-1].lower() in _NOT_A_SECRET_KEY):
+        return None  # primary_key, sort_key, public_key, KEY_EXCHANGE…
     key = before + word + rest
     # key=value, as on a command line; KEY=value, as in a .env file or before a command
     # (not KEY = value, a constant in code)
@@ -293,14 +342,20 @@ def _keyed(match: re.Match, text: str) -> str | None:
         text[match.start("sep") - 1].isspace() or text[match.end("sep")].isspace())
     env_style = tight and key.upper() == key
     value = match.group("s")
+    if value.startswith("\\\"") and value.endswith("\\\"") and len(value) >= 4:
+        value = value[1:-2] + '"'  # \"…\": JSON held in a string
     quoted = value[0] in "'\""
     value = value.strip("'\"").strip()
     if len(value) < (4 if quoted or env_style else 6) or _PLACEHOLDER.match(value):
         return None
     if quoted and _APP_PASSWORD.fullmatch(value):
         return "password"  # Google's app passwords come as four groups of four
+    if weak:  # a key, a signature: only a value of a secret's shape is one
+        code = not quoted and (any(c in value for c in "([{")
+                               or re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+", value))
+        return "secret" if shaped_like_a_secret(value) and not code else None
     # "password": "…" in JSON: the key alone says what the value is (a plain word too).
-    json_key = quoted and text[match.start() - 1: match.start()] in ("\"", "'")
+    json_key = quoted and text[match.start() - 1: match.start()] in ("\"", "'", "\\")
     if _NUMBER.fullmatch(value) or _VERSION.fullmatch(value) or _FORMAT.search(value) or (
             not env_style and (
                 (quoted and (any(c.isspace() for c in value)
@@ -313,6 +368,8 @@ def _keyed(match: re.Match, text: str) -> str | None:
 # -- a value under a secret key of a JSON object, at any depth (``secret_key_kind``) ----------
 
 _APP_PASSWORD = re.compile(r"[a-z]{4} [a-z]{4} [a-z]{4} [a-z]{4}")
+# A JSON Web Key's private members (an object with "kty").
+JWK_PRIVATE = frozenset(("d", "p", "q", "dp", "dq", "qi", "k", "oth"))
 SECRET_KEYS = frozenset({
     "password", "passwd", "pass", "pwd", "passphrase", "secret", "token", "api_key", "apikey",
     "access_key", "secret_key", "private_key", "private_key_id", "client_secret", "auth",
@@ -351,7 +408,63 @@ def _flag_value(match: re.Match, text: str) -> str | None:
     value = match.group("s").strip("'\"")
     if len(value) < 4 or _PLACEHOLDER.match(value) or re.fullmatch(r"[A-Z_]+", value):
         return None  # --token TOKEN in a usage line
-    return _keyword_kind(match.group("word"))
+    word = match.groupdict().get("word") or "password"
+    if re.search(r"[-_](?:file|env|stdin|fd)$", word, re.I) or value.startswith(("/", "./")):
+        return None  # --password-file PATH: where the secret is, not the secret
+    return _keyword_kind(word.rsplit("-", 1)[-1] if word.startswith("-") else word)
+
+
+def _said_in_prose(match: re.Match, text: str) -> str | None:
+    """A value said to be a password or token in a sentence: one that is no word, no
+    placeholder, no path, with a digit or a sign among its letters."""
+    value = match.group("s").rstrip(".,;:!?")
+    if (len(value) < 6 or _PLACEHOLDER.match(value) or value.startswith(("/", "./", "~", "http"))
+            or _VERSION.fullmatch(value) or _NUMBER.fullmatch(value)
+            or not re.search(r"[A-Za-z]", value) or not re.search(r"[\d\W_]", value)
+            or _FORMAT.search(value)):
+        return None
+    return _keyword_kind(match.group("word").replace(" ", "_"))
+
+
+def _paired(match: re.Match, text: str) -> str | None:
+    """A string literal's value after one that names a secret: a value that is no word,
+    no placeholder, no format, and (after a name of a key or salt) of a secret's shape."""
+    name, value = match.group("name"), match.group("s")[1:-1]
+    if (_PLACEHOLDER.match(value) or _FORMAT.search(value) or _VERSION.fullmatch(value)
+            or re.fullmatch(r"[\W_]*[A-Za-z]+(?:[._\- ][A-Za-z]+)*[\W_]*", value)
+            or _NOT_THE_SECRET.search(name)):
+        return None
+    if re.search(r"pass|pwd|secret|token|credential", name, re.I):
+        return _keyword_kind(_SECRET_WORD.search(name).group(0))
+    return "secret" if shaped_like_a_secret(value) else None
+
+
+def _kubernetes_data(match: re.Match, text: str) -> str | None:
+    """A value of a Secret manifest's ``data:`` or ``stringData:``: the key it is under is
+    the nearest line before it that is indented less."""
+    if not re.search(r"(?m)^\s*[\"']?kind[\"']?\s*:\s*[\"']?Secret\b", text):
+        return None
+    indent = len(match.group("indent").expandtabs())
+    for line in reversed(text[:match.start()].splitlines()):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if len(line) - len(line.lstrip()) < indent:
+            return "kubernetes-secret" if re.fullmatch(
+                r"\s*(?:data|stringData)\s*:\s*", line) else None
+    return None
+
+
+def _url_parameter(match: re.Match, text: str) -> str | None:
+    """A query parameter's value under a name that says secret; ``key`` and ``code``
+    alike only when the value has a secret's shape (``?sort_key=created_at`` is none)."""
+    value, name = match.group("s"), match.group("name").lower()
+    if _PLACEHOLDER.match(value) or "{" in value:
+        return None
+    strong = re.search(r"token|secret|password|passwd|pwd|signature|sig$|credential|auth",
+                       name)
+    if not strong and not shaped_like_a_secret(value):
+        return None
+    return "url-token"
 
 
 def _authorization(match: re.Match, text: str) -> str | None:
@@ -382,16 +495,20 @@ OURS: list[Rule] = [
          ("----begin", "---- begin")),
     Rule("private-key", r"PuTTY-User-Key-File-\d.*?(?:Private-MAC: ?[0-9a-f]+|\Z)", re.DOTALL,
          ("putty-user-key-file",)),
-    Rule("secret", _KEYED, re.IGNORECASE,
-         ("pass", "pwd", "secret", "token", "credential", "key", "contras"), accept=_keyed,
+    Rule("secret", _KEYED, re.IGNORECASE, _KEYWORD_STARTS, accept=_keyed,
          starts=_KEYWORD_STARTS),
     # Credentials in a URL (redis://:pw@host too) and tokens in its query.
-    _rule("url-password", r"\b[a-z][a-z0-9+.-]*://[^\s:/@?#\"'<>]*:(?P<s>[^\s@/?#\"'<>]+)@",
+    # (a password may hold "@" or "#" as people type it: the userinfo ends at the last
+    # "@" before the host)
+    _rule("url-password", r"\b[a-z][a-z0-9+.-]*://[^\s:/@?#\"'<>]*:(?P<s>[^\s/\"'<>]+)@"
+          r"(?=[A-Za-z0-9\[][A-Za-z0-9.\-\]:]*(?:[/?#\s\"'<>]|$))",
           ("://",), _I, _not_placeholder("url-password")),
-    _rule("url-token", r"[?&](?:access_token|refresh_token|id_token|token|api_key|apikey|key"
-          r"|sig|signature|secret|client_secret|password|pwd|auth)=(?P<s>[^&\s#\"'<>]{8,})",
-          ("token=", "key=", "sig=", "signature=", "secret=", "password=", "pwd=", "auth="),
-          _I, _not_placeholder("url-token")),
+    # A query parameter whose name says secret: tokens, keys, presigned URLs' signatures
+    # and credentials (X-Amz-Signature, X-Goog-Signature, sig, Signature, Policy).
+    _rule("url-token", r"[?&;](?P<name>[\w.-]*(?:token|key|sig|signature|secret|password"
+          r"|passwd|pwd|auth|credential|session|code|policy)[\w.-]*)=(?P<s>[^&\s#\"'<>]{8,})",
+          ("token", "key", "sig", "secret", "password", "pwd", "passwd", "auth", "credential",
+           "session", "code=", "policy="), _I, _url_parameter),
     _rule("webhook-url", r"https://(?:hooks\.slack\.com/(?:services|workflows|triggers)"
           r"|discord(?:app)?\.com/api/webhooks|[\w.-]+\.webhook\.office\.com/webhookb2"
           r"|hooks\.zapier\.com/hooks/catch)/(?P<s>[^\s\"'<>]+)",
@@ -401,13 +518,29 @@ OURS: list[Rule] = [
           r"(?:(?:bearer|basic|token|digest|bot|apikey|sso-key|negotiate|ntlm|ssws)[ \t]+)?"
           r"(?P<s>[^\"'\r\n,]{6,})", ("authorization",), _I, _authorization),
     _rule("token", r"\bbearer[ \t]+(?P<s>[A-Za-z0-9._~+/=-]{16,})", ("bearer",), _I),
-    _rule("password", r"(?:^|[\s;|&(])--?(?P<word>password|passwd|pass|pwd|token|api[-_]?key"
-          r"|secret|client[-_]secret|auth[-_]?token|access[-_]token|auth[-_]?key"
-          r"|(?:src|dest|new)?(?:store|key)pass)(?:=|[ \t]+)(?!-)"
+    # A flag whose name says secret (--db-password, --vault-token, -passphrase), and a
+    # program's own short flag for one (ssh-keygen -N, sqlcmd -P, zip -P, ldapsearch -w).
+    _rule("password", r"(?:^|[\s;|&(])--?(?P<word>[\w-]*(?:password|passwd|passphrase|pass"
+          r"|pwd|token|api[-_]?key|secret|auth[-_]?key|credentials?|storepass|keypass)"
+          r"(?:[-_](?:file|env|stdin|fd))?)(?:=|[ \t]+)(?!-)"
           r"(?P<s>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\"]+)",
-          ("--pass", "--pwd", "--token", "--api", "--secret", "--client", "--auth", "--access",
-           "-pass", "-pwd", "-token", "-secret", "storepass", "keypass", "-auth"),
+          ("pass", "-pwd", "token", "-api", "secret", "-auth", "credential"),
           re.MULTILINE, _flag_value),
+    _rule("password", r"\b(?:ssh-keygen\b[^\n|;&]*?[ \t]-[NP]|sqlcmd\b[^\n|;&]*?[ \t]-P"
+          r"|(?:zip|unzip|7z|7za|rar|unrar)\b[^\n|;&]*?[ \t]-[Pp]|ldap\w+\b[^\n|;&]*?[ \t]-w"
+          r"|mongo\w*\b[^\n|;&]*?[ \t]-p|(?:smbclient|rpcclient)\b[^\n|;&]*?[ \t]-U[ \t]*"
+          r"[^\s%]+%|htpasswd\b[^\n|;&]*?[ \t]-\w*b\w*(?:[ \t]+-\w+)*[ \t]+[^\s-]\S*[ \t]+\S+"
+          r"|az[ \t]+login\b[^\n|;&]*?[ \t]-p|openssl\b"
+          r"[^\n|;&]*?[ \t]-(?:pass(?:in|out)?|k)[ \t]+(?:pass:)?)[ \t]*(?P<s>'[^'\n]*'"
+          r"|\"[^\"\n]*\"|[^\s'\"]+)",
+          ("ssh-keygen", "sqlcmd", "zip", "7z", "rar", "ldap", "mongo", "smbclient",
+           "rpcclient", "htpasswd", "openssl", "az login"), 0, _flag_value),
+    # A string literal naming a secret, then its value: define('DB_PASSWORD', '…'),
+    # setProperty("mail.smtp.password", "…"), ("api_key", "…") in a list of pairs.
+    _rule("secret", r"[\"'](?P<name>[\w.-]{0,40}(?:pass(?:word|wd|phrase)?|pwd|secret|token"
+          r"|api[_-]?key|apikey|auth[_-]?key|private[_-]?key|salt|credentials?)[\w.-]{0,20})"
+          r"[\"'][ \t]*,[ \t]*(?P<s>\"[^\"\n]{4,}\"|'[^'\n]{4,}')",
+          ("pass", "pwd", "secret", "token", "key", "salt", "credential"), _I, _paired),
     # Files people paste from their machine: ~/.netrc, ~/.pgpass, docker's and npm's auth.
     _rule("password", r"\b(?:login|machine)[ \t]+\S+\s+password[ \t]+(?P<s>\S+)",
           ("login", "machine"), _I),
@@ -426,10 +559,34 @@ OURS: list[Rule] = [
     _rule("password", r"\b(?:mysql\w*|mariadb\w*)\b[^\n|;&]*?[ \t]-p(?P<s>[^\s'\"]+|'[^'\n]*'"
           r"|\"[^\"\n]*\")", ("mysql", "mariadb")),
     _rule("password", r"\b(?:sshpass[^\n|;&]*?[ \t]-p[ \t]*|redis-cli\b[^\n|;&]*?[ \t]-a[ \t]+"
-          r"|docker[ \t]+login\b[^\n|;&]*?[ \t]-p[ \t]+)(?P<s>[^\s'\"]+)",
-          ("sshpass", "redis-cli", "docker")),
+          r"|docker[ \t]+login\b[^\n|;&]*?[ \t]-p[ \t]+)(?P<s>'[^'\n]*'|\"[^\"\n]*\""
+          r"|[^\s'\"]+)", ("sshpass", "redis-cli", "docker")),
     _rule("basic-auth", r"\b(?:curl|https?|wget)\b[^\n|;&]*?[ \t](?:-u|--user|-a|--auth)"
           r"(?:[ \t]+|=)[\"']?[^\s:'\"]*:(?P<s>[^\s'\"]+)", ("curl", "http", "wget")),
+    # Said in prose: "the wifi password is Tr0ub4dor&3", "token was 4f3c…".
+    _rule("password", r"\b(?P<word>password|passphrase|passcode|pass|pwd|pin|token|secret"
+          r"|api[ _-]?key)\b[ \t]+(?:is|was|is[ \t]+now|now[ \t]+is)[ \t]+[\"'`]?"
+          r"(?P<s>[^\s\"'`]{6,}?)[\"'`]?(?=[\s,;)]|[.!?](?:\s|$)|$)",
+          ("password", "passphrase", "passcode", "pass", "pwd", "pin", "token", "secret",
+           "api"), _I, _said_in_prose),
+    # XML as build tools keep it: Maven's <password>, NuGet's <add key="ClearTextPassword"
+    # value="…"/>, <property name="db.password" value="…"/>.
+    _rule("password", r"<(?P<tag>[\w:.-]*(?:password|passwd|passphrase|secret|token|apikey"
+          r"|api-key|api_key|privatekey|credentials?)[\w:.-]*)\b[^>/]*>[ \t]*(?P<s>[^<\s]"
+          r"[^<]{2,})</(?P=tag)>", ("password", "passwd", "passphrase", "secret", "token",
+                                     "apikey", "api-key", "api_key", "privatekey", "credential"),
+          _I, _not_placeholder("password")),
+    _rule("password", r"\b(?:key|name)[ \t]*=[ \t]*[\"'][^\"'\n]*(?:password|passwd|passphrase"
+          r"|secret|token|apikey|api[_.-]key)[^\"'\n]*[\"'][ \t]+value[ \t]*=[ \t]*[\"']"
+          r"(?P<s>[^\"'\n]{3,})[\"']", ("value",), _I, _not_placeholder("password")),
+    # A Kubernetes Secret's data: every value under data/stringData of a manifest whose
+    # kind is Secret (base64 is no disguise).
+    Rule("kubernetes-secret", r"(?m)^(?P<indent>[ \t]+)[\w.-]+:[ \t]*(?P<s>\S[^\n]*?)[ \t]*$",
+         0, ("kind: secret", "\"kind\": \"secret\""), accept=_kubernetes_data),
+    # A JSON Web Key's private members ("d", "p", "q", "dp", "dq", "qi"; "k" of a
+    # symmetric key), in a text that holds a JWK ("kty").
+    _rule("private-key", r"\\?\"(?:d|p|q|dp|dq|qi|k)\\?\"[ \t]*:[ \t]*\\?\""
+          r"(?P<s>[A-Za-z0-9_-]{16,})\\?\"", ("\"kty", "kty\\\"")),
     # Providers detect-secrets 1.5 has no detector for.
     _rule("openai-key", rf"\b(?P<s>sk-(?:proj-|svcacct-|admin-)?{_TOKEN}{{20,}})", ("sk-",)),
     _rule("anthropic-key", rf"\b(?P<s>sk-ant-(?:api|admin)\d\d-{_TOKEN}{{20,}})", ("sk-ant-",)),
@@ -496,6 +653,40 @@ OURS: list[Rule] = [
     _rule("firebase-key", r"\b(?P<s>AAAA[A-Za-z0-9_-]{7}:APA91b[A-Za-z0-9_-]{100,})",
           ("apa91b",)),
     _rule("dropbox-token", r"\b(?P<s>sl\.[A-Za-z0-9_-]{100,})", ("sl.",)),
+    _rule("slack-token", r"\b(?P<s>xapp-\d-[A-Z0-9]+-\d+-[a-f0-9]{32,}|xoxe\.xox[bp]-\d-"
+          r"[A-Za-z0-9]{100,})", ("xapp-", "xoxe.")),
+    _rule("square-token", r"\b(?P<s>sq0atp-[A-Za-z0-9_-]{22}|EAAA[A-Za-z0-9_-]{60})",
+          ("sq0atp-", "eaaa")),
+    _rule("facebook-token", r"\b(?P<s>EAA[BCDGIMOQU][A-Za-z0-9]{80,})", ("eaa",)),
+    _rule("google-refresh-token", rf"\b(?P<s>1//0{_TOKEN}{{40,}})", ("1//0",)),
+    _rule("sentry-token", r"\b(?P<s>sntr[yu]s_[A-Za-z0-9+/=_-]{40,})", ("sntrys_", "sntryu_")),
+    _rule("rubygems-key", r"\b(?P<s>rubygems_[a-f0-9]{48})", ("rubygems_",)),
+    _rule("nuget-key", r"\b(?P<s>oy2[a-z0-9]{43})\b", ("oy2",)),
+    _rule("figma-token", r"\b(?P<s>figd_[A-Za-z0-9_-]{40,})", ("figd_",)),
+    _rule("hubspot-token", r"\b(?P<s>pat-(?:na|eu)\d-[a-f0-9]{8}-[a-f0-9]{4}-[a-f0-9]{4}"
+          r"-[a-f0-9]{4}-[a-f0-9]{12})", ("pat-na", "pat-eu")),
+    _rule("dynatrace-token", r"\b(?P<s>dt0[a-z]\d{2}\.[A-Z0-9]{24}\.[A-Z0-9]{64})", ("dt0",)),
+    _rule("brevo-key", r"\b(?P<s>xkeysib-[a-f0-9]{64}-[A-Za-z0-9]{16})", ("xkeysib-",)),
+    _rule("newrelic-key", r"\b(?P<s>NRI[IQ]-[A-Za-z0-9_-]{32})", ("nrii-", "nriq-")),
+    _rule("nvidia-key", r"\b(?P<s>nvapi-[A-Za-z0-9_-]{60,})", ("nvapi-",)),
+    _rule("pinecone-key", r"\b(?P<s>pcsk_[A-Za-z0-9_]{40,})", ("pcsk_",)),
+    _rule("tavily-key", r"\b(?P<s>tvly-[A-Za-z0-9_-]{24,})", ("tvly-",)),
+    _rule("scaleway-key", r"\b(?P<s>SCW[A-Z0-9]{17})\b", ("scw",)),
+    _rule("bitbucket-token", r"\b(?P<s>ATBB[A-Za-z0-9_=.-]{28,})", ("atbb",)),
+    _rule("asana-token", r"\b(?P<s>[12]/\d{10,16}(?:/\d{10,16})?:[a-f0-9]{32})", ()),
+    _rule("razorpay-key", r"\b(?P<s>rzp_live_[A-Za-z0-9]{14,})", ("rzp_live_",)),
+    _rule("flutterwave-key", r"\b(?P<s>FLWSECK(?:_TEST)?-[a-f0-9]{32}-X)", ("flwseck",)),
+    _rule("easypost-key", r"\b(?P<s>EZ[AT]K[a-f0-9]{54})", ("ezak", "eztk")),
+    _rule("elevenlabs-key", r"\b(?P<s>sk_[a-f0-9]{48})\b", ("sk_",)),
+    _rule("openrouter-key", r"\b(?P<s>sk-or-v1-[a-f0-9]{64})", ("sk-or-",)),
+    _rule("cloudflare-token", r"\b(?P<s>cfut_[A-Za-z0-9_-]{40,}|v1\.0-[a-f0-9]{24}-[a-f0-9]{140,})",
+          ("cfut_", "v1.0-")),
+    _rule("gitlab-token", r"\b(?P<s>gl(?:pat|dt|rt|cbt|ptt|ft|imt|oas|soat)-[A-Za-z0-9_-]{20,})",
+          ("glpat-", "gldt-", "glrt-", "glcbt-", "glptt-", "glft-", "glimt-", "gloas-",
+           "glsoat-")),
+    Rule("twilio-key", r"\b(?P<s>SK[a-f0-9]{32})\b", exact=("SK",)),
+    _rule("azure-key", r"\b(?P<s>[A-Za-z0-9]{52}JQQJ99[A-Za-z0-9]{3}AZ[A-Za-z0-9]{4})",
+          ("jqqj99",)),
 ]
 
 
