@@ -240,6 +240,9 @@ def test_forget_needs_the_token_in_the_request_and_goes_through_the_daemon(daemo
 
     assert app.post(path, data={}).status_code == 403  # the cookie alone is not enough
     assert app.post(path, data={"token": "x" * 43}).status_code == 403
+    for malformed in ("Bearerx", "Bearer", "Bearer ", "Bearerx junk", "Basic abc"):
+        # the cookie and a header that is no bearer token: still no explicit token
+        assert app.post(path, headers={"authorization": malformed}).status_code == 403
     stranger = client(daemon)
     assert stranger.post(path, data={"token": token}).status_code == 401
     assert stranger.post(path, headers={"authorization": "Bearer nope"}).status_code == 401

@@ -36,13 +36,14 @@ def require(request: Request, writes: bool = False) -> None:
     cookie a browser would attach to anybody's form)."""
     token = request.app.state.token
     offered = request.cookies.get(COOKIE, "")
-    header = request.headers.get("authorization", "")
-    if header.lower().startswith("bearer "):
-        offered = header[7:].strip()
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    bearer = scheme.lower() == "bearer" and bool(credentials.strip())
+    if bearer:  # only a well-formed header stands in for the cookie and the explicit token
+        offered = credentials.strip()
     if not _same(offered, token):
         raise HTTPException(401, "this needs the viewer's token: open the viewer with"
                                  " `kirolearn open`")
-    if writes and not header.lower().startswith("bearer"):
+    if writes and not bearer:
         explicit = request.headers.get(TOKEN_HEADER) or getattr(request.state, "form_token", None)
         if not _same(explicit or "", token):
             raise HTTPException(403, "a change must carry the viewer's token")
