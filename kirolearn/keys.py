@@ -167,10 +167,22 @@ def allowed(home: paths.Home, kind: str = CLIENT) -> dict[str, bytes]:
     return found
 
 
+NEW_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._@-]{0,62}[A-Za-z0-9])?$")
+
+
+def look_alike(name: str) -> str:
+    """What a name reads as to a person: case and the kind of separator aside (``Alice``,
+    ``alice``, ``ALICE``; ``bob.smith``, ``bob-smith``, ``bob_smith``)."""
+    return re.sub(r"[._@-]+", "-", name.casefold()).strip("-")
+
+
 def allow(name: str, public_key: str, home: paths.Home, kind: str = CLIENT) -> None:
     """Let a client (or a worker) in; refused when the name or the key is already in, as
-    either kind (revoke first)."""
+    either kind (revoke first), and when the name reads as one already in (``Alice``
+    beside ``alice``: each is its own actor, and no one could tell them apart)."""
     check_name(name)
+    if not NEW_NAME.match(name):
+        raise KeysError(f"{name!r} is not a client name: it must end with a letter or digit")
     key = check_public_key(public_key)
     if key == server_pair(home).public:
         raise KeysError("that is the daemon's own public key; give the client's (its"
@@ -182,6 +194,9 @@ def allow(name: str, public_key: str, home: paths.Home, kind: str = CLIENT) -> N
                                 f" `kirolearn keys revoke {name}` first to give it another key")
             if other_key == key:
                 raise KeysError(f"that key is already allowed as {other} (a {other_kind})")
+            if look_alike(other) == look_alike(name):
+                raise KeysError(f"{name!r} reads as {other!r}, already allowed (as a"
+                                f" {other_kind}): choose a name no one could take for it")
     paths.write_private(paths.ensure_private_dir(kind_dir(kind, home)) / f"{name}.key",
                         _certificate(key, None), durable=True)
 

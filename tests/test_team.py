@@ -72,6 +72,8 @@ def test_keys_are_private_checked_and_never_silently_replaced(home):
         "already allowed as alice": ("bob", client.public.decode()),
         "daemon's own": ("bob", pair.public.decode()),
         "not a client name": ("../x", keys.new_pair().public.decode()),
+        "reads as 'alice'": ("Alice", keys.new_pair().public.decode()),
+        "must end with a letter or digit": ("alice.", keys.new_pair().public.decode()),
     }
     for why, (name, key) in refusals.items():
         with pytest.raises(keys.KeysError, match="is not a CURVE" if why == "bad-key" else why):
