@@ -163,8 +163,8 @@ class Home(NamedTuple):
 
     def ensure_layout(self) -> Home:
         """The home, its logs and its runtime directory made (private), or refused."""
-        for directory in (self.root, self.log_dir):
-            ensure_private_dir(directory)
+        ensure_private_dir(self.root, link_ok=True)
+        ensure_private_dir(self.log_dir)
         run = self.runtime_dir()
         if run.parent == Path("/tmp"):  # made here, never through a link someone left
             with contextlib.suppress(FileExistsError):
@@ -193,8 +193,20 @@ def is_locked(path: Path) -> bool:
         os.close(fd)
 
 
-def ensure_private_dir(path: Path) -> Path:
-    """Create path (mode 0700) or tighten it; refuse one owned by somebody else."""
+def not_a_link(path: Path) -> Path:
+    """path, with a link that stood there removed (not what it pointed to): what kirolearn
+    writes in its home goes to the home, never where a link left there leads."""
+    if path.is_symlink():
+        path.unlink()
+    return path
+
+
+def ensure_private_dir(path: Path, link_ok: bool = False) -> Path:
+    """Create path (mode 0700) or tighten it; refuse one owned by somebody else. A link
+    where the directory should be is removed and the directory made (``link_ok``: the
+    home itself, which a user may keep elsewhere)."""
+    if not link_ok:
+        not_a_link(path)
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     info = path.stat()
     if info.st_uid != os.getuid():
@@ -208,7 +220,9 @@ def write_private(path: Path, data: bytes, durable: bool = False) -> Path:
     """Replace ``path`` with ``data`` atomically (a temporary file, then a rename), readable
     by its owner only. ``durable``: fsync first, for a file that must survive a crash."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with contextlib.suppress(FileNotFoundError):  # a crash's leftover, or a link: not ours
+        os.unlink(temporary)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         os.write(fd, data)
         if durable:

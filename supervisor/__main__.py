@@ -23,8 +23,8 @@ def run_daemon(workers: int | None, foreground: bool) -> int:
         print(f"kirolearn: configuration error: {exc}", file=sys.stderr)
         return RET_CONFIG
     handler = logging.handlers.RotatingFileHandler(
-        home.log_dir / "supervisor.log", maxBytes=settings["logging"]["max_bytes"],
-        backupCount=settings["logging"]["backups"])
+        paths.not_a_link(home.log_dir / "supervisor.log"),
+        maxBytes=settings["logging"]["max_bytes"], backupCount=settings["logging"]["backups"])
     handlers: list[logging.Handler] = [handler]
     if foreground:
         handlers.append(logging.StreamHandler(sys.stderr))

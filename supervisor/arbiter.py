@@ -159,7 +159,7 @@ class Arbiter:
             logger.propagate = False
             logger.setLevel(logging.INFO)
             handler = logging.handlers.RotatingFileHandler(
-                self.home.log_dir / f"{role}.log",
+                paths.not_a_link(self.home.log_dir / f"{role}.log"),
                 maxBytes=self.settings["logging"]["max_bytes"],
                 backupCount=self.settings["logging"]["backups"])
             handler.setFormatter(logging.Formatter("%(message)s"))

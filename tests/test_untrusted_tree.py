@@ -375,3 +375,29 @@ def test_stored_transcripts_are_regular_files_found_without_following_a_link(tmp
     piped = Transcript("claude-code", projects / "pipe.jsonl")
     assert returns(lambda: list(json_lines(projects / "pipe.jsonl", piped))) == []
     assert piped.problems == ["cannot be read: not a regular file"]
+
+
+def test_a_link_in_the_home_is_never_written_through(home, tmp_path):
+    """A link left where the spool or a log file goes: kirolearn removes the link and
+    writes in its home, never where the link leads."""
+    from helpers import kl
+
+    from kirolearn import paths, spool
+
+    where = paths.Home(home)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    where.ensure_layout()
+    where.spool_dir.symlink_to(elsewhere, target_is_directory=True)
+    written = spool.write({"event_id": "01M8JJD3E62TA0VS8DYS9TN142", "kind": "note"}, where)
+    assert written.parent == where.spool_dir and not where.spool_dir.is_symlink()
+    assert list(elsewhere.iterdir()) == []
+    (where.log_dir / "storage.log").symlink_to(elsewhere / "stolen.log")
+    (where.log_dir / "supervisor.log").symlink_to(elsewhere / "stolen-too.log")
+    kl("start", check=True)
+    try:
+        assert "storage" in kl("logs", "storage", check=True).stdout
+    finally:
+        kl("stop", check=True)
+    assert list(elsewhere.iterdir()) == []
+    assert not (where.log_dir / "storage.log").is_symlink()
