@@ -10,9 +10,10 @@ repository's branch and the commit are the events' ``source``.
 
 Every event's id comes from the commit hash (its time and a hash of the commit and the
 event's place in it), so a second run stores nothing new and a run killed half-way,
-run again, stores what it had not. Where a run ended is kept (``seeded.json`` in the
-home, by checkout), and the next starts after it: only the new commits
-are read.
+run again, stores what it had not. Where a run got to is kept (``seeded.json`` in the
+home, by checkout: the newest commit whose events, and every earlier one's, ingest has
+answered, as it goes, ``Resume``), and the next starts after it: only the new commits,
+and those a killed run left unanswered, are read.
 
 Left out, as they tell no work of their own: merge commits (their changes are the
 merged commits', each replayed), commits of bots (an author named ``…[bot]``,
@@ -24,6 +25,7 @@ library, a licence header everywhere).
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import json
@@ -226,6 +228,36 @@ def lines(root: str, commits: list[Commit], here: project.Project, as_user: bool
                                    branch):
             yield json.dumps(item, ensure_ascii=False)
         done(commit)
+
+
+class Resume:
+    """Where a run has got to, kept as it goes: each commit's last line as it is sent
+    (``lines``), and, as ingest answers (``answered``: the line up to which every line
+    was answered), the newest commit all of whose lines were, remembered as where the
+    next run starts."""
+
+    def __init__(self, home: paths.Home, checkout: str) -> None:
+        self.home = home
+        self.checkout = checkout
+        self.sent = 0  # lines out so far
+        self.ends: collections.deque[tuple[int, str]] = collections.deque()
+
+    def lines(self, root: str, commits: list[Commit], here: project.Project, as_user: bool,
+              done: Callable[[Commit], None] = lambda commit: None) -> Iterator[str]:
+        def sent(commit: Commit) -> None:
+            self.ends.append((self.sent, commit.sha))
+            done(commit)
+
+        for line in lines(root, commits, here, as_user, sent):
+            self.sent += 1
+            yield line
+
+    def answered(self, through: int) -> None:
+        newest = None
+        while self.ends and self.ends[0][0] <= through:
+            newest = self.ends.popleft()[1]
+        if newest is not None:
+            remember(self.home, self.checkout, newest)
 
 
 def last_seeded(home: paths.Home, checkout: str) -> str | None:

@@ -158,3 +158,57 @@ def test_install_seeds_a_project_when_asked_starting_the_daemon(home, tmp_path):
                  "the seeded record")
     finally:
         kl("stop", check=True)
+
+
+def fast_history(repo: Path, commits: int) -> None:
+    """A repository of ``commits`` commits, each adding a function, made at once."""
+    stream = []
+    for n in range(commits):
+        body = f"def step_{n}(value):\n    return value + {n}\n"
+        stream += [f"commit refs/heads/main\nmark :{n + 1}\n"
+                   f"author Ada Lovelace <ada@example.com> {1700000000 + n * 60} +0000\n"
+                   f"committer Ada Lovelace <ada@example.com> {1700000000 + n * 60} +0000\n"
+                   f"data {len(f'Add step {n}')}\nAdd step {n}\n"
+                   + (f"from :{n}\n" if n else "")
+                   + f"M 100644 inline src/step_{n}.py\ndata {len(body)}\n{body}\n"]
+    git(repo, "init", "-q", "-b", "main")
+    subprocess.run(["git", "-C", str(repo), "fast-import", "--quiet"], input="".join(stream),
+                   text=True, check=True)
+    git(repo, "checkout", "-q", "-f", "main")
+
+
+def test_a_killed_seed_goes_on_after_what_ingest_had_answered(home, tmp_path):
+    """A seed killed half-way is taken up after the last commit ingest had answered: the
+    next run reads only the rest, and stores each event once."""
+    import os
+    import signal
+
+    from helpers import KL, here
+
+    repo = tmp_path / "big"
+    repo.mkdir()
+    fast_history(repo, 600)
+    kl("start", check=True)
+    try:
+        seeding = subprocess.Popen([*KL, "seed", "--git", "--project", str(repo)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: seed.last_seeded(here(), str(repo)), 60, 0.01,
+                     "a first commit answered")
+            os.kill(seeding.pid, signal.SIGSTOP)  # where it is: then killed
+            reached = seed.last_seeded(here(), str(repo))
+            seeding.kill()
+        finally:
+            seeding.wait()
+        assert seeding.returncode == -signal.SIGKILL  # killed half-way, not done
+        shas = git(repo, "log", "--format=%H").split()[::-1]
+        assert reached in shas and reached != shas[-1]
+        rest = len(shas) - 1 - shas.index(reached)
+        done = kl("seed", "--git", "--project", str(repo), check=True).stdout
+        assert done.startswith(f"seeded {rest} commit(s)")
+        assert seed.last_seeded(here(), str(repo)) == shas[-1]
+        events = [line for line in map(json.loads, kl("export", check=True).stdout.splitlines())
+                  if "event_id" in line and "record_id" not in line]
+        assert len(events) == len({e["event_id"] for e in events}) == 4 * len(shas)
+    finally:
+        kl("stop", check=True)

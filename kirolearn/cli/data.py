@@ -449,8 +449,10 @@ def seed(from_git: bool, project: str | None, since: str | None, limit: int | No
     try:
         with click.progressbar(length=len(kept), label=f"seeding {len(kept)} commit(s)",
                                show_pos=True, file=sys.stderr) as bar:
+            resume = kl_seed.Resume(home, root)
             report = importer.import_lines(
-                kl_seed.lines(root, kept, here, as_user, lambda commit: bar.update(1)), home)
+                resume.lines(root, kept, here, as_user, lambda commit: bar.update(1)), home,
+                answered=resume.answered)
     except (importer.Stalled, kl_seed.GitFailed) as exc:
         raise click.ClickException(f"{exc}; run it again to go on") from exc
     seconds = time.monotonic() - started
