@@ -401,3 +401,28 @@ def test_a_link_in_the_home_is_never_written_through(home, tmp_path):
         kl("stop", check=True)
     assert list(elsewhere.iterdir()) == []
     assert not (where.log_dir / "storage.log").is_symlink()
+
+
+def test_the_reading_of_renames_walks_only_the_last_commits(tmp_path):
+    """Renames are followed over the last ``RENAME_COMMITS`` commits, whatever they hold:
+    git is not sent to walk a whole long history for renames (one of 100,000 commits
+    took it past its time limit, and the checks of the repository went off)."""
+    repo = tmp_path / "long"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    stream = []
+    for n in range(worktree.RENAME_COMMITS + 100):
+        change = ("R old.py new.py\n" if n == 10 else "R lib.py core.py\n"
+                  if n == worktree.RENAME_COMMITS + 90 else "")
+        if n == 0:
+            change = ("M 100644 inline old.py\ndata 6\nA = 1\n\n"
+                      "M 100644 inline lib.py\ndata 6\nB = 1\n\n")
+        body = f"N = {n}\n"
+        stream.append(f"commit refs/heads/main\nmark :{n + 1}\ncommitter A <a@b.c> "
+                      f"{1700000000 + n} +0000\ndata 3\nc{n % 10}\n"
+                      + (f"from :{n}\n" if n else "") + change
+                      + f"M 100644 inline n.py\ndata {len(body)}\n{body}\n")
+    subprocess.run(["git", "-C", str(repo), "fast-import", "--quiet"], input="".join(stream),
+                   text=True, check=True)
+    git(repo, "checkout", "-q", "-f", "main")
+    assert worktree.read(str(repo), renames=True)[1] == {"lib.py": "core.py"}

@@ -93,9 +93,10 @@ def read(root: str, renames: bool = False, git: Git | None = None
                         "--ignore-submodules=all")
     if status is None:
         return (), None
-    log = git.output("log", "-M", "--diff-filter=R", "--name-status", "-z", "--format=",
-                     "--no-textconv", "--no-ext-diff", f"-n{RENAME_COMMITS}"
-                     ) if renames else None
+    # (no --diff-filter=R: with it, -n counts only commits with a rename, and git walks
+    # the whole history to find them; a history of 100,000 commits took it past its cap)
+    log = git.output("log", "-M", "--name-status", "-z", "--format=", "--no-textconv",
+                     "--no-ext-diff", f"-n{RENAME_COMMITS}") if renames else None
     return parse_status(status), parse_renames(status, log or b"") if renames else {}
 
 
