@@ -211,6 +211,32 @@ def test_a_deleted_wal_hides_nothing_from_readers(daemon, ctx):
     assert "the WAL file was deleted" in kl("logs", "storage", "-n", "50").stdout
 
 
+def test_events_acknowledged_after_the_wal_was_deleted_survive_a_crash(daemon, ctx):
+    """The WAL deleted under the running writer, then events acknowledged, then storage
+    killed: every acknowledged event is there after the restart (storage looks at the
+    WAL before each acknowledgement, and folds a deleted one into the database)."""
+    import signal
+
+    acked = []
+    with transport.Client(here().endpoint("ingest"), ctx, timeout_ms=5000) as ingest:
+        first = make_event(content="before the WAL went")
+        assert ingest.call("put_event", {"event": first})["status"] == "stored"
+        acked.append(first["event_id"])
+        Path(f"{paths.Home(daemon).db_path}-wal").unlink()
+        for n in range(60):
+            event = make_event(content=f"after the WAL went, {n}")
+            if _stored(ingest, event):
+                acked.append(event["event_id"])
+    victim = next(r for r in status()["roles"] if r["role"] == "storage")
+    os.kill(victim["pid"], signal.SIGKILL)
+    wait_for(lambda: any(r["role"] == "storage" and r["restarts"] == 1
+                         and r["state"] == "RUNNING" for r in status()["roles"]),
+             message="storage restarted")
+    assert len(acked) > 1
+    stored = {event["event_id"] for event in stored_events()}
+    assert not set(acked) - stored, f"{len(set(acked) - stored)} acknowledged events lost"
+
+
 def test_a_damaged_database_is_said_and_a_good_copy_is_taken_up(home, ctx, tmp_path):
     ws = Workspace(tmp_path)
     kl("start", check=True)

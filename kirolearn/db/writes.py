@@ -19,10 +19,10 @@ from kirolearn.db import files_key, reads, utc_now
 from kirolearn.db.store import Connection, Params
 
 
-def checkpoint(conn: Connection) -> None:
+def checkpoint(conn: Connection) -> bool:
     """Fold the WAL into the database file (at a clean stop; PostgreSQL checkpoints
-    itself)."""
-    conn.dialect.checkpoint(conn)
+    itself); whether all of it is in the file now."""
+    return conn.dialect.checkpoint(conn)
 
 
 def compact(conn: Connection) -> None:

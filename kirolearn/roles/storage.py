@@ -134,6 +134,11 @@ class Storage(base.Role):
             for request in group:
                 request.fail(Code.INTERNAL, f"storage commit failed: {exc}")
             return
+        if not self.writer.check_wal():  # a WAL deleted under it: not durable yet
+            for request in group:
+                request.fail(Code.UNAVAILABLE, "the database's WAL file was deleted; the"
+                                               " events are kept and sent again")
+            return
         for request, answer in zip(group, results, strict=True):
             request.reply({"results": answer})
         self.handout.stored(stored, history)

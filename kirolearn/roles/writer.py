@@ -138,19 +138,31 @@ class Writer:
         self._conn = self.wal = None
         self.reopen_at = time.monotonic() + REOPEN_S
 
-    def check_wal(self) -> None:
+    def check_wal(self) -> bool:
         """A WAL deleted (or replaced) under the writer hides what it holds from every
-        reader: fold it into the database (the writer still has it open) and start
-        afresh."""
+        reader, and a crash would lose it: fold it into the database (the writer still
+        has it open) and start afresh. Whether what was committed is in the database
+        file or the WAL that is there (False: it could not all be folded in; a commit is
+        then not to be acknowledged). A stat: storage looks before every acknowledgement."""
         if self._conn is None or self.wal is None:
-            return
+            return True
         try:
             same = os.stat(f"{self.where}-wal").st_ino == self.wal
         except FileNotFoundError:
             same = False
-        if not same:
-            self.log.warning("the WAL file was deleted; folding it into the database")
-            self.close()  # folds the WAL in; reopened by the next write
+        if same:
+            return True
+        self.log.warning("the WAL file was deleted; folding it into the database")
+        try:
+            folded = writes.checkpoint(self._conn)
+        except errors.StoreError:
+            folded = False
+        if not folded:
+            self.log.error("the deleted WAL could not all be folded in (a reader holds it);"
+                           " what it holds is not acknowledged until it is")
+            return False
+        self.close()  # reopened by the next write, with a WAL of its own
+        return True
 
     def size_bytes(self) -> int:
         """The store's size on disk (on PostgreSQL, its database's)."""

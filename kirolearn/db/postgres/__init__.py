@@ -230,8 +230,9 @@ def close_pools() -> None:
         _pools.clear()
 
 
-def checkpoint(conn: Connection) -> None:
+def checkpoint(conn: Connection) -> bool:
     """Nothing: PostgreSQL checkpoints itself."""
+    return True
 
 
 def check(conn: Connection) -> str:

@@ -221,9 +221,11 @@ def open_searcher(path: Path, interrupted: Callable[[], bool]) -> Connection:
     return conn
 
 
-def checkpoint(conn: Connection) -> None:
-    """Fold the WAL into the database file (at a clean stop, after a forget)."""
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+def checkpoint(conn: Connection) -> bool:
+    """Fold the WAL into the database file (at a clean stop, after a forget); whether
+    every frame of it is in the file now (a reader can hold some back)."""
+    row = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    return row is None or (row[0] == 0 and row[1] == row[2])
 
 
 def damage(conn: Connection, most: int = 3) -> list[str]:
