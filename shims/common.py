@@ -160,9 +160,14 @@ def load_state(home: paths.Home, key: str) -> dict:
 
 
 def save_state(home: paths.Home, key: str, state: dict) -> None:
+    """Keep the session's state; a disk that cannot take it (full, read-only) costs the
+    state, never the hook's event."""
     path = _sessions_file(home, key)
-    paths.ensure_private_dir(path.parent)
-    paths.write_private(path, json.dumps({**state, "updated": time.time()}).encode("utf-8"))
+    try:
+        paths.ensure_private_dir(path.parent)
+        paths.write_private(path, json.dumps({**state, "updated": time.time()}).encode("utf-8"))
+    except OSError as exc:
+        debug(f"the session's state was not kept: {exc}")
 
 
 def carried(kind: str, body: dict) -> dict:

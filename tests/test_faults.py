@@ -185,6 +185,34 @@ def test_a_disk_fault_is_said_at_once_and_mended_by_itself(small_disk, ctx, faul
         kl("stop", check=True)
 
 
+def test_a_hook_while_the_disk_is_full_spools_its_event_elsewhere_and_it_is_stored_later(
+        small_disk, tmp_path, monkeypatch):
+    """The home's disk full: storage cannot write and the home's spool cannot take the
+    event either; it goes to the spool on another file system, and is stored once the
+    disk has room again."""
+    monkeypatch.setenv("KIROLEARN_INGEST_SPOOL_INTERVAL_S", "0.5")
+    shm = tmp_path / "runtime"
+    shm.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(shm))
+    ws = Workspace(tmp_path)
+    kl("start", check=True)
+    try:
+        fill(small_disk / "filler")
+        for n in range(5):
+            hooked, _ = ws.hook("kirolearn-claude-code", {
+                "session_id": "s-full", "transcript_path": "/x/s.jsonl", "cwd": str(ws.project),
+                "hook_event_name": "UserPromptSubmit", "prompt": f"prompt {n} on a full disk"})
+            assert hooked.returncode == 0
+        spooled = spool.waiting(here())
+        assert len(spooled) == 5 and all(p.parent.parent == shm for p in spooled)
+        (small_disk / "filler").unlink()
+        wait_for(lambda: sum("on a full disk" in str(e["body"]) for e in stored_events()) == 5,
+                 60, 0.2, "the five events stored")
+        wait_for(lambda: not spool.waiting(here()), 30, 0.2, "the spool drained")
+    finally:
+        kl("stop", check=True)
+
+
 def _stored(ingest: transport.Client, event: dict) -> bool:
     try:
         return ingest.call("put_event", {"event": event})["status"] in ("stored", "duplicate")
