@@ -426,3 +426,14 @@ def test_the_reading_of_renames_walks_only_the_last_commits(tmp_path):
                    text=True, check=True)
     git(repo, "checkout", "-q", "-f", "main")
     assert worktree.read(str(repo), renames=True)[1] == {"lib.py": "core.py"}
+
+
+def test_a_head_read_that_hangs_is_abandoned_and_not_tried_again_until_it_returns(
+        tmp_path, monkeypatch):
+    release = threading.Event()
+    monkeypatch.setattr(project, "git_head", lambda root: release.wait() and ("main", None))
+    trees = worktree.Worktrees()
+    assert returns(lambda: trees.head(str(tmp_path))) is None
+    assert returns(lambda: trees.head(str(tmp_path))) is None  # still out: not read again
+    release.set()
+    wait_for(lambda: trees.head(str(tmp_path)) == ("main", None), 30, 0.05, "HEAD read again")

@@ -367,7 +367,7 @@ class Retrieval(base.Role):
                              else checkout)
         if root is None:
             return None
-        found = self.worktrees.reading(root, project.git_head(root), TREE_WAIT_S)
+        found = self.worktrees.reading(root, self.worktrees.head(root), TREE_WAIT_S)
         if found.renamed is None:  # not (yet) read as a git working tree
             return None
         return staleness.Tree(root, found.renamed, self.mark_stale, found.branch, found.forked,

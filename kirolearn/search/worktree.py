@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from kirolearn import project
+from kirolearn.code import files
 from kirolearn.code.git import Git
 
 REFRESH_S = 10.0  # how old a reading may be before the next search starts another
@@ -30,6 +31,7 @@ MAX_FILES = 50  # the changed files kept of a project (git's order)
 MAX_PROJECTS = 256  # readings kept; past this they are all read again
 RENAME_COMMITS = 200  # how far back renames are followed
 MAX_BRANCHES = 20  # the unmerged branches whose fork is read (the most recent first)
+HEAD_READ_S = 0.2  # a search waits this long at most for its checkout's HEAD
 
 
 def parse_status(output: bytes) -> tuple[str, ...]:
@@ -127,6 +129,29 @@ class Worktrees:
         self._known: dict[str, Reading] = {}
         self._reading: dict[str, threading.Event] = {}  # set when the reading is in
         self._lock = threading.Lock()
+        self._stuck: set[str] = set()  # checkouts whose HEAD read has not come back
+
+    def head(self, root: str) -> tuple[str | None, str | None] | None:
+        """The branch and commit checked out at root (``project.git_head``), read on a
+        thread of its own and waited for ``HEAD_READ_S`` at most: a hung file system
+        holds no search. None when it did not come in time; a checkout whose read is
+        still out is not read again until it comes back."""
+        with self._lock:
+            if root in self._stuck:
+                return None
+            self._stuck.add(root)
+
+        def read() -> tuple[str | None, str | None]:
+            try:
+                return project.git_head(root)
+            finally:
+                with self._lock:
+                    self._stuck.discard(root)
+
+        try:
+            return files.bounded(HEAD_READ_S, read)
+        except files.Abandoned:
+            return None
 
     def changed(self, root: str) -> tuple[str, ...]:
         """The files changed in root's working tree, as last read; a reading older than
