@@ -495,8 +495,9 @@ OURS: list[Rule] = [
          ("----begin", "---- begin")),
     Rule("private-key", r"PuTTY-User-Key-File-\d.*?(?:Private-MAC: ?[0-9a-f]+|\Z)", re.DOTALL,
          ("putty-user-key-file",)),
-    Rule("secret", _KEYED, re.IGNORECASE, _KEYWORD_STARTS, accept=_keyed,
-         starts=_KEYWORD_STARTS),
+    Rule("secret", _KEYED, re.IGNORECASE, ("pass", "pwd", "pw", "secret", "token", "cred",
+                                           "key", "contras", "sig", "jwt", "dsn", "auth"),
+         accept=_keyed, starts=_KEYWORD_STARTS),
     # Credentials in a URL (redis://:pw@host too) and tokens in its query.
     # (a password may hold "@" or "#" as people type it: the userinfo ends at the last
     # "@" before the host)
@@ -507,8 +508,8 @@ OURS: list[Rule] = [
     # and credentials (X-Amz-Signature, X-Goog-Signature, sig, Signature, Policy).
     _rule("url-token", r"[?&;](?P<name>[\w.-]*(?:token|key|sig|signature|secret|password"
           r"|passwd|pwd|auth|credential|session|code|policy)[\w.-]*)=(?P<s>[^&\s#\"'<>]{8,})",
-          ("token", "key", "sig", "secret", "password", "pwd", "passwd", "auth", "credential",
-           "session", "code=", "policy="), _I, _url_parameter),
+          ("token=", "key=", "sig=", "signature=", "secret=", "password=", "pwd=", "passwd=",
+           "auth=", "credential=", "session=", "code=", "policy="), _I, _url_parameter),
     _rule("webhook-url", r"https://(?:hooks\.slack\.com/(?:services|workflows|triggers)"
           r"|discord(?:app)?\.com/api/webhooks|[\w.-]+\.webhook\.office\.com/webhookb2"
           r"|hooks\.zapier\.com/hooks/catch)/(?P<s>[^\s\"'<>]+)",
@@ -567,8 +568,9 @@ OURS: list[Rule] = [
     _rule("password", r"\b(?P<word>password|passphrase|passcode|pass|pwd|pin|token|secret"
           r"|api[ _-]?key)\b[ \t]+(?:is|was|is[ \t]+now|now[ \t]+is)[ \t]+[\"'`]?"
           r"(?P<s>[^\s\"'`]{6,}?)[\"'`]?(?=[\s,;)]|[.!?](?:\s|$)|$)",
-          ("password", "passphrase", "passcode", "pass", "pwd", "pin", "token", "secret",
-           "api"), _I, _said_in_prose),
+          tuple(f"{word} {verb}" for word in ("password", "passphrase", "passcode", "pass",
+                                                "pwd", "pin", "token", "secret", "key")
+                for verb in ("is", "was", "now")), _I, _said_in_prose),
     # XML as build tools keep it: Maven's <password>, NuGet's <add key="ClearTextPassword"
     # value="…"/>, <property name="db.password" value="…"/>.
     _rule("password", r"<(?P<tag>[\w:.-]*(?:password|passwd|passphrase|secret|token|apikey"
@@ -578,7 +580,9 @@ OURS: list[Rule] = [
           _I, _not_placeholder("password")),
     _rule("password", r"\b(?:key|name)[ \t]*=[ \t]*[\"'][^\"'\n]*(?:password|passwd|passphrase"
           r"|secret|token|apikey|api[_.-]key)[^\"'\n]*[\"'][ \t]+value[ \t]*=[ \t]*[\"']"
-          r"(?P<s>[^\"'\n]{3,})[\"']", ("value",), _I, _not_placeholder("password")),
+          r"(?P<s>[^\"'\n]{3,})[\"']", ("password", "passwd", "passphrase", "secret", "token",
+                                           "apikey", "api_key", "api-key", "api.key"), _I,
+          _not_placeholder("password")),
     # A Kubernetes Secret's data: every value under data/stringData of a manifest whose
     # kind is Secret (base64 is no disguise).
     Rule("kubernetes-secret", r"(?m)^(?P<indent>[ \t]+)[\w.-]+:[ \t]*(?P<s>\S[^\n]*?)[ \t]*$",
