@@ -437,3 +437,16 @@ def test_a_head_read_that_hangs_is_abandoned_and_not_tried_again_until_it_return
     assert returns(lambda: trees.head(str(tmp_path))) is None  # still out: not read again
     release.set()
     wait_for(lambda: trees.head(str(tmp_path)) == ("main", None), 30, 0.05, "HEAD read again")
+
+
+def test_git_reads_the_checkouts_own_tree_whatever_core_worktree_says(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    commit(repo, {"a.py": "A = 1\n"}, "one")
+    (repo / "a.py").write_text("A = 2\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "a.py").write_text("A = 1\n")
+    git(repo, "config", "core.worktree", str(elsewhere))
+    assert worktree.read(str(repo))[0] == ("a.py",)  # the change here, not the folder there

@@ -13,6 +13,7 @@ kirolearn run their code. So every git command kirolearn runs goes through ``run
   program-valued setting git reads, and, for each filter, diff and merge driver the
   repository's configuration names (``drivers``: listed once per ``Git``), its
   programs set to none;
+- the checkout's own working tree, whatever its ``core.worktree`` says;
 - a time limit, after which the command is killed and its answer is None.
 
 Callers pass ``--no-textconv --no-ext-diff`` where a command shows a diff.
@@ -55,7 +56,11 @@ def environment() -> dict[str, str]:
 
 def _argv(root: str, overrides: Sequence[str], args: Sequence[str]) -> list[str]:
     config = [part for setting in (*OFF, *overrides) for part in ("-c", setting)]
-    return ["git", "--no-pager", *config, "-C", root, *args]
+    # A checkout's own working tree, whatever core.worktree of its configuration says
+    # (it could send git through another folder of the machine).
+    tree = ([f"--work-tree={os.path.abspath(root)}"]
+            if os.path.lexists(os.path.join(root, ".git")) else [])
+    return ["git", "--no-pager", *tree, *config, "-C", root, *args]
 
 
 def _call(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess | None:
