@@ -502,24 +502,22 @@ def import_sessions(agent: str, project: str | None) -> None:
     home = common.home()
     only = kl_project.resolve_project(project, override="") if project else None
     found: list[replay.Session] = []
-    imported = 0
 
     def lines() -> Iterator[str]:
-        """Each session's events as JSON lines, a session read only when the last is
-        sent (a long history is never held at once)."""
-        nonlocal imported
-        with click.progressbar(replay.sessions(transcripts.READERS[agent], Path.home(),
-                                               home, kl_project.actor_id(), only),
-                               label="importing sessions", show_pos=True,
+        """The sessions' events as JSON lines, made as each transcript is read (no
+        transcript is held whole); each session noted once read."""
+        made = replay.imported(transcripts.READERS[agent], Path.home(), home,
+                               kl_project.actor_id(), only)
+        with click.progressbar(length=0, label="importing sessions", show_pos=True,
                                file=sys.stderr) as bar:
-            for session in bar:
-                found.append(session)
-                for problem in session.transcript.problems:
-                    click.echo(f"{session.transcript.path}: {problem}", err=True)
-                imported += bool(session.events)
-                for event in session.events:
-                    yield json.dumps(event, ensure_ascii=False)
-                session.events = []
+            for item in made:
+                if isinstance(item, replay.Session):
+                    found.append(item)
+                    bar.update(1)
+                    for problem in item.transcript.problems:
+                        click.echo(f"{item.transcript.path}: {problem}", err=True)
+                else:
+                    yield json.dumps(item, ensure_ascii=False)
 
     started = time.monotonic()
     try:
@@ -530,6 +528,7 @@ def import_sessions(agent: str, project: str | None) -> None:
         raise click.ClickException(f"the daemon could not say which sessions it holds: {exc}"
                                    ) from exc
     counts = report.counts
+    imported = sum(1 for s in found if s.sent and s.left_out is None)
     click.echo(f"imported {imported} session(s) of {agent} in {time.monotonic() - started:.1f} s: "
                + _said(report, Counter(s.left_out for s in found if s.left_out))
                + (f"; {sum(len(s.transcript.problems) for s in found)} line(s) unreadable"

@@ -126,18 +126,23 @@ def records_by_id(conn: Connection, record_ids: list[str], namespaces: Iterable[
     return [found[i] for i in dict.fromkeys(record_ids) if i in found]
 
 
-def session_event_ids(conn: Connection, namespace: str,
-                      session_ids: list[str]) -> dict[str, list[str]]:
+def session_event_ids(conn: Connection, namespace: str, session_ids: list[str],
+                      not_from: str | None = None) -> dict[str, list[str]]:
     """The ids of the events stored for each of these sessions in the namespace (a
-    session with none is left out): what an import of an agent's transcripts compares
-    with the events it would make, to tell a session its hooks captured live."""
+    session with none is left out), those sent by another client than ``not_from`` only
+    when given: an import of an agent's transcripts leaves alone a session its hooks
+    captured live."""
     if not session_ids:
         return {}
     p = Params()
     found: dict[str, list[str]] = {}
+    other = ""
+    if not_from is not None:  # source_json is canonical JSON: "client_id":"…" as it is
+        pattern = '%"client_id":' + json.dumps(not_from, ensure_ascii=False) + "%"
+        other = f" AND source_json NOT LIKE {p(pattern)}"
     for session_id, event_id in conn.execute(
             f"SELECT session_id, event_id FROM events WHERE session_id IN"
-            f" {p.list(session_ids)} AND namespace = {p(namespace)} ORDER BY event_id",
+            f" {p.list(session_ids)} AND namespace = {p(namespace)}{other} ORDER BY event_id",
             p.values):
         found.setdefault(session_id, []).append(event_id)
     return found

@@ -496,9 +496,10 @@ class Retrieval(base.Role):
 
     @base.op("session_events")
     def session_events(self, request: base.Request) -> dict:
-        """``session_events {namespace, session_ids}`` → ``{sessions: {id: [event_id]}}``:
-        the events stored for each session (one with none is left out), so that an
-        import of an agent's transcripts leaves alone what its hooks captured live."""
+        """``session_events {namespace, session_ids, not_from?}`` → ``{sessions: {id:
+        [event_id]}}``: the events stored for each session (one with none is left out),
+        those of other clients than ``not_from`` only when given, so that an import of
+        an agent's transcripts leaves alone what its hooks captured live."""
         namespace = request.body.get("namespace")
         if not contract.is_namespace(namespace):
             raise base.BadRequest("'namespace' must be a namespace such as"
@@ -507,8 +508,11 @@ class Retrieval(base.Role):
         if (not isinstance(ids, list) or not 1 <= len(ids) <= MAX_IDS
                 or not all(isinstance(i, str) and i for i in ids)):
             raise base.BadRequest(f"'session_ids' must be a list of 1 to {MAX_IDS} session ids")
+        not_from = request.body.get("not_from")
+        if not_from is not None and not (isinstance(not_from, str) and 0 < len(not_from) <= 64):
+            raise base.BadRequest("'not_from' must be a client id")
         try:
-            return {"sessions": self.searcher.session_events(namespace, ids)}
+            return {"sessions": self.searcher.session_events(namespace, ids, not_from)}
         except errors.StoreError as exc:
             self.searcher.close()
             raise RuntimeError(f"the database could not be read: {exc}") from exc

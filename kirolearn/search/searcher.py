@@ -647,9 +647,11 @@ class Searcher:
         found = reads.records_by_id(conn, [record_id], namespaces)
         return reads.records_around(conn, found[0], namespaces, before, after) if found else []
 
-    def session_events(self, namespace: str, session_ids: list[str]) -> dict[str, list[str]]:
-        """The stored events' ids of each of these sessions (raises errors.StoreError)."""
-        return reads.session_event_ids(self.connection(), namespace, session_ids)
+    def session_events(self, namespace: str, session_ids: list[str],
+                       not_from: str | None = None) -> dict[str, list[str]]:
+        """The stored events' ids of each of these sessions, of clients other than
+        ``not_from`` when given (raises errors.StoreError)."""
+        return reads.session_event_ids(self.connection(), namespace, session_ids, not_from)
 
     def connection(self) -> Connection:
         if self.conn is None:

@@ -7,7 +7,9 @@ import fnmatch
 import hashlib
 import json
 import os
+import queue
 import stat
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,12 +21,12 @@ from kirolearn.shims import common
 
 CLIENT_ID = "import-sessions"
 STARTED = "imported"  # what a session's start and end notes say it was
-LOOKUP_SESSIONS = 100  # sessions asked after at once (retrieval's session_events)
 
 
 @dataclass
 class Transcript:
-    """One session an agent stored, read: where from, and its hooks in order."""
+    """One session an agent stored, read: where from, and its hooks in order (a list; or,
+    read by ``streamed``, handed on as they are found, ``Stream``)."""
 
     agent: str
     path: Path
@@ -33,15 +35,72 @@ class Transcript:
     branch: str | None = None
     hooks: list[tuple[str, common.Hook]] = field(default_factory=list)  # (ISO time, hook)
     problems: list[str] = field(default_factory=list)  # "line N: why"
+    last_time: str | None = None
+
+    def __post_init__(self) -> None:
+        handed_to = getattr(_streaming, "queue", None)
+        if handed_to is not None:  # read by ``streamed``: each hook goes on at once
+            self.hooks = Stream(handed_to, self)  # type: ignore[assignment]
 
     def add(self, when: object, hook: common.Hook) -> None:
         """A hook at ``when`` (a transcript's time; the one before it when it has none)."""
-        moment = when if isinstance(when, str) and _is_time(when) else (
-            self.hooks[-1][0] if self.hooks else None)
+        moment = when if isinstance(when, str) and _is_time(when) else self.last_time
         if moment is None:
             self.problems.append(f"a {hook.name or hook.role} with no time before it, left out")
         else:
+            self.last_time = moment
             self.hooks.append((moment, hook))
+
+
+_streaming = threading.local()  # the queue a reader on ``streamed``'s thread hands hooks to
+STREAM_HOOKS = 64  # hooks read ahead of the events made of them, at most
+
+
+class Stream:
+    """A transcript's hooks handed on as its reader finds them (to ``streamed``): what a
+    reader asks of its list (``append``, whether it holds any) and nothing kept."""
+
+    def __init__(self, handed_to: queue.Queue, transcript: Transcript) -> None:
+        self.handed_to = handed_to
+        self.transcript = transcript
+        self.count = 0
+
+    def append(self, item: tuple[str, common.Hook]) -> None:
+        self.count += 1
+        self.handed_to.put(("hook", self.transcript, item))
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def __len__(self) -> int:
+        return self.count
+
+
+def streamed(transcripts: Iterator[Transcript]
+             ) -> Iterator[tuple[Transcript, tuple[str, common.Hook] | None]]:
+    """Each transcript's hooks as its reader finds them, read on a thread of its own at
+    most ``STREAM_HOOKS`` ahead, so that no whole transcript is held: (transcript, hook)
+    for each, then (transcript, None) once it is read. A reader's error is raised here."""
+    handed: queue.Queue = queue.Queue(STREAM_HOOKS)
+
+    def read() -> None:
+        _streaming.queue = handed
+        try:
+            for transcript in transcripts:
+                handed.put(("done", transcript, None))
+        except BaseException as exc:  # handed to the reading side
+            handed.put(("error", exc, None))
+        finally:
+            handed.put(("end", None, None))
+
+    threading.Thread(target=read, name="transcripts", daemon=True).start()
+    while True:
+        what, item, hook = handed.get()
+        if what == "end":
+            return
+        if what == "error":
+            raise item
+        yield item, hook
 
 
 def _is_time(text: str) -> bool:
@@ -117,89 +176,112 @@ def _ms(when: str) -> int:
     return max(0, int(datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp() * 1000))
 
 
-def events(transcript: Transcript, here: project.Project, actor: str) -> list[dict]:
-    """The session's events, as its hooks would have sent them (``common.answer``)."""
-    out: list[dict] = []
-    prompt_id: str | None = None
+class Events:
+    """A session's events, as its hooks would have sent them (``common.answer``), made a
+    hook at a time (``feed``)."""
 
-    def add(kind: str, body: dict, when: str, parent: str | None = None) -> dict:
+    def __init__(self, transcript: Transcript, here: project.Project, actor: str) -> None:
+        self.transcript = transcript
+        self.here = here
+        self.actor = actor
+        self.made = 0
+        self.last_ms = -1
+        self.prompt_id: str | None = None
+
+    def _event(self, kind: str, body: dict, when: str, parent: str | None = None) -> dict:
+        transcript, here = self.transcript, self.here
         made = contract.make_event(
-            kind, common.carried(kind, body), namespace=here.namespace(actor),
-            actor_id=actor, session_id=transcript.session_id[:128], surface=transcript.agent,
-            version=__version__, client_id=CLIENT_ID, project_path=here.checkout,
-            parent_event_id=parent, valid_time=when.replace("Z", "+00:00"),
+            kind, common.carried(kind, body), namespace=here.namespace(self.actor),
+            actor_id=self.actor, session_id=transcript.session_id[:128],
+            surface=transcript.agent, version=__version__, client_id=CLIENT_ID,
+            project_path=here.checkout, parent_event_id=parent,
+            valid_time=when.replace("Z", "+00:00"),
             branch=transcript.branch and transcript.branch[:255])
         # ids in the session's order, however many of its events share a millisecond
-        ms = max(_ms(when), contract.ulid_timestamp_ms(out[-1]["event_id"]) + 1 if out else 0)
-        made["event_id"] = event_id(transcript, ms, len(out))
-        out.append(made)
+        self.last_ms = max(_ms(when), self.last_ms + 1)
+        made["event_id"] = event_id(transcript, self.last_ms, self.made)
+        self.made += 1
         return made
 
-    for when, hook in transcript.hooks:
+    def feed(self, when: str, hook: common.Hook) -> list[dict]:
+        """The events of one hook."""
         if hook.role in ("start", "end"):
             said = "started" if hook.role == "start" else "ended"
-            add("note", common.text_body(f"{transcript.agent} session {said} ({STARTED})"),
-                when)
-        elif hook.role == "prompt":
-            prompt_id = add("prompt", common.text_body(hook.text), when)["event_id"]
-        elif hook.role == "tool":
-            for body in hook.tools:
-                add("tool_use", body, when, prompt_id)
-        elif hook.role == "turn_end":
-            add("session_summary", common.text_body(hook.text), when, prompt_id)
-    return out
+            return [self._event("note", common.text_body(
+                f"{self.transcript.agent} session {said} ({STARTED})"), when)]
+        if hook.role == "prompt":
+            prompt = self._event("prompt", common.text_body(hook.text), when)
+            self.prompt_id = prompt["event_id"]
+            return [prompt]
+        if hook.role == "tool":
+            return [self._event("tool_use", body, when, self.prompt_id) for body in hook.tools]
+        if hook.role == "turn_end":
+            return [self._event("session_summary", common.text_body(hook.text), when,
+                                self.prompt_id)]
+        return []
+
+
+def events(transcript: Transcript, here: project.Project, actor: str) -> list[dict]:
+    """The session's events, as its hooks would have sent them (``common.answer``)."""
+    made = Events(transcript, here, actor)
+    return [event for when, hook in transcript.hooks for event in made.feed(when, hook)]
 
 
 @dataclass
 class Session:
-    """A transcript read for import: its events, or why it is left alone."""
+    """A transcript imported: how many events it made, or why it is left alone."""
 
     transcript: Transcript
-    events: list[dict] = field(default_factory=list)
+    sent: int = 0  # events made of it
     left_out: str | None = None  # why it is not imported
 
 
-def sessions(agent_module, user_home: Path, home: paths.Home, actor: str,
-             only: project.Project | None = None) -> Iterator[Session]:
-    """The agent's stored sessions (those of ``only``'s project, when given), each read
-    and made into events as it is asked for (so that one session at a time is held),
-    left out where there is nothing to import, where capture is off for its project,
-    or where its hooks captured it live (the daemon is asked: control.Timeout or
-    protocol.RemoteError)."""
-    for transcript in agent_module.transcripts(user_home):
-        session = Session(transcript)
-        if not transcript.session_id or not transcript.hooks:
-            session.left_out = "nothing to import"
+def imported(agent_module, user_home: Path, home: paths.Home, actor: str,
+             only: project.Project | None = None) -> Iterator[dict | Session]:
+    """The agent's stored sessions (those of ``only``'s project, when given) as the events
+    their hooks would have sent, made as each transcript is read (no whole transcript is
+    held: ``streamed``), then each ``Session`` once read. A session is left out where
+    there is nothing to import, where capture is off for its project, or where its hooks
+    captured it live (the store holds events of it from another client than this
+    import: the daemon is asked, control.Timeout or protocol.RemoteError)."""
+    under_way: dict[int, tuple[Session, Events | None]] = {}
+    for transcript, hook in streamed(agent_module.transcripts(user_home)):
+        if id(transcript) not in under_way:
+            session = Session(transcript)
+            under_way[id(transcript)] = (session, _start(session, home, actor, only)
+                                         if hook is not None else None)
+        session, made = under_way[id(transcript)]
+        if hook is None:
+            del under_way[id(transcript)]
+            if not session.sent and session.left_out is None:
+                session.left_out = "nothing to import"
             yield session
-            continue
-        here = project.resolve_project(transcript.cwd, override="")
-        if only is not None and here.project_id != only.project_id:
-            session.left_out = "another project's"
-            yield session
-            continue
-        session.left_out = capture.why_off(here.root, transcript.cwd, home)
-        if session.left_out is None:
-            session.events = events(transcript, here, actor)
-            transcript.hooks = []  # made into events: not held twice
-            _leave_live_alone([session], home)
-        yield session
+        elif made is not None:
+            for event in made.feed(*hook):
+                session.sent += 1
+                yield event
 
 
-def _leave_live_alone(found: list[Session], home: paths.Home) -> None:
-    """Leave out each session whose store holds events the import does not make: its
-    hooks sent them."""
-    by_namespace: dict[str, dict[str, Session]] = {}
-    for session in found:
-        first = session.events[0]
-        by_namespace.setdefault(first["namespace"], {})[first["session_id"]] = session
-    for namespace, named in by_namespace.items():
-        ids = list(named)
-        for start in range(0, len(ids), LOOKUP_SESSIONS):
-            stored = control.call("retrieval", "session_events", {
-                "namespace": namespace, "session_ids": ids[start:start + LOOKUP_SESSIONS]},
-                timeout_ms=control.LOOKUP_MS, home=home)["sessions"]
-            for session_id, event_ids in stored.items():
-                session = named.get(session_id)
-                ours = {event["event_id"] for event in session.events} if session else set()
-                if session and any(event_id not in ours for event_id in event_ids):
-                    session.left_out, session.events = "captured live by its hooks", []
+def _start(session: Session, home: paths.Home, actor: str,
+           only: project.Project | None) -> Events | None:
+    """Whether a session's events are made (its first hook read): its project, whether
+    capture is on there, whether its hooks captured it live."""
+    transcript = session.transcript
+    if not transcript.session_id or not transcript.cwd:
+        session.left_out = "nothing to import"
+        return None
+    here = project.resolve_project(transcript.cwd, override="")
+    if only is not None and here.project_id != only.project_id:
+        session.left_out = "another project's"
+        return None
+    session.left_out = capture.why_off(here.root, transcript.cwd, home)
+    if session.left_out is not None:
+        return None
+    namespace = here.namespace(actor)
+    stored = control.call("retrieval", "session_events", {
+        "namespace": namespace, "session_ids": [transcript.session_id[:128]],
+        "not_from": CLIENT_ID}, timeout_ms=control.LOOKUP_MS, home=home)["sessions"]
+    if stored:
+        session.left_out = "captured live by its hooks"
+        return None
+    return Events(transcript, here, actor)
