@@ -187,7 +187,7 @@ def test_a_killed_seed_goes_on_after_what_ingest_had_answered(home, tmp_path):
 
     repo = tmp_path / "big"
     repo.mkdir()
-    fast_history(repo, 600)
+    fast_history(repo, 300)
     kl("start", check=True)
     try:
         seeding = subprocess.Popen([*KL, "seed", "--git", "--project", str(repo)],
