@@ -134,3 +134,30 @@ def bounded(seconds: float, call: Callable[[], T]) -> T:
     if not ok:
         raise value
     return value
+
+
+class Reads:
+    """Bounded calls, one at a time a key (a tree, a checkout): a key whose call is still
+    out, stuck on a hung file system, is not tried again until that call returns, so a
+    hung mount costs one waiting thread, not one a search."""
+
+    def __init__(self) -> None:
+        self._out: set[str] = set()
+        self._lock = threading.Lock()
+
+    def bounded(self, key: str, seconds: float, call: Callable[[], T]) -> T:
+        """``bounded(seconds, call)`` for ``key``; Abandoned at once while its last call
+        is out."""
+        with self._lock:
+            if key in self._out:
+                raise Abandoned(f"{key}: the last read has not returned")
+            self._out.add(key)
+
+        def run() -> T:
+            try:
+                return call()
+            finally:
+                with self._lock:
+                    self._out.discard(key)
+
+        return bounded(seconds, run)

@@ -104,7 +104,7 @@ class Checkout:
         self._texts: OrderedDict[str, tuple[int, int, str, bytes]] = OrderedDict()
         self._blobs: dict[tuple[str, int, int, int], str] = {}
         self._lock = threading.Lock()
-        self._stuck: set[str] = set()  # trees whose check has not come back
+        self._reads = tree_files.Reads()  # a tree whose check is out is not checked
 
     def _read(self, path: str, fd: int, stat: os.stat_result) -> tuple[str, bytes] | None:
         """A file's text and the bytes it is, from the cache while they match the stat."""
@@ -206,25 +206,18 @@ class Checkout:
         thread of its own, waited for until then and no longer."""
         until = min(deadline, time.monotonic() + CHECK_S)
         found: dict[str, Finding] = {}
-        with self._lock:
-            if tree.root in self._stuck or not records:
-                return found
+        if not records:
+            return found
 
         def run() -> None:
-            try:
-                for record in records:
-                    if time.monotonic() >= until:
-                        break
-                    finding = self.find(tree.root, record, tree.renamed, tree.changed)
-                    with self._lock:
-                        found[record["record_id"]] = finding
-            finally:
+            for record in records:
+                if time.monotonic() >= until:
+                    break
+                finding = self.find(tree.root, record, tree.renamed, tree.changed)
                 with self._lock:
-                    self._stuck.discard(tree.root)
+                    found[record["record_id"]] = finding
 
-        with self._lock:
-            self._stuck.add(tree.root)  # until run() comes back
         with contextlib.suppress(tree_files.Abandoned):
-            tree_files.bounded(until - time.monotonic() + CHECK_S, run)
+            self._reads.bounded(tree.root, until - time.monotonic() + CHECK_S, run)
         with self._lock:
             return dict(found)

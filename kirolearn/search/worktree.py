@@ -129,27 +129,15 @@ class Worktrees:
         self._known: dict[str, Reading] = {}
         self._reading: dict[str, threading.Event] = {}  # set when the reading is in
         self._lock = threading.Lock()
-        self._stuck: set[str] = set()  # checkouts whose HEAD read has not come back
+        self._heads = files.Reads()  # a checkout whose HEAD read is out is not read
 
     def head(self, root: str) -> tuple[str | None, str | None] | None:
         """The branch and commit checked out at root (``project.git_head``), read on a
         thread of its own and waited for ``HEAD_READ_S`` at most: a hung file system
         holds no search. None when it did not come in time; a checkout whose read is
         still out is not read again until it comes back."""
-        with self._lock:
-            if root in self._stuck:
-                return None
-            self._stuck.add(root)
-
-        def read() -> tuple[str | None, str | None]:
-            try:
-                return project.git_head(root)
-            finally:
-                with self._lock:
-                    self._stuck.discard(root)
-
         try:
-            return files.bounded(HEAD_READ_S, read)
+            return self._heads.bounded(root, HEAD_READ_S, lambda: project.git_head(root))
         except files.Abandoned:
             return None
 
