@@ -50,6 +50,21 @@ def wait_for(predicate, timeout: float = 30, interval: float = 0.05,
         time.sleep(interval)
 
 
+def wait_for_count(count, target: int, still: float = 30, interval: float = 0.05,
+                   message: str = "count") -> int:
+    """Wait until ``count()`` reaches ``target``, for as long as it keeps moving: on a
+    busy machine a slow run is no failure, one that stopped for ``still`` seconds is."""
+    last, moved = count(), time.monotonic()
+    while last < target:
+        if time.monotonic() - moved >= still:
+            raise AssertionError(f"{message}: stuck at {last} of {target} for {still} s")
+        time.sleep(interval)
+        now = count()
+        if now != last:
+            last, moved = now, time.monotonic()
+    return last
+
+
 def here() -> paths.Home:
     """The test's home (its ``KIROLEARN_HOME``)."""
     return paths.Home.current()

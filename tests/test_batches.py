@@ -239,7 +239,6 @@ def test_a_batch_whose_result_the_store_could_not_take_goes_out_once_it_answers(
             leases.reclaim()
         assert leases.stranded == {batch_id}  # kept until the store answers
         admin(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
-        mended = time.monotonic()
 
         def out_again() -> bool:
             with contextlib.suppress(base.Unavailable):
@@ -248,7 +247,7 @@ def test_a_batch_whose_result_the_store_could_not_take_goes_out_once_it_answers(
             return False
 
         wait_for(out_again, timeout=30, interval=0.2, message="the batch to go out again")
-        assert time.monotonic() - mended < 30 and not leases.stranded
+        assert not leases.stranded
         assert any("could not be committed while the store was away" in line
                    for line in log.lines)
     finally:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import zmq
-from helpers import KL, NAMESPACE, Workspace, here, kl, make_event, wait_for
+from helpers import KL, NAMESPACE, Workspace, here, kl, make_event, wait_for, wait_for_count
 
 from kirolearn import paths, protocol, transport
 
@@ -139,12 +139,12 @@ def test_parallel_sessions_in_worktrees_never_split_a_turn(home, tmp_path, monke
                 claude(n, "Stop", stop_hook_active=False,
                        last_assistant_message=f"Renamed {words[n]} in step {turn}.")
 
-        def records() -> list[dict] | None:
+        def records() -> list[dict]:
             lines = [json.loads(line) for line in kl("export", check=True).stdout.splitlines()]
-            found = [line for line in lines if "record_id" in line]
-            return found if len(found) >= 10 else None
+            return [line for line in lines if "record_id" in line]
 
-        made = wait_for(records, 60, 0.2, "a record for each of the ten turns")
+        wait_for_count(lambda: len(records()), 10, interval=0.2, message="records made")
+        made = records()
     finally:
         kl("stop", check=True)
     assert len(made) == 10 and len({r["namespace"] for r in made}) == 1

