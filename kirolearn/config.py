@@ -24,11 +24,13 @@ MODES = ("lexical", "semantic", "hybrid")  # how a search ranks: words, meaning,
 CHOICES = {
     ("retrieval", "mode"): MODES,
     ("retrieval", "stale_records"): ("leave_out", "mark"),
-    ("seed", "actor"): ("author", "user"),
     ("mcp", "scope"): SCOPES,
     ("extraction", "strategy"): ("heuristic", "openai", "anthropic", "command"),
 }
 
+
+# Settings of earlier versions, read and let go: a file that sets one still loads.
+RETIRED = {("seed", "actor")}  # seeded commits are the project's history, by author
 
 MAX_WORKERS = 64  # extraction workers one daemon runs, at most
 # Numbers outside these bounds are refused when the settings load (any other number
@@ -95,9 +97,13 @@ def load(home: paths.Home, environ: dict[str, str] | None = None) -> dict:
     if user_file.exists():
         user = _read_toml(user_file)
         for section, values in user.items():
+            if isinstance(values, dict) and all((section, key) in RETIRED for key in values):
+                continue
             if section not in settings or not isinstance(values, dict):
                 raise ConfigError(f"{user_file}: unknown section [{section}]")
             for key, value in values.items():
+                if (section, key) in RETIRED:
+                    continue
                 if key not in settings[section]:
                     raise ConfigError(f"{user_file}: unknown setting {section}.{key}")
                 settings[section][key] = _coerce(f"{section}.{key}", settings[section][key], value)

@@ -419,7 +419,8 @@ def _check_body(errors: list[FieldError], body: Any) -> str | None:
     return encoded
 
 
-SOURCE_FIELDS = {"surface", "version", "client_id", "project_path", "branch", "commit"}
+SOURCE_FIELDS = {"surface", "version", "client_id", "project_path", "branch", "commit",
+                 "author"}
 EVENT_FIELDS = {
     "event_id", "kind", "body", "namespace", "actor_id", "session_id", "valid_time",
     "source", "schema_version", "content_hash", "parent_event_id",
@@ -518,8 +519,10 @@ def _check_anchors(errors: list[FieldError], record: dict) -> None:
 
 def _check_git(errors: list[FieldError], obj: dict, prefix: str) -> None:
     """``branch`` and ``commit`` (optional): where in git the work was, as the project's
-    ``.git`` said (``project.git_head``)."""
+    ``.git`` said (``project.git_head``); ``author``: the commit's author, for work
+    replayed from a repository's history (``seed``)."""
     _check_str(errors, obj, "branch", 1, 255, prefix, required=False)
+    _check_str(errors, obj, "author", 1, 255, prefix, required=False)
     commit = obj.get("commit")
     if commit is not None and not (isinstance(commit, str) and _matches(COMMIT_PATTERN, commit)):
         errors.append(FieldError(prefix + "commit", "must be a git commit id (hex)"))
@@ -527,11 +530,13 @@ def _check_git(errors: list[FieldError], obj: dict, prefix: str) -> None:
 
 def _check_code(errors: list[FieldError], record: dict) -> None:
     """``code`` (optional): the code as the record's work left it, ``{branch?, commit?,
-    blobs?}``: the branch and commit its turn was on, and the git blob id of each
-    anchored file as it was then (``extract.anchors.blobs``)."""
+    author?, blobs?}``: the branch and commit its turn was on (and the commit's author,
+    for a seeded one), and the git blob id of each anchored file as it was then
+    (``extract.anchors.blobs``)."""
     code = record.get("code", {})
-    if not isinstance(code, dict) or set(code) - {"branch", "commit", "blobs"}:
-        errors.append(FieldError("code", "must be an object of branch, commit and blobs"))
+    if not isinstance(code, dict) or set(code) - {"branch", "commit", "author", "blobs"}:
+        errors.append(FieldError("code", "must be an object of branch, commit, author and"
+                                         " blobs"))
         return
     _check_git(errors, code, "code.")
     blobs = code.get("blobs", {})
@@ -707,10 +712,12 @@ def check_record_changes(changes: dict) -> None:
 def make_event(kind: str, body: dict, *, namespace: str, actor_id: str, session_id: str,
                surface: str, version: str, client_id: str, project_path: str | None = None,
                parent_event_id: str | None = None, valid_time: str | None = None,
-               branch: str | None = None, commit: str | None = None) -> dict:
+               branch: str | None = None, commit: str | None = None,
+               author: str | None = None) -> dict:
     """Assemble a v1 event with a fresh ULID, the current time and the body's hash."""
     source = {"surface": surface, "version": version, "client_id": client_id}
-    for key, value in (("project_path", project_path), ("branch", branch), ("commit", commit)):
+    for key, value in (("project_path", project_path), ("branch", branch), ("commit", commit),
+                       ("author", author)):
         if value:
             source[key] = value
     event = {

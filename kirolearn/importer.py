@@ -172,10 +172,14 @@ REQUESTS = {"events": ("put_events", {}), "history": ("put_events", {"history": 
 
 
 def send_chunk(client: transport.Client, lines: list[str], kind: str, wait_s: float,
-               waiting: Callable[[str | None], None]) -> list[dict]:
+               waiting: Callable[[str | None], None], chunk: str | None = None) -> list[dict]:
     """One chunk of lines of a kind, tried again for up to ``wait_s`` while ingest or
-    storage is busy or restarting (``waiting`` is told why, then None once answered)."""
+    storage is busy or restarting (``waiting`` is told why, then None once answered).
+    ``chunk``: its name, the same in each try: ingest answers a try that finds an
+    earlier one still at work with that one's answer, rather than do the work again."""
     op, extra = REQUESTS[kind]
+    if chunk is not None and op == "put_events":
+        extra = {**extra, "chunk": chunk}
     retrying = tenacity.Retrying(
         stop=tenacity.stop_after_delay(wait_s),
         wait=tenacity.wait_random_exponential(multiplier=0.1, max=2),
@@ -229,6 +233,7 @@ class Import:
             self.wait_s = float(config.defaults()["import"]["wait_s"])
         self.report = Report()
         self.began = db.utc_now()
+        self.run = contract.new_ulid()  # names this run's chunks (``send_chunk``)
         self.seen: set[str] = set()  # event ids answered so far: a second is a true duplicate
         self.local = threading.local()
         self.clients: list[transport.Client] = []
@@ -297,11 +302,12 @@ class Import:
         if len(self.chunks[kind].lines) >= CHUNK_LINES:
             self._submit(kind)
 
-    def _send(self, chunk: list[str], kind: str) -> list[dict]:
+    def _send(self, chunk: list[str], kind: str, first: int) -> list[dict]:
         if not hasattr(self.local, "client"):
             self.local.client = control.client("ingest", self.home, control.IMPORT_MS)
             self.clients.append(self.local.client)
-        return send_chunk(self.local.client, chunk, kind, self.wait_s, self._waiting)
+        return send_chunk(self.local.client, chunk, kind, self.wait_s, self._waiting,
+                          f"{self.run}:{first}")
 
     def _waiting(self, why: str | None) -> None:
         self.done.waiting = why and f"waiting for ingest (busy or restarting: {why})"
@@ -310,7 +316,8 @@ class Import:
         chunk = self.chunks[kind]
         if chunk.lines:
             self.in_flight.append((chunk.numbers, kind,
-                                   self.pool.submit(self._send, chunk.lines, kind)))
+                                   self.pool.submit(self._send, chunk.lines, kind,
+                                                    chunk.numbers[0])))
             self.chunks[kind] = Chunk()
         if len(self.in_flight) >= IN_FLIGHT:
             self._collect_oldest()

@@ -109,6 +109,11 @@ def parts(namespace: str) -> tuple[str, str]:
     return actor, project_id
 
 
+def record_author(record: dict) -> str:
+    """Who did a record's work: its seeded commit's author, else its namespace's actor."""
+    return (record.get("code") or {}).get("author") or parts(record["namespace"])[0]
+
+
 def shared_namespaces(namespace: str, known: Iterable[str]) -> list[str]:
     """The namespaces a search from ``namespace`` takes in: its own first, then every
     other actor's of the same project among ``known``, but a private actor's."""

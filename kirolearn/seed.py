@@ -5,8 +5,10 @@ A commit becomes one session: a prompt with its message, a read of each file it
 changed, an edit (``Edit``; ``Write`` for a new file) per hunk of its diff, and the
 turn's end, at the commit's time, so extraction makes of it what it makes of live
 work: a record with the files, the code words and the anchors of the change, as old
-as the commit. The author is the actor (or the user: ``actor="user"``), the
-repository's branch and the commit are the events' ``source``.
+as the commit. The commits are the project's history, in the namespace of the user
+who seeds it (one project, whatever the number of authors); the branch, the commit
+and its author are the events' ``source`` (the author is kept on each record, a
+filter of the viewer and of ``stats``).
 
 Every event's id comes from the commit hash (its time and a hash of the commit and the
 event's place in it), so a second run stores nothing new and a run killed half-way,
@@ -125,9 +127,9 @@ def history(root: str, after: str | None = None, since: str | None = None,
 def left_out(commit: Commit) -> str | None:
     """Why a commit is not replayed (None: it is)."""
     if BOT.search(commit.author) or BOT.search(commit.email):
-        return "a bot's"
+        return "by a bot"
     if commit.files > MAX_FILES:
-        return "a mass change"
+        return "mass change"
     if commit.files > MASS_FILES and FORMATTING.search(commit.message.partition("\n")[0]):
         return "formatting"
     if not commit.message:
@@ -176,10 +178,11 @@ def event_id(commit: Commit, place: int) -> str:
     return contract.ulid_of(ms, hashlib.sha256(f"{commit.sha}:{place}".encode()).digest())
 
 
-def actor_of(commit: Commit) -> str:
-    """The author as an actor: their name, made safe for a namespace."""
-    name = commit.author.strip() or commit.email.partition("@")[0] or "unknown"
-    return re.sub(r"[/\s]+", "-", name)[:128]
+def author_of(commit: Commit) -> str:
+    """The commit's author by name (their e-mail's name part when git has none): an
+    address is never kept."""
+    name = " ".join(commit.author.split()) or commit.email.partition("@")[0] or "unknown"
+    return name[:255]
 
 
 def session_events(root: str, commit: Commit, here: project.Project, actor: str,
@@ -194,7 +197,8 @@ def session_events(root: str, commit: Commit, here: project.Project, actor: str,
             namespace=here.namespace(actor), actor_id=actor,
             session_id=f"git-{commit.sha[:40]}", surface=SURFACE, version=__version__,
             client_id="seed", project_path=here.checkout, parent_event_id=parent,
-            valid_time=commit.when, branch=branch, commit=commit.sha)
+            valid_time=commit.when, branch=branch, commit=commit.sha,
+            author=author_of(commit))
         return {**made, "event_id": event_id(commit, next(place))}
 
     def tool(name: str, tool_input: dict, response: dict) -> dict:
@@ -204,28 +208,31 @@ def session_events(root: str, commit: Commit, here: project.Project, actor: str,
 
     prompt = event("prompt", {"type": "text", "content": commit.message})
     events = [prompt]
+    said = set()  # a change made alike in two places is one edit (ingest would drop it)
     edits = hunks(root, commit.sha)
     for path in dict.fromkeys(path for path, *_ in edits):
         events.append(tool("Read", {"file_path": f"{here.checkout}/{path}"}, {"type": "text"}))
     for path, old, new, new_file in edits[:MAX_EDITS]:
         where = f"{here.checkout}/{path}"
-        events.append(tool("Write", {"file_path": where, "content": new}, {"type": "create"})
-                      if new_file else tool("Edit", {"file_path": where, "old_string": old,
-                                                     "new_string": new}, {"success": True}))
+        made = (tool("Write", {"file_path": where, "content": new}, {"type": "create"})
+                if new_file else tool("Edit", {"file_path": where, "old_string": old,
+                                               "new_string": new}, {"success": True}))
+        if made["content_hash"] not in said:  # its place is taken either way: ids stay
+            said.add(made["content_hash"])
+            events.append(made)
     events.append(event("session_summary", {"type": "text", "content": ""},
                         prompt["event_id"]))
     return events
 
 
-def lines(root: str, commits: list[Commit], here: project.Project, as_user: bool,
+def lines(root: str, commits: list[Commit], here: project.Project,
           done: Callable[[Commit], None] = lambda commit: None) -> Iterator[str]:
     """The events of each commit as JSON lines, for ``importer.import_lines``; ``done``
     is told of each commit once its lines are out."""
     branch, _ = project.git_head(root)
     user = project.actor_id()
     for commit in commits:
-        for item in session_events(root, commit, here, user if as_user else actor_of(commit),
-                                   branch):
+        for item in session_events(root, commit, here, user, branch):
             yield json.dumps(item, ensure_ascii=False)
         done(commit)
 
@@ -242,13 +249,13 @@ class Resume:
         self.sent = 0  # lines out so far
         self.ends: collections.deque[tuple[int, str]] = collections.deque()
 
-    def lines(self, root: str, commits: list[Commit], here: project.Project, as_user: bool,
+    def lines(self, root: str, commits: list[Commit], here: project.Project,
               done: Callable[[Commit], None] = lambda commit: None) -> Iterator[str]:
         def sent(commit: Commit) -> None:
             self.ends.append((self.sent, commit.sha))
             done(commit)
 
-        for line in lines(root, commits, here, as_user, sent):
+        for line in lines(root, commits, here, sent):
             self.sent += 1
             yield line
 

@@ -74,6 +74,30 @@ def test_sigkill_storage_and_ingest_mid_import_loses_nothing(store, daemon, tmp_
     assert restarts["storage"] == 1 and restarts["ingest"] == 1, (restarts, killed)
 
 
+def test_a_chunk_sent_again_is_prepared_once(daemon, ctx):
+    """An import whose wait ran out sends its chunk again while ingest still works on
+    it: the copies are answered with the first's answer, never scrubbed again (each
+    copy's scrub would pile up behind the last)."""
+    lines = [json.dumps(make_event("prompt", f"step {i}")) for i in range(300)]
+    storage = _pid("storage")
+    os.kill(storage, signal.SIGSTOP)
+    try:
+        with transport.Client(here().endpoint("ingest"), ctx, timeout_ms=300) as impatient:
+            for _ in range(3):
+                with pytest.raises(transport.Timeout):
+                    impatient.call("put_events", {"lines": lines, "chunk": "run:1"})
+    finally:
+        os.kill(storage, signal.SIGCONT)
+    with transport.Client(here().endpoint("ingest"), ctx, timeout_ms=30_000) as patient:
+        results = patient.call("put_events", {"lines": lines, "chunk": "run:1"})["results"]
+    assert [r["status"] for r in results] == ["stored"] * len(lines)
+    with transport.Client(here().endpoint("ingest.ctl"), ctx) as control:
+        assert control.call("ping")["accepted"] == len(lines)
+    with transport.Client(here().endpoint("ingest"), ctx, timeout_ms=30_000) as another:
+        again = another.call("put_events", {"lines": lines, "chunk": "other:1"})["results"]
+    assert [r["status"] for r in again] == ["duplicate"] * len(lines)  # another run's
+
+
 def test_an_import_waits_for_a_busy_daemon_and_says_so(daemon, tmp_path):
     """Storage stopped for longer than a chunk's answer may take: the import waits, its
     progress says why, and it finishes once storage goes on."""

@@ -164,7 +164,7 @@ def test_a_client_elsewhere_is_served_only_while_its_key_is_allowed(server, mach
     seeded = kl("seed", "--git", "--project", str(repo),
                 env=on(laptop, HOME=str(ws.home), USER="tester"))
     assert seeded.returncode == 0, seeded.stderr
-    assert "seeded as yours" in seeded.stderr and "events stored 4" in seeded.stdout
+    assert "events stored 4" in seeded.stdout
     with (transport.Client(address, timeout_ms=5000, curve=control.remote(paths.Home(laptop)).curve,
                            to="storage") as storage,
           pytest.raises(control.RemoteError, match="not served over TCP")):

@@ -141,13 +141,17 @@ def aged(counts: dict) -> str:
     return f"stale {counts['stale']}, superseded {counts['superseded']}"
 
 
+STATS_AUTHORS_SHOWN = 5  # a project's busiest authors on stats' line
+
+
 @click.command()
 @scope_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def stats(namespace: str | None, project: str | None, as_json: bool) -> None:
-    """Counts per namespace: events by kind, records (and of them those stale, whose
-    code is gone, and superseded, whose work a later one undid), pending extraction
-    work; and who contributed what (events and records per actor), when more than one did.
+    """Counts per project (by name and folder): events by kind, records (and of them
+    those stale, whose code is gone, and superseded, whose work a later one undid),
+    pending extraction work, and the busiest authors of its records; and who
+    contributed what (events and records per actor), when more than one actor did.
 
     \b
     Examples:
@@ -163,10 +167,20 @@ def stats(namespace: str | None, project: str | None, as_json: bool) -> None:
     t = result["totals"]
     click.echo(f"events {t['events']}, records {t['records']} ({aged(t)}), pending events"
                f" {t['pending_events']}, pending batches {t['pending_batches']}")
+    several = len(result["actors"]) > 1
     for ns in result["namespaces"]:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(ns["events"].items())) or "no events"
-        click.echo(f"{ns['namespace']}\n  {kinds}; records {ns['records']} ({aged(ns)});"
+        actor = kl_project.parts(ns["namespace"])[0]
+        click.echo(f"{ns['name']}" + (f" ({ns['path']})" if ns["path"] else "")
+                   + (f" · {actor}" if several else "")
+                   + f"\n  {kinds}; records {ns['records']} ({aged(ns)});"
                    f" pending events {ns['pending_events']}, batches {ns['pending_batches']}")
+        if ns["authors_count"] > 1:
+            shown = ns["authors"][:STATS_AUTHORS_SHOWN]
+            more = ns["authors_count"] - len(shown)
+            click.echo(f"  by author ({ns['authors_count']}): "
+                       + ", ".join(f"{a['author']} {a['records']}" for a in shown)
+                       + (f", and {more} more" if more else ""))
     if len(result["actors"]) > 1:
         click.echo("by actor:")
         for actor in result["actors"]:
@@ -399,14 +413,11 @@ def _scrub_files(directory: Path, dry_run: bool) -> Counter:
               " 2024-01-01, '6 months ago').")
 @click.option("--limit", type=click.IntRange(1, None), default=None, metavar="N",
               help="Only the newest N commits.")
-@click.option("--actor", type=click.Choice(["author", "user"]), default=None,
-              help="Whose memories they are: each commit's author (default: seed.actor),"
-                   " or yours.")
-def seed(from_git: bool, project: str | None, since: str | None, limit: int | None,
-         actor: str | None) -> None:
+def seed(from_git: bool, project: str | None, since: str | None, limit: int | None) -> None:
     """Give a repository's memory its past on day one: each commit replayed as a
     session (its message the request, its diff the edits, its time the work's), made
-    into records as live work is; and its rule files (CLAUDE.md, AGENTS.md,
+    into records as live work is, the project's history (each record keeps its commit's
+    author, a filter of the viewer and of stats); and its rule files (CLAUDE.md, AGENTS.md,
     .cursorrules…) each made into a record, kept up to date as they change.
 
     Run it again at any time: what was seeded is not stored twice, and a run picks up
@@ -421,12 +432,12 @@ def seed(from_git: bool, project: str | None, since: str | None, limit: int | No
     """
     if not from_git:
         raise click.UsageError("say what to seed from: --git (the repository's history)")
-    loaded = settings()
-    here = kl_project.resolve_project(project or os.getcwd())
+    asked = os.path.abspath(project or os.getcwd())
+    here = kl_project.resolve_project(asked)
     root = here.checkout
     newest = None if here.is_global else kl_seed.head(root)
     if newest is None:
-        raise click.ClickException(f"{root} is not in a git repository; run it in one, or"
+        raise click.ClickException(f"{asked} is not in a git repository; run it in one, or"
                                    " give --project")
     if since is not None and kl_seed.since_time(root, since) is None:
         raise click.BadParameter(f"{since!r} is not a date git can read (try 2024-01-01"
@@ -440,18 +451,13 @@ def seed(from_git: bool, project: str | None, since: str | None, limit: int | No
         raise click.ClickException(str(exc)) from exc
     why = {c.sha: kl_seed.left_out(c) for c in commits}
     kept = [c for c in commits if why[c.sha] is None]
-    as_user = (actor or loaded["seed"]["actor"]) == "user"
-    if not as_user and control.remote(home) is not None:
-        as_user = True  # a key writes its own actor's memories alone (docs/team.md)
-        click.echo("this machine is a team's client: the commits are seeded as yours",
-                   err=True)
     started = time.monotonic()
     try:
         with click.progressbar(length=len(kept), label=f"seeding {len(kept)} commit(s)",
                                show_pos=True, file=sys.stderr) as bar:
             resume = kl_seed.Resume(home, root)
             report = importer.import_lines(
-                resume.lines(root, kept, here, as_user, lambda commit: bar.update(1)), home,
+                resume.lines(root, kept, here, lambda commit: bar.update(1)), home,
                 answered=resume.answered)
     except (importer.Stalled, kl_seed.GitFailed) as exc:
         raise click.ClickException(f"{exc}; run it again to go on") from exc
@@ -548,7 +554,7 @@ def _said(report: importer.Report, skipped: Counter) -> str:
     counts = report.counts
     return (f"events stored {counts['stored']}, duplicate {counts['duplicate']},"
             f" rejected {counts['rejected']}"
-            + (f"; left out {sum(skipped.values())}: "
+            + (f"; left out {sum(skipped.values())} commit(s): "
                + ", ".join(f"{n} {reason}" for reason, n in skipped.most_common())
                if skipped else ""))
 

@@ -435,6 +435,17 @@ def database_bytes(conn: Connection) -> int:
     return conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
 
 
+STATS_AUTHORS = 20  # the busiest authors of a project that stats names
+
+
+def project_path(conn: Connection, namespace: str) -> str | None:
+    """The project folder the namespace's newest event came from (an index seek)."""
+    row = conn.execute("SELECT project_path FROM events WHERE namespace = $1"
+                       " AND project_path IS NOT NULL ORDER BY seq DESC LIMIT 1",
+                       (namespace,)).fetchone()
+    return row[0] if row else None
+
+
 def stats(conn: Connection, only: str | None = None) -> dict:
     """Counts per namespace (or for one): events by kind, records (of them, those
     stale and those superseded: kept for history, not recalled or ranked below),
@@ -460,8 +471,17 @@ def stats(conn: Connection, only: str | None = None) -> dict:
             "SELECT namespace, COUNT(*) FROM extraction_batches"
             " WHERE state IN ('ready', 'leased') GROUP BY namespace"):
         entry(ns)["pending_batches"] = count
-    rows = sorted((n for n in namespaces.values() if only is None or n["namespace"] == only),
-                  key=lambda n: n["namespace"])
+    rows = [n for n in namespaces.values() if only is None or n["namespace"] == only]
+    for n in rows:  # each namespace as a project a person knows: its folder, its authors
+        n["path"] = project_path(conn, n["namespace"])
+        n["name"] = (n["path"] or "").rstrip("/").rpartition("/")[2] or project.parts(
+            n["namespace"])[1][:12]
+        authors = conn.execute(
+            "SELECT author, count(*) FROM memory_records WHERE namespace = $1"
+            " GROUP BY author ORDER BY 2 DESC, 1", (n["namespace"],)).fetchall()
+        n["authors_count"] = len(authors)
+        n["authors"] = [{"author": a, "records": c} for a, c in authors[:STATS_AUTHORS]]
+    rows.sort(key=lambda n: (n["name"], n["namespace"]))
     totals = {
         "events": sum(n["events_total"] for n in rows),
         "records": sum(n["records"] for n in rows),

@@ -29,10 +29,7 @@ def namespaces(conn: Connection) -> dict[str, str | None]:
     for table in ("events", "memory_records"):
         found.update(dict.fromkeys(reads.namespaces_in(conn, table)))
     for namespace in found:
-        row = conn.execute("SELECT project_path FROM events WHERE namespace = $1"
-                           " AND project_path IS NOT NULL ORDER BY seq DESC LIMIT 1",
-                           (namespace,)).fetchone()
-        found[namespace] = row[0] if row else None
+        found[namespace] = reads.project_path(conn, namespace)
     return found
 
 
@@ -94,14 +91,23 @@ def session_events(conn: Connection, session_id: str) -> list[tuple[int, dict]]:
         " ORDER BY valid_ms, seq", (session_id,)).fetchall())
 
 
+def authors(conn: Connection, namespace: str | None) -> list[tuple[str, int]]:
+    """Who did the work of the records (``memory_records.author``), most records first."""
+    p = Params()
+    where = conditions(p, ("namespace = {}", namespace))
+    return [tuple(row) for row in conn.execute(
+        f"SELECT author, count(*) FROM memory_records {where} GROUP BY author"
+        " ORDER BY 2 DESC, 1", p.values)]
+
+
 def records_page(conn: Connection, namespace: str | None, observation_type: str | None,
                  strategy: str | None, since: str | None, until: str | None,
-                 before: int | None, limit: int) -> list[dict]:
+                 before: int | None, limit: int, author: str | None = None) -> list[dict]:
     """Newest first (``before``: the row id to continue below), each with its ``id``."""
     p = Params()
     where = conditions(
         p, ("namespace = {}", namespace), ("observation_type = {}", observation_type),
-        ("strategy = {}", strategy),
+        ("strategy = {}", strategy), ("author = {}", author),
         # unindexed: newest first by id, not a sort of all since
         (conn.unindexed("created_at") + " >= {}", since),
         ("substr(created_at, 1, 10) <= {}", until), ("id < {}", before))

@@ -14,7 +14,7 @@ import struct
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from kirolearn import contract, privacy
+from kirolearn import contract, privacy, project
 from kirolearn.db import files_key, reads, utc_now
 from kirolearn.db.store import Connection, Params
 
@@ -73,8 +73,8 @@ INSERT_RECORD_SQL = (
     "INSERT INTO memory_records (record_id, namespace, title, summary, facts_json,"
     " facts_text, concepts_json, files_touched_json, observation_type, strategy,"
     " source_event_ids_json, created_at, batch_id, invalid_reason, embedding_hash,"
-    " files_key, anchors_json, code_json, scrubbed_with, session_id, turn_seq)"
-    " SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,"
+    " files_key, anchors_json, code_json, scrubbed_with, author, session_id, turn_seq)"
+    " SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$21,"
     " e.session_id, e.seq FROM (SELECT 1) AS one LEFT JOIN events e ON e.event_id = $20")
 # A change to part of a record's text keeps its mark of today's rules only when the rest
 # had it (``privacy.scrub_stale``): the new part was scrubbed with today's.
@@ -91,7 +91,8 @@ def _new_record_params(record: dict, batch_id: str | None, invalid_reason: str |
             batch_id, invalid_reason, None if invalid_reason is None else NOT_EMBEDDED,
             files_key(record.get("files_touched", [])),
             json.dumps(record.get("anchors") or {}), json.dumps(record.get("code") or {}),
-            privacy.version(), next(iter(record["source_event_ids"]), None))
+            privacy.version(), next(iter(record["source_event_ids"]), None),
+            project.record_author(record))
 
 
 def insert_record(conn: Connection, record: dict, batch_id: str | None = None,
@@ -488,6 +489,72 @@ def _rewrite(conn: Connection, table: str, key: str, row_key: int | str,
         assignments += ["embedding = NULL", EMBED_AGAIN]  # no vector of the old text stays
     conn.execute(f"UPDATE {table} SET {', '.join(assignments)} WHERE {key} = {p(row_key)}",
                  p.values)
+
+
+SEEDED_BY_AUTHOR = "%\"client_id\":\"seed\"%"  # an event ``seed`` made (its source)
+
+
+def fold_seeded_authors(conn: Connection, user: str) -> dict[str, int]:
+    """Move the namespaces an earlier ``seed`` made, one per commit author, into the
+    user's namespace of the same project: the author stays on each event
+    (``source.author``) and record (``author``). A project is moved once extraction has
+    caught up on it (and on the user's namespace): its batches are all done, so the
+    moved events are neither extracted again nor left out. How many namespaces were
+    moved, by project id."""
+    seeded = [ns for (ns,) in conn.execute(
+        "SELECT namespace FROM events GROUP BY namespace"
+        " HAVING min(CASE WHEN source_json LIKE $1 THEN 1 ELSE 0 END) = 1",
+        (SEEDED_BY_AUTHOR,))]
+    by_project: dict[str, list[str]] = {}
+    for namespace in seeded:
+        actor, project_id = project.parts(namespace)
+        if actor != user and not actor.endswith(project.PRIVATE):
+            by_project.setdefault(project_id, []).append(namespace)
+    folded = {}
+    for project_id, authors in by_project.items():
+        target = project.namespace_for(user, project_id)
+        every = [*authors, target]
+        p = Params()
+        within = p.list(every)
+        open_work = conn.execute(
+            "SELECT 1 FROM events e LEFT JOIN extraction_cursor c ON c.namespace ="
+            f" e.namespace WHERE e.namespace IN {within} AND e.seq > COALESCE(c.last_seq, 0)"
+            f" UNION ALL SELECT 1 FROM extraction_batches WHERE state <> 'done'"
+            f" AND namespace IN {within} LIMIT 1", p.values).fetchone()
+        if open_work:
+            continue
+        for namespace in authors:
+            author = project.parts(namespace)[0]
+            for seq, source_json in conn.execute(
+                    "SELECT seq, source_json FROM events WHERE namespace = $1",
+                    (namespace,)).fetchall():
+                source = {"author": author, **json.loads(source_json)}
+                conn.execute("UPDATE events SET namespace = $1, actor_id = $2,"
+                             " source_json = $3 WHERE seq = $4",
+                             (target, user, contract.canonical_json(source), seq))
+            for row_id, code_json in conn.execute(
+                    "SELECT id, code_json FROM memory_records WHERE namespace = $1",
+                    (namespace,)).fetchall():
+                code = {**json.loads(code_json), "author": author}
+                conn.execute("UPDATE memory_records SET namespace = $1, author = $2,"
+                             " code_json = $3 WHERE id = $4",
+                             (target, author, json.dumps(code), row_id))
+            conn.execute("INSERT INTO file_changes SELECT $1, path_key, turn_seq"
+                         " FROM file_changes WHERE namespace = $2 ON CONFLICT (namespace,"
+                         " path_key) DO UPDATE SET turn_seq = CASE WHEN excluded.turn_seq >"
+                         " file_changes.turn_seq THEN excluded.turn_seq ELSE"
+                         " file_changes.turn_seq END", (target, namespace))
+            for table in ("file_changes", "extraction_cursor"):
+                conn.execute(f"DELETE FROM {table} WHERE namespace = $1", (namespace,))
+            for table in ("extraction_batches", "retrievals", "tombstones"):
+                conn.execute(f"UPDATE {table} SET namespace = $1 WHERE namespace = $2",
+                             (target, namespace))
+        last = conn.execute("SELECT max(seq) FROM events WHERE namespace = $1",
+                            (target,)).fetchone()[0]
+        conn.execute("INSERT INTO extraction_cursor VALUES ($1, $2) ON CONFLICT (namespace)"
+                     " DO UPDATE SET last_seq = excluded.last_seq", (target, last))
+        folded[project_id] = len(authors)
+    return folded
 
 
 def forget_namespace(conn: Connection, namespace: str) -> dict[str, int]:

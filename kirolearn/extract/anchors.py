@@ -108,15 +108,16 @@ def of_batch(events: list[dict]) -> dict[str, list[str]]:
 
 def code(record: dict, events: list[dict]) -> dict:
     """Where the record's work left the code: the branch and commit of its last event
-    that says (``source.branch``, ``source.commit``), and the blob id of each of its
-    anchored files found in that event's project on this machine."""
+    that says (``source.branch``, ``source.commit``; a seeded commit's author too), and
+    the blob id of each of its anchored files found in that event's project on this
+    machine."""
     sources = set(record["source_event_ids"])
     mine = [e for e in events if e["event_id"] in sources and e.get("commit")] or [
         e for e in events if e.get("commit")]
     if not mine:
         return {}
     last = mine[-1]
-    found = {key: last[key] for key in ("branch", "commit") if last.get(key)}
+    found = {key: last[key] for key in ("branch", "commit", "author") if last.get(key)}
     root = last.get("project_path")
     blobs: dict[str, str] = {}
     if root and os.path.isabs(root) and record.get("anchors"):

@@ -136,7 +136,8 @@ class ExtractionWorker(base.Role):
             for event in events:  # storage sends bodies still encoded
                 event["body"] = json.loads(event.pop("body_json"))
                 source = json.loads(event.pop("source_json", None) or "{}")
-                event.update(branch=source.get("branch"), commit=source.get("commit"))
+                event.update(branch=source.get("branch"), commit=source.get("commit"),
+                             author=source.get("author"))
             records, strategy = self.extractor.extract(namespace, events)
             for record in records:  # where its work left the code (``extract.anchors``)
                 code = anchors.code(record, events)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import hashlib
 import json
 import os
 import queue
@@ -76,6 +77,7 @@ SPOOL_CHUNK = 200  # spool files read per storage request
 # prepared at a time, off the loop, and one is with storage at a time, so a hook's
 # event is committed behind at most one chunk of an import.
 BULK_AT_STORAGE = 1
+KEPT_ANSWERS = 16  # bulk chunks whose answers are kept for a client that sends one again
 # A put_event this large (a tool's long output) is prepared off the loop too: scrubbing
 # 512 KiB takes tens of milliseconds, which a small prompt beside it would wait.
 LARGE_REQUEST_BYTES = 32 * 1024
@@ -86,6 +88,18 @@ REPLY_RESERVE_S = 0.05
 
 
 Prepared = tuple[dict, dict] | Exception  # prepare's (stored, body), or why not
+
+
+def chunk_key(name: object, lines: list[str], history: bool) -> str | None:
+    """What tells a chunk sent again (an import's next try, under the name it gave)
+    from another: the name and a hash of its lines (None: a chunk with no name)."""
+    if not isinstance(name, str) or not 0 < len(name) <= 200:
+        return None
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass"))
+    digest.update(b"history" if history else b"events")
+    for line in lines:
+        digest.update(b"\0" + line.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
 
 
 def prepare_all(items: list) -> tuple[list, list[Prepared]]:
@@ -155,6 +169,7 @@ class Pending:
     storage_done: bool = False
     storage_slots: list[int] = field(default_factory=list)  # result indexes sent to storage
     spool_files: list[Path] = field(default_factory=list)  # one per event, from the spool
+    chunk: str | None = None  # a bulk chunk's key (``chunk_key``): its answer is kept
 
 
 class Ingest(base.Role):
@@ -189,7 +204,12 @@ class Ingest(base.Role):
         # put_events waiting to be prepared; the one prepared (or being prepared),
         # waiting for storage; the storage request ids of those sent and not yet
         # acknowledged.
-        self.bulk: collections.deque[tuple[base.Request, list, bool]] = collections.deque()
+        self.bulk: collections.deque[tuple[base.Request, list, bool, str | None]] = (
+            collections.deque())
+        # The answers to the latest chunks, by key: a chunk sent again (its client timed
+        # out while it was being scrubbed) is answered from here, not scrubbed again.
+        self.bulk_answers: collections.OrderedDict[str, list] = collections.OrderedDict()
+        self.bulk_working: set[str] = set()  # keys of the chunks prepared or at storage
         self.bulk_ready: list[tuple[Pending, list[dict]]] = []
         self.bulk_at_storage: set[str] = set()
         self.bulk_preparing = False
@@ -248,9 +268,18 @@ class Ingest(base.Role):
         events, lines = request.body.get("events"), request.body.get("lines")
         history = request.body.get("history", False) is True
         if isinstance(lines, list) and all(isinstance(line, str) for line in lines):
-            self.bulk.append((request, lines, history))
+            key = chunk_key(request.body.get("chunk"), lines, history)
+            if key is not None and key in self.bulk_answers:
+                return {"results": self.bulk_answers[key]}
+            for place, (queued, *_, queued_key) in enumerate(self.bulk):
+                # sent again before its turn: one copy waits
+                if key is not None and queued_key == key:
+                    queued.fail(Code.UNAVAILABLE, "the same chunk was sent again")
+                    del self.bulk[place]
+                    break
+            self.bulk.append((request, lines, history, key))
         elif isinstance(events, list):
-            self.bulk.append((request, events, history))
+            self.bulk.append((request, events, history, None))
         else:
             raise base.BadRequest("'events' (or 'lines') must be a list")
         return base.LATER  # bulk: prepared once no live request waits (``tick``)
@@ -356,21 +385,33 @@ class Ingest(base.Role):
             self.bulk_ready = []
             if sent is not None:
                 self.bulk_at_storage.add(sent)
-        elif self.bulk and not self.bulk_ready and not self.bulk_preparing:
-            request, items, history = self.bulk.popleft()
+        elif self._bulk_next():
+            request, items, history, key = self.bulk.popleft()
+            if key is not None and key in self.bulk_answers:  # sent again while its first
+                request.reply({"results": self.bulk_answers[key]})  # copy was prepared
+                return
+            if key is not None:
+                self.bulk_working.add(key)
             self.bulk_preparing = True
 
             def prepared(events: list, done: list[Prepared]) -> None:
                 self.bulk_preparing = False
                 self._put(request, events, retrieve=False, history=history, bulk=True,
-                          prepared=done)
+                          prepared=done, chunk=key)
             self.preparer.submit(items, prepared)
+
+    def _bulk_next(self) -> bool:
+        """Whether the next chunk may be prepared: none is, and it is not a copy of one
+        still at work (that copy is answered with the first's answer)."""
+        return bool(self.bulk and not self.bulk_ready and not self.bulk_preparing
+                    and self.bulk[0][3] not in self.bulk_working)
 
     def _bulk_due(self) -> bool:
         return bool((self.bulk_ready and len(self.bulk_at_storage) < BULK_AT_STORAGE)
-                    or (self.bulk and not self.bulk_ready and not self.bulk_preparing))
+                    or self._bulk_next())
 
     def _fail(self, pending: Pending, code: int, reason: str) -> None:
+        self.bulk_working.discard(pending.chunk)
         if pending.request is None:  # spooled events stay spooled; try again later
             self.log.warning("spool: %s; retrying in %ss", reason, self.spool_interval_s)
             self.spooling = False
@@ -400,7 +441,8 @@ class Ingest(base.Role):
     def _put(self, request: base.Request | None, events: list, retrieve: bool | str,
              spool_files: list[Path] | None = None, history: bool = False,
              global_namespace: str | None = None, bulk: bool = False,
-             hints: dict | None = None, prepared: list[Prepared] | None = None) -> None:
+             hints: dict | None = None, prepared: list[Prepared] | None = None,
+             chunk: str | None = None) -> None:
         """Prepare each event (unless the preparer did: ``prepared``) and queue the valid
         ones for storage (``request`` None: events from the spool; ``history``: already
         distilled, see ``put_events``; ``bulk``: held as the next bulk chunk,
@@ -408,7 +450,7 @@ class Ingest(base.Role):
         now = time.monotonic()
         op = request.op if request is not None else "put_events"
         pending = Pending(request, op, [None] * len(events), now + self.storage_timeout_s,
-                          spool_files=spool_files or [])
+                          spool_files=spool_files or [], chunk=chunk)
         clean = []
         first_body = None
         if prepared is None:
@@ -532,6 +574,11 @@ class Ingest(base.Role):
             pending.request.reply(body)
         else:
             pending.request.reply({"results": pending.results})
+            if pending.chunk is not None:
+                self.bulk_working.discard(pending.chunk)
+                self.bulk_answers[pending.chunk] = pending.results
+                while len(self.bulk_answers) > KEPT_ANSWERS:
+                    self.bulk_answers.popitem(last=False)
 
     # -- the spool -------------------------------------------------------------------------
 
@@ -614,7 +661,7 @@ class Ingest(base.Role):
         self._flush()
         for pending, _ in self.bulk_ready:
             self._fail(pending, Code.UNAVAILABLE, "kirolearn is stopping")
-        for request, _, _ in self.bulk:
+        for request, *_ in self.bulk:
             request.fail(Code.UNAVAILABLE, "kirolearn is stopping")
         self.bulk.clear()
         self.bulk_ready = []

@@ -37,6 +37,7 @@ from kirolearn.extract import llm
 from kirolearn.extract import rules as rule_records
 from kirolearn.roles import base, briefs, checks
 from kirolearn.search import (
+    MAX_NAMESPACES,
     embed_worker,
     embeddings,
     ranking,
@@ -47,7 +48,6 @@ from kirolearn.search import (
 )
 
 MAX_LIMIT = 100
-MAX_NAMESPACES = 8
 MAX_IDS = 100  # records one get_records may ask for
 MAX_AROUND = 50  # records a timeline may show on each side
 MAX_CONTEXT_TOKENS = 1_000_000

@@ -27,6 +27,7 @@ rules than today's are scrubbed again (``_rescrub``).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import threading
@@ -34,7 +35,7 @@ import time
 
 import zmq
 
-from kirolearn import contract, db, paths
+from kirolearn import contract, db, paths, project
 from kirolearn.db import batches, errors, reads, writes
 from kirolearn.db.sqlite import backup as backups
 from kirolearn.db.store import Connection
@@ -72,10 +73,21 @@ class Storage(base.Role):
         # When to scrub again the records stored with other rules (``_rescrub``); None: done.
         self.rescrub_due: float | None = 0.0
         self.rescrubbed: dict[str, int] = {"records": 0, "redactions": 0}
+        self._fold_seeded_authors()
         self.events_stored = 0
         self.commits = 0
         self.last_put = 0.0
         self.wal_check_at = 0.0
+
+    def _fold_seeded_authors(self) -> None:
+        """A home seeded by an earlier version, one namespace per commit author: each
+        project made one again (``writes.fold_seeded_authors``); tried at every start
+        until extraction has caught up on it."""
+        with contextlib.suppress(base.Unavailable), self.writing() as conn:
+            folded = writes.fold_seeded_authors(conn, project.actor_id())
+            for project_id, count in folded.items():
+                self.log.info("the seeded history of project %s: %d author namespace(s)"
+                              " moved into %s's", project_id, count, project.actor_id())
 
     def counters(self) -> dict:
         counters = {"events_stored": self.events_stored, "commits": self.commits}

@@ -2,7 +2,8 @@
 block (``context``), and for semantic and hybrid search the local embedding model
 (``embeddings``) and the vectors in memory (``vectors``).
 
-This module itself is light (the viewer imports it for the name below).
+This module itself is light (the viewer imports it for the names below).
 """
 
 OUTCOMES = ("ok", "empty", "fallback", "timeout", "error")  # how a search ended
+MAX_NAMESPACES = 8  # the namespaces one search takes (the viewer asks a few times)

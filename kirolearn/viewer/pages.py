@@ -19,11 +19,13 @@ from starlette.responses import JSONResponse, RedirectResponse, Response, Stream
 
 from kirolearn import contract, control, privacy
 from kirolearn.config import MODES
-from kirolearn.search import OUTCOMES
+from kirolearn.project import record_author
+from kirolearn.search import MAX_NAMESPACES, OUTCOMES
 from kirolearn.viewer.auth import link, require
 from kirolearn.viewer.chart import chart
 from kirolearn.viewer.queries import PAGE_SIZE, TAIL_SIZE
 
+AUTHORS_LISTED = 200  # the Memories page's author filter: the busiest
 FEED_WAIT_S = 5.0  # a missed wake-up costs at most this long
 
 
@@ -131,9 +133,12 @@ async def memories(request: Request) -> Response:
     records, error = await find_memories(request)
     if error and wants_json(request):
         raise HTTPException(503, error)
-    strategies = await run_in_threadpool(request.app.state.reader.strategies)
+    reader = request.app.state.reader
+    strategies = await run_in_threadpool(reader.strategies)
+    authors = await run_in_threadpool(reader.authors, project_of(request))
     return await answer(request, "memories.html", {"records": records}, records=records,
-                        error=error, types=contract.OBSERVATION_TYPES, strategies=strategies)
+                        error=error, types=contract.OBSERVATION_TYPES, strategies=strategies,
+                        authors=authors[:AUTHORS_LISTED])
 
 
 async def find_memories(request: Request) -> tuple[list[dict], str | None]:
@@ -144,29 +149,36 @@ async def find_memories(request: Request) -> tuple[list[dict], str | None]:
     project = project_of(request)
     kind, strategy = q.get("type") or None, q.get("strategy") or None
     since, until = q.get("since") or None, q.get("until") or None
+    author = q.get("author") or None
     text = (q.get("q") or "").strip()
     if not text:
         before = bounded_int(q.get("before"), 0, 0, 2**62) or None
         return await run_in_threadpool(reader.records, project, kind, strategy, since,
-                                       until, before), None
+                                       until, before, author), None
     mode = q.get("mode") if q.get("mode") in MODES else "hybrid"
     namespaces = [project] if project else [
         p["namespace"] for p in await run_in_threadpool(reader.projects)]
-    if not namespaces:
-        return [], None
-    try:
-        reply = await run_in_threadpool(ask_daemon, request, "retrieval", "search", {
-            "query": text[:10_000], "namespaces": namespaces, "mode": mode,
-            "limit": PAGE_SIZE, "records": True, "budget_ms": 2000, "tokens": 1_000_000},
-            control.LOOKUP_MS)
-    except HTTPException as exc:
-        return [], str(exc.detail)
-    records = [r for r in reply["records"]
+    found: list[dict] = []
+    # a search takes a few namespaces at a time: every project is searched, a few at once
+    for first in range(0, len(namespaces), MAX_NAMESPACES):
+        try:
+            reply = await run_in_threadpool(ask_daemon, request, "retrieval", "search", {
+                "query": text[:10_000],
+                "namespaces": namespaces[first:first + MAX_NAMESPACES],
+                "mode": mode, "limit": PAGE_SIZE, "records": True, "budget_ms": 2000,
+                "tokens": 1_000_000}, control.LOOKUP_MS)
+        except HTTPException as exc:
+            return [], str(exc.detail)
+        found += reply["records"]
+    if len(namespaces) > MAX_NAMESPACES:
+        found.sort(key=lambda r: -r.get("score", 0))
+    records = [r for r in found
                if (not kind or r["observation_type"] == kind)
                and (not strategy or r["strategy"] == strategy)
+               and (not author or record_author(r) == author)
                and (not since or r["created_at"] >= since)
                and (not until or r["created_at"][:10] <= until)]
-    return records, None
+    return records[:PAGE_SIZE], None
 
 
 async def memory(request: Request) -> Response:

@@ -60,6 +60,23 @@ def retrieval_from_row(row: tuple, prompt_chars: int | None = 200) -> dict:
             "created_at": row[6], "error": row[7], "prompt": prompt}
 
 
+CONTRIBUTORS_SHOWN = 10  # the Overview names the busiest; the rest are counted
+
+
+def project_name(namespace: str, folder: str | None) -> str:
+    """A project as a person names it: its folder's name, else its id, shortened."""
+    if folder:
+        return folder.rstrip("/").rpartition("/")[2] or folder
+    return project.parts(namespace)[1][:12]
+
+
+def contributors(authors: list[tuple[str, int]]) -> dict:
+    """The busiest authors, and how many more there are (a history of hundreds)."""
+    return {"top": [{"author": author, "records": count}
+                    for author, count in authors[:CONTRIBUTORS_SHOWN]],
+            "more": max(0, len(authors) - CONTRIBUTORS_SHOWN), "count": len(authors)}
+
+
 class Reader:
     """The viewer's reads of one kirolearn home."""
 
@@ -74,14 +91,22 @@ class Reader:
             yield conn
 
     def projects(self) -> list[dict]:
-        """Every namespace, labelled with its project folder when known, and with its
-        actor when there are several (a team's daemon)."""
+        """Every namespace as a project: its name and folder when known (else its id),
+        with its actor when there are several (a team's daemon)."""
         with self.conn() as conn:
             found = views.namespaces(conn)
         several = len({project.parts(ns)[0] for ns in found}) > 1
-        return sorted(({"namespace": ns, "label": (folder or ns) + (
-            f" · {project.parts(ns)[0]}" if several and folder else "")}
-            for ns, folder in found.items()), key=lambda p: p["label"])
+        return sorted(({"namespace": ns, "name": project_name(ns, folder), "path": folder,
+                        "actor": project.parts(ns)[0],
+                        "label": project_name(ns, folder) + (f" ({folder})" if folder else "")
+                        + (f" · {project.parts(ns)[0]}" if several else "")}
+                       for ns, folder in found.items()), key=lambda p: p["label"])
+
+    def authors(self, namespace: str | None) -> list[dict]:
+        """Who did the records' work, most records first."""
+        with self.conn() as conn:
+            return [{"author": author, "records": count}
+                    for author, count in views.authors(conn, namespace)]
 
     def strategies(self) -> list[str]:
         with self.conn() as conn:
@@ -95,12 +120,14 @@ class Reader:
             strategies = views.record_counts(conn, "strategy", namespace)
             rows = views.retrieval_latencies(conn, since, namespace)
             failed = batches.failed_batches(conn, namespace)
+            authors = views.authors(conn, namespace)
         events: dict[str, int] = {}
         for entry in stats["namespaces"]:
             for kind, count in entry["events"].items():
                 events[kind] = events.get(kind, 0) + count
         return {"totals": stats["totals"], "actors": stats["actors"],
-                "events_by_kind": events, "records_by_type": types,
+                "authors": contributors(authors), "events_by_kind": events,
+                "records_by_type": types,
                 "strategies": strategies, "retrievals": latency_series(rows, days),
                 "failed_batches": failed}
 
@@ -121,11 +148,11 @@ class Reader:
 
     def records(self, namespace: str | None, observation_type: str | None,
                 strategy: str | None, since: str | None, until: str | None,
-                before: int | None = None) -> list[dict]:
+                before: int | None = None, author: str | None = None) -> list[dict]:
         """Newest first, PAGE_SIZE at a time (``before``: the id to continue below)."""
         with self.conn() as conn:
             return views.records_page(conn, namespace, observation_type, strategy, since,
-                                      until, before, PAGE_SIZE)
+                                      until, before, PAGE_SIZE, author)
 
     def record(self, record_id: str) -> dict | None:
         with self.conn() as conn:

@@ -325,8 +325,15 @@ AFTER INSERT OR DELETE OR UPDATE OF title, summary, facts_text, concepts_json, i
 ON memory_records DEFERRABLE INITIALLY DEFERRED
 FOR EACH ROW EXECUTE FUNCTION record_terms_fold();
 """),
+    (9, "record_author", """
+-- Who did a record's work (SQLite's migration 18).
+ALTER TABLE memory_records ADD COLUMN author TEXT;
+UPDATE memory_records SET author = COALESCE(code_json::json ->> 'author',
+    split_part(namespace, '/', 3));
+CREATE INDEX memory_records_author ON memory_records (namespace, author);
+"""),
 ]
 
 
 # Each migration's schema, as the SQLite migration it matches (exports name that one).
-SQLITE_SCHEMA = {1: 12, 2: 12, 3: 13, 4: 14, 5: 15, 6: 16, 7: 17, 8: 17}
+SQLITE_SCHEMA = {1: 12, 2: 12, 3: 13, 4: 14, 5: 15, 6: 16, 7: 17, 8: 17, 9: 18}

@@ -327,4 +327,12 @@ ALTER TABLE memory_records ADD COLUMN superseded_by TEXT;
 -- storage scrubs those again. NULL: stored before this column; scrubbed again at start.
 ALTER TABLE memory_records ADD COLUMN scrubbed_with TEXT;
 """),
+    (18, "record_author", """
+-- Who did a record's work: a seeded commit's author (code.author), else the actor of
+-- its namespace. The viewer and stats count and filter a project's records by it.
+ALTER TABLE memory_records ADD COLUMN author TEXT;
+UPDATE memory_records SET author = COALESCE(json_extract(code_json, '$.author'),
+    substr(namespace, 8, instr(substr(namespace, 8), '/') - 1));
+CREATE INDEX memory_records_author ON memory_records (namespace, author);
+"""),
 ]
