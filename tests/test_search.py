@@ -340,6 +340,31 @@ def test_a_prompt_about_something_else_gets_nothing_for_one_shared_word(searcher
     assert fts_query.says_what("line") and not fts_query.says_what("(#2648)")
 
 
+def test_a_word_inside_a_longer_words_stem_is_no_match(store_at):
+    """The stemmer makes one term of "capital" and "capitalization": a general question
+    still finds nothing in a record that only holds the longer word."""
+    made = make_db(store_at, [
+        record(1, title="Fix doc capitalization", summary="Headings in title case."),
+        *(record(n, title=f"Tune the pool, step {n}") for n in range(2, 30))])
+    searcher = Searcher(made)
+    try:
+        result = searcher.search(NS_A, "what is the capital of France", 10, 5000)
+        assert (result.records, result.context) == ([], "")
+        assert searcher.search(NS_A, "fix the capitalization of the docs", 10,
+                               5000).record_ids == ["R0000000000000000000000001"]
+    finally:
+        searcher.close()
+
+
+@given(st.text("abcdefghijklmnopqrstuvwxyz", min_size=4, max_size=12).filter(
+    lambda word: not word.endswith(("s", "d", "ing", "er", "e"))))
+def test_a_word_is_held_as_itself_or_an_inflection_not_inside_a_longer_word(word):
+    form = fts_query.inflected(word)
+    assert form.search(f"the {word} here") and form.search(f"({word}s)")
+    assert form.search(f"{word}_key") and form.search(f"{word.capitalize()}Key")
+    assert not form.search(f"{word}ization") and not form.search(f"x{word}")
+
+
 @given(st.integers(0, 10**6), st.integers(0, 10**6))
 def test_every_term_weighs_even_against_a_count_a_moment_old(doc_freq, total):
     assert fts_query.weight(doc_freq, total) > 0

@@ -19,6 +19,7 @@ this changes against the seed's ranking.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -122,6 +123,34 @@ def says_what(token: str) -> bool:
     version or an issue's (``#2648``, ``22.3.0``) names no work a record could hold,
     so it is searched for but does not weigh in ``coverage``."""
     return LETTER.search(token) is not None
+
+
+INFLECTIONS = ("ing", "ed", "es", "s", "er", "ers")  # a word's endings that keep its sense
+# and the endings of a word made from another that keep its subject (``configure``,
+# ``configuration``; ``option``, ``optional``), but not ``-ization`` and the like
+KIN = "ing|ed|er|d|ation|ion|al|ally|ly|ment|able"
+
+
+@functools.lru_cache(maxsize=4096)
+def inflected(word: str) -> re.Pattern | None:
+    """The word as itself or an inflection (``cache``, ``caches``, ``cached``,
+    ``caching``), as a whole word or a part of a name (``cacheKey``, ``cache_key``),
+    not inside a longer word the stemmer gives the same stem ("capital" in
+    "capitalization", "organ" in "organization"). None: not a word of letters (a
+    version, a name with digits), held by its index terms alone."""
+    base = re.sub(r"[\W_]+", "", word.lower())  # the word, not its quotes or colon
+    if not base.isascii() or not base.isalpha():
+        return None
+    for endings in (INFLECTIONS, KIN.split("|")):
+        for ending in endings:
+            if base.endswith(ending) and len(base) - len(ending) >= 3:
+                base = base[:-len(ending)]
+                break
+    if len(base) > 3 and base.endswith("e"):
+        base = base[:-1]
+    bases = {base, base[:-1]} if len(base) > 3 and base[-1] == base[-2] else {base}
+    alternatives = "|".join(sorted(map(re.escape, bases), key=len, reverse=True))
+    return re.compile(rf"(?<![A-Za-z])(?i:(?:{alternatives})e?(?:{KIN})?(?:e?s)?)(?![a-z])")
 
 
 def coverage(weights: dict, held: set) -> float:

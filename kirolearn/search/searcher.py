@@ -58,6 +58,7 @@ from kirolearn.search.query import (
     coverage,
     embedded_query,
     fts_expression,
+    inflected,
     is_rare,
     is_stop_word,
     most_matched_terms,
@@ -526,7 +527,8 @@ class Searcher:
         weights = {stems[t]: weight(token_freq[t], total) for t in terms if says_what(t)}
         return Result(records, "ok" if records else "empty", 0.0, terms, window, rare,
                       distinctive=distinctive,
-                      held=self._held(conn, records[:COVERAGE_CHECKED], weights))
+                      held=self._held(conn, records[:COVERAGE_CHECKED], weights,
+                                      {stems[t]: t for t in terms}))
 
     def _hybrid(self, namespaces: tuple[str, ...], query: str, limit: int, mode: str) -> Result:
         """Lexical and semantic candidates (limit × 4 each) fused by reciprocal rank with a
@@ -703,17 +705,24 @@ class Searcher:
         return self._total, self._doc_freq
 
     def _held(self, conn: Connection, records: list[dict],
-              weights: dict[tuple[str, ...], float]) -> dict[str, float]:
+              weights: dict[tuple[str, ...], float],
+              said: dict[tuple[str, ...], str]) -> dict[str, float]:
         """How much of the query's weight each of these records holds (``coverage``), by
         id: a term is held when the record's indexed text (its concepts too) has all its
-        index terms."""
+        index terms, and a word (``said``: the query's word of each term) as itself or
+        an inflection of it (``query.inflected``): "capital" is not held by
+        "capitalization", though the stemmer makes one term of them."""
         if not records or not weights:
             return {}
         texts = [" ".join([r["title"], r["summary"], *r["facts"], *r["concepts"]])
                  for r in records]
         found = [set(terms) for terms in conn.dialect.fts.index_terms(conn, texts)]
-        return {r["record_id"]: coverage(weights, {t for t in weights if held.issuperset(t)})
-                for r, held in zip(records, found, strict=True)}
+        forms = {term: form for term in weights
+                 if len(term) == 1 and (form := inflected(said[term])) is not None}
+        return {r["record_id"]: coverage(weights, {
+            t for t in weights if held.issuperset(t)
+            and (t not in forms or forms[t].search(text))})
+            for r, held, text in zip(records, found, texts, strict=True)}
 
     def _lifted(self, conn: Connection, namespaces: tuple[str, ...], expression: str,
                 limit: int, window: int | None) -> list[tuple[int, float]]:
