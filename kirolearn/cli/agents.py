@@ -73,6 +73,10 @@ def install_(ctx: click.Context, agents: tuple[str, ...], project_dir: str | Non
     target = _install_target(project_dir, global_)
     _change_agents(lambda agent, where, home: install.install(
         agent, where, home, absolute, default_agent and agent == "kiro-cli"), agents, target)
+    # what doctor will say of it, said now: an install that cannot work yet is no success
+    unready = [(agent, detail) for agent in agents
+               for state, detail in [install.check(agent, target, Path.home())]
+               if state != "installed"]
     if target is not None and not absolute and not install.Commands.choose(False).on_path:
         click.echo(f"Note: kirolearn is not on PATH, so these files name"
                    f" {install.installed('kirolearn')} and work on this machine only; put"
@@ -87,6 +91,9 @@ def install_(ctx: click.Context, agents: tuple[str, ...], project_dir: str | Non
         ctx.invoke(seed, from_git=True, project=str(target))
     elif not served:
         click.echo("The daemon is not running; the first hook starts it (or: kirolearn start).")
+    if unready:
+        raise click.ClickException("; ".join(f"{agent} is not ready: {detail}"
+                                             for agent, detail in unready))
 
 
 def _seeding(target: Path, asked: bool | None) -> bool:

@@ -117,17 +117,31 @@ def newest_records(conn: Connection, namespace: str, limit: int,
 def in_force(conn: Connection, namespaces: Sequence[str], limit: int) -> list[dict]:
     """The newest records of these namespaces that are in force (as ``newest_records``),
     with only what a project's brief reads of them: id, namespace, title, summary,
-    facts, files, type, strategy and time."""
+    facts, files, type, strategy, time and author."""
     p = Params()
     return [{"record_id": row[0], "namespace": row[1], "title": row[2], "summary": row[3],
              "facts": json.loads(row[4]), "files_touched": json.loads(row[5]),
-             "observation_type": row[6], "strategy": row[7], "created_at": row[8]}
+             "observation_type": row[6], "strategy": row[7], "created_at": row[8],
+             "author": row[9]}
             for row in conn.execute(
                 "SELECT record_id, namespace, title, summary, facts_json, files_touched_json,"
-                " observation_type, strategy, created_at FROM memory_records WHERE namespace"
-                f" IN {p.list(namespaces)} AND invalid_reason IS NULL AND stale_why IS NULL"
-                f" AND superseded_by IS NULL ORDER BY created_at DESC, id DESC"
-                f" LIMIT {p(limit)}", p.values)]
+                " observation_type, strategy, created_at, author FROM memory_records WHERE"
+                f" namespace IN {p.list(namespaces)} AND {IN_FORCE}"
+                f" ORDER BY created_at DESC, id DESC LIMIT {p(limit)}", p.values)]
+
+
+IN_FORCE = "invalid_reason IS NULL AND stale_why IS NULL AND superseded_by IS NULL"
+
+
+def work_totals(conn: Connection, namespaces: Sequence[str]) -> tuple[int, int, str | None]:
+    """The records of work in force of these namespaces (rule files aside): how many,
+    by how many authors, since when."""
+    p = Params()
+    row = conn.execute(
+        "SELECT count(*), count(DISTINCT author), min(created_at) FROM memory_records"
+        f" WHERE namespace IN {p.list(namespaces)} AND {IN_FORCE}"
+        f" AND strategy <> {p(contract.RULE_FILE)}", p.values).fetchone()
+    return row[0], row[1], row[2]
 
 
 def previous_prompts(conn: Connection, namespace: str, session_id: str,

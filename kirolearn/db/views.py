@@ -6,13 +6,14 @@ Each page reads what it shows and no more, from indexes where the tables are lar
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from kirolearn.db import reads
 from kirolearn.db.store import Connection, Params
 
 RETRIEVAL_COLUMNS = ("r.id, r.prompt_event_id, r.namespace, r.record_ids_json, r.latency_ms,"
-                     " r.outcome, r.created_at, r.error, e.body_json")
+                     " r.outcome, r.created_at, r.error, e.body_json, e.kind")
 
 
 def conditions(p: Params, *pairs: tuple[str, Any]) -> str:
@@ -154,14 +155,19 @@ def retrieval_by_id(conn: Connection, retrieval_id: int) -> tuple | None:
 
 
 def sessions_page(conn: Connection, namespace: str | None, limit: int) -> list[dict]:
-    """The sessions with the newest events first: their span and counts."""
+    """The sessions with the newest events first: their span (in UTC, as they are
+    ordered: an event's own time may carry any offset) and counts."""
     p = Params()
     where = conditions(p, ("namespace = {}", namespace))
     rows = conn.execute(
-        "SELECT session_id, namespace, min(valid_time), max(valid_time), count(*),"
+        "SELECT session_id, namespace, min(valid_ms), max(valid_ms), count(*),"
         " count(*) FILTER (WHERE kind = 'prompt'), count(*) FILTER (WHERE kind = 'tool_use')"
         " FROM events"
         f" {where} GROUP BY session_id, namespace ORDER BY max(valid_ms) DESC LIMIT {p(limit)}",
         p.values).fetchall()
-    return [{"session_id": r[0], "namespace": r[1], "first": r[2], "last": r[3],
+    return [{"session_id": r[0], "namespace": r[1], "first": utc(r[2]), "last": utc(r[3]),
              "events": r[4], "prompts": r[5], "tools": r[6]} for r in rows]
+
+
+def utc(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")

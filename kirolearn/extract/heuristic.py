@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from kirolearn import contract
 from kirolearn.extract.anchors import of_actions
 from kirolearn.tooluse import Action, cut, fact, first_lines, observe, relative
+from kirolearn.words import without_noise
 
 STRATEGY = "heuristic"
 TITLE_CHARS = 120
@@ -182,8 +183,8 @@ def turn_records(namespace: str, turn: Turn, root: str | None) -> list[dict]:
     told = in_brief(actions)
     facts = [f for f in (fact(a, root) for a in told) if f]
     files = list(dict.fromkeys(relative(p, root) for a in actions for p in a.paths))
-    conclusion = turn.conclusion.strip()
-    asked_for = turn.request.strip()
+    conclusion = without_noise(turn.conclusion).strip()
+    asked_for = without_noise(turn.request).strip()
     records = []
     if asked_for or facts or (turn.asked and conclusion):
         title = asked_for or (facts[0] if facts else turn.asked[-1])
@@ -196,7 +197,7 @@ def turn_records(namespace: str, turn: Turn, root: str | None) -> list[dict]:
             cut(conclusion, CONCLUSION_CHARS)) if part)
         kind = "tool_use" if actions else "discovery"
         records.append(record(namespace, title, summary, kind, list(dict.fromkeys(facts)),
-                              concepts_of([turn.request, *turn.asked, *facts], files,
+                              concepts_of([asked_for, *turn.asked, *facts], files,
                                           identifiers(actions)), files, turn.event_ids,
                               of_actions(actions, root)))
     elif conclusion:  # a turn summary whose prompt and tools were in an earlier batch

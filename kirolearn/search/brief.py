@@ -5,16 +5,21 @@ Deterministic: the same records make the same page. From the newest ``BRIEF_RECO
 records in force (valid, not stale, not superseded), it says:
 
 - what the project is: the first paragraph of a rule file (CLAUDE.md, AGENTS.md…),
-  and how much work memory holds, since when, by how many;
+  and how much work memory holds, since when, by how many (``Totals``: all of it, not
+  the window read; the window said when it is smaller);
 - the conventions and decisions in force: the rule files, then the decisions and
   patterns, newest first;
-- the files most worked on, and why: the files the most records name (not changelogs
-  nor lock files), each with the newest of them;
+- the files most worked on, and why: the files of the project's logic the most
+  records name (not changelogs, lock, version or requirement files, docs nor CI
+  settings), each with its most telling record (``telling``: not a typo's fix nor a
+  bump, about that file more than many others, newest of the equals);
 - open work: a turn that ended on a failure, or that left a TODO, with no later record
   on the same files;
-- the recent changes: the newest records of work.
+- the recent changes: the newest records of work that changed something (not a
+  question answered by reading, nor a bot's bump).
 
-Each part is cut to a few lines, and the whole to a number of tokens.
+Each line without trailers, addresses or generated lines (``words.without_noise``);
+each part is cut to a few lines, and the whole to a number of tokens.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from kirolearn import contract
+from kirolearn.words import without_noise
 
 HEADER = "## Project brief (from kirolearn)"
 BRIEF_RECORDS = 500  # the newest records in force it is made from
@@ -34,13 +40,26 @@ RECENT = 5
 LINE_CHARS = 160
 UNFINISHED = re.compile(r"\b(?:TODO|FIXME|XXX|not yet|still fails?|left to do|unfinished)\b")
 WORK = ("tool_use", "session_summary", "discovery", "error")
-# Files every change touches, which say nothing of the work: changelogs and lock files.
-BOOKKEEPING = re.compile(r"(?:^|/)(?:CHANGES|CHANGELOG|HISTORY|NEWS|RELEASE[-_]?NOTES)"
-                         r"(?:\.\w+)?$|(?:^|/)[\w.-]*\.lock$|(?:^|/)package-lock\.json$", re.I)
+# Files every change touches, which say nothing of the work, and files that are not the
+# project's logic: changelogs, lock, version and requirement files, packaging and CI
+# settings, docs.
+BOOKKEEPING = re.compile(
+    r"(?:^|/)(?:CHANGES|CHANGELOG|HISTORY|NEWS|RELEASE[-_]?NOTES|AUTHORS|CONTRIBUTORS)"
+    r"(?:\.\w+)?$|(?:^|/)[\w.-]*\.lock$|(?:^|/)(?:package-lock\.json|go\.sum|"
+    r"pnpm-lock\.yaml|package\.json|pyproject\.toml|setup\.(?:py|cfg)|MANIFEST\.in|tox\.ini"
+    r"|\.pre-commit-config\.yaml|\.gitignore|Makefile)$|(?:^|/)_*version_*\.\w+$"
+    r"|(?:^|/)requirements[\w.-]*\.(?:txt|in)$|(?:^|/)(?:\.github|\.circleci|docs?)/"
+    r"|\.(?:md|rst|txt)$", re.I)
+# A change that says nothing of why a file is what it is: a typo's fix, a bump.
+TRIVIAL = re.compile(r"\b(?:typos?|spelling|wording|whitespace|bump(?:ed)?|version|release"
+                     r"|changelog|lint(?:ing)?|format(?:ting)?|merge|revert|update"
+                     r" dependencies)\b", re.I)
+BOT_LINE = re.compile(r"^\W*(?:bump\b.*\bfrom\b|\[pre-commit\.ci\]|pre-commit autoupdate"
+                      r"|chore\(deps)", re.I)
 
 
 def _line(text: str) -> str:
-    text = " ".join(text.split())
+    text = " ".join(without_noise(text).split())
     return text if len(text) <= LINE_CHARS else text[:LINE_CHARS - 1].rstrip() + "…"
 
 
@@ -49,9 +68,36 @@ def _open(record: dict) -> bool:
         "\n".join([record["title"], record["summary"], *record["facts"]])) is not None
 
 
-def brief(records: list[dict], tokens: int) -> Brief:
+@dataclass
+class Totals:
+    """All the work in force the brief's project holds, not just the window it reads."""
+
+    records: int
+    authors: int
+    since: str  # the oldest record's time
+
+
+def _telling(record: dict) -> tuple:
+    """How well a record tells why a file is what it is (more is better): not a
+    trivial change, a decision or a pattern, a change about few files, words enough."""
+    return (TRIVIAL.search(record["title"]) is None,
+            record["observation_type"] in ("decision", "pattern"),
+            -len(record["files_touched"]), min(len(record["title"].split()), 6))
+
+
+def _changed(record: dict) -> bool:
+    """Whether a record tells of a change (an edit), not of a question read about."""
+    if BOT_LINE.search(record["title"]):
+        return False
+    if record["strategy"] == "heuristic":
+        return any(fact.startswith("edited ") for fact in record["facts"])
+    return record["observation_type"] in WORK
+
+
+def brief(records: list[dict], tokens: int, totals: Totals | None = None) -> Brief:
     """The brief of these records (newest first, in force) within ``tokens`` (about
-    four characters each); one without sections when there are none."""
+    four characters each); one without sections when there are none. ``totals``: what
+    the project holds in all (default: these records)."""
     if not records or tokens <= 0:
         return Brief([])
     rules = [r for r in records if r["strategy"] == contract.RULE_FILE]
@@ -60,10 +106,12 @@ def brief(records: list[dict], tokens: int) -> Brief:
 
     about = next((r["summary"] for r in rules if r["summary"]), "")
     if work:
-        actors = {r["namespace"] for r in work}
-        since = min(r["created_at"] for r in work)[:10]
-        said = (f"{len(work)} memories of its work since {since}"
-                + (f", by {len(actors)} people" if len(actors) > 1 else ""))
+        totals = totals or Totals(len(work), len({r.get("author") for r in work}),
+                                  min(r["created_at"] for r in work))
+        said = (f"{totals.records:,} memories of its work since {totals.since[:10]}"
+                + (f", by {totals.authors:,} people" if totals.authors > 1 else "")
+                + (f"; this brief reads the newest {BRIEF_RECORDS:,}"
+                   if totals.records > BRIEF_RECORDS else ""))
         about = f"{about} ({said}.)" if about else said[0].upper() + said[1:] + "."
     if about:
         parts.append(("What it is", [(_line(about), None)]))
@@ -76,13 +124,13 @@ def brief(records: list[dict], tokens: int) -> Brief:
 
     counts = Counter(f for r in work for f in dict.fromkeys(r["files_touched"])
                      if not BOOKKEEPING.search(f))
-    newest = {}
-    for record in work:
-        for name in record["files_touched"]:
-            newest.setdefault(name, record)
+    hot = [(name, n) for name, n in counts.most_common(HOT_FILES) if n > 1]
+    told = {name: max((r for r in work if name in r["files_touched"]),  # newest first:
+                      key=_telling)  # of the equals, max keeps the first
+            for name, _ in hot}
     parts.append(("Files most worked on", [
-        (f"`{name}` ({n} memories): {_line(newest[name]['title'])}", newest[name]["record_id"])
-        for name, n in counts.most_common(HOT_FILES) if n > 1]))
+        (f"`{name}` ({n} memories): {_line(told[name]['title'])}", told[name]["record_id"])
+        for name, n in hot]))
 
     unfinished: list[dict] = []
     later_files: set[str] = set()  # those of the records newer than the one looked at
@@ -97,7 +145,7 @@ def brief(records: list[dict], tokens: int) -> Brief:
          + (" (failed)" if r["observation_type"] == "error" else ""), r["record_id"])
         for r in unfinished]))
 
-    recent = [r for r in work if r["observation_type"] in WORK][:RECENT]
+    recent = [r for r in work if r["observation_type"] in WORK and _changed(r)][:RECENT]
     parts.append(("Recent changes", [(f"{r['created_at'][:10]} {_line(r['title'])}",
                                       r["record_id"]) for r in recent]))
 

@@ -21,6 +21,8 @@ import functools
 import re
 import unicodedata
 
+from kirolearn.words import without_noise
+
 HEADER = "## Prior observations from kirolearn"
 FENCE = "kirolearn-recall"
 DAY = re.compile(r"\d{4}-\d{2}-\d{2}")  # the day a record tells of, shown by its title
@@ -154,8 +156,8 @@ def record_section(record: dict) -> str:
     """One record in the context: its title and the day of the work it tells of, its
     summary and facts. A summary that begins with the whole title (a request too long
     for it) goes on where the title stops."""
-    title = " ".join(record["title"].split())
-    summary = record["summary"].strip()
+    title = " ".join(without_noise(record["title"]).split())
+    summary = without_noise(record["summary"]).strip()
     if " ".join(summary.split()) == title:
         summary = ""
     elif title.endswith("…") and title[:-1].split():
@@ -242,8 +244,8 @@ def session_block(recent: list[dict], top: list[dict], token_budget: int,
     used = estimate_tokens("\n\n".join([lead, *parts]))
     lines: list[str] = []
     for record in recent:
-        first = " ".join(record["summary"].split())
-        line = f"- {record['created_at'][:10]} {' '.join(record['title'].split())}"
+        first = " ".join(without_noise(record["summary"]).split())
+        line = f"- {record['created_at'][:10]} {' '.join(without_noise(record['title']).split())}"
         if first and first != record["title"]:
             line += f": {first[:160]}" + ("…" if len(first) > 160 else "")
         if used + estimate_tokens(line) + 1 > token_budget:

@@ -21,6 +21,9 @@ class Result:
     distinctive: list[str] = field(default_factory=list)
     error: str | None = None
     block: str | None = None  # the context when it is not the search format (session start)
+    # The records the block names besides ``records`` (a session start's brief and
+    # checkpoint): given to the agent too, so logged and known as given.
+    also_named: list[str] = field(default_factory=list)
     # How much of the query's weight each of the best lexical matches holds (``coverage``),
     # by record id; the most of them is the answer's ``coverage``.
     held: dict[str, float] = field(default_factory=dict)
@@ -48,7 +51,7 @@ class Result:
 
     @property
     def record_ids(self) -> list[str]:
-        return [r["record_id"] for r in self.records]
+        return list(dict.fromkeys([*(r["record_id"] for r in self.records), *self.also_named]))
 
     def as_dict(self, with_records: bool = False) -> dict:
         reply = {"context": self.context, "record_ids": self.record_ids,

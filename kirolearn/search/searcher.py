@@ -380,10 +380,13 @@ class Searcher:
         from the namespace's records and those of the project it may read (``shared``:
         a seeded history's authors', a team's); none the agent has already
         (``known``). Raises errors.StoreError."""
-        records = [r for r in fts.in_force(self.connection(), self.shared((namespace,), share),
-                                           brief.BRIEF_RECORDS)
+        conn = self.connection()
+        namespaces = self.shared((namespace,), share)
+        records = [r for r in fts.in_force(conn, namespaces, brief.BRIEF_RECORDS)
                    if known is None or known(r) is None]
-        return brief.brief(records, tokens)
+        count, authors, since = fts.work_totals(conn, namespaces)
+        return brief.brief(records, tokens,
+                           brief.Totals(count, authors, since) if since else None)
 
     def session_context(self, namespace: str, token_budget: int,
                         known: Known | None = None, brief_tokens: int = 0,
@@ -428,7 +431,9 @@ class Searcher:
                                               "" if page is None else written(
                                                   page, brief_tokens) if written
                                               else page.markdown)
-            result = Result(included, "ok" if context else "empty", 0.0, block=context)
+            result = Result(included, "ok" if context else "empty", 0.0, block=context,
+                            also_named=[*(last.record_ids if last else ()),
+                                        *(page.record_ids if page else ())])
         except Exception as exc:  # a session starts with or without its context
             self.close()
             result = Result([], "error", 0.0, error=f"{type(exc).__name__}: {exc}", block="")

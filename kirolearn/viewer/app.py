@@ -15,10 +15,12 @@ Security, for a server any local process or web page could try to reach:
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -77,8 +79,26 @@ class SecurityHeaders:
 
 
 def scrubbed(value: Any) -> Any:
-    """Every value a page shows passes here: text is scrubbed as it leaves."""
+    """Every value a page shows passes here: text is scrubbed as it leaves (markup a
+    filter made, ``code_spans``, was scrubbed there)."""
+    if isinstance(value, Markup):
+        return value
     return privacy.scrub_text(value) if isinstance(value, str) else value
+
+
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def code_spans(text: str) -> Markup:
+    """Text scrubbed and escaped, its `code` spans (the markdown a brief or a fact
+    writes) as ``<code>``: shown as it reads, not as markdown's backticks."""
+    text = privacy.scrub_text(str(text))
+    parts, last = [], 0
+    for span in CODE_SPAN.finditer(text):
+        parts += [escape(text[last:span.start()]), Markup("<code>%s</code>") % span[1]]
+        last = span.end()
+    parts.append(escape(text[last:]))
+    return Markup("").join(parts)
 
 
 def create_app(home: paths.Home, token: str, feed: Feed | None = None) -> Starlette:
@@ -87,6 +107,7 @@ def create_app(home: paths.Home, token: str, feed: Feed | None = None) -> Starle
                                      autoescape=True, undefined=jinja2.StrictUndefined,
                                      finalize=scrubbed)
     environment.globals["link"] = link
+    environment.filters["code_spans"] = code_spans
     routes = [
         *(Route(path, hand_over(endpoint)) for path, endpoint in PAGES),
         *(Route("/api" + ("/overview" if path == "/" else path), endpoint)

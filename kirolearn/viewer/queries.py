@@ -52,7 +52,13 @@ def summarize_event(event: dict, seq: int) -> dict:
 
 
 def retrieval_from_row(row: tuple, prompt_chars: int | None = 200) -> dict:
-    prompt = contract.body_text(json.loads(row[8])) if row[8] else ""
+    """A retrieval as the pages show it: what asked for it (a prompt's text; a tool's
+    name and files, for a file opened), its answer and how long it took."""
+    body = json.loads(row[8]) if row[8] else None
+    prompt = contract.body_text(body) if body else ""
+    if row[9] == "tool_use" and isinstance(body, dict):
+        action = tooluse.observe(body.get("data"))
+        prompt = f"{action.tool}: " + (", ".join(action.paths) or action.command)
     if prompt_chars is not None:
         prompt = tooluse.cut(prompt, prompt_chars)
     return {"id": row[0], "prompt_event_id": row[1], "namespace": row[2],

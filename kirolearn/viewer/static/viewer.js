@@ -22,6 +22,17 @@ function element(tag, className, text) {
   return node;
 }
 
+// Text whose `code` spans (markdown, as a brief or a fact writes them) show as code.
+function withCode(tag, className, text) {
+  const node = element(tag, className);
+  text.split("`").forEach((part, i, parts) => {
+    const closed = i % 2 === 1 && i < parts.length - 1;
+    if (closed) node.append(element("code", "", part));
+    else node.append((i % 2 === 1 ? "`" : "") + part);
+  });
+  return node;
+}
+
 function eventItem(item) {
   const li = element("li", "event " + item.kind);
   li.dataset.seq = item.seq;
@@ -37,7 +48,7 @@ function eventItem(item) {
   const headline = element("div", "headline", item.headline);
   if (item.outcome) headline.append(" ", element("span", "outcome-text", item.outcome));
   li.append(headline);
-  if (item.detail) li.append(element("div", "detail", item.detail));
+  if (item.detail) li.append(withCode("div", "detail", item.detail));
   if (item.output) li.append(element("pre", "output", item.output));
   return li;
 }
