@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import click
+from helpers import stored_events, wait_for
 
 from kirolearn import protocol
 from kirolearn.cli import MODULES, cli
@@ -48,3 +53,31 @@ def test_quick_start_has_the_two_commands_and_ci_runs_the_second():
     commands = [line for line in quick.splitlines() if line.startswith("python3 -m venv")]
     assert len(commands) == 2 and commands[0].endswith("kirolearn start")
     assert commands[1] in (ROOT / ".ci" / "run").read_text()
+
+
+def quick_start() -> str:
+    return (ROOT / "README.md").read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_quick_start_names_every_agent():
+    from kirolearn.install.agents import AGENTS
+
+    line = next(line for line in quick_start().splitlines()
+                if line.startswith("kirolearn install --agent"))
+    assert set(re.findall(r"[\w-]+", line.partition("#")[2])) | {"claude-code"} >= set(AGENTS)
+
+
+def test_the_quick_starts_hook_check_works_as_written(daemon, tmp_path):
+    """The README's line that runs a hook by hand, run as written in a project: the
+    shim answers, and its prompt is stored."""
+    line = next(line for line in quick_start().splitlines() if line.startswith("echo '"))
+    project = tmp_path / "app"
+    (project / ".git").mkdir(parents=True)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "-c", line], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout == "" or "kirolearn" in done.stdout
+    wait_for(lambda: any(e["kind"] == "prompt" and e["body"]["content"]
+                         == "how do we parse the config?" for e in stored_events()),
+             message="the prompt stored")

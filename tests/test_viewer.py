@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from kirolearn import control, db, paths, search
+from kirolearn import control, db, paths, project, search
 from kirolearn.db import batches, writes
 from kirolearn.roles.checks import prepare
 from kirolearn.viewer import chart, pages, queries
@@ -100,7 +100,8 @@ def test_the_overview_counts_events_records_and_retrievals(turn):
     assert overview["records_by_type"] == {"tool_use": 1, "error": 1}
     assert overview["strategies"] == {"heuristic": 2}
     assert overview["totals"]["pending_batches"] == 0
-    assert [p["label"] for p in overview["projects"]] == [ws.root]
+    assert [(p["name"], p["path"], p["label"]) for p in overview["projects"]] == [
+        (Path(ws.root).name, ws.root, f"{Path(ws.root).name} ({ws.root})")]
     # the two prompts', and what the turn was given when it first wrote src/retry.py
     def all_logged() -> list[dict] | None:  # each is logged just after its answer
         found = app.get("/api/overview").json()["retrievals"]["buckets"]
@@ -595,3 +596,35 @@ def test_a_refusal_behind_forget_is_a_400_and_a_bug_a_500(home, monkeypatch):
     assert refused.json() == {"error": "'namespaces' must be a non-empty list"}
     monkeypatch.setattr(control, "call", broken)
     assert app.post(forget, headers=headers).status_code == 500
+
+
+def test_many_projects_are_searched_and_counted_by_name(daemon, tmp_path):
+    """Twelve projects (more than one search takes): "All projects" searches them all;
+    stats names each by its folder, with its path, not by its namespace's hash."""
+    lines = []
+    for n in range(12):
+        (tmp_path / f"app{n:02d}" / ".git").mkdir(parents=True)
+        here = project.resolve_project(str(tmp_path / f"app{n:02d}"))
+        namespace = here.namespace("tester")
+        prompt = make_event("prompt", f"tune the connection pool of service {n}",
+                            namespace=namespace, session_id=f"s{n}",
+                            source={"surface": "kiro-cli", "version": "0.1.0",
+                                    "client_id": "testhost", "project_path": here.checkout})
+        lines += [prompt, make_event("session_summary", "Pool size is now 20.",
+                                     namespace=namespace, session_id=f"s{n}",
+                                     source=prompt["source"])]
+    (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    kl("import", str(tmp_path / "events.jsonl"), check=True)
+    wait_for(lambda: json.loads(kl("stats", "--json", check=True).stdout)["totals"]["records"]
+             == 12, message="a record of each project")
+    app = client(daemon, load_token(paths.Home(daemon)))
+    found = app.get("/api/memories", params={"q": "connection pool"})
+    assert found.status_code == 200, found.text
+    assert len({r["namespace"] for r in found.json()["records"]}) == 12
+    shown = kl("stats", check=True).stdout
+    for n in range(12):
+        assert f"app{n:02d} ({tmp_path / f'app{n:02d}'})" in shown
+    assert "/actor/" not in shown
+    named = json.loads(kl("stats", "--json", check=True).stdout)["namespaces"]
+    assert [(n["name"], n["path"]) for n in named] == [
+        (f"app{n:02d}", str(tmp_path / f"app{n:02d}")) for n in range(12)]

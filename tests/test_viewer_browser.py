@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,60 @@ def test_a_user_watches_searches_inspects_and_forgets_in_the_browser(daemon, tmp
     problems = [entry["message"] for entry in browser.get_log("browser")
                 if entry["level"] in ("SEVERE", "WARNING") and "404" not in entry["message"]]
     assert problems == []  # no CSP violation, no script error
+
+
+AUTHORS = 210
+
+
+def many_authors(repo: Path) -> None:
+    """A repository of AUTHORS commits, each by another author, each adding a function
+    to one module (written by git fast-import: one process)."""
+    stream, text = [], ""
+    for n in range(AUTHORS):
+        text += f"def step_{n}(value):\n    return value + {n}\n\n"
+        message = (f"Add step {n} to the widget pipeline\n\n"
+                   f"Co-authored-by: Pat <pat{n}@example.com>\n")
+        stream += [
+            "commit refs/heads/main", f"mark :{n + 1}",
+            f"author Author {n:03d} <author{n}@example.com> {1_700_000_000 + n * 3600} +0000",
+            f"committer Author {n:03d} <author{n}@example.com> {1_700_000_000 + n * 3600} +0000",
+            f"data {len(message.encode())}", message,
+            *([f"from :{n}"] if n else []),
+            "M 100644 inline src/widget.py", f"data {len(text.encode())}", text]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "fast-import", "--quiet"], check=True,
+                   input="\n".join(stream) + "\n", text=True)
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "main"], check=True)
+
+
+def test_a_history_of_many_authors_is_one_project_in_the_browser(daemon, tmp_path, browser):
+    """A seeded history of 210 authors: one project in the picker, named by its folder;
+    an Overview whose Contributors card names the busiest and counts the rest (the
+    latency chart stays on the first screen); Memories searched under "All projects"
+    and filtered by an author."""
+    repo = tmp_path / "widget"
+    many_authors(repo)
+    kl("seed", "--git", "--project", str(repo), check=True)
+    wait_for(lambda: json.loads(kl("stats", "--json", check=True).stdout)["totals"]["records"]
+             >= AUTHORS, 90, 0.5, "a record of each commit")
+    url = kl("open", "--url", check=True).stdout.strip()
+    base = url.split("?")[0]
+    browser.get(url)
+
+    picker = Select(browser.find_element(By.NAME, "project"))
+    assert [o.text for o in picker.options] == ["All projects", f"widget ({repo})"]
+    contributors = browser.find_element(By.ID, "contributors")
+    assert len(contributors.find_elements(By.CSS_SELECTOR, "li")) == 10
+    assert f"and {AUTHORS - 10} more" in contributors.text
+    assert browser.find_element(By.ID, "latency").location["y"] < 1000  # the first screen
+    shot(browser, "overview-many-authors")
+
+    browser.get(base + "memories?q=widget+pipeline+step")
+    assert not browser.find_elements(By.CSS_SELECTOR, "p.error")
+    assert browser.find_elements(By.CSS_SELECTOR, "li.record")
+    authors = Select(browser.find_element(By.NAME, "author"))
+    assert len(authors.options) == AUTHORS + 1  # "any author" and each of them
+    shot(browser, "memories-many-authors")
+    browser.get(base + "memories?author=Author+007")
+    titles = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "li.record a.title")]
+    assert titles == ["Add step 7 to the widget pipeline"]  # no trailer, no address

@@ -172,6 +172,18 @@ def in_brief(actions: list[Action]) -> list[Action]:
     return told
 
 
+SUBJECT_CHARS = 12  # a first line this long says what a request of several lines is
+
+
+def subject(request: str) -> str:
+    """What a request is, for its title: its first line when it has several (a commit's
+    subject, not its body's list of changes; the ask, not the log pasted under it) and
+    that line says enough, else the whole of it."""
+    first, _, rest = request.partition("\n")
+    first = first.strip().rstrip(":")
+    return first if rest.strip() and len(first) >= SUBJECT_CHARS else request
+
+
 def is_echo(turn: Turn) -> bool:
     """A turn whose record would only repeat its question."""
     return (not turn.conclusion.strip() and only_asks(turn.request)
@@ -187,9 +199,10 @@ def turn_records(namespace: str, turn: Turn, root: str | None) -> list[dict]:
     asked_for = without_noise(turn.request).strip()
     records = []
     if asked_for or facts or (turn.asked and conclusion):
-        title = asked_for or (facts[0] if facts else turn.asked[-1])
+        title = subject(asked_for) or (facts[0] if facts else turn.asked[-1])
         # the request is in the summary only when the title had to cut it short
-        request = cut(asked_for, REQUEST_CHARS) if len(cut(title, 10**6)) > TITLE_CHARS else ""
+        request = cut(asked_for, REQUEST_CHARS) if title != asked_for or len(
+            cut(title, 10**6)) > TITLE_CHARS else ""
         asked = "Asked before: " + " ".join(cut(q, 200) for q in turn.asked) if turn.asked else ""
         done = _done(told)
         summary = "\n\n".join(part for part in (

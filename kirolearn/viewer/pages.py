@@ -25,7 +25,7 @@ from kirolearn.viewer.auth import link, require
 from kirolearn.viewer.chart import chart
 from kirolearn.viewer.queries import PAGE_SIZE, TAIL_SIZE
 
-AUTHORS_LISTED = 200  # the Memories page's author filter: the busiest
+AUTHORS_LISTED = 1000  # the Memories page's author filter: the busiest
 FEED_WAIT_S = 5.0  # a missed wake-up costs at most this long
 
 
