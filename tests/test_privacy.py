@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from secret_corpus import KINDS, PRIVATE, SECRETS
 
-from kirolearn import paths
+from kirolearn import paths, privacy
 from kirolearn.contract import canonical_json
 from kirolearn.privacy import (
     ScrubbedRecord,
@@ -412,3 +412,37 @@ def test_false_positives_on_ordinary_code_prose_lockfiles_and_ids_stay_near_zero
     assert rows["code"]["lines"] > 5000 and rows["code"]["false_positive_rate"] < 0.001
     for text in ("prose", "lockfile", "uuids", "hashes"):
         assert rows[text]["lines"] > 100 and rows[text]["false_positive_lines"] == 0, text
+
+
+def _merged_naively(spans, markers):
+    pieces = []
+    for start, end, kind in spans:
+        for m_start, m_end in markers:
+            if m_start <= start < m_end:
+                start = m_end
+            if m_start < end <= m_end:
+                end = m_start
+        if end > start:
+            pieces.append((start, end, kind))
+    pieces.sort(key=lambda s: (s[0], -s[1]))
+    merged = []
+    for start, end, kind in pieces:
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end), merged[-1][2])
+        else:
+            merged.append((start, end, kind))
+    return merged
+
+
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(1, 30), st.sampled_from("ab"))),
+       st.lists(st.tuples(st.integers(0, 200), st.integers(1, 20))))
+def test_spans_are_merged_around_markers_as_one_by_one(spans, marks):
+    """The markers are looked up, not walked for each span: the same answer as taking
+    each marker in turn, for markers in order and apart (as a text's are)."""
+    markers, last = [], -1
+    for start, size in sorted(marks):
+        if start >= last:
+            markers.append((start, start + size))
+            last = start + size
+    spans = [(start, start + size, kind) for start, size, kind in spans]
+    assert privacy._merged(spans, markers) == _merged_naively(spans, markers)

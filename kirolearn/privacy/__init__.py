@@ -20,6 +20,7 @@ rules' needles: one Aho-Corasick pass says so and they come back untouched.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import json
@@ -153,14 +154,20 @@ class Scrubber:
 def _merged(spans: list[tuple[int, int, str]], markers: list[tuple[int, int]]
             ) -> list[tuple[int, int, str]]:
     """Overlapping spans as one (the kind of the one that starts first, the longest
-    first), with the parts inside an existing marker left out."""
+    first), with the parts inside an existing marker left out (markers in order, apart:
+    each span looks up the few it touches, so a text of many redactions costs no more
+    than its length)."""
+    starts = [m_start for m_start, _ in markers]
     pieces = []
     for start, end, kind in spans:
-        for m_start, m_end in markers:
-            if m_start <= start < m_end:
-                start = m_end
-            if m_start < end <= m_end:
-                end = m_start
+        at = bisect.bisect_right(starts, start) - 1
+        while 0 <= at < len(markers) and markers[at][0] <= start < markers[at][1]:
+            start = markers[at][1]  # it began inside a marker: after it
+            at += 1
+        at = bisect.bisect_left(starts, end) - 1
+        while at >= 0 and markers[at][0] < end <= markers[at][1]:
+            end = markers[at][0]  # it ended inside a marker: before it
+            at -= 1
         if end > start:
             pieces.append((start, end, kind))
     pieces.sort(key=lambda s: (s[0], -s[1]))
