@@ -31,12 +31,14 @@ def record(title: str, day: int, kind: str = "tool_use", files: tuple[str, ...] 
 
 RECORDS = [  # newest first, as the store gives them
     record("Retry the upload when the server says 503", 20, files=("src/upload.py",),
-           facts=("TODO: cap the retries",)),
-    record("The cart total rounds each line", 19, files=("src/cart.py", "CHANGES.md")),
+           facts=("edited `src/upload.py` (+9 −2)", "TODO: cap the retries")),
+    record("The cart total rounds each line", 19, files=("src/cart.py", "CHANGES.md"),
+           facts=("edited `src/cart.py` (+3 −1)",)),
     record("Import of the price list fails on a BOM", 18, kind="error",
            files=("src/prices.py",)),
     record("Prices are kept in cents", 17, kind="decision", files=("src/cart.py",)),
-    record("Fix the cart's tax on discounts", 16, files=("src/cart.py", "CHANGES.md")),
+    record("Fix the cart's tax on discounts", 16, files=("src/cart.py", "CHANGES.md"),
+           facts=("edited `src/cart.py` (+4 −4)",)),
     record("The upload failed on big files", 15, kind="error", files=("src/upload.py",)),
     record("CLAUDE.md: Shop conventions", 1, kind="pattern", files=("CLAUDE.md",),
            summary="The shop's backend, in Python.", facts=("Run pytest.", "No floats."),
@@ -64,6 +66,41 @@ def test_the_brief_says_what_the_records_say():
     assert "- `src/cart.py` (3 memories)" in made.markdown
     assert brief.brief(RECORDS, 400) == made  # deterministic
     assert brief.brief([], 400).markdown == "" and brief.brief(RECORDS, 0).sections == []
+
+
+def test_a_brief_of_a_long_history_tells_the_truth():
+    """Day one on a seeded history of 1,327 records by 244 authors, 500 read: the true
+    totals and the window said; the files of the project's logic, each told by its
+    most telling change (not a typo's fix); no version, lock or requirement file; no
+    trailer, address or bot's bump; a question answered by reading is no change."""
+    def commit(title: str, day: int, *files: str) -> dict:
+        return record(title, day, files=files,
+                      facts=tuple(f"edited `{name}` (+1 −1)" for name in files))
+    records = [  # newest first
+        record("Why does the client retry? (no change needed)", 28, files=("src/client.py",),
+               facts=("read `src/client.py`",)),
+        commit("fix typo (#3519)", 27, "src/client.py", "src/models.py"),
+        commit("Bump certifi from 2024.2.2 to 2024.7.4", 26, "requirements.txt"),
+        commit("Expose FunctionAuth (#3699)\n\nCo-authored-by: Kar <kar@example.com>", 25,
+               "src/auth.py"),
+        *(commit(f"Version 0.{n}.0", 20 - n, "src/__version__.py", "requirements.txt")
+          for n in range(5)),
+        commit("Retry a request on a dropped connection", 10, "src/client.py"),
+        commit("Move helpers into the client and models", 9, "src/client.py",
+               "src/models.py", "src/utils.py", "src/auth.py", "src/config.py"),
+        commit("Keep headers in the order they were given", 8, "src/models.py"),
+    ]
+    made = brief.brief(records, 2000, brief.Totals(1327, 244, "2019-04-04T10:00:00+00:00"))
+    sections = {s["heading"]: [i["text"] for i in s["items"]] for s in made.sections}
+    assert sections["What it is"] == ["1,327 memories of its work since 2019-04-04, by 244"
+                                      " people; this brief reads the newest 500."]
+    assert sections["Files most worked on"][:2] == [
+        "`src/client.py` (4 memories): Retry a request on a dropped connection",
+        "`src/models.py` (3 memories): Keep headers in the order they were given"]
+    assert "__version__" not in made.markdown and "requirements" not in made.markdown
+    assert "Co-authored-by" not in made.markdown and "@" not in made.markdown
+    assert sections["Recent changes"][:2] == ["2026-03-27 fix typo (#3519)",
+                                              "2026-03-25 Expose FunctionAuth (#3699)"]
 
 
 @given(st.lists(st.builds(record, st.text(min_size=1, max_size=300), st.integers(1, 28),

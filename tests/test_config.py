@@ -25,6 +25,15 @@ def test_user_file_then_environment(tmp_path):
     assert settings["retrieval"]["session_tokens"] == 1000  # untouched: the default
 
 
+def test_a_retired_setting_still_loads(tmp_path):
+    """seed.actor (an earlier version's) is let go; an unknown one beside it is not."""
+    (tmp_path / "config.toml").write_text("[seed]\nactor = 'user'\n[retrieval]\nlimit = 4\n")
+    assert config.load(paths.Home(tmp_path), environ={})["retrieval"]["limit"] == 4
+    (tmp_path / "config.toml").write_text("[seed]\nactor = 'user'\nnope = 1\n")
+    with pytest.raises(config.ConfigError, match=r"unknown section \[seed\]"):
+        config.load(paths.Home(tmp_path), environ={})
+
+
 @pytest.mark.parametrize("text, message", [
     ("[retrieval]\nbudget = 3\n", "unknown setting retrieval.budget"),
     ("[nope]\nx = 1\n", "unknown section [nope]"),

@@ -296,3 +296,33 @@ def test_every_name_an_edit_touched_is_a_concept_and_the_fact_shows_a_few():
     assert fact.endswith(": " + ", ".join(f"`{name}`" for name in names[:8]))
     assert set(names) <= set(turn["concepts"]) and "which" not in turn["concepts"]
     assert "which" not in fact
+
+
+def test_trailers_addresses_generated_lines_and_long_lists_stay_out_of_a_record():
+    """A squashed commit's message as a prompt: its subject is the title; its trailers,
+    addresses and "generated with" line are dropped, its list of test names cut."""
+    names = "\n".join(f"tests/test_client.py::test_redirect_{n}" for n in range(20))
+    message = ("Follow redirects across hosts (#3412)\n\n"
+               f"Each redirect is checked against the allowed hosts.\n\n{names}\n\n"
+               "Generated with a release tool\n"
+               "Co-authored-by: Kar Petrosyan <kar@example.com>\n"
+               "Signed-off-by: Tom <tom@example.com>")
+    [record] = heuristic.extract(NAMESPACE, turn_events(
+        ("prompt", text(message)),
+        ("tool_use", tool("fs_write", {"command": "strReplace", "path": f"{ROOT}/src/client.py",
+                                       "oldStr": "a", "newStr": "b"}, {"success": True})),
+        ("session_summary", text("Done."))))
+    assert record["title"] == "Follow redirects across hosts (#3412)"
+    said = record["title"] + record["summary"] + " ".join(record["facts"] + record["concepts"])
+    for noise in ("Co-authored-by", "Signed-off-by", "@", "Generated with", "redirect_19"):
+        assert noise not in said, noise
+    assert "Each redirect is checked against the allowed hosts." in record["summary"]
+    assert "test_redirect_2 … and 17 more" in record["summary"]
+    contract.validate_record(record)
+
+
+@given(st.text(max_size=300))
+def test_noise_is_taken_out_once(text_):
+    from kirolearn.words import without_noise
+    once = without_noise(text_)
+    assert without_noise(once) == once and len(once) <= len(text_) + 20

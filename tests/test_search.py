@@ -953,3 +953,13 @@ def test_work_of_the_day_a_request_names_ranks_first(store_at):
         assert first("fix the retry loop 9 days ago") == 2
     finally:
         searcher.close()
+
+
+def test_a_record_stored_with_trailers_is_given_without_them():
+    """A record made before trailers were kept out of records: what is injected of it
+    has none, nor an address."""
+    made = record(1, title="Expose FunctionAuth (#3699) Co-authored-by: Kar Petrosyan…",
+                  summary="Exposed it.\n\nSigned-off-by: Tom <tom@example.com>")
+    shown = context_format.record_section(made)
+    assert "FunctionAuth (#3699)" in shown and "Exposed it." in shown
+    assert "-by" not in shown and "@" not in shown

@@ -11,8 +11,8 @@ records in force (valid, not stale, not superseded), it says:
   patterns, newest first;
 - the files most worked on, and why: the files of the project's logic the most
   records name (not changelogs, lock, version or requirement files, docs nor CI
-  settings), each with its most telling record (``telling``: not a typo's fix nor a
-  bump, about that file more than many others, newest of the equals);
+  settings), each with its most telling record (``telling``: a change, not a typo's
+  fix nor a bump, about that file more than many others, newest of the equals);
 - open work: a turn that ended on a failure, or that left a TODO, with no later record
   on the same files;
 - the recent changes: the newest records of work that changed something (not a
@@ -78,9 +78,9 @@ class Totals:
 
 
 def _telling(record: dict) -> tuple:
-    """How well a record tells why a file is what it is (more is better): not a
-    trivial change, a decision or a pattern, a change about few files, words enough."""
-    return (TRIVIAL.search(record["title"]) is None,
+    """How well a record tells why a file is what it is (more is better): a change to
+    it, not a trivial one, a decision or a pattern, about few files, in words enough."""
+    return (_changed(record), TRIVIAL.search(record["title"]) is None,
             record["observation_type"] in ("decision", "pattern"),
             -len(record["files_touched"]), min(len(record["title"].split()), 6))
 
