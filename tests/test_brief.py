@@ -12,7 +12,7 @@ from helpers import BIN, ApiHandler, Workspace, here, kl, retrieval, scripted_ap
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kirolearn import contract, control, project
+from kirolearn import contract, control, db, project
 from kirolearn.search import brief
 from kirolearn.shims import common
 
@@ -149,6 +149,14 @@ def test_a_project_brief_through_the_daemon(daemon, tmp_path):
     assert brief.HEADER in context and "Prices are kept in cents" in context
     assert context.count("Prices are kept in cents") == 1  # not again in full below it
     assert "CLAUDE.md: Shop conventions" not in context  # Claude Code loads it itself
+
+    def logged() -> list[str] | None:  # the session start's retrieval, logged after it
+        with db.reading(db.location(here())) as conn:
+            row = conn.execute("SELECT record_ids_json FROM retrievals ORDER BY id DESC"
+                               " LIMIT 1").fetchone()
+        return json.loads(row[0]) if row else None
+    decision = next(r["record_id"] for r in RECORDS if r["title"] == "Prices are kept in cents")
+    assert decision in wait_for(logged, message="the session start logged")  # the brief's
     line = subprocess.run([str(BIN / "kirolearn-statusline")], input=json.dumps(
         {"session_id": "s-1", "cwd": str(ws.project)}), capture_output=True, text=True,
         env=ws.env(), timeout=30, check=True).stdout

@@ -198,6 +198,26 @@ def test_a_retrieval_shows_exactly_the_context_the_agent_was_given(turn):
     assert error["record_id"] in one["record_ids"]
     page = app.get(f"/retrievals/{latest['id']}").text
     assert "test_backoff" in page and f'/memories/{error["record_id"]}' in page
+    # the file first written asked for what is known of it: named by its tool and file,
+    # not shown as the tool's JSON
+    every = app.get("/api/retrievals", params={"project": ws.namespace}).json()["retrievals"]
+    assert "Write: src/retry.py" in [r["prompt"] for r in every]
+    assert not any(r["prompt"].startswith("{") for r in every)
+
+
+def test_the_sessions_page_shows_times_as_it_orders_them(daemon, tmp_path):
+    """Sessions of events whose times carry other offsets (a seeded commit keeps its
+    author's): listed newest first, each at its time in UTC."""
+    events = [make_event("prompt", "in Tokyo", session_id="tokyo",
+                         valid_time="2024-01-01T10:00:00.000+09:00"),
+              make_event("prompt", "in London", session_id="london",
+                         valid_time="2024-01-01T05:00:00.000+00:00")]
+    (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    kl("import", str(tmp_path / "events.jsonl"), check=True)
+    app = client(daemon, load_token(paths.Home(daemon)))
+    sessions = app.get("/api/sessions").json()["sessions"]
+    assert [(s["session_id"], s["last"]) for s in sessions] == [
+        ("london", "2024-01-01T05:00:00+00:00"), ("tokyo", "2024-01-01T01:00:00+00:00")]
 
 
 def test_a_session_shows_its_turns_in_order(turn):
