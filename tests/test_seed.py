@@ -109,7 +109,7 @@ def test_a_seeded_repository_recalls_its_past_on_day_one(home, tmp_path):
         kl("stop", check=True)
 
 
-def test_a_home_seeded_by_author_is_made_one_project_again(home, tmp_path):
+def test_a_home_seeded_by_author_is_made_one_project_again(store, tmp_path):
     """An earlier version seeded each commit into its author's namespace. At the next
     start those namespaces move into the user's: one project, each record and event
     keeping its author; nothing is extracted again, and seeding again stores nothing."""
