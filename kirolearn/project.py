@@ -109,6 +109,13 @@ def parts(namespace: str) -> tuple[str, str]:
     return actor, project_id
 
 
+def display_name(namespace: str, folder: str | None) -> str:
+    """A project as a person names it: its folder's name, else its id, shortened."""
+    if folder:
+        return folder.rstrip("/").rpartition("/")[2] or folder
+    return parts(namespace)[1][:12]
+
+
 def record_author(record: dict) -> str:
     """Who did a record's work: its seeded commit's author, else its namespace's actor."""
     return (record.get("code") or {}).get("author") or parts(record["namespace"])[0]

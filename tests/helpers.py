@@ -276,6 +276,15 @@ def first_run(count: int, namespace: str) -> tuple[list[dict], list[tuple[str, o
                      or e["body"].get("data", {}).get("tool_name")) for e in events]
 
 
+def wait_remembered(namespace: str, timeout: float = 60) -> None:
+    """Until a new session there would be taught the last one: a record of it, and
+    where it left off (its checkpoint, made once its last turn is in)."""
+    wait_records(namespace, timeout)
+    wait_for(lambda: "## Where the last session left off" in retrieval(
+        "session_context", {"namespace": namespace})["context"], timeout, 0.2,
+        "the last session's checkpoint")
+
+
 def taught(bodies: list[dict], first_prompt: str) -> None:
     """The model's requests in a later run hold what the first run taught: the prompt's
     context and the session's (where the first run left off)."""

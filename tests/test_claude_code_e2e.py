@@ -26,7 +26,7 @@ from helpers import (
     scripted_api,
     stored_events,
     taught,
-    wait_records,
+    wait_remembered,
 )
 
 from kirolearn import project
@@ -126,7 +126,7 @@ def test_claude_code_remembers_across_runs(daemon, fake_api, tmp_path):
         "search_memory", "recall", "timeline", "get_records", "save_observation",
         "save_session_summary", "forget")} <= offered, offered
 
-    wait_records(namespace)
+    wait_remembered(namespace)
     seen = len(fake_api.bodies)
     claude("Say hello again with a shell command")
     taught(fake_api.bodies[seen:], "Say hello with a shell command")

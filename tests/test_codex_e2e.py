@@ -29,7 +29,7 @@ from helpers import (
     stored_events,
     stored_prompts,
     taught,
-    wait_records,
+    wait_remembered,
 )
 
 from kirolearn import project
@@ -124,7 +124,7 @@ def test_codex_remembers_across_runs(daemon, fake_api, tmp_path):
     assert tool["tool_input"] == {"command": "echo hello"} and "hello" in tool["tool_response"]
     assert "from kirolearn" not in json.dumps(fake_api.bodies)  # nothing known yet
 
-    wait_records(namespace)
+    wait_remembered(namespace)
     seen = len(fake_api.bodies)
     codex("Say hello again with a shell command")
     taught(fake_api.bodies[seen:], "Say hello with a shell command")

@@ -29,7 +29,7 @@ from helpers import (
     scripted_api,
     stored_prompts,
     taught,
-    wait_records,
+    wait_remembered,
 )
 
 from kirolearn import project
@@ -111,7 +111,7 @@ def test_copilot_remembers_across_runs(daemon_batching_soon, fake_api, tmp_path)
     assert tool["tool_response"]["exit_code"] == 0 and "hello" in tool["tool_response"]["output"]
     assert "from kirolearn" not in json.dumps(fake_api.bodies)  # nothing known yet
 
-    wait_records(namespace)
+    wait_remembered(namespace)
     seen = len(fake_api.bodies)
     copilot(ASK)  # no --allow-all-tools: only what Copilot approves by itself runs
     taught(fake_api.bodies[seen:], "Say hello with a shell command")

@@ -30,7 +30,7 @@ from helpers import (
     stored_events,
     stored_prompts,
     taught,
-    wait_records,
+    wait_remembered,
 )
 
 from kirolearn import project
@@ -124,7 +124,7 @@ def test_gemini_remembers_across_runs(daemon, fake_api, tmp_path):
     assert "hello" in tool["tool_response"]["output"]
     assert "from kirolearn" not in json.dumps(fake_api.bodies)  # nothing known yet
 
-    wait_records(namespace)
+    wait_remembered(namespace)
     seen = len(fake_api.bodies)
     gemini(ASK)  # default approval mode: a tool that asks is denied
     taught(fake_api.bodies[seen:], "Say hello with a shell command")

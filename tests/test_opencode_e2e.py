@@ -29,7 +29,7 @@ from helpers import (
     scripted_api,
     stored_prompts,
     taught,
-    wait_records,
+    wait_remembered,
 )
 
 from kirolearn import project
@@ -132,7 +132,7 @@ def test_opencode_remembers_across_runs(daemon, fake_api, tmp_path):
     assert tool["tool_response"] == {"output": "hello\n", "exit_code": 0}
     assert "from kirolearn" not in json.dumps(fake_api.bodies)  # nothing known yet
 
-    wait_records(namespace)
+    wait_remembered(namespace)
     seen = len(fake_api.bodies)
     said = opencode(ASK, check=False)  # asking, with no one to answer, ends the run
     assert "permission requested: kirolearn_forget" in said, said

@@ -26,7 +26,7 @@ from helpers import (
     stored_events,
     stored_prompts,
     taught,
-    wait_records,
+    wait_remembered,
 )
 
 from kirolearn import project
@@ -96,7 +96,7 @@ def test_qwen_code_remembers_across_runs(daemon, fake_api, tmp_path):
     offered = {t["function"]["name"] for b in fake_api.bodies for t in b.get("tools") or []}
     assert "mcp__kirolearn__search_memory" in offered, sorted(offered)  # our MCP server's
 
-    wait_records(namespace)
+    wait_remembered(namespace)
     seen = len(fake_api.bodies)
     assert qwen("Say hello again with a shell command").strip() == "done"
     taught(fake_api.bodies[seen:], "Say hello with a shell command")

@@ -474,8 +474,7 @@ def stats(conn: Connection, only: str | None = None) -> dict:
     rows = [n for n in namespaces.values() if only is None or n["namespace"] == only]
     for n in rows:  # each namespace as a project a person knows: its folder, its authors
         n["path"] = project_path(conn, n["namespace"])
-        n["name"] = (n["path"] or "").rstrip("/").rpartition("/")[2] or project.parts(
-            n["namespace"])[1][:12]
+        n["name"] = project.display_name(n["namespace"], n["path"])
         authors = conn.execute(
             "SELECT author, count(*) FROM memory_records WHERE namespace = $1"
             " GROUP BY author ORDER BY 2 DESC, 1", (n["namespace"],)).fetchall()

@@ -69,13 +69,6 @@ def retrieval_from_row(row: tuple, prompt_chars: int | None = 200) -> dict:
 CONTRIBUTORS_SHOWN = 10  # the Overview names the busiest; the rest are counted
 
 
-def project_name(namespace: str, folder: str | None) -> str:
-    """A project as a person names it: its folder's name, else its id, shortened."""
-    if folder:
-        return folder.rstrip("/").rpartition("/")[2] or folder
-    return project.parts(namespace)[1][:12]
-
-
 def contributors(authors: list[tuple[str, int]]) -> dict:
     """The busiest authors, and how many more there are (a history of hundreds)."""
     return {"top": [{"author": author, "records": count}
@@ -102,11 +95,13 @@ class Reader:
         with self.conn() as conn:
             found = views.namespaces(conn)
         several = len({project.parts(ns)[0] for ns in found}) > 1
-        return sorted(({"namespace": ns, "name": project_name(ns, folder), "path": folder,
-                        "actor": project.parts(ns)[0],
-                        "label": project_name(ns, folder) + (f" ({folder})" if folder else "")
-                        + (f" · {project.parts(ns)[0]}" if several else "")}
-                       for ns, folder in found.items()), key=lambda p: p["label"])
+        shown = []
+        for ns, folder in found.items():
+            name, actor = project.display_name(ns, folder), project.parts(ns)[0]
+            shown.append({"namespace": ns, "name": name, "path": folder, "actor": actor,
+                          "label": name + (f" ({folder})" if folder else "")
+                          + (f" · {actor}" if several else "")})
+        return sorted(shown, key=lambda p: p["label"])
 
     def authors(self, namespace: str | None) -> list[dict]:
         """Who did the records' work, most records first."""
