@@ -227,13 +227,13 @@ def test_import_sessions_through_the_daemon(daemon, tmp_path):
         assert live.returncode == 0, live.stderr
     done = kl("import-sessions", "--agent", "codex", env=env, cwd=str(ws.project), check=True)
     assert "imported 0 session(s)" in done.stdout, done.stdout
-    assert "left out 1: 1 captured live by its hooks" in done.stdout, done.stdout
+    assert "left out 1 session(s): 1 captured live by its hooks" in done.stdout, done.stdout
 
     done = kl("import-sessions", "--agent", "claude-code", "--project", str(ws.project),
               env=env, check=True)
     assert "imported 1 session(s) of claude-code" in done.stdout, done.stdout
     assert "events stored 5, duplicate 0" in done.stdout
-    assert "left out 1: 1 another project's" in done.stdout
+    assert "left out 1 session(s): 1 another project's" in done.stdout
     imported = [e for e in stored_events() if e["session_id"] == CLAUDE_SESSION]
     assert [e["kind"] for e in imported] == ["note", "prompt", "tool_use", "session_summary",
                                              "note"]

@@ -467,7 +467,7 @@ def seed(from_git: bool, project: str | None, since: str | None, limit: int | No
     counts = report.counts
     click.echo(f"seeded {len(kept)} commit(s) in {seconds:.1f} s"
                f" ({len(kept) / max(seconds, 1e-3):.1f}/s): "
-               + _said(report, Counter(reason for reason in why.values() if reason)))
+               + _said(report, Counter(reason for reason in why.values() if reason), "commit"))
     try:
         sent = rules.send(home, here, kl_project.actor_id(), str(Path.home()), everything=True,
                           timeout_ms=control.WRITE_MS)
@@ -536,7 +536,7 @@ def import_sessions(agent: str, project: str | None) -> None:
     counts = report.counts
     imported = sum(1 for s in found if s.sent and s.left_out is None)
     click.echo(f"imported {imported} session(s) of {agent} in {time.monotonic() - started:.1f} s: "
-               + _said(report, Counter(s.left_out for s in found if s.left_out))
+               + _said(report, Counter(s.left_out for s in found if s.left_out), "session")
                + (f"; {sum(len(s.transcript.problems) for s in found)} line(s) unreadable"
                   if any(s.transcript.problems for s in found) else ""))
     if counts["stored"]:
@@ -546,15 +546,15 @@ def import_sessions(agent: str, project: str | None) -> None:
         sys.exit(1)
 
 
-def _said(report: importer.Report, skipped: Counter) -> str:
-    """What seed and import-sessions stored, and what they left out and why (each
-    rejected event said on stderr first)."""
+def _said(report: importer.Report, skipped: Counter, what: str) -> str:
+    """What seed and import-sessions stored, and which of ``what`` (commits, sessions)
+    they left out and why (each rejected event said on stderr first)."""
     for line_no, reason in sorted(report.rejected):
         click.echo(f"event {line_no}: rejected: {reason}", err=True)
     counts = report.counts
     return (f"events stored {counts['stored']}, duplicate {counts['duplicate']},"
             f" rejected {counts['rejected']}"
-            + (f"; left out {sum(skipped.values())} commit(s): "
+            + (f"; left out {sum(skipped.values())} {what}(s): "
                + ", ".join(f"{n} {reason}" for reason, n in skipped.most_common())
                if skipped else ""))
 
