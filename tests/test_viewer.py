@@ -145,7 +145,9 @@ def test_the_live_tail_tells_each_kind_of_event_its_own_way(turn):
     assert app.get("/api/events", params={"after": tests["seq"]}).json()["events"][0] == summary
     live = app.get("/live").text
     assert "&lt;script&gt;zmq&lt;/script&gt;" in live and "<script>zmq" not in live
-    assert live.index("test_backoff still fails") < live.index("edited `src/retry.py`")
+    # newest first; a fact's code spans shown as code, not as markdown's backticks
+    assert live.index("test_backoff still fails") < live.index(
+        "edited <code>src/retry.py</code>")
 
 
 def test_memories_are_filtered_and_searched_lexically(turn):
