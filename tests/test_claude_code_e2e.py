@@ -93,8 +93,9 @@ def test_claude_code_remembers_across_runs(daemon, fake_api, tmp_path):
         "DISABLE_ERROR_REPORTING": "1",
         # In -p mode Claude Code connects MCP servers in the background: on a loaded
         # machine the first model turn can come before our server is up, and its tools
-        # are then missing. Blocking makes it wait for them (up to MCP_TIMEOUT).
-        "MCP_CONNECTION_NONBLOCKING": "0",
+        # are then missing. Blocking makes it wait for them (up to MCP_TIMEOUT: our
+        # server's imports alone take 20 s on a machine as loaded as the suite's test).
+        "MCP_CONNECTION_NONBLOCKING": "0", "MCP_TIMEOUT": "120000",
     }
     installed = kl("install", "--agent", "claude-code", "--project", str(proj), env=env,
                    cwd=str(proj))
