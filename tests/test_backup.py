@@ -11,6 +11,7 @@ import stat
 import subprocess
 from pathlib import Path
 
+import pytest
 from helpers import KL, all_up, kl, make_event, status, wait_for, wait_for_count
 
 from kirolearn import paths
@@ -37,6 +38,7 @@ def _import(tmp_path: Path, events: list[dict]) -> Path:
     return source
 
 
+@pytest.mark.timeout(600)  # its waits fail once the import stops moving, not at a time
 def test_a_backup_taken_during_an_import_holds_every_acknowledged_event(daemon, tmp_path):
     events = [make_event("tool_use", f"src/module_{i}.py", session_id=f"s{i % 7}")
               for i in range(EVENTS)]
@@ -55,7 +57,7 @@ def test_a_backup_taken_during_an_import_holds_every_acknowledged_event(daemon, 
     finally:  # a test that gave up leaves no import behind to trouble the next
         if importer.poll() is None:
             importer.kill()
-            importer.wait()
+            importer.communicate()  # its pipes closed, not left to a later test
     assert importer.returncode == 0, err
     assert out.strip() == f"stored {EVENTS}, duplicate 0, rejected 0"
 

@@ -21,8 +21,8 @@ class Result:
     distinctive: list[str] = field(default_factory=list)
     error: str | None = None
     block: str | None = None  # the context when it is not the search format (session start)
-    # The records the block names besides ``records`` (a session start's brief and
-    # checkpoint): given to the agent too, so logged and known as given.
+    # The records the block names besides ``records`` (a session start's brief): given
+    # to the agent too, so logged and known as given.
     also_named: list[str] = field(default_factory=list)
     # How much of the query's weight each of the best lexical matches holds (``coverage``),
     # by record id; the most of them is the answer's ``coverage``.

@@ -432,8 +432,7 @@ class Searcher:
                                                   page, brief_tokens) if written
                                               else page.markdown)
             result = Result(included, "ok" if context else "empty", 0.0, block=context,
-                            also_named=[*(last.record_ids if last else ()),
-                                        *(page.record_ids if page else ())])
+                            also_named=page.record_ids if page and page.sections else [])
         except Exception as exc:  # a session starts with or without its context
             self.close()
             result = Result([], "error", 0.0, error=f"{type(exc).__name__}: {exc}", block="")
