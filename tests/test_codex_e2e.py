@@ -105,9 +105,11 @@ def test_codex_remembers_across_runs(daemon, fake_api, tmp_path):
     namespace = project.resolve_project(proj, home=str(user_home)).namespace(ACTOR)
 
     def codex(prompt: str, cwd: Path = proj) -> str:
+        # A loaded machine may take 20 s to start our MCP server: the turn waits for it
+        # (install's 5 s grace is for a machine that is not running a test suite).
         done = subprocess.run([str(codex_cli), "exec", "--skip-git-repo-check", "-s",
                                "danger-full-access",
-                               prompt], cwd=cwd, env=env, text=True, capture_output=True,
+                               "-c", "mcp_optional_startup_grace_ms=120000", prompt], cwd=cwd, env=env, text=True, capture_output=True,
                               timeout=180, stdin=subprocess.DEVNULL)
         assert done.returncode == 0, f"codex failed:\n{done.stdout}\n{done.stderr}"
         return done.stdout

@@ -628,6 +628,35 @@ def test_the_server_exits_when_the_agent_closes_it(ws, daemon):
     server.stderr.close()
 
 
+def test_a_client_that_gave_up_on_discovery_gets_its_handshake(ws, daemon):
+    """Copilot CLI opens with the 2026 era's ``server/discover`` and, after 10 s without
+    an answer, sends ``initialize``. A server that starts late (a busy machine) finds
+    both waiting: the discovery is refused at once and the handshake served, so the
+    session has its tools."""
+    import subprocess
+
+    envelope = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "copilot-cli", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {}}
+    asked = [{"jsonrpc": "2.0", "id": 0, "method": "server/discover",
+              "params": {"_meta": envelope}},
+             {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                         "clientInfo": {"name": "copilot-cli", "version": "1"}}},
+             {"jsonrpc": "2.0", "method": "notifications/initialized"},
+             {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
+    server = subprocess.Popen([str(BIN / "kirolearn"), "mcp"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=ws.project, env=ws.env())
+    # All queued before the server reads a line: it is still importing.
+    out, err = server.communicate("".join(json.dumps(m) + "\n" for m in asked), timeout=120)
+    assert server.returncode == 0, err
+    answers = {a["id"]: a for a in map(json.loads, out.splitlines())}
+    assert answers[0]["error"]["code"] == -32601  # method not found: fall back now
+    assert answers[1]["result"]["serverInfo"]["name"] == "kirolearn"
+    assert {t["name"] for t in answers[2]["result"]["tools"]} == TOOLS
+
+
 def test_a_record_seen_again_says_how_often_and_keeps_each_version():
     version = {"title": "t", "summary": "first", "facts": ["ran `pytest`"], "concepts": [],
                "files_touched": [], "source_event_ids": [], "created_at": "2026-11-20T10:00:00Z",

@@ -21,6 +21,8 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.runner import serve_loop
+from mcp.server.stdio import stdio_server
 from pydantic import ValidationError
 
 from kirolearn import __version__, config, paths, privacy
@@ -42,7 +44,22 @@ secrets: text inside <private>…</private> is redacted."""
 
 
 class KirolearnServer(MCPServer):
-    """MCPServer whose argument errors name the fields and the rule, briefly."""
+    """MCPServer whose argument errors name the fields and the rule, briefly, and which
+    serves stdio in the handshake era only (``initialize``, as every agent speaks it).
+
+    The SDK would let a client's first request choose the era for good. A client that
+    opens with the 2026 era's ``server/discover`` gives up on it after a while (Copilot
+    CLI: 10 s) and falls back to ``initialize``; a server still starting on a busy
+    machine then finds both queued, takes the first, and refuses the handshake the
+    client is waiting on: no tools for the session. Answered "method not found" at
+    once, a discovery falls back however late the server starts.
+    """
+
+    async def run_stdio_async(self) -> None:
+        lowlevel = self._lowlevel_server
+        async with stdio_server() as (read, write), lowlevel.lifespan(lowlevel) as state:
+            await serve_loop(lowlevel, read, write, lifespan_state=state,
+                             init_options=lowlevel.create_initialization_options())
 
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Any = None) -> Any:
