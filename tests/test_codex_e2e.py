@@ -109,8 +109,9 @@ def test_codex_remembers_across_runs(daemon, fake_api, tmp_path):
         # (install's 5 s grace is for a machine that is not running a test suite).
         done = subprocess.run([str(codex_cli), "exec", "--skip-git-repo-check", "-s",
                                "danger-full-access",
-                               "-c", "mcp_optional_startup_grace_ms=120000", prompt], cwd=cwd, env=env, text=True, capture_output=True,
-                              timeout=180, stdin=subprocess.DEVNULL)
+                               "-c", "mcp_optional_startup_grace_ms=120000", prompt],
+                              cwd=cwd, env=env, text=True, capture_output=True, timeout=180,
+                              stdin=subprocess.DEVNULL)
         assert done.returncode == 0, f"codex failed:\n{done.stdout}\n{done.stderr}"
         return done.stdout
 
