@@ -52,7 +52,9 @@ import corpus
 from harness import cpu_seconds, daemon_processes, figures, say, write_records
 
 from kirolearn import contract, db, paths, search, transport
-from kirolearn.search import embeddings, searcher
+from kirolearn.search import embeddings
+from kirolearn.search.engine import Engine
+from kirolearn.search.request import Request
 
 KL = [sys.executable, "-m", "kirolearn"]
 NAMESPACES = ["/actor/bench/project/" + c * 64 + "/" for c in "abcd"]
@@ -97,9 +99,10 @@ def embed_records(home: Path, records: list[dict], embedder: embeddings.Embedder
     conn.close()
 
 
-def known_item_recall(searcher: searcher.Searcher, items: list[tuple[str, str]],
+def known_item_recall(engine: Engine, items: list[tuple[str, str]],
                       mode: str = "lexical") -> float:
-    found = sum(record_id in searcher.search(SEARCHED, prompt, 10, 600_000, mode=mode).record_ids
+    found = sum(record_id in engine.search(Request(SEARCHED, prompt, 10, 600_000,
+                                                   mode=mode)).record_ids
                 for prompt, record_id in items)
     return round(found / len(items), 3)
 
@@ -178,7 +181,7 @@ def run(count: int, query_sets: dict[str, list], warmup: list[str], overlap: boo
         floor, _ = timed_calls(retrieval, "ping", [{}] * 200)
         exact = None  # the seed's ranking: every term scored over every record
         if overlap and mode == "lexical":
-            exact = searcher.Searcher(paths.Home(home).db_path, term_budget=10**12)
+            exact = Engine(paths.Home(home).db_path, term_budget=10**12)
         for name, queries in query_sets.items():
             say(f"  {len(queries)} {name} queries")
             bodies = [{"namespace": SEARCHED, "mode": mode,
@@ -205,14 +208,14 @@ def run(count: int, query_sets: dict[str, list], warmup: list[str], overlap: boo
                 row[f"outcome_{outcome}"] = sum(r["outcome"] == outcome for r in replies)
             row["windowed"] = sum(r["window"] is not None for r in replies)
             if embedder is not None and name == "prompts" and not titles_only:
-                hybrid = searcher.Searcher(paths.Home(home).db_path, embedder=embedder)
+                hybrid = Engine(paths.Home(home).db_path, embedder=embedder)
                 row["known_item_recall_at_10"] = known_item_recall(hybrid, known, mode)
                 hybrid.close()
             if exact is not None and name in ("prompts", "short"):
                 say("  exact seed ranking, for the overlap")
                 shares, seed_times = [], []
                 for query, reply in zip(queries, replies, strict=True):
-                    seed = exact.search(SEARCHED, query, 10, 600_000)
+                    seed = exact.search(Request(SEARCHED, query, 10, 600_000))
                     seed_times.append(seed.latency_ms)
                     if seed.records:
                         best = set(seed.record_ids)
@@ -221,7 +224,7 @@ def run(count: int, query_sets: dict[str, list], warmup: list[str], overlap: boo
                 row["seed_ratio_p99"] = round(row["seed_search_p99_ms"] / row["search_p99_ms"], 1)
                 row["seed_overlap_at_10"] = round(statistics.mean(shares), 3) if shares else None
                 if name == "prompts":
-                    budgeted = searcher.Searcher(paths.Home(home).db_path)
+                    budgeted = Engine(paths.Home(home).db_path)
                     row["known_item_recall_at_10"] = known_item_recall(budgeted, known)
                     row["seed_known_item_recall_at_10"] = known_item_recall(exact, known)
                     budgeted.close()

@@ -43,7 +43,8 @@ import corpus
 from harness import percentile, say, write_records
 
 from kirolearn import contract, control, db, keys, paths, project, transport
-from kirolearn.search import searcher
+from kirolearn.search.engine import Engine
+from kirolearn.search.request import Request
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from postgres_server import PostgresServer
@@ -194,11 +195,12 @@ def search_case(storage: str, where: db.Location, count: int) -> dict:
         written_s = time.monotonic() - started
         prompts = [f"{r['title']} again: what did we conclude?"
                    for r in records[-1:-2500:-10]][:250]
-        found = searcher.Searcher(where)
+        found = Engine(where)
         try:
             for prompt in prompts[:50]:
-                found.search(namespaces[0], prompt, 10, 600_000)
-            timed = [found.search(namespaces[0], prompt, 10, 600_000) for prompt in prompts[50:]]
+                found.search(Request(namespaces[0], prompt, 10, 600_000))
+            timed = [found.search(Request(namespaces[0], prompt, 10, 600_000))
+                     for prompt in prompts[50:]]
         finally:
             found.close()
         return {"bench": "team", "case": "search", "storage": storage, "records": count,

@@ -16,7 +16,8 @@ from test_hybrid import RECORDS, embedded_database, save, unembedded
 
 from kirolearn import transport
 from kirolearn.search import embed_worker, embeddings
-from kirolearn.search.searcher import Searcher
+from kirolearn.search.engine import Engine
+from kirolearn.search.request import Request
 
 TEXTS = ["Where are schema changes kept?", "Run alembic upgrade head before deploying",
          "x" * 3000]
@@ -87,13 +88,13 @@ def test_a_search_does_not_wait_for_the_model_to_load(corpus, embedder):
     """The model's process has left: the search is lexical at once and starts it; once
     it is loaded, searches are by meaning again."""
     worker = embed_worker.Worker(embedder.files, idle_s=300)
-    searcher = Searcher(corpus, embedder=worker)
+    searcher = Engine(corpus, embedder=worker)
     query = "Where are schema changes kept?"  # no word in common with any record
     try:
-        found = searcher.search(NAMESPACE, query, 10, 60_000, mode="hybrid")
+        found = searcher.search(Request(NAMESPACE, query, 10, 60_000, mode="hybrid"))
         assert found.records == [] and "the model is loading" in found.error
         wait_for(lambda: worker.ready, timeout=60, message="the model to load")
-        found = searcher.search(NAMESPACE, query, 10, 60_000, mode="hybrid")
+        found = searcher.search(Request(NAMESPACE, query, 10, 60_000, mode="hybrid"))
         assert not found.error and found.records[0]["title"] == RECORDS[0]["title"]
         assert worker.starts == 1
     finally:

@@ -23,8 +23,10 @@ from kirolearn import contract, db, paths, protocol, transport
 from kirolearn.db import fts, writes
 from kirolearn.search import context as context_format
 from kirolearn.search import embeddings, ranking, vectors
+from kirolearn.search import lexical as lexical_side
 from kirolearn.search import query as fts_query
-from kirolearn.search.searcher import Searcher
+from kirolearn.search.engine import Engine
+from kirolearn.search.request import Request
 from kirolearn.tooluse import cut as tooluse_cut
 
 
@@ -268,20 +270,21 @@ def corpus_db(tmp_path_factory, embedder) -> Path:
 
 
 def test_semantic_search_finds_what_lexical_search_cannot(corpus_db, embedder):
-    searcher = Searcher(corpus_db, embedder=embedder)
+    searcher = Engine(corpus_db, embedder=embedder)
     query = "Where are schema changes kept?"
     try:
-        assert searcher.search(NAMESPACE, query, 10, 5000).records == []  # lexical: no words
+        assert searcher.search(Request(NAMESPACE, query, 10, 5000)).records == []  # no words
         for mode in ("semantic", "hybrid"):
-            found = searcher.search(NAMESPACE, query, 10, 5000, mode=mode)
+            found = searcher.search(Request(NAMESPACE, query, 10, 5000, mode=mode))
             assert found.outcome == "ok" and found.records[0]["title"] == RECORDS[0]["title"]
         # Exact words still win: a file name and an error.
-        found = searcher.search(NAMESPACE, "KeyError invoice_service.py", 10, 5000, mode="hybrid")
+        found = searcher.search(Request(NAMESPACE, "KeyError invoice_service.py", 10, 5000,
+                                        mode="hybrid"))
         assert found.records[0]["title"] == RECORDS[3]["title"]
         # Common words in common are not a match: an unrelated prompt gets nothing.
         for mode in ("lexical", "hybrid"):
-            assert searcher.search(NAMESPACE, "what is the weather in paris", 10, 5000,
-                                   mode=mode).records == []
+            assert searcher.search(Request(NAMESPACE, "what is the weather in paris", 10, 5000,
+                                   mode=mode)).records == []
     finally:
         searcher.close()
 
@@ -297,12 +300,13 @@ class RecordingEmbedder:
 
 def test_a_long_prompt_is_embedded_by_its_start_and_rarest_words(corpus_db, embedder):
     recording = RecordingEmbedder(embedder)
-    searcher = Searcher(corpus_db, embedder=recording)
+    searcher = Engine(corpus_db, embedder=recording)
     log = "\n".join(f"2026-11-24 10:00:{i:02d} INFO worker-{i} heartbeat ok, depth 0"
                     for i in range(60))
     try:
-        found = searcher.search(NAMESPACE, f"Where are schema changes kept? The log:\n{log}",
-                                10, 5000, mode="hybrid")
+        found = searcher.search(Request(
+            NAMESPACE, f"Where are schema changes kept? The log:\n{log}", 10, 5000,
+            mode="hybrid"))
     finally:
         searcher.close()
     assert found.records[0]["title"] == RECORDS[0]["title"]
@@ -322,22 +326,25 @@ class SignallingEmbedder(RecordingEmbedder):
 
 
 @pytest.mark.parametrize("long", [False, True])
-def test_the_prompt_is_embedded_while_its_words_are_searched(corpus_db, embedder, long):
+def test_the_prompt_is_embedded_while_its_words_are_searched(corpus_db, embedder, long,
+                                                             monkeypatch):
     """The full-text statement waits until the embedding has begun: were the prompt
     embedded after it, the wait would run out."""
     signalling = SignallingEmbedder(embedder)
     began = []
 
-    class Waiting(Searcher):
-        def _rank(self, *args):
-            began.append(signalling.started.wait(30))
-            return super()._rank(*args)
+    ranked = lexical_side.rank
 
-    searcher = Waiting(corpus_db, embedder=signalling)
+    def waiting(*args, **kwargs):
+        began.append(signalling.started.wait(30))
+        return ranked(*args, **kwargs)
+
+    monkeypatch.setattr(lexical_side, "rank", waiting)
+    searcher = Engine(corpus_db, embedder=signalling)
     try:
-        found = searcher.search(NAMESPACE, "Where are schema changes kept?"
+        found = searcher.search(Request(NAMESPACE, "Where are schema changes kept?"
                                 + " The log: 2026-11-24 INFO heartbeat ok" * 20 * long,
-                                10, 60_000, mode="hybrid")
+                                10, 60_000, mode="hybrid"))
     finally:
         searcher.close()
     assert began == [True]
@@ -351,12 +358,12 @@ def test_the_prompt_is_embedded_while_its_words_are_searched(corpus_db, embedder
 @given(st.text(max_size=80) | st.sampled_from(["database migrations", "the invoices", "images",
                                               "KeyError", "what is the weather"]))
 def test_a_dead_embedder_gives_exactly_the_lexical_result(corpus_db, query):
-    lexical = Searcher(corpus_db)
-    dead = Searcher(corpus_db, embedder=DeadEmbedder())
+    lexical = Engine(corpus_db)
+    dead = Engine(corpus_db, embedder=DeadEmbedder())
     try:
-        expected = lexical.search(NAMESPACE, query, 10, 5000)
+        expected = lexical.search(Request(NAMESPACE, query, 10, 5000))
         for mode in ("hybrid", "semantic"):
-            got = dead.search(NAMESPACE, query, 10, 5000, mode=mode)
+            got = dead.search(Request(NAMESPACE, query, 10, 5000, mode=mode))
             assert got.records == expected.records and got.outcome == expected.outcome
     finally:
         lexical.close()
@@ -364,14 +371,14 @@ def test_a_dead_embedder_gives_exactly_the_lexical_result(corpus_db, query):
 
 
 def test_a_slow_embedder_gives_the_lexical_result_within_the_budget(corpus_db, embedder):
-    lexical = Searcher(corpus_db)
-    slow = Searcher(corpus_db, embedder=SlowEmbedder(embedder))
+    lexical = Engine(corpus_db)
+    slow = Engine(corpus_db, embedder=SlowEmbedder(embedder))
     try:
-        slow.search(NAMESPACE, "warm up", 1, 10_000, mode="hybrid")  # its vectors loaded
-        expected = lexical.search(NAMESPACE, "database migrations", 10, 10_000)
+        slow.search(Request(NAMESPACE, "warm up", 1, 10_000, mode="hybrid"))  # its vectors loaded
+        expected = lexical.search(Request(NAMESPACE, "database migrations", 10, 10_000))
         # a budget the embedder (1 s) misses, with room for the lexical side on a busy
         # machine: the answer is the lexical one, in time
-        got = slow.search(NAMESPACE, "database migrations", 10, 800, mode="hybrid")
+        got = slow.search(Request(NAMESPACE, "database migrations", 10, 800, mode="hybrid"))
         assert got.records == expected.records and got.outcome == "ok", got.error
         assert got.latency_ms < 800
     finally:
@@ -422,9 +429,9 @@ def test_hybrid_always_finds_a_record_alone_holding_a_term(tmp_path_factory, emb
                          embeddings.record_text(r), embedder.files.space), r["record_id"]))
     conn.execute("COMMIT")
     conn.close()
-    searcher = Searcher(path, embedder=embedder)
+    searcher = Engine(path, embedder=embedder)
     try:
-        found = searcher.search(NAMESPACE, query, 10, 60_000, mode="hybrid")
+        found = searcher.search(Request(NAMESPACE, query, 10, 60_000, mode="hybrid"))
         assert records[position]["record_id"] in found.record_ids, found.error
     finally:
         searcher.close()
@@ -479,10 +486,10 @@ def test_a_hit_comes_with_the_matching_turns_around_it(tmp_path, embedder):
     ids = conversation_database(tmp_path / "db.sqlite", embedder)
     order = {record_id: (session, n) for session, turns in CONVERSATION.items()
              for n, text in enumerate(turns) for record_id in [ids[text]]}
-    searcher = Searcher(tmp_path / "db.sqlite", embedder=embedder)
+    searcher = Engine(tmp_path / "db.sqlite", embedder=embedder)
     try:
-        result = searcher.search(NAMESPACE, "What did Mel make in her pottery class?", 1,
-                                 10_000, mode="hybrid")
+        result = searcher.search(Request(NAMESPACE, "What did Mel make in her pottery class?", 1,
+                                 10_000, mode="hybrid"))
         hits = [r for r in result.records if "neighbour_of" not in r]
         assert len(hits) == 1 and order[hits[0]["record_id"]][0] == "s-pottery"
         shown = [r for r in result.records if "neighbour_of" in r]
@@ -497,8 +504,8 @@ def test_a_hit_comes_with_the_matching_turns_around_it(tmp_path, embedder):
             context_format.context_block(hits)))
         assert capped == hits
         searcher.neighbour_weight = 0
-        alone = searcher.search(NAMESPACE, "What did Mel make in her pottery class?", 1,
-                                10_000, mode="hybrid")
+        alone = searcher.search(Request(NAMESPACE, "What did Mel make in her pottery class?", 1,
+                                10_000, mode="hybrid"))
         assert len(alone.records) == 1 and "neighbour_of" not in alone.records[0]
     finally:
         searcher.close()
@@ -506,13 +513,13 @@ def test_a_hit_comes_with_the_matching_turns_around_it(tmp_path, embedder):
 
 def test_a_turn_among_matching_turns_ranks_higher(tmp_path, embedder):
     ids = conversation_database(tmp_path / "db.sqlite", embedder)
-    searcher = Searcher(tmp_path / "db.sqlite", embedder=embedder, neighbour_weight=0)
+    searcher = Engine(tmp_path / "db.sqlite", embedder=embedder, neighbour_weight=0)
     query = "Caroline's dog Rex and the frisbee"
     try:
-        plain = searcher.search(NAMESPACE, query, 10, 10_000, mode="hybrid").record_ids
+        plain = searcher.search(Request(NAMESPACE, query, 10, 10_000, mode="hybrid")).record_ids
         searcher.neighbour_weight = 0.3
-        smoothed = [r["record_id"] for r in searcher.search(
-            NAMESPACE, query, 10, 10_000, mode="hybrid").records if "neighbour_of" not in r]
+        smoothed = [r["record_id"] for r in searcher.search(Request(
+            NAMESPACE, query, 10, 10_000, mode="hybrid")).records if "neighbour_of" not in r]
     finally:
         searcher.close()
     lone = ids[CONVERSATION["s-pottery"][3]]  # the dog, amid talk of pottery
@@ -521,9 +528,12 @@ def test_a_turn_among_matching_turns_ranks_higher(tmp_path, embedder):
     assert set(plain) == set(smoothed)
 
 
-def test_type_usefulness_and_staleness_order_records_that_match_alike(tmp_path, embedder):
+@pytest.mark.parametrize("mode", ["lexical", "hybrid"])
+def test_type_usefulness_and_staleness_order_records_that_match_alike(tmp_path, embedder,
+                                                                      mode):
     """Two records that say the same: by relevance and recency the newer leads; a heavier
-    type, a proven use, or the newer one's file changed since puts the older first."""
+    type, a proven use, or the newer one's file changed since puts the older first, in
+    either ranking (``steps.weigh``)."""
     path = tmp_path / "db.sqlite"
     hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat(timespec="milliseconds")
     text = ("Cache the user lookups", "Lookups of users are cached for ten minutes.")
@@ -533,11 +543,11 @@ def test_type_usefulness_and_staleness_order_records_that_match_alike(tmp_path, 
     embedded_database(path, embedder, [older, newer])
     conn = db.connect_writer(path)
     weights = ranking.Weights(useful=0.1, stale=0.85, types={"decision": 1.2})
-    searcher = Searcher(path, embedder=embedder, weights=weights)
+    searcher = Engine(path, embedder=embedder, weights=weights)
 
     def first() -> str:
-        return searcher.search(NAMESPACE, "how are user lookups cached", 2, 10_000,
-                               mode="hybrid").record_ids[0]
+        return searcher.search(Request(NAMESPACE, "how are user lookups cached", 2, 10_000,
+                                       mode=mode)).record_ids[0]
 
     def change(sql: str, *args: object) -> None:
         with conn.transaction():
@@ -565,6 +575,38 @@ def test_type_usefulness_and_staleness_order_records_that_match_alike(tmp_path, 
     finally:
         searcher.close()
         conn.close()
+
+
+@pytest.mark.parametrize("mode", ["lexical", "hybrid"])
+def test_the_files_in_play_and_the_time_named_lift_records_in_either_ranking(tmp_path,
+                                                                             embedder, mode):
+    """Records that say the same: the one naming a file in play (``steps.in_play``), and
+    the one of the day the request names (``steps.in_time``), lead, whatever the mode."""
+    path = tmp_path / "db.sqlite"
+    now = datetime.now(UTC)
+
+    def ago(days: float) -> str:
+        return (now - timedelta(days=days)).isoformat(timespec="milliseconds")
+
+    text = ("Cache the user lookups", "Lookups of users are cached for ten minutes.")
+    newest = record(*text, files_touched=["app/cache.py"])
+    in_play = record(*text, files_touched=["app/users.py"], created_at=ago(0.01))
+    long_ago = record(*text, files_touched=["app/other.py"], created_at=ago(30))
+    embedded_database(path, embedder, [long_ago, in_play, newest])
+    searcher = Engine(path, embedder=embedder)
+
+    def first(query: str, **asked: object) -> str:
+        return searcher.search(Request(NAMESPACE, query, 3, 10_000, mode=mode,
+                                       **asked)).record_ids[0]
+
+    try:
+        assert first("how are user lookups cached") == newest["record_id"]
+        assert first("how are user lookups cached",
+                     files=["app/users.py"]) == in_play["record_id"]
+        day = (now - timedelta(days=30)).astimezone().strftime("%Y-%m-%d")
+        assert first(f"how were user lookups cached on {day}") == long_ago["record_id"]
+    finally:
+        searcher.close()
 
 
 def test_a_memory_given_to_a_turn_that_touched_its_files_proved_useful(ingest, daemon):

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from kirolearn import config, control, db, paths, protocol
 from kirolearn.db import errors, fts, postgres, schema, writes
 from kirolearn.db.store import Params
-from kirolearn.search import searcher
+from kirolearn.search.engine import Engine
+from kirolearn.search.request import Request
 
 # What each dialect keeps for its own full-text search, beside the shared tables.
 SEARCH_TABLES = {"sqlite": {"memory_records_fts", "memory_records_fts_config",
@@ -337,10 +338,10 @@ def test_an_identifier_is_found_as_one_word_in_records_written_before_it_was(pos
         conn.close()
     db.connect_writer(url).close()  # migrated to the latest
     assert term_counts(url)["refresh_user_repository"] == 1
-    found = searcher.Searcher(url)
+    found = Engine(url)
     try:
-        result = found.search("/team/project/p/", "why is `refresh_user_repository` slow", 10,
-                              600_000)
+        result = found.search(Request("/team/project/p/",
+                                      "why is `refresh_user_repository` slow", 10, 600_000))
     finally:
         found.close()
     assert result.outcome == "ok"

@@ -22,7 +22,9 @@ from kirolearn.db.sqlite import schema as sqlite_schema
 from kirolearn.search import checkpoint, when, worktree
 from kirolearn.search import context as context_format
 from kirolearn.search import query as fts_query
-from kirolearn.search.searcher import Searcher, clearing
+from kirolearn.search.engine import Engine
+from kirolearn.search.request import Request
+from kirolearn.search.steps import clearing
 
 NS_A = "/actor/tester/project/" + "a" * 64 + "/"
 NS_B = "/actor/tester/project/" + "b" * 64 + "/"
@@ -80,7 +82,7 @@ def corpus_db(store_at):
 
 @pytest.fixture
 def searcher(corpus_db):
-    s = Searcher(corpus_db)
+    s = Engine(corpus_db)
     yield s
     s.close()
 
@@ -125,7 +127,7 @@ def test_the_expression_is_valid_fts5_for_any_text(text):
     HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(query_text)
 def test_search_never_falls_back_or_fails_on_any_text(searcher, text):
-    result = searcher.search(NS_A, text, 10, 5000)
+    result = searcher.search(Request(NS_A, text, 10, 5000))
     assert result.outcome in ("ok", "empty"), result.error
     assert len(result.terms) <= fts_query.MAX_TERMS
     assert len(set(result.terms)) == len(result.terms)
@@ -205,14 +207,14 @@ def test_a_long_prompt_is_embedded_by_its_start_and_distinctive_words(query, dis
 # -- searching -------------------------------------------------------------------------------------
 
 def test_a_prompt_finds_its_records_ranked_and_in_the_fixed_format(searcher):
-    result = searcher.search(NS_A, "migrate the user table to use uuid", 10, 5000)
+    result = searcher.search(Request(NS_A, "migrate the user table to use uuid", 10, 5000))
     assert result.outcome == "ok"
     assert result.record_ids[0] == "R0000000000000000000000001"
     assert "R0000000000000000000000004" not in result.record_ids
     assert result.terms == ["migrate", "user", "table", "uuid"]  # no stop words
     scores = [r["score"] for r in result.records]
     assert scores == sorted(scores)
-    one = searcher.search(NS_A, "UUID", 1, 5000)
+    one = searcher.search(Request(NS_A, "UUID", 1, 5000))
     assert one.context == context_format.fenced(
         "## Prior observations from kirolearn\n\n"
         "### Switch user ids to UUID · 2026-01-01\n\n"
@@ -235,8 +237,8 @@ def test_a_search_scrubs_the_records_of_older_rules_and_storage_scrubs_them_agai
     conn.execute("UPDATE memory_records SET summary = $1, scrubbed_with = 'older'"
                  " WHERE record_id = $2", (f"old key {secret}", "R0000000000000000000000001")
                  )  # as a version whose rules missed it stored it
-    s = Searcher(store_at)
-    found = s.search(NS_A, "rotate the deploy key", 10, 5000)
+    s = Engine(store_at)
+    found = s.search(Request(NS_A, "rotate the deploy key", 10, 5000))
     assert len(found.records) == 2 and secret not in found.context
     assert "old key [REDACTED:aws-access-key]" in found.context
     assert all("scrubbed_with" not in r for r in found.as_dict(with_records=True)["records"])
@@ -258,9 +260,9 @@ def test_a_search_scrubs_the_records_of_older_rules_and_storage_scrubs_them_agai
 
 
 def test_stemming_and_punctuation_still_match(searcher):
-    assert searcher.search(NS_A, "what's the migration status?", 10, 5000).record_ids[0] == \
-        "R0000000000000000000000001"
-    assert searcher.search(NS_A, "PAGINATION", 10, 5000).record_ids == [
+    found = searcher.search(Request(NS_A, "what's the migration status?", 10, 5000))
+    assert found.record_ids[0] == "R0000000000000000000000001"
+    assert searcher.search(Request(NS_A, "PAGINATION", 10, 5000)).record_ids == [
         "R0000000000000000000000002"]
 
 
@@ -270,11 +272,11 @@ def test_a_code_like_token_is_searched_as_a_phrase_and_as_its_words(tmp_path):
                summary="restrictions are now abbreviated for datasette instances"),
         record(2, title="The --no-strict flag", summary="insert --no-strict skips the check"),
         record(3, title="Unrelated", summary="logging setup")])
-    s = Searcher(db_path)
+    s = Engine(db_path)
     try:
-        assert s.search(NS_A, "TokenRestrictions.abbreviated(datasette)", 10,
-                        5000).record_ids == ["R0000000000000000000000001"]
-        assert s.search(NS_A, "--strict/--no-strict", 10, 5000).record_ids == [
+        assert s.search(Request(NS_A, "TokenRestrictions.abbreviated(datasette)", 10,
+                        5000)).record_ids == ["R0000000000000000000000001"]
+        assert s.search(Request(NS_A, "--strict/--no-strict", 10, 5000)).record_ids == [
             "R0000000000000000000000002"]
     finally:
         s.close()
@@ -295,13 +297,13 @@ def test_parts_come_after_their_token_and_nothing_is_lost(tokens):
 def test_a_search_keeps_to_the_types_asked_for(tmp_path):
     typed = [record(n, title=f"uuid ids {n}") for n in range(1, 5)]
     typed[1]["observation_type"] = typed[3]["observation_type"] = "error"
-    s = Searcher(make_db(tmp_path / "kirolearn.db", typed))
+    s = Engine(make_db(tmp_path / "kirolearn.db", typed))
     try:
-        assert s.search(NS_A, "uuid ids", 10, 5000, types=("error",)).record_ids == [
+        assert s.search(Request(NS_A, "uuid ids", 10, 5000, types=("error",))).record_ids == [
             typed[3]["record_id"], typed[1]["record_id"]]
-        assert len(s.search(NS_A, "uuid ids", 10, 5000).records) == 4
-        assert s.search(NS_A, "uuid ids", 10, 5000, types=("decision",)).records == []
-        assert s.search(NS_A, "uuid ids", 10, 5000, types=("error",)).outcome == "ok"
+        assert len(s.search(Request(NS_A, "uuid ids", 10, 5000)).records) == 4
+        assert s.search(Request(NS_A, "uuid ids", 10, 5000, types=("decision",))).records == []
+        assert s.search(Request(NS_A, "uuid ids", 10, 5000, types=("error",))).outcome == "ok"
     finally:
         s.close()
 
@@ -312,7 +314,7 @@ def test_a_search_keeps_to_the_types_asked_for(tmp_path):
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
 def test_stop_words_alone_never_make_a_match(searcher, parts):
     prompt = " ".join((word.upper() if upper else word) + mark for word, mark, upper in parts)
-    result = searcher.search(NS_A, prompt, 10, 5000)
+    result = searcher.search(Request(NS_A, prompt, 10, 5000))
     assert (result.records, result.terms, result.context) == ([], [], "")
 
 
@@ -332,10 +334,10 @@ def test_a_prompt_about_something_else_gets_nothing_for_one_shared_word(searcher
     """One word in common with a record ("line"), the rest of the prompt about another
     subject: the best match holds too little of it, and nothing fits."""
     prompt = "Write a haiku about the line of winter rain falling on quiet mountains"
-    result = searcher.search(NS_A, prompt, 10, 5000)
+    result = searcher.search(Request(NS_A, prompt, 10, 5000))
     assert (result.records, result.outcome, result.context) == ([], "empty", "")
     assert 0 < result.coverage < fts_query.MIN_COVERAGE  # said, for `search --json`
-    assert searcher.search(NS_A, "every log line", 10, 5000).record_ids == [
+    assert searcher.search(Request(NS_A, "every log line", 10, 5000)).record_ids == [
         "R0000000000000000000000003"]  # the same word, in a prompt about it
     assert fts_query.says_what("line") and not fts_query.says_what("(#2648)")
 
@@ -346,12 +348,12 @@ def test_a_word_inside_a_longer_words_stem_is_no_match(store_at):
     made = make_db(store_at, [
         record(1, title="Fix doc capitalization", summary="Headings in title case."),
         *(record(n, title=f"Tune the pool, step {n}") for n in range(2, 30))])
-    searcher = Searcher(made)
+    searcher = Engine(made)
     try:
-        result = searcher.search(NS_A, "what is the capital of France", 10, 5000)
+        result = searcher.search(Request(NS_A, "what is the capital of France", 10, 5000))
         assert (result.records, result.context) == ([], "")
-        assert searcher.search(NS_A, "fix the capitalization of the docs", 10,
-                               5000).record_ids == ["R0000000000000000000000001"]
+        assert searcher.search(Request(NS_A, "fix the capitalization of the docs", 10,
+                               5000)).record_ids == ["R0000000000000000000000001"]
     finally:
         searcher.close()
 
@@ -373,10 +375,10 @@ def test_every_term_weighs_even_against_a_count_a_moment_old(doc_freq, total):
 
 def test_nothing_to_search_is_empty_without_searching(searcher):
     for query in ("", "   ", "? — !"):
-        result = searcher.search(NS_A, query, 10, 5000)
+        result = searcher.search(Request(NS_A, query, 10, 5000))
         assert (result.outcome, result.records, result.terms) == ("empty", [], [])
         assert result.context == ""
-    assert searcher.search(NS_A, "kubernetes helm", 10, 5000).outcome == "empty"
+    assert searcher.search(Request(NS_A, "kubernetes helm", 10, 5000)).outcome == "empty"
 
 
 def test_the_term_budget_grows_with_the_corpus_within_bounds():
@@ -398,9 +400,9 @@ def test_when_fts5_rejects_the_expression_like_finds_the_literal_text(tmp_path, 
         record(2, title="progress 100xxdone ok", summary="not a literal match"),
         record(3, title="progress 100%_done\\ok again", summary="newest"),
     ])
-    monkeypatch.setattr("kirolearn.search.searcher.fts_expression", lambda terms: '"unterminated')
-    s = Searcher(path)
-    result = s.search(NS_A, "100%_done\\ok", 10, 5000)
+    monkeypatch.setattr("kirolearn.search.lexical.fts_expression", lambda terms: '"unterminated')
+    s = Engine(path)
+    result = s.search(Request(NS_A, "100%_done\\ok", 10, 5000))
     s.close()
     assert result.outcome == "fallback"
     assert result.record_ids == ["R0000000000000000000000003", "R0000000000000000000000001"]
@@ -411,12 +413,13 @@ def test_past_32_terms_the_common_ones_are_dropped(tmp_path):
     # word wN is in N+1 of 50 records: the higher N, the lower its IDF
     records = [record(i, summary=" ".join(f"w{n}" for n in range(40) if i <= n))
                for i in range(50)]
-    s = Searcher(make_db(tmp_path / "k.db", records))
+    s = Engine(make_db(tmp_path / "k.db", records))
     query = " ".join(f"w{n}" for n in range(34)) + " unseen1 unseen2"
-    result = s.search(NS_A, query, 10, 5000)
+    result = s.search(Request(NS_A, query, 10, 5000))
     assert result.terms == [f"w{n}" for n in range(30)] + ["unseen1", "unseen2"]
     # a long prompt keeps its rarest matched terms
-    long = s.search(NS_A, " ".join(f"w{n}" for n in range(40)) + " unseen1 unseen2", 10, 5000)
+    long = s.search(Request(NS_A, " ".join(f"w{n}" for n in range(40)) + " unseen1 unseen2",
+                            10, 5000))
     s.close()
     assert long.terms == [f"w{n}" for n in range(fts_query.LONG_PROMPT_TERMS)] + [
         "unseen1", "unseen2"]
@@ -429,15 +432,15 @@ def test_common_words_are_dropped_and_ranked_over_the_newest_records(tmp_path):
     records += [record(i, summary="common words here" + (" rare" if i in (3, 7) else ""))
                 for i in range(1, 101)]
     path = make_db(tmp_path / "k.db", records)
-    s = Searcher(path, term_budget=20)
-    rare = s.search(NS_A, "common rare words", 10, 5000)
+    s = Engine(path, term_budget=20)
+    rare = s.search(Request(NS_A, "common rare words", 10, 5000))
     assert (rare.terms, rare.window) == (["rare"], None)
     assert sorted(rare.record_ids) == ["R0000000000000000000000003", "R0000000000000000000000007"]
-    common = s.search(NS_A, "common", 5, 5000)
+    common = s.search(Request(NS_A, "common", 5, 5000))
     assert common.window == math.ceil(103 * 20 / 103)
     assert all(int(r[1:]) > 80 for r in common.record_ids)  # only the newest were ranked
     # None of project B's records is among the newest: the window widens until found.
-    old = s.search(NS_B, "common", 10, 5000)
+    old = s.search(Request(NS_B, "common", 10, 5000))
     assert sorted(old.record_ids) == [f"R{200 + i:025d}" for i in range(3)]
     s.close()
 
@@ -453,9 +456,9 @@ def test_a_namespace_never_sees_another_ones_records(tmp_path_factory, words, bu
         make_db(path, [record(i, namespace=ns, title=f"shared uuid user table {ns}",
                               summary="shared logging abc x project tester actor")
                        for i, ns in enumerate(namespaces * 3)])
-    s = Searcher(path, term_budget=budget)
+    s = Engine(path, term_budget=budget)
     for ns in namespaces:
-        result = s.search(ns, " ".join(words), 10, 5000)
+        result = s.search(Request(ns, " ".join(words), 10, 5000))
         for r in result.records:
             assert r["record_id"] in {f"R{i:025d}" for i, n in enumerate(namespaces * 3)
                                       if n == ns}
@@ -465,25 +468,25 @@ def test_a_namespace_never_sees_another_ones_records(tmp_path_factory, words, bu
 # -- never throws ------------------------------------------------------------------------------
 
 def test_a_missing_database_is_an_error_result_and_is_retried(tmp_path):
-    s = Searcher(tmp_path / "later.db")
-    result = s.search(NS_A, "uuid", 10, 5000)
+    s = Engine(tmp_path / "later.db")
+    result = s.search(Request(NS_A, "uuid", 10, 5000))
     assert result.outcome == "error" and result.records == [] and result.latency_ms >= 0
     make_db(tmp_path / "later.db", [record(1, title="uuid")])
-    assert s.search(NS_A, "uuid", 10, 5000).outcome == "ok"
+    assert s.search(Request(NS_A, "uuid", 10, 5000)).outcome == "ok"
     s.close()
 
 
 def test_a_search_past_its_deadline_returns_nothing(searcher):
-    assert searcher.search(NS_A, "uuid", 10, 0).outcome == "timeout"
-    late = searcher.search(NS_A, "uuid", 10, 5000, deadline=time.monotonic() - 1)
+    assert searcher.search(Request(NS_A, "uuid", 10, 0)).outcome == "timeout"
+    late = searcher.search(Request(NS_A, "uuid", 10, 5000, deadline=time.monotonic() - 1))
     assert (late.outcome, late.records) == ("timeout", [])
 
 
 def test_a_search_past_its_deadline_leaves_the_other_reads_without_one(tmp_path):
     """The deadline a search set stops its own statements, never a later timeline's."""
     records = [record(i, title=f"uuid step {i}", summary="uuid " * 40) for i in range(400)]
-    s = Searcher(make_db(tmp_path / "k.db", records))
-    assert s.search(NS_A, "uuid", 10, 0).outcome == "timeout"
+    s = Engine(make_db(tmp_path / "k.db", records))
+    assert s.search(Request(NS_A, "uuid", 10, 0)).outcome == "timeout"
     around = s.timeline(record(200)["record_id"], [NS_A], 50, 50)
     assert len(around) == 101
     assert len(s.get_records([r["record_id"] for r in records[:100]], [NS_A])) == 100
@@ -494,10 +497,10 @@ def test_a_slow_query_is_interrupted_at_the_deadline(tmp_path):
     words = [f"word{n}" for n in range(32)]
     records = [record(i, summary=" ".join(words), facts=[" ".join(words)] * 4)
                for i in range(3000)]
-    s = Searcher(make_db(tmp_path / "big.db", records), term_budget=10**9)
-    full = s.search(NS_A, " ".join(words), 10, 60_000)
+    s = Engine(make_db(tmp_path / "big.db", records), term_budget=10**9)
+    full = s.search(Request(NS_A, " ".join(words), 10, 60_000))
     assert full.outcome == "ok" and full.latency_ms > 10, "the query must be slow for this test"
-    cut = s.search(NS_A, " ".join(words), 10, full.latency_ms / 5)  # whatever this machine's speed
+    cut = s.search(Request(NS_A, " ".join(words), 10, full.latency_ms / 5))  # any machine's speed
     s.close()
     assert (cut.outcome, cut.records) == ("timeout", [])
     assert cut.latency_ms < full.latency_ms / 2
@@ -536,7 +539,7 @@ def test_the_session_context_gives_recent_work_then_what_is_retrieved_most(corpu
         writes.log_retrieval(conn, None, NS_A, [f"R{2:025d}"], 1.0, "ok")
     conn.execute("COMMIT")
     conn.close()
-    s = Searcher(corpus_db)
+    s = Engine(corpus_db)
     try:
         result = s.session_context(NS_A, 1000)
         assert result.outcome == "ok"
@@ -583,9 +586,9 @@ def test_a_record_alone_holding_a_term_of_the_query_is_always_found(tmp_path_fac
     query = data.draw(st.permutations([RARE_WORD, *others]), label="order")
     path = tmp_path_factory.mktemp("rare") / "k.db"
     wanted = rare_match_corpus(path, size, seed, position)[position]["record_id"]
-    s = Searcher(path)
+    s = Engine(path)
     try:
-        found = s.search(NS_A, " ".join(query), 10, 60_000)
+        found = s.search(Request(NS_A, " ".join(query), 10, 60_000))
         assert found.outcome == "ok" and wanted in found.record_ids
     finally:
         s.close()
@@ -600,11 +603,11 @@ def test_pagination_cursor_finds_the_one_record_holding_cursor(tmp_path):
                        summary="The list endpoint pages with limit and offset.")
                 for n in range(2, 251)]
     path = make_db(tmp_path / "k.db", records)
-    s, exact = Searcher(path), Searcher(path, term_budget=10**12)
+    s, exact = Engine(path), Engine(path, term_budget=10**12)
     try:
         for query in ("pagination cursor", "keyset pagination", "cursor", "pagination"):
-            found = s.search(NS_A, query, 10, 60_000)
-            assert found.record_ids == exact.search(NS_A, query, 10, 60_000).record_ids
+            found = s.search(Request(NS_A, query, 10, 60_000))
+            assert found.record_ids == exact.search(Request(NS_A, query, 10, 60_000)).record_ids
             if query != "pagination":
                 assert found.record_ids[0] == records[0]["record_id"]
     finally:
@@ -705,7 +708,7 @@ def worded_searcher(tmp_path_factory):
                          summary=" ".join(rng.choices(WORDS, k=rng.randint(0, 6)))),
                 "files_touched": rng.sample(PATHS, rng.randint(0, 2))}
                for n in range(1, 61)]
-    s = Searcher(make_db(tmp_path_factory.mktemp("worded") / "kirolearn.db", records))
+    s = Engine(make_db(tmp_path_factory.mktemp("worded") / "kirolearn.db", records))
     yield s
     s.close()
 
@@ -756,9 +759,9 @@ def test_a_lifted_ranking_is_the_whole_ranking_with_the_lifted_scores_multiplied
 
 
 def test_a_file_brings_back_its_records_best_matching_the_request_first(store_at):
-    """``about_files``: only the records naming the file, those matching the request
-    before newer ones that do not, the newer first among equals, none excluded; with no
-    request, the newest."""
+    """A search about the files opened (``steps.ABOUT_FILES``): only the records naming
+    the file, those matching the request before newer ones that do not, the newer first
+    among equals, none excluded; with no request, the newest."""
     def about(n: int, title: str, path: str = "src/client.py") -> dict:
         return {**record(n, title=title), "files_touched": [path, "README.md"]}
 
@@ -767,10 +770,11 @@ def test_a_file_brings_back_its_records_best_matching_the_request_first(store_at
                about(3, "Close idle connections in the pool"),
                about(4, "Exponential backoff for the uploader", "src/upload.py"),
                {**record(5, title="Exponential backoff everywhere")}]
-    searcher = Searcher(make_db(store_at, records))
+    searcher = Engine(make_db(store_at, records))
     try:
         def ids(query: str, *files: str, exclude: tuple[str, ...] = ()) -> list[int]:
-            result = searcher.about_files(NS_A, files, query, 5, 5000, exclude=exclude)
+            result = searcher.search(Request(NS_A, query, 5, 5000, opened=files,
+                                             exclude=exclude))
             assert result.outcome in ("ok", "empty"), result.error
             return [int(r["record_id"][1:]) for r in result.records]
 
@@ -780,7 +784,8 @@ def test_a_file_brings_back_its_records_best_matching_the_request_first(store_at
         assert ids("exponential backoff", "src/client.py",
                    exclude=("R" + "1".zfill(25),)) == [3, 2]
         assert ids("exponential backoff", "docs/none.md") == []
-        assert searcher.about_files(NS_B, ["src/client.py"], "backoff", 5, 5000).records == []
+        assert searcher.search(Request(NS_B, "backoff", 5, 5000,
+                                       opened=["src/client.py"])).records == []
     finally:
         searcher.close()
 
@@ -792,10 +797,10 @@ def test_a_match_naming_a_file_in_play_ranks_higher(store_at):
                for n, word, path in ((1, "in the uploader", "src/upload.py"),
                                      (2, "in the client", "src/client.py"))]
     records += [record(n, title="Handle the timeout here") for n in range(3, 20)]
-    searcher = Searcher(make_db(store_at, records))
+    searcher = Engine(make_db(store_at, records))
     try:
         def ids(*files: str) -> list[int]:
-            result = searcher.search(NS_A, "handle the timeout", 3, 5000, files=files)
+            result = searcher.search(Request(NS_A, "handle the timeout", 3, 5000, files=files))
             return [int(r["record_id"][1:]) for r in result.records]
 
         plain = ids()
@@ -878,9 +883,9 @@ def test_a_record_is_found_by_its_concepts_which_are_never_shown(store_at):
     context shows only its title, summary and facts."""
     found = {**record(1, title="Split the dispatcher"),
              "concepts": ["handle_refund_case", "cases"]}
-    searcher = Searcher(make_db(store_at, [found, record(2, title="Split the invoices")]))
+    searcher = Engine(make_db(store_at, [found, record(2, title="Split the invoices")]))
     try:
-        result = searcher.search(NS_A, "where is handle_refund_case", 5, 5000)
+        result = searcher.search(Request(NS_A, "where is handle_refund_case", 5, 5000))
         assert [r["record_id"] for r in result.records] == [found["record_id"]]
         assert "handle_refund_case" not in result.context
     finally:
@@ -943,10 +948,10 @@ def test_work_of_the_day_a_request_names_ranks_first(store_at):
                 "created_at": (today - timedelta(days=1)).isoformat()},
                {**record(2, title="Fix the retry loop in the server"),
                 "created_at": (today - timedelta(days=9)).isoformat()}]
-    searcher = Searcher(make_db(store_at, records))
+    searcher = Engine(make_db(store_at, records))
     try:
         def first(query: str) -> int:
-            return int(searcher.search(NS_A, query, 2, 5000).records[0]["record_id"][1:])
+            return int(searcher.search(Request(NS_A, query, 2, 5000)).records[0]["record_id"][1:])
 
         assert first("fix the retry loop") == 2  # the newer id first on a tie
         assert first("what did we do to fix the retry loop yesterday") == 1

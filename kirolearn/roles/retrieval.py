@@ -40,12 +40,13 @@ from kirolearn.search import (
     MAX_NAMESPACES,
     embed_worker,
     embeddings,
+    engine,
     ranking,
-    searcher,
     staleness,
     vectors,
     worktree,
 )
+from kirolearn.search.request import Request, Sharing
 
 MAX_LIMIT = 100
 MAX_IDS = 100  # records one get_records may ask for
@@ -69,7 +70,7 @@ class SearchRequest:
     types: tuple[str, ...] = ()
     with_global: bool = False  # the last namespace is the global one, under its floor
     files: tuple[str, ...] = ()  # in play: a match naming one ranks higher
-    opened: tuple[str, ...] = ()  # a search about these files (``about_files``)
+    opened: tuple[str, ...] = ()  # a search about these files (``steps.ABOUT_FILES``)
     exclude: tuple[str, ...] = ()  # records an ``opened`` search leaves out
 
 
@@ -154,7 +155,7 @@ def parse_namespaces(body: dict) -> tuple[str, ...]:
 
 def known_to(event: object) -> Callable[[dict], str | None] | None:
     """What the agent whose event this is (its ``surface``, which ingest puts in the
-    event it asks a search for) has already (``Searcher`` ``known``): the records of the
+    event it asks a search for) has already (``Request.known``): the records of the
     rule files it loads itself (``rules.loads``). None: nothing known of the agent (a
     search of the CLI, of the MCP server)."""
     surface = event.get("surface") if isinstance(event, dict) else None
@@ -192,12 +193,12 @@ class Retrieval(base.Role):
         self.mark_stale = cfg["stale_records"] == "mark"
         self.embeddings_state, embedder = self._load_embedder()
         self.default_mode = cfg["mode"] if embedder is not None else "lexical"
-        self.searcher = searcher.Searcher(db.location(self.home, self.settings), embedder=embedder,
-                                        min_similarity=cfg["min_similarity"],
-                                        rrf_k=max(1, cfg["rrf_k"]),
-                                        neighbour_weight=max(0.0, cfg["neighbour_weight"]),
-                                        weights=ranking.Weights.from_settings(
-                                            self.settings["ranking"]))
+        self.engine = engine.Engine(db.location(self.home, self.settings), embedder=embedder,
+                                    min_similarity=cfg["min_similarity"],
+                                    rrf_k=max(1, cfg["rrf_k"]),
+                                    neighbour_weight=max(0.0, cfg["neighbour_weight"]),
+                                    weights=ranking.Weights.from_settings(
+                                        self.settings["ranking"]))
         self.backfill: vectors.Backfill | None = None
         # Storage says when records or their vectors change: the namespaces present are
         # read again (a teammate's first memory is found at once), and the back-fill
@@ -213,8 +214,8 @@ class Retrieval(base.Role):
         if embedder is not None:
             changes.setsockopt(zmq.SUBSCRIBE, b"vectors")
             self.backfill = vectors.Backfill(db.location(self.home, self.settings), embedder,
-                                             self.searcher.vectors, self.log, self.wake)
-            self.searcher.request_load = self.backfill.request_load
+                                             self.engine.vectors, self.log, self.wake)
+            self.engine.request_load = self.backfill.request_load
             self.backfill.start()
         self.outcomes: Counter[str] = Counter()
         self.worktrees = worktree.Worktrees()  # the files in play of this machine's projects
@@ -248,7 +249,7 @@ class Retrieval(base.Role):
             embedder
 
     def release_memory(self) -> None:
-        self.searcher.release_memory()
+        self.engine.release_memory()
 
     def teardown(self) -> None:
         if getattr(self, "rewriter", None) is not None:
@@ -256,10 +257,10 @@ class Retrieval(base.Role):
         if getattr(self, "backfill", None) is not None:
             self.backfill.stop()
             self.backfill.join(5)
-        if hasattr(self, "searcher"):
-            self.searcher.close()
-            if self.searcher.embedder is not None:
-                self.searcher.embedder.close()
+        if hasattr(self, "engine"):
+            self.engine.close()
+            if self.engine.embedder is not None:
+                self.engine.embedder.close()
 
     def counters(self) -> dict:
         return {"searches": dict(self.outcomes), **self._embedding_status()}
@@ -268,7 +269,7 @@ class Retrieval(base.Role):
         status = {"embeddings": self.embeddings_state, "mode": self.default_mode}
         if self.backfill is not None:
             status.update(embedded=self.backfill.embedded, unembedded=self.backfill.pending)
-        worker = self.searcher.embedder
+        worker = self.engine.embedder
         if worker is not None:
             pid = worker.pid
             status["model"] = (f"loaded (pid {pid})" if pid and worker.ready else
@@ -279,7 +280,7 @@ class Retrieval(base.Role):
     def _on_records_changed(self, sock: zmq.Socket) -> None:
         while sock.poll(0, zmq.POLLIN):
             sock.recv()
-        self.searcher.namespaces_changed()
+        self.engine.namespaces_changed()
         if self.backfill is not None:
             self.backfill.wake.set()
 
@@ -295,7 +296,7 @@ class Retrieval(base.Role):
             self.backfill.drain(self._store_vectors, self._drop_other_vectors)
 
     def _store_vectors(self, batch: list[dict]) -> None:
-        self.searcher.add_vectors(batch)
+        self.engine.add_vectors(batch)
         items = [{"record_id": item["record_id"], "text_hash": item["text_hash"],
                   "vector": embeddings.to_blob(item["vector"])} for item in batch]
         if base.Outbox(self.storage).request("put_embeddings", {"items": items}) is None:
@@ -322,7 +323,7 @@ class Retrieval(base.Role):
             if not reply["ok"]:
                 self.log.warning("storage refused a request: %s", reply.get("error"))
 
-    def sharing(self, request: base.Request) -> searcher.Sharing | None:
+    def sharing(self, request: base.Request) -> Sharing | None:
         """What a client elsewhere may read beside its own namespaces (``access``); None
         for a request of this machine. A prompt that ingest is storing while it asks for
         its context (``storing``, which only ingest sets: the gateway passes no such key
@@ -379,7 +380,7 @@ class Retrieval(base.Role):
         deadline_ms?, records?, mode?, tokens?, files?, opened?, exclude?}`` →
         ``{context, record_ids, records?, outcome, latency_ms, terms, window, error?}``;
         never fails once the body is valid (a failure is an empty result with its
-        outcome). With ``opened``, the records about those files (``about_files``), for
+        outcome). With ``opened``, the records about those files (``steps.ABOUT_FILES``), for
         the request of the event's turn (``query`` when given)."""
         self.tick()  # install vectors loaded since the last tick before searching
         if self.backfill is not None:
@@ -387,23 +388,23 @@ class Retrieval(base.Role):
         asked = parse_search(request.body, self.default_limit, self.default_budget_ms,
                              self.default_mode, self.context_tokens)
         query, event = asked.query, request.body.get("event")
+        share, tree, known = self.sharing(request), self.tree(request, event), known_to(event)
         if asked.opened:  # what is known of files a tool use opened, for its turn's request
             if "query" not in request.body and isinstance(event, dict):
-                query = self.searcher.request_of(event)
-            result = self.searcher.about_files(
-                asked.namespaces, asked.opened, query, asked.limit, asked.budget_ms,
-                asked.deadline, asked.mode, asked.max_tokens, asked.exclude,
-                self.sharing(request), self.tree(request, event), known_to(event))
+                query = self.engine.request_of(event)
+            search = Request(asked.namespaces, query, asked.limit, asked.budget_ms,
+                             asked.deadline, asked.mode, asked.max_tokens, share=share,
+                             opened=asked.opened, exclude=asked.exclude, tree=tree,
+                             known=known)
         else:
             if "query" not in request.body and isinstance(event, dict):  # a prompt's
-                query = self.searcher.in_context(event, query)
-            result = self.searcher.search(asked.namespaces, query, asked.limit,
-                                          asked.budget_ms, asked.deadline, asked.mode,
-                                          asked.max_tokens, asked.types,
-                                          self.global_floor if asked.with_global else None,
-                                          self.sharing(request),
-                                          asked.files + self.in_play(request, event),
-                                          self.tree(request, event), known_to(event))
+                query = self.engine.in_context(event, query)
+            search = Request(asked.namespaces, query, asked.limit, asked.budget_ms,
+                             asked.deadline, asked.mode, asked.max_tokens, asked.types,
+                             self.global_floor if asked.with_global else None, share,
+                             asked.files + self.in_play(request, event), tree=tree,
+                             known=known)
+        result = self.engine.search(search)
         self.outcomes[result.outcome] += 1
         if result.stale_marks and base.Outbox(self.storage).request("mark_stale", {
                 "items": [{"record_id": record_id, "why": why}
@@ -434,7 +435,7 @@ class Retrieval(base.Role):
                 or not all(isinstance(i, str) for i in ids)):
             raise base.BadRequest(f"'ids' must be a list of 1 to {MAX_IDS} record ids")
         share = self.sharing(request)
-        return self._read(lambda: self.searcher.get_records(ids, namespaces, share))
+        return self._read(lambda: self.engine.get_records(ids, namespaces, share))
 
     @base.op("timeline")
     def timeline(self, request: base.Request) -> dict:
@@ -445,14 +446,14 @@ class Retrieval(base.Role):
         before = parse_count(request.body, "before", 5, MAX_AROUND)
         after = parse_count(request.body, "after", 5, MAX_AROUND)
         share = self.sharing(request)
-        return self._read(lambda: self.searcher.timeline(record_id, namespaces, before, after,
+        return self._read(lambda: self.engine.timeline(record_id, namespaces, before, after,
                                                          share))
 
     def _read(self, lookup) -> dict:
         try:
             return {"records": privacy.scrub(lookup())}  # as they leave, like a search's
         except errors.StoreError as exc:
-            self.searcher.close()  # reopened on the next request
+            self.engine.close()  # reopened on the next request
             self.log.warning("a lookup failed: %s", exc)
             raise RuntimeError(f"the database could not be read: {exc}") from exc
 
@@ -466,9 +467,9 @@ class Retrieval(base.Role):
             raise base.BadRequest("'namespace' must be a namespace such as"
                                   " /actor/<id>/project/<id>/")
         try:
-            last = self.searcher.checkpoint(namespace)
+            last = self.engine.checkpoint(namespace)
         except errors.StoreError as exc:
-            self.searcher.close()
+            self.engine.close()
             raise RuntimeError(f"the database could not be read: {exc}") from exc
         return privacy.scrub({"checkpoint": last.as_dict() if last else None,
                               "context": last.block() if last else ""})
@@ -486,10 +487,10 @@ class Retrieval(base.Role):
                                   " /actor/<id>/project/<id>/")
         tokens = parse_count(request.body, "tokens", max(self.brief_tokens, 300), 100_000)
         try:
-            page = self.searcher.brief(namespace, tokens, share=self.sharing(request))
+            page = self.engine.brief(namespace, tokens, share=self.sharing(request))
             said = self.rewriter.text(page, tokens) if self.rewriter else page.markdown
         except errors.StoreError as exc:
-            self.searcher.close()
+            self.engine.close()
             raise RuntimeError(f"the database could not be read: {exc}") from exc
         return privacy.scrub({"brief": said, "rewritten": said != page.markdown,
                               "sections": page.sections, "record_ids": page.record_ids})
@@ -512,9 +513,9 @@ class Retrieval(base.Role):
         if not_from is not None and not (isinstance(not_from, str) and 0 < len(not_from) <= 64):
             raise base.BadRequest("'not_from' must be a client id")
         try:
-            return {"sessions": self.searcher.session_events(namespace, ids, not_from)}
+            return {"sessions": self.engine.session_events(namespace, ids, not_from)}
         except errors.StoreError as exc:
-            self.searcher.close()
+            self.engine.close()
             raise RuntimeError(f"the database could not be read: {exc}") from exc
 
     @base.op("session_context")
@@ -526,9 +527,9 @@ class Retrieval(base.Role):
             raise base.BadRequest("'namespace' must be a non-empty string")
         tokens = parse_count(request.body, "tokens", self.session_tokens, 100_000)
         surface = request.body.get("surface")
-        if self.searcher.embedder is not None:  # its prompts will want the model
-            self.searcher.embedder.warm()
-        result = self.searcher.session_context(namespace, tokens,
+        if self.engine.embedder is not None:  # its prompts will want the model
+            self.engine.embedder.warm()
+        result = self.engine.session_context(namespace, tokens,
                                                known_to({"surface": surface}),
                                                self.brief_tokens, self.sharing(request),
                                                self.rewriter and self.rewriter.text)

@@ -1,5 +1,6 @@
-"""Finding memories: the query (``query``), the searcher (``searcher``), the context
-block (``context``), and for semantic and hybrid search the local embedding model
+"""Finding memories: the query (``query``), the engine (``engine``) that runs each
+``request`` as ``steps``, the words' side (``lexical``), the context block
+(``context``), and for semantic and hybrid search the local embedding model
 (``embeddings``) and the vectors in memory (``vectors``).
 
 This module itself is light (the viewer imports it for the names below).

@@ -110,7 +110,7 @@ MIN_COVERAGE = 0.15
 
 def weight(doc_freq: int, total: int) -> float:
     """How much a term tells (its IDF): a word no record holds tells most. The record
-    count may be a moment old (the searcher caches it), even 0 with records there: it
+    count may be a moment old (``lexical.Vocabulary`` caches it), even 0 with records there: it
     is taken as at least 1, so every term still weighs."""
     return math.log(1 + max(total, doc_freq, 1) / max(doc_freq, 0.5))
 
@@ -166,7 +166,7 @@ def coverage(weights: dict, held: set) -> float:
 
 def is_rare(doc_freq: int, total: int) -> bool:
     """Whether a term found in ``doc_freq`` of ``total`` records names something: a file,
-    an identifier (see ``Searcher._hybrid``)."""
+    an identifier (see ``steps.rare``)."""
     return 0 < doc_freq <= RARE_MATCHES and doc_freq * 10 <= total
 
 

@@ -33,13 +33,14 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
 from kirolearn.code import files as tree_files
 from kirolearn.contract import MAX_ANCHORED_BYTES
-from kirolearn.project import blob_id
+from kirolearn.project import blob_id, parts
+from kirolearn.search.result import Result
 
 CHECK_S = 0.02  # the most one search spends checking; past it the rest are not checked
 MAX_TEXTS = 512  # files whose text is kept
@@ -221,3 +222,63 @@ class Checkout:
             self._reads.bounded(tree.root, until - time.monotonic() + CHECK_S, run)
         with self._lock:
             return dict(found)
+
+
+
+def judge(result: Result, tree: Tree | None, project_id: str, checkout: Checkout,
+          deadline: float, known: Callable[[dict], str | None] | None = None) -> None:
+    """The result's records as the code is today. Left out (``left_out`` says why): one
+    the agent has already (``known``: a rule file it loads); a record of a branch not
+    merged into the tree's; one whose code is gone from the tree (with ``tree.mark``,
+    shown marked instead); one the store holds stale that could not be checked again
+    here. Ranked below the rest: one whose files changed a lot since, and below those
+    one superseded by a later record. What the store is to hear (``stale_marks``): a
+    record found stale in what its own branch has committed, and one held stale whose
+    code is back. A record of another project than ``project_id`` (the global one's)
+    names files of its own: it is not checked."""
+    mine = [r for r in result.records if parts(r["namespace"])[1] == project_id]
+    hidden: dict[str, str] = {}
+    found: dict[str, Finding] = {}
+    if tree is not None:
+        hidden = {r["record_id"]: why for r in mine if (why := tree.hides(r))}
+        found = checkout.check(tree, [r for r in mine if r["record_id"] not in hidden],
+                               deadline)
+    kept, changed, superseded = [], [], []
+    for record in result.records:
+        record_id = record["record_id"]
+        why = hidden.get(record_id)  # not this branch's: neither checked nor marked
+        if why is None and known is not None:
+            why = known(record)
+        if why is None:
+            record, why = _judged(record, found.get(record_id), tree, result.stale_marks)
+        if why:
+            result.left_out.append({"record_id": record_id, "title": record["title"],
+                                    "why": why})
+        elif record.get("superseded_by"):
+            superseded.append(record)
+        elif record_id in found and found[record_id].changed:
+            changed.append(record)
+        else:
+            kept.append(record)
+    result.records = kept + changed + superseded
+
+
+def _judged(record: dict, finding: Finding | None, tree: Tree | None,
+            marks: dict[str, str | None]) -> tuple[dict, str | None]:
+    """The record as it is shown, and why it is left out (None: it is not), from what
+    the check found of it (None: not checked) and the store's mark."""
+    held = record.get("stale")
+    if finding is not None and finding.stale:
+        if (finding.committed and not held and tree.branch is not None
+                and (record.get("code") or {}).get("branch") == tree.branch):
+            marks[record["record_id"]] = finding.stale
+        if not tree.mark:
+            return record, finding.stale
+        return {**record, "stale": {"why": finding.stale,
+                                    "at": (held or {}).get("at")}}, None
+    if held and finding is not None:  # checked again: its code is back
+        marks[record["record_id"]] = None
+        return {k: v for k, v in record.items() if k != "stale"}, None
+    if held and (tree is None or not tree.mark):
+        return record, f"{held['why']} (found so {held['at'][:10]})"
+    return record, None

@@ -1,5 +1,5 @@
 """The time a request names: "yesterday", "last week", "in May", "3 days ago",
-"2026-05-14". A search lifts the records of the work done then (``Searcher``), as
+"2026-05-14". A search lifts the records of the work done then (``steps.in_time``), as
 records are as old as the work they tell of.
 
 ``span`` reads the first such phrase, relative to ``now`` (an aware datetime: its

@@ -1,0 +1,163 @@
+"""The words' side of a search: a query from the prompt's body, its words made an FTS5
+query (``query``), BM25 ranking inside the namespaces, and if FTS5 refuses the
+expression, an escaped ``LIKE`` substring search, newest first.
+
+A word's document frequency is that of what the FTS5 tokenizer makes of it
+(`Migrations` is the term `migrat`, `src/app.py` the phrase `src app py`): one-term
+words are read from the fts5vocab table, phrases are counted (up to 32 new ones per
+search; past that a phrase is taken to be as common as its rarest term). A word with
+nothing indexable in it (`?`, `—`) can never match and is left out, as is a second
+word that indexes the same (`Fix` after `fix`). ``vocabulary.Vocabulary`` keeps what
+was read, for the engine's life; ``matches`` is one search's use of it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from kirolearn.db import errors, fts
+from kirolearn.db.store import Connection
+from kirolearn.search.call import Lift, Search
+from kirolearn.search.context import without_repeats
+from kirolearn.search.query import (
+    MAX_WORDS,
+    coverage,
+    fts_expression,
+    inflected,
+    is_rare,
+    is_stop_word,
+    most_matched_terms,
+    says_what,
+    select_terms,
+    term_budget_for,
+    weight,
+    with_parts,
+    words,
+)
+from kirolearn.search.result import Result
+
+SCOPE_SLACK = 10  # extra candidates ranked when several namespaces are searched as one
+COVERAGE_CHECKED = 3  # the best-ranked lexical matches whose coverage is read
+
+class DeadlinePassed(Exception):
+    pass
+
+
+def matches(s: Search, limit: int, within: list[int] | None = None,
+            chosen: Callable[[list[str]], None] | None = None) -> Result:
+    """The search's query's best lexical matches (among these row ids, when ``within`` is
+    given; else lifted by ``s.lifts``). ``chosen`` is told the query's distinctive terms
+    once they are chosen, before the full-text statement (most of a search's time)
+    runs."""
+    said = words(s.query)[:MAX_WORDS]
+    raw = [t for t in with_parts(said) if not is_stop_word(t)]
+    if not raw or limit <= 0:
+        return Result([], "empty", 0.0)
+    engine, namespaces, types = s.engine, s.namespaces, s.request.types
+    conn = engine.connection()
+    stems = engine.vocabulary.index_terms(conn, raw)
+    unique: dict[tuple[str, ...], str] = {}
+    for token in raw:  # a token with nothing to index can never match
+        if stems[token]:
+            unique.setdefault(stems[token], token)
+    candidates = list(unique.values())
+    if not candidates:
+        return Result([], "empty", 0.0)
+    total, doc_freq = engine.vocabulary.frequencies(conn, unique)
+    token_freq = {t: doc_freq[stems[t]] for t in candidates}
+    budget = engine.term_budget or term_budget_for(total)
+    terms, window = select_terms(candidates, token_freq, total, budget,
+                                 most_matched_terms(len(said)))
+    rare = [t for t in terms if is_rare(token_freq[t], total)]
+    distinctive = sorted((t for t in terms if token_freq[t]), key=token_freq.__getitem__)
+    if chosen is not None:
+        chosen(distinctive)
+    try:
+        # Room for the repeats `without_repeats` leaves out when namespaces are merged.
+        wanted = limit if len(namespaces) == 1 else limit + SCOPE_SLACK
+        expression = fts_expression(terms)
+        if within is not None:
+            window = None
+            ids = conn.dialect.fts.rank(conn, namespaces, expression, wanted, 0, types, within)
+        else:
+            ids = lifted(conn, namespaces, expression, wanted, window, types, s.lifts)
+    except errors.StoreError:
+        if time.monotonic() >= s.deadline:
+            raise DeadlinePassed from None
+        if within is not None:  # a substring search would not keep to them
+            return Result([], "empty", 0.0, terms, window)
+        ids = fts.like(conn, namespaces, s.query, limit, types)
+        return Result(read(conn, ids), "fallback", 0.0, terms, window)
+    records = read(conn, ids)
+    if len(namespaces) > 1:
+        records = without_repeats(records)[:limit]
+    weights = {stems[t]: weight(token_freq[t], total) for t in terms if says_what(t)}
+    return Result(records, "ok" if records else "empty", 0.0, terms, window, rare,
+                  distinctive=distinctive,
+                  held=held(conn, records[:COVERAGE_CHECKED], weights,
+                            {stems[t]: t for t in terms}))
+
+
+def held(conn: Connection, records: list[dict], weights: dict[tuple[str, ...], float],
+         said: dict[tuple[str, ...], str]) -> dict[str, float]:
+    """How much of the query's weight each of these records holds (``coverage``), by id:
+    a term is held when the record's indexed text (its concepts too) has all its index
+    terms, and a word (``said``: the query's word of each term) as itself or an
+    inflection of it (``query.inflected``): "capital" is not held by "capitalization",
+    though the stemmer makes one term of them."""
+    if not records or not weights:
+        return {}
+    texts = [" ".join([r["title"], r["summary"], *r["facts"], *r["concepts"]])
+             for r in records]
+    found = [set(terms) for terms in conn.dialect.fts.index_terms(conn, texts)]
+    forms = {term: form for term in weights
+             if len(term) == 1 and (form := inflected(said[term])) is not None}
+    return {r["record_id"]: coverage(weights, {
+        t for t in weights if terms.issuperset(t)
+        and (t not in forms or forms[t].search(text))})
+        for r, terms, text in zip(records, found, texts, strict=True)}
+
+
+def lifted(conn: Connection, namespaces: tuple[str, ...], expression: str, limit: int,
+           window: int | None, types: tuple[str, ...],
+           lifts: Sequence[Lift]) -> list[tuple[int, float]]:
+    """The best matches (``rank``), where what is known beside the words lifts the
+    records it names (``lifts``: the steps' ``in_play`` and ``in_time``), each one's
+    score multiplied (lower is better: BM25 and negated ts_rank are negative). Ranked
+    together in one statement; with a window, the lifted records' best matches, however
+    old, join the window's."""
+    lifts = [(rows, factor) for rows, factor in lifts if rows]
+    if window is None or not lifts:
+        return rank(conn, namespaces, expression, limit, window, types, lifts)
+    boost: dict[int, float] = {}
+    for rows, factor in lifts:
+        for row in rows:
+            boost[row] = boost.get(row, 1.0) * factor
+    scores = dict(rank(conn, namespaces, expression, limit, window, types))
+    scores.update(conn.dialect.fts.rank(conn, namespaces, expression, limit, 0, types,
+                                        list(boost)))
+    order = sorted(scores, key=lambda i: (scores[i] * boost.get(i, 1.0), -i))
+    return [(i, scores[i] * boost.get(i, 1.0)) for i in order[:limit]]
+
+
+def rank(conn: Connection, namespaces: tuple[str, ...], expression: str, limit: int,
+         window: int | None, types: tuple[str, ...] = (),
+         lifts: Sequence[Lift] = ()) -> list[tuple[int, float]]:
+    """BM25 order within the namespaces (``lifts``: see ``fts.rank``). With a window,
+    only the newest `window` ids are ranked, widened (x4) while the namespaces have too
+    few matches in it."""
+    newest = fts.newest_id(conn) if window is not None else 0
+    while True:
+        since = newest - window if window is not None else 0
+        rows = conn.dialect.fts.rank(conn, namespaces, expression, limit, since, types,
+                                     lifts=lifts)
+        if len(rows) >= limit or since <= 0:
+            return rows
+        window *= 4
+
+
+def read(conn: Connection, ranked: list[tuple]) -> list[dict]:
+    """Full records for the ranked ids, with their scores."""
+    rows = fts.records_by_rowid(conn, [i for i, _ in ranked])
+    return [{**rows[i], "score": score} for i, score in ranked if i in rows]
