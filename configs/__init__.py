@@ -1,1 +1,2 @@
-"""Packaged defaults (default.toml) and, later, agent hook templates."""
+"""Packaged defaults: ``default.toml``, the only keys a configuration may set
+(``kirolearn.config`` reads it)."""

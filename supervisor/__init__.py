@@ -1,4 +1,6 @@
-"""The supervisor: the ``kirolearn`` command and the process arbiter it runs.
+"""The supervisor: the daemon process ``kirolearn start`` launches (``__main__``), the
+arbiter that starts, watches and restarts each role process (``arbiter``), and their
+states (``states``). The ``kirolearn`` command itself is ``kirolearn.cli``.
 
 Installed as ``kirolearn.supervisor`` so that it never shadows PyPI's
 ``supervisor`` (supervisord) package.

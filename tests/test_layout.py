@@ -22,7 +22,9 @@ from kirolearn.supervisor.arbiter import Arbiter
 
 ROOT = Path(__file__).parent.parent
 PROTOCOL = (ROOT / "docs" / "protocol.md").read_text()
-SHIMS = tuple(f"kirolearn.shims.{agent.shim}" for agent in AGENTS.values())
+# Every command an agent runs on its hot path: each hook's shim, and the status line.
+SHIMS = (*(f"kirolearn.shims.{agent.shim}" for agent in AGENTS.values()),
+         "kirolearn.shims.statusline")
 # What a hook may import: the standard library, pyzmq, msgpack and kirolearn's light modules.
 SHIM_MAY_IMPORT = {"kirolearn", "kirolearn.shims", "kirolearn.shims.common",
                    "kirolearn.contract", "kirolearn.paths", "kirolearn.project",

@@ -50,17 +50,6 @@ def test_packaged_defaults_are_installed():
     assert "retrieval" in out and "storage" in out
 
 
-def test_shims_import_only_light_modules():
-    """The modules a shim needs must not drag in click, tenacity or asyncio (start-up cost)."""
-    out = run_python(
-        "import sys\n"
-        "import kirolearn.contract, kirolearn.project, kirolearn.protocol, kirolearn.paths,"
-        " kirolearn.transport\n"
-        "print(sorted(m for m in ('click', 'tenacity', 'asyncio', 'ulid', 'sqlite3')"
-        " if m in sys.modules))")
-    assert out == "[]"
-
-
 @pytest.mark.timeout(900)  # pip installs everything: minutes on a loaded machine (600 s allowed)
 def test_quick_start_install_and_start_in_a_fresh_checkout(tmp_path):
     """The README's first Quick start command, verbatim, in a copy of this checkout."""
