@@ -93,9 +93,11 @@ def test_claude_code_remembers_across_runs(daemon, fake_api, tmp_path):
         "DISABLE_ERROR_REPORTING": "1",
         # In -p mode Claude Code connects MCP servers in the background: on a loaded
         # machine the first model turn can come before our server is up, and its tools
-        # are then missing. Blocking makes it wait for them (up to MCP_TIMEOUT: our
-        # server's imports alone take 20 s on a machine as loaded as the suite's test).
-        "MCP_CONNECTION_NONBLOCKING": "0", "MCP_TIMEOUT": "120000",
+        # are then missing. Blocking makes it wait for them, for MCP_CONNECT_TIMEOUT_MS
+        # (5 s by default; our server's imports alone take 20 s on a machine as loaded
+        # as the suite's test), each server given MCP_TIMEOUT to start.
+        "MCP_CONNECTION_NONBLOCKING": "0", "MCP_CONNECT_TIMEOUT_MS": "120000",
+        "MCP_TIMEOUT": "120000",
     }
     installed = kl("install", "--agent", "claude-code", "--project", str(proj), env=env,
                    cwd=str(proj))
