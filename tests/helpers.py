@@ -57,12 +57,27 @@ def wait_for_count(count, target: int, still: float = 30, interval: float = 0.05
     last, moved = count(), time.monotonic()
     while last < target:
         if time.monotonic() - moved >= still:
-            raise AssertionError(f"{message}: stuck at {last} of {target} for {still} s")
+            raise AssertionError(f"{message}: stuck at {last} of {target} for {still} s"
+                                 f"{logs_tail()}")
         time.sleep(interval)
         now = count()
         if now != last:
             last, moved = now, time.monotonic()
     return last
+
+
+def logs_tail(lines: int = 12) -> str:
+    """The last lines of each role's log in the test's home: what a stuck wait says of
+    why (empty outside a home)."""
+    try:
+        logs = sorted(here().log_dir.glob("*.log"))
+    except Exception:  # no home set up: nothing to tell
+        return ""
+    told = []
+    for log in logs:
+        tail = log.read_text(errors="replace").splitlines()[-lines:]
+        told.append(f"\n--- {log.name}\n" + "\n".join(tail))
+    return "".join(told)
 
 
 def here() -> paths.Home:
