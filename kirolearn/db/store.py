@@ -2,11 +2,14 @@
 
 A connection is opened by its dialect (``db.sqlite`` or ``db.postgres``), picked once,
 when it is opened, from where the store is. Both run the same plain SQL, whose
-parameters are numbered ``$1``, ``$2``, … (PostgreSQL's own; SQLite reads them as
-names): statements common to both are written once, and there is no translation
-step. What differs lives in the dialect, behind this interface: the schema and its
-migrations, the full-text search statements, transactions, and the few planner hints
-SQLite needs (``indexed_by``, ``unindexed``), which PostgreSQL's connection leaves out.
+parameters are numbered ``$1``, ``$2``, … (PostgreSQL's own): statements common to
+both are written once. SQLite's connection translates one thing, the parameters: each
+``$N`` is written ``?N`` (``db.sqlite.numbered``, cached per statement), SQLite's own
+positional form, which binds faster than ``$N`` (a name, bound from a dict); text in
+quotes is left alone, and any other parameter style is refused. What differs lives in
+the dialect, behind this interface: the schema and its migrations, the full-text search
+statements, transactions, and the few planner hints SQLite needs (``indexed_by``,
+``unindexed``), which PostgreSQL's connection leaves out.
 Every failure is one of ``db.errors``.
 """
 
