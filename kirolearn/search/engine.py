@@ -134,7 +134,6 @@ class Engine:
         if request.deadline is not None:
             deadline = min(deadline, request.deadline)
         found = call.Search(self, request, request.namespaces, deadline)
-        result = Result([], "empty", 0.0)
         self._statements_until = deadline
         try:
             if time.monotonic() >= deadline:
@@ -146,9 +145,8 @@ class Engine:
             if time.monotonic() >= deadline:
                 raise lexical.DeadlinePassed
         except lexical.DeadlinePassed:
-            terms = found.answer.terms if found.answer else result.terms
-            window = found.answer.window if found.answer else result.window
-            result = Result([], "timeout", 0.0, terms, window,
+            answer = found.answer or Result([], "empty", 0.0)  # its terms, if it had any
+            result = Result([], "timeout", 0.0, answer.terms, answer.window,
                             error="the search ran past its budget")
         except Exception as exc:  # retrieval never breaks a turn
             timed_out = time.monotonic() >= deadline
