@@ -1,11 +1,12 @@
-"""How a hybrid search orders its candidates: rank fusion, then what is known of each.
+"""How a search orders its candidates: rank fusion (hybrid), then what is known of each.
 
 ``fuse`` merges the lexical and the semantic ranking by reciprocal rank
 (``Σ 1/(k + rank)``, k = ``retrieval.rrf_k``) and adds a bounded recency boost (at most
 ``ranking.recency`` of what first place on one list is worth, halving every
 ``ranking.recency_half_life_days``); ties go to the newer record, then the larger id.
 
-``weigh`` then multiplies each fused score by what the store knows of the record
+``weigh`` then multiplies each score (fused, or a lexical search's BM25, negated: higher
+is better here) by what the store knows of the record
 (``Signals``): its type's weight (a decision or an error outranks an exploration note
 that matches as well), how often it proved useful (it was given to a prompt and that
 turn then touched one of its files), and whether it is stale (a file it names was
