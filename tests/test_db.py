@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import itertools
 import json
 import math
 import struct
+from pathlib import Path
 
 import pytest
 from helpers import NAMESPACE, make_event
@@ -13,8 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kirolearn import contract, db
-from kirolearn.db import batches, reads, schema, writes
+from kirolearn.db import batches, errors, reads, schema, writes
 from kirolearn.db.sqlite import schema as sqlite_schema
+from kirolearn.db.store import Dialect
 from kirolearn.roles.checks import prepare
 
 
@@ -38,6 +42,35 @@ def record_for(event_ids: list[str], title="Use WAL mode") -> dict:
             "concepts": [], "files_touched": [], "observation_type": "decision",
             "strategy": "heuristic", "source_event_ids": event_ids,
             "created_at": contract.now_iso()}
+
+
+@pytest.mark.parametrize("name", ["sqlite", "postgres"])
+def test_each_dialect_implements_the_store_interface(name):
+    """Every member ``store.Dialect`` declares, with the same parameters: nothing outside
+    ``db`` needs to know which dialect it has."""
+    module = importlib.import_module(f"kirolearn.db.{name}")
+    declared = {k for k in Dialect.__annotations__} | {
+        k for k, v in vars(Dialect).items() if inspect.isfunction(v)}
+    declared -= {k for k in declared if k.startswith("_")}
+    missing = sorted(k for k in declared if not hasattr(module, k))
+    assert not missing, f"db.{name} lacks {missing}"
+    for member, function in vars(Dialect).items():
+        if member.startswith("_") or not inspect.isfunction(function):
+            continue
+        wanted = list(inspect.signature(function).parameters.values())[1:]  # less self
+        given = list(inspect.signature(getattr(module, member)).parameters.values())
+        assert len(given) == len(wanted), f"db.{name}.{member}{inspect.signature(function)}"
+        assert [p.default is p.empty for p in given] == [
+            p.default is p.empty for p in wanted], f"db.{name}.{member}: defaults differ"
+    assert module.Connection.name == name
+
+
+def test_the_dialect_is_chosen_by_where_the_store_is():
+    assert db.dialect(Path("/x/kirolearn.db")).TITLE == "SQLite"
+    for url in ("postgresql://me@db/kl", "postgres://me@db/kl"):
+        assert db.dialect(url).TITLE == "PostgreSQL"
+    with pytest.raises(errors.StoreUnreachable, match="mysql://"):
+        db.dialect("mysql://me@db/kl")
 
 
 def test_database_is_wal_private_and_migrated(tmp_path, conn):

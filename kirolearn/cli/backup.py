@@ -32,11 +32,11 @@ def backup(path: Path | None) -> None:
         kirolearn backup ~/safe/kirolearn-monday.db
     """
     where = db.location(common.home(), common.settings())
-    if db.is_postgres(where):
+    store = db.dialect(where)
+    if store.BACKED_UP_BY:
         raise click.ClickException(
-            "memory is kept in PostgreSQL here (storage.url), which kirolearn does not copy;"
-            " back it up with PostgreSQL's own tools: pg_dump --format=custom --file"
-            " kirolearn.dump '<storage.url>' (and pg_restore to put it back)")
+            f"memory is kept in {store.TITLE} here (storage.url), which kirolearn does not"
+            f" copy; back it up with {store.BACKED_UP_BY}")
     if path is None:
         folder = paths.ensure_private_dir(common.home().backup_dir)
         path = folder / f"kirolearn-{backups.stamp()}.db"

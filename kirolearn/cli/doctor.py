@@ -171,11 +171,10 @@ def _check_database() -> tuple[bool | None, str, str]:
     name = db.describe(where)
     if not db.exists(where):
         return None, "database", f"{where} does not exist yet (created when the daemon starts)"
-    if not db.is_postgres(where):
-        mode = Path(where).stat().st_mode & 0o777
-        if mode & 0o077:
-            return False, "database", (f"{where} is readable by others (mode {mode:o});"
-                                       f" run: chmod 600 {where}")
+    store = db.dialect(where)
+    exposed = store.exposed(where)
+    if exposed:
+        return False, "database", exposed
     try:
         with db.reading(where) as conn:
             check, applied = schema.check(conn)
@@ -183,13 +182,13 @@ def _check_database() -> tuple[bool | None, str, str]:
         return False, "database", f"{name} cannot be read ({exc})"
     if check != "ok":
         return False, "database", f"{name} is damaged ({check}); restore a backup or export/import"
-    latest = schema.latest(db.dialect(where).Connection.name)
+    latest = schema.latest(store.Connection.name)
     if applied != latest:
         return None, "database", (
             f"{name} is at schema {applied}, this kirolearn expects {latest};"
             " it migrates when the daemon starts")
-    return True, "database", (f"{name} (PostgreSQL, schema {applied})" if db.is_postgres(where)
-                              else f"{name} (schema {applied}, private)")
+    return True, "database", (f"{name} (schema {applied}, private)" if store.IN_A_FILE
+                              else f"{name} ({store.TITLE}, schema {applied})")
 
 
 COMMANDS = [doctor]

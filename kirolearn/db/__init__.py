@@ -2,10 +2,12 @@
 
 The store is a SQLite file under the home (the default), or a PostgreSQL database
 (``storage.url``): ``Location`` is either, and its dialect (``sqlite`` or ``postgres``,
-one package each: connection, schema, full-text search) is picked from it once, when a
+one package each: connection, schema, full-text search, what its faults mean) is
+picked from it by its URL's scheme (``DIALECTS``; a path is a SQLite file) when a
 connection is opened (``connect_reader``, ``reading``, ``connect_writer``,
-``open_searcher``). Every other module is written once against ``store.Connection``,
-in plain SQL both dialects run as it is:
+``open_searcher``). Both implement ``store.Dialect``, and nothing outside this package
+asks which one it has: what differs is a member of the dialect. Every other module is
+written once against ``store.Connection``, in plain SQL both dialects run as it is:
 
 - ``schema``: the numbered migrations, applied;
 - ``writes``: the single writer (the storage role): events, records, vectors, the
@@ -25,14 +27,16 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from types import ModuleType
+from urllib.parse import urlsplit
 
 from kirolearn import paths
-from kirolearn.db.store import Connection
+from kirolearn.db import errors
+from kirolearn.db.store import Connection, Dialect
 
 Location = Path | str  # a SQLite file, or a PostgreSQL URL
 
@@ -47,30 +51,29 @@ def location(home: paths.Home, settings: dict | None = None) -> Location:
     return url or home.db_path
 
 
-def dialect(where: Location) -> ModuleType:
-    """The dialect of a store: ``db.postgres`` for a URL, else ``db.sqlite`` (PostgreSQL's
-    imports psycopg only when a connection is made)."""
-    if isinstance(where, str):
-        from kirolearn.db import postgres
-        return postgres
-    from kirolearn.db import sqlite
-    return sqlite
+# Each dialect by the scheme of where its store is (a SQLite file is a ``file``).
+DIALECTS = {"file": "kirolearn.db.sqlite", "postgresql": "kirolearn.db.postgres",
+            "postgres": "kirolearn.db.postgres"}
 
 
-def is_postgres(where: Location) -> bool:
-    return isinstance(where, str)
+def dialect(where: Location) -> Dialect:
+    """The dialect of a store (``store.Dialect``), by its URL's scheme (a path: a SQLite
+    file). Imported when first asked for: PostgreSQL's brings psycopg only then."""
+    scheme = "file" if isinstance(where, Path) else urlsplit(where).scheme
+    if scheme not in DIALECTS:
+        raise errors.StoreUnreachable(f"no store is kept at {scheme}:// URLs"
+                                      f" (storage.url: postgresql://…)")
+    return importlib.import_module(DIALECTS[scheme])
 
 
 def exists(where: Location) -> bool:
     """Whether the store was made (a PostgreSQL database is there to be reached)."""
-    return is_postgres(where) or Path(where).exists()
+    return dialect(where).exists(where)
 
 
 def describe(where: Location) -> str:
     """The location for a log or a message (a URL less its password)."""
-    if is_postgres(where):
-        return dialect(where).describe(where)
-    return str(where)
+    return dialect(where).describe(where)
 
 
 def utc_now() -> str:
@@ -102,19 +105,10 @@ def release_memory(conn: Connection) -> None:
     conn.dialect.release_memory(conn)
 
 
-@contextlib.contextmanager
-def reading(where: Location) -> Iterator[Connection]:
+def reading(where: Location) -> contextlib.AbstractContextManager[Connection]:
     """A read-only connection for one piece of work, closed after it (on PostgreSQL,
     given back to the process's pool)."""
-    if is_postgres(where):
-        with dialect(where).reading(where) as conn:
-            yield conn
-        return
-    conn = connect_reader(where)
-    try:
-        yield conn
-    finally:
-        conn.close()
+    return dialect(where).reading(where)
 
 
 def path_key(path: str) -> str:

@@ -430,11 +430,6 @@ def event_stored_at(conn: Connection, event_id: str) -> str | None:
 
 # --- stats -------------------------------------------------------------------------------------
 
-def database_bytes(conn: Connection) -> int:
-    """The size of a PostgreSQL store's database."""
-    return conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
-
-
 STATS_AUTHORS = 20  # the busiest authors of a project that stats names
 
 

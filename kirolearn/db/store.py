@@ -16,7 +16,7 @@ Every failure is one of ``db.errors``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -39,7 +39,7 @@ class Connection(Protocol):
     """A connection to the store, in autocommit mode: a transaction is ``transaction()``."""
 
     name: str  # "sqlite" or "postgres"
-    dialect: Any  # the dialect's module: its schema, search statements and checks
+    dialect: Dialect  # the dialect's module: its schema, search statements and checks
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor: ...
 
@@ -58,6 +58,66 @@ class Connection(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class Dialect(Protocol):
+    """What a store's dialect (``db.sqlite``, ``db.postgres``: a package each) gives the
+    rest of kirolearn; ``db.dialect`` picks one by where the store is, and nothing
+    outside ``db`` asks which it has. ``tests/test_db.py`` checks both implement it."""
+
+    Connection: type  # its connection, named ``Connection.name``
+    fts: Any  # its full-text search statements (``db.fts`` reaches them)
+    schema: Any  # its numbered migrations (``MIGRATIONS``)
+    TITLE: str  # its name for people: "SQLite", "PostgreSQL"
+    # A store in a file kirolearn holds: its pages are checked when the writer opens it,
+    # its WAL is watched, it is kept private, and ``kirolearn backup`` copies it.
+    IN_A_FILE: bool
+    # Who backs the store up, when not kirolearn (None: ``kirolearn backup``).
+    BACKED_UP_BY: str | None
+
+    def describe(self, where: Any) -> str:
+        """The location for a log or a message (a URL less its password)."""
+        ...
+
+    def exists(self, where: Any) -> bool:
+        """Whether the store was made (a server is there to be reached)."""
+        ...
+
+    def connect_reader(self, where: Any) -> Connection: ...
+
+    def connect_writer(self, where: Any) -> Connection: ...
+
+    def open_searcher(self, where: Any, interrupted: Any) -> Connection: ...
+
+    def reading(self, where: Any) -> AbstractContextManager[Connection]: ...
+
+    def size_bytes(self, where: Any, writer: Callable[[], Connection]) -> int:
+        """The store's size on disk (``writer``: the writer's connection, for a store
+        that must be asked)."""
+        ...
+
+    def exposed(self, where: Any) -> str | None:
+        """Why others may read the store, with the fix (None: it is private)."""
+        ...
+
+    def describe_fault(self, exc: errors.StoreError, where: Any) -> str | None:
+        """What a store's error says about the machine, and what to do (None: not a
+        fault of the disk, the file or the server)."""
+        ...
+
+    def checkpoint(self, conn: Connection) -> bool: ...
+
+    def check(self, conn: Connection) -> str: ...
+
+    def damage(self, conn: Connection, most: int = 3) -> list[str]: ...
+
+    def purge_index(self, conn: Connection) -> None: ...
+
+    def release_memory(self, conn: Connection) -> None: ...
+
+    def terms_counted_after(self, conn: Connection) -> AbstractContextManager[None]: ...
+
+    def export_schema(self, version: int) -> int: ...
 
 
 class Params:

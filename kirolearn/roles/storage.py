@@ -563,9 +563,10 @@ class ScheduledBackups:
     def __init__(self, role: Storage):
         self.role = role
         self.every_s = role.settings["backup"]["interval_h"] * 3600  # 0: never
-        if self.every_s and db.is_postgres(role.path):
-            role.log.warning("backup.interval_h is ignored: a PostgreSQL store is backed up"
-                             " by PostgreSQL's own tools (pg_dump, base backups)")
+        store = db.dialect(role.path)
+        if self.every_s and store.BACKED_UP_BY:
+            role.log.warning("backup.interval_h is ignored: a %s store is backed up by %s",
+                             store.TITLE, store.BACKED_UP_BY)
             self.every_s = 0
         self.folder = role.home.backup_dir
         self.due = backups.next_due(self.folder, self.every_s) if self.every_s else math.inf

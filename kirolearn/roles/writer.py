@@ -19,35 +19,11 @@ import time
 from collections.abc import Iterator
 
 from kirolearn import db
-from kirolearn.db import errors, reads, writes
+from kirolearn.db import errors, writes
 from kirolearn.db.store import Connection
 from kirolearn.roles import base
 
 REOPEN_S = 2.0  # while the database cannot be written, how often to try again
-
-
-def describe_fault(exc: errors.StoreError, where: db.Location) -> str | None:
-    """What a store's error says about the machine, and what to do; None for an error
-    that is not a fault of the disk, the file or the server (a bug, a constraint)."""
-    if db.is_postgres(where):
-        if isinstance(exc, errors.StoreUnreachable | errors.StoreReadOnly | errors.StoreFull
-                      | errors.StoreBusy):
-            return (f"the database at {db.describe(where)} cannot be written ({exc}); check"
-                    " that its server runs and lets kirolearn in (the agents keep their"
-                    " events in the spool meanwhile)")
-        return None
-    if isinstance(exc, errors.StoreFull):
-        return (f"the disk holding {where} is full; free some space there (the agents keep"
-                " their events in the spool meanwhile, and they are stored once there is room)")
-    if isinstance(exc, errors.StoreReadOnly):
-        return (f"{where} cannot be written (a read-only file or file system); make it"
-                " writable again (chmod u+w, or remount read-write)")
-    if isinstance(exc, errors.StoreDamaged):
-        return (f"{where} is damaged ({exc}); stop kirolearn and put a good copy in its place"
-                " (kirolearn export/import keeps one), or move it aside to start afresh")
-    if isinstance(exc, errors.StoreUnreachable):
-        return f"{where} cannot be read or written ({exc}); check the disk and the file's folder"
-    return None
 
 
 class Writer:
@@ -55,6 +31,7 @@ class Writer:
 
     def __init__(self, where: db.Location, log: logging.Logger):
         self.where = where
+        self.store = db.dialect(where)
         self.log = log
         self._conn: Connection | None = None
         self.fault: str | None = None  # why the database cannot be written, said to all
@@ -74,7 +51,7 @@ class Writer:
                 raise base.Unavailable(f"storage cannot write: {self.fault}")
             try:
                 conn = db.connect_writer(self.where)
-                if conn.name == "sqlite":
+                if self.store.IN_A_FILE:
                     self._check_pages(conn)
             except errors.StoreError as exc:
                 self._fail(exc)
@@ -99,11 +76,11 @@ class Writer:
             with conn.transaction():
                 yield conn
         except errors.StoreError as exc:
-            if describe_fault(exc, self.where) is None:
+            if self.store.describe_fault(exc, self.where) is None:
                 raise
             self._fail(exc)
             raise base.Unavailable(f"storage cannot write: {self.fault}") from exc
-        if self.wal is None and conn.name == "sqlite":
+        if self.wal is None and self.store.IN_A_FILE:
             with contextlib.suppress(OSError):
                 self.wal = os.stat(f"{self.where}-wal").st_ino
         if self.fault:
@@ -128,7 +105,8 @@ class Writer:
         self.checked = stamp
 
     def _fail(self, exc: errors.StoreError) -> None:
-        fault = describe_fault(exc, self.where) or f"{db.describe(self.where)}: {exc}"
+        fault = (self.store.describe_fault(exc, self.where)
+                 or f"{db.describe(self.where)}: {exc}")
         if fault != self.fault:
             self.log.error("storage cannot write: %s", fault)
             self.fault, self.fault_since = fault, db.utc_now()
@@ -166,10 +144,7 @@ class Writer:
 
     def size_bytes(self) -> int:
         """The store's size on disk (on PostgreSQL, its database's)."""
-        if db.is_postgres(self.where):
-            return reads.database_bytes(self.conn)
-        return sum(os.stat(f"{self.where}{suffix}").st_size for suffix in ("", "-wal")
-                   if os.path.exists(f"{self.where}{suffix}"))
+        return self.store.size_bytes(self.where, lambda: self.conn)
 
     def checkpoint(self) -> None:
         """Fold the WAL into the file (best effort: not while a reader holds its pages)."""

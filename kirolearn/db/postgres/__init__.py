@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -35,6 +35,36 @@ READER_STATEMENT_TIMEOUT_MS = 5000
 # A search's bitmaps of a common term's records stay exact (a lossy one is read again).
 READER_WORK_MEM = "32MB"
 WRITER_LOCK = 0x6B69726F  # the advisory lock the one writer holds ("kiro")
+
+
+TITLE = "PostgreSQL"
+IN_A_FILE = False
+BACKED_UP_BY = ("PostgreSQL's own tools: pg_dump --format=custom --file kirolearn.dump"
+                " '<storage.url>' (and pg_restore to put it back)")
+
+
+def exists(url: str) -> bool:
+    """A server's database is there to be reached (or says why not, when reached)."""
+    return True
+
+
+def size_bytes(url: str, writer: Callable[[], Connection]) -> int:
+    """The database's size, as the server tells it."""
+    return writer().execute("SELECT pg_database_size(current_database())").fetchone()[0]
+
+
+def exposed(url: str) -> str | None:
+    """Who may read it is the server's to say."""
+    return None
+
+
+def describe_fault(exc: errors.StoreError, url: str) -> str | None:
+    if isinstance(exc, errors.StoreUnreachable | errors.StoreReadOnly | errors.StoreFull
+                  | errors.StoreBusy):
+        return (f"the database at {describe(url)} cannot be written ({exc}); check that its"
+                " server runs and lets kirolearn in (the agents keep their events in the"
+                " spool meanwhile)")
+    return None
 
 
 def describe(url: str) -> str:
@@ -161,7 +191,7 @@ def connect_writer(url: str) -> Connection:
     return conn
 
 
-def open_searcher(url: str, interrupted: Any = None) -> Connection:
+def open_searcher(url: str, interrupted: Any) -> Connection:
     """A reader for searches (a reader's statement timeout bounds each statement; the
     search's own deadline is checked between them)."""
     return connect_reader(url)

@@ -25,6 +25,56 @@ from kirolearn.db.sqlite import fts, schema
 __all__ = ["Connection", "check", "connect_reader", "connect_writer", "damage", "fts",
            "open_searcher", "schema"]
 
+TITLE = "SQLite"
+IN_A_FILE = True
+BACKED_UP_BY = None  # ``kirolearn backup`` copies the file
+
+
+def describe(path: Path) -> str:
+    return str(path)
+
+
+def exists(path: Path) -> bool:
+    return Path(path).exists()
+
+
+@contextlib.contextmanager
+def reading(path: Path) -> Iterator[Connection]:
+    """A read-only connection for one piece of work, closed after it."""
+    conn = connect_reader(path)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def size_bytes(path: Path, writer: Callable[[], Connection]) -> int:
+    """The file and its WAL (read from the disk, so also while the writer cannot open)."""
+    return sum(os.stat(f"{path}{suffix}").st_size for suffix in ("", "-wal")
+               if os.path.exists(f"{path}{suffix}"))
+
+
+def exposed(path: Path) -> str | None:
+    mode = Path(path).stat().st_mode & 0o777
+    if mode & 0o077:
+        return f"{path} is readable by others (mode {mode:o}); run: chmod 600 {path}"
+    return None
+
+
+def describe_fault(exc: errors.StoreError, path: Path) -> str | None:
+    if isinstance(exc, errors.StoreFull):
+        return (f"the disk holding {path} is full; free some space there (the agents keep"
+                " their events in the spool meanwhile, and they are stored once there is room)")
+    if isinstance(exc, errors.StoreReadOnly):
+        return (f"{path} cannot be written (a read-only file or file system); make it"
+                " writable again (chmod u+w, or remount read-write)")
+    if isinstance(exc, errors.StoreDamaged):
+        return (f"{path} is damaged ({exc}); stop kirolearn and put a good copy in its place"
+                " (kirolearn export/import keeps one), or move it aside to start afresh")
+    if isinstance(exc, errors.StoreUnreachable):
+        return f"{path} cannot be read or written ({exc}); check the disk and the file's folder"
+    return None
+
 
 def error(exc: sqlite3.Error) -> errors.StoreError:
     """The store's error for what SQLite raised (its message kept)."""
