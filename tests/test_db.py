@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from kirolearn import contract, db
 from kirolearn.db import batches, errors, reads, schema, writes
+from kirolearn.db import store as store_interface
 from kirolearn.db.sqlite import schema as sqlite_schema
 from kirolearn.db.store import Dialect
 from kirolearn.roles.checks import prepare
@@ -25,6 +26,16 @@ from kirolearn.roles.checks import prepare
 @pytest.fixture
 def conn(tmp_path):
     connection = db.connect_writer(tmp_path / "kirolearn.db")
+    yield connection
+    connection.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def writer(request, tmp_path):
+    """The writer's connection to a new store of each kind."""
+    where = (tmp_path / "kirolearn.db" if request.param == "sqlite"
+             else request.getfixturevalue("postgres_server").database())
+    connection = db.connect_writer(where)
     yield connection
     connection.close()
 
@@ -63,6 +74,10 @@ def test_each_dialect_implements_the_store_interface(name):
         assert [p.default is p.empty for p in given] == [
             p.default is p.empty for p in wanted], f"db.{name}.{member}: defaults differ"
     assert module.Connection.name == name
+    said = {k for k, v in vars(store_interface.Connection).items() if inspect.isfunction(v)}
+    lacking = sorted(k for k in said if not k.startswith("_")
+                     and not callable(getattr(module.Connection, k, None)))
+    assert not lacking, f"db.{name}.Connection lacks {lacking}"
 
 
 def test_the_dialect_is_chosen_by_where_the_store_is():
@@ -162,6 +177,26 @@ def test_event_id_and_content_window_dedup(conn):
     later = make_event(content="same words", valid_time="2030-01-01T00:00:00+00:00")
     assert store(conn, later) == "stored"
     assert conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 3
+
+
+def test_a_chunk_of_events_is_stored_in_order_each_seeing_those_before(writer):
+    """``insert_events`` sends a chunk at once: each event's dedup still sees the
+    events before it in the chunk, as one at a time would."""
+    first = make_event(content="same words")
+    retried = make_event(content="same words")  # a new id, same content and session
+    chunk = [first, first, retried, make_event(content="same words", session_id="session-2"),
+             make_event(content="same words", valid_time="2030-01-01T00:00:00+00:00"),
+             make_event(content="other words")]
+    rows = [writes.event_row(prepare(event)[0], db.utc_now()) for event in chunk]
+    with writer.transaction():
+        inserted = writes.insert_events(writer, rows, 10_000)
+    assert inserted == [True, False, False, True, True, True]
+    with writer.transaction():  # sent again: every one is there already
+        assert writes.insert_events(writer, rows, 10_000) == [False] * len(rows)
+        assert writes.insert_events(writer, rows[:1], 0) == [False]  # no window: the id
+    stored_at = reads.events_stored_at(writer, [first["event_id"], retried["event_id"]])
+    assert list(stored_at) == [first["event_id"]]  # the retried one was never stored
+    assert writer.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 4
 
 
 def test_fts_index_follows_records_through_triggers(conn):

@@ -421,11 +421,19 @@ PENDING = ("FROM events e LEFT JOIN extraction_cursor c ON c.namespace = e.names
 
 
 
-def event_stored_at(conn: Connection, event_id: str) -> str | None:
-    """When the event with this id was stored (its transaction time), if it was."""
-    row = conn.execute("SELECT transaction_time FROM events WHERE event_id = $1",
-                       (event_id,)).fetchone()
-    return row[0] if row else None
+IDS_PER_STATEMENT = 500  # ids looked up by one statement (well under SQLite's limit)
+
+
+def events_stored_at(conn: Connection, event_ids: list[str]) -> dict[str, str]:
+    """When the events with these ids were stored (their transaction time), by id: those
+    that were."""
+    found: dict[str, str] = {}
+    for start in range(0, len(event_ids), IDS_PER_STATEMENT):
+        p = Params()
+        ids = p.list(event_ids[start:start + IDS_PER_STATEMENT])
+        found.update(conn.execute("SELECT event_id, transaction_time FROM events"
+                                  f" WHERE event_id IN {ids}", p.values).fetchall())
+    return found
 
 
 # --- stats -------------------------------------------------------------------------------------

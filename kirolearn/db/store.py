@@ -49,6 +49,12 @@ class Connection(Protocol):
 
     def transaction(self) -> AbstractContextManager[Connection]: ...
 
+    def pipeline(self) -> AbstractContextManager[None]:
+        """Statements sent without waiting for each answer, their results read when the
+        block ends: many small statements cost one round trip to a server (SQLite, in the
+        process, has none to save). A cursor's rows and rowcount are read after it."""
+        ...
+
     def indexed_by(self, index: str) -> str:
         """`` INDEXED BY index`` on SQLite (whose planner picks worse on its own), or ""."""
         ...

@@ -39,32 +39,53 @@ STORED_FIELDS = ("event_id", "namespace", "kind", "session_id", "actor_id", "val
                  "project_path", "schema_version")
 
 
-INSERT_EVENT_SQL = (f"INSERT INTO events ({', '.join(STORED_FIELDS)}, transaction_time)"
-                    f" VALUES ({', '.join(f'${n}' for n in range(1, len(STORED_FIELDS) + 2))})"
+_EVENT_COLUMNS = f"{', '.join(STORED_FIELDS)}, transaction_time"
+_EVENT_VALUES = ", ".join(f"${n}" for n in range(1, len(STORED_FIELDS) + 2))
+_FIELD = {name: f"${n}" for n, name in enumerate(STORED_FIELDS, 1)}
+WINDOW = f"${len(STORED_FIELDS) + 2}"  # the dedup window's parameter
+
+INSERT_EVENT_SQL = (f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES ({_EVENT_VALUES})"
                     " ON CONFLICT DO NOTHING")
+
+
+def _insert_event_within_sql(conn: Connection) -> str:
+    """The insert, unless an event of the same content is stored in the same namespace,
+    session and kind within the window: one statement, so that a batch of them is sent
+    at once (``insert_events``) and each still sees the ones before it."""
+    f = _FIELD
+    return (f"INSERT INTO events ({_EVENT_COLUMNS}) SELECT {_EVENT_VALUES} WHERE NOT EXISTS"
+            f" (SELECT 1 FROM events{conn.indexed_by('events_session_time')}"
+            f" WHERE session_id = {f['session_id']}"
+            f" AND valid_ms BETWEEN {f['valid_ms']} - {WINDOW} AND {f['valid_ms']} + {WINDOW}"
+            f" AND content_hash = {f['content_hash']} AND namespace = {f['namespace']}"
+            f" AND kind = {f['kind']} AND event_id != {f['event_id']})"
+            " ON CONFLICT DO NOTHING")
+
+
+def event_row(event: dict, transaction_time: str) -> list:
+    """The event's row for ``insert_events``; KeyError for an event of the wrong shape."""
+    return [*(event[name] for name in STORED_FIELDS), transaction_time]
+
+
+def insert_events(conn: Connection, rows: list[list], dedup_window_ms: int) -> list[bool]:
+    """Insert events (``event_row``s, in order) inside the caller's transaction; for each,
+    whether it was stored, else it is a duplicate: the same event_id, or the same content
+    in the same namespace, session and kind within the dedup window (a retried hook).
+
+    Sent as one pipeline: on a server, a chunk of an import is a round trip or two, not
+    one per event (each a wait for the server's turn on a busy machine)."""
+    sql = _insert_event_within_sql(conn) if dedup_window_ms > 0 else INSERT_EVENT_SQL
+    extra = [dedup_window_ms] if dedup_window_ms > 0 else []
+    with conn.pipeline():
+        cursors = [conn.execute(sql, [*row, *extra]) for row in rows]
+    return [cursor.rowcount > 0 for cursor in cursors]
 
 
 def insert_event(conn: Connection, event: dict, dedup_window_ms: int,
                  transaction_time: str | None = None) -> str:
-    """Insert one event (in ``contract.stored_form``) inside the caller's transaction.
-
-    Returns 'stored' or 'duplicate': the same event_id, or the same content in the
-    same namespace, session and kind within the dedup window (a retried hook).
-    """
-    valid_ms = event["valid_ms"]
-    if dedup_window_ms > 0 and conn.execute(
-        f"SELECT 1 FROM events{conn.indexed_by('events_session_time')} WHERE session_id = $1"
-        " AND valid_ms BETWEEN $2 AND $3 AND content_hash = $4 AND namespace = $5 AND kind = $6"
-        " AND event_id != $7 LIMIT 1",
-        (event["session_id"], valid_ms - dedup_window_ms, valid_ms + dedup_window_ms,
-         event["content_hash"], event["namespace"], event["kind"], event["event_id"]),
-    ).fetchone():
-        return "duplicate"
-    row = [event[name] for name in STORED_FIELDS]
-    row.append(transaction_time or utc_now())
-    if not conn.execute(INSERT_EVENT_SQL, row).rowcount:
-        return "duplicate"  # same event_id
-    return "stored"
+    """One event (in ``contract.stored_form``): 'stored' or 'duplicate' (``insert_events``)."""
+    row = event_row(event, transaction_time or utc_now())
+    return "stored" if insert_events(conn, [row], dedup_window_ms)[0] else "duplicate"
 
 
 # --- memory records ----------------------------------------------------------------------------

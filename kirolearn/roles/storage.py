@@ -134,8 +134,7 @@ class Storage(base.Role):
         transaction_time = db.utc_now()
         try:
             with self.writing():
-                results = [[self._put_one(event, transaction_time, stored)
-                            for event in request.body["events"]] for request in group]
+                results = self._put(group, transaction_time, stored)
                 history = self._batch_history(stored)
         except base.Unavailable as exc:  # said in the log once, when the fault began
             for request in group:
@@ -173,25 +172,43 @@ class Storage(base.Role):
                                 history=frozenset(event_ids))
         return set(history)
 
-    def _put_one(self, event: object, transaction_time: str, stored: list[dict]) -> dict:
-        """Insert one event inside the open transaction.
+    def _put(self, group: list[base.Request], transaction_time: str,
+             stored: list[dict]) -> list[list[dict]]:
+        """Insert the group's events inside the open transaction, in order (together:
+        ``writes.insert_events``); each request's answers.
 
-        Ingest has validated, scrubbed and hashed the event; only ingest can reach
-        this socket (0700 runtime directory). An event of the wrong shape (a bug
-        upstream) fails before any SQL runs and is rejected alone; a database error
-        fails the whole group, which is rolled back and retried by its clients.
+        Ingest has validated, scrubbed and hashed the events; only ingest can reach this
+        socket (0700 runtime directory). An event of the wrong shape (a bug upstream) is
+        rejected alone before any SQL runs; a database error fails the whole group, which
+        is rolled back and retried by its clients.
         """
-        event_id = event.get("event_id") if isinstance(event, dict) else None
-        try:
-            status = writes.insert_event(self.conn, event, self.dedup_window_ms, transaction_time)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            return {"event_id": event_id, "status": "rejected", "reason": f"malformed: {exc!r}"}
-        if status == "stored":
-            stored.append(event)
-            return {"event_id": event_id, "status": status}
-        stored_at = reads.event_stored_at(self.conn, event_id)  # None: the same content
-        return {"event_id": event_id, "status": status, **({"stored_at": stored_at}
-                                                            if stored_at else {})}
+        answers: list[list[dict]] = []
+        rows: list[list] = []
+        sent: list[tuple[dict, dict]] = []  # (event, its answer) for each row
+        for request in group:
+            answers.append([])
+            for event in request.body["events"]:
+                event_id = event.get("event_id") if isinstance(event, dict) else None
+                answer = {"event_id": event_id}
+                answers[-1].append(answer)
+                try:
+                    rows.append(writes.event_row(event, transaction_time))
+                except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                    answer.update(status="rejected", reason=f"malformed: {exc!r}")
+                    continue
+                sent.append((event, answer))
+        inserted = writes.insert_events(self.conn, rows, self.dedup_window_ms)
+        for (event, answer), was_stored in zip(sent, inserted, strict=True):
+            answer["status"] = "stored" if was_stored else "duplicate"
+            if was_stored:
+                stored.append(event)
+        duplicates = [answer for _, answer in sent if answer["status"] == "duplicate"]
+        # A duplicate's stored time: when its id was stored (none: the same content).
+        stored_at = reads.events_stored_at(self.conn, [a["event_id"] for a in duplicates])
+        for answer in duplicates:
+            if answer["event_id"] in stored_at:
+                answer["stored_at"] = stored_at[answer["event_id"]]
+        return answers
 
     @base.op("log_retrieval")
     def log_retrieval(self, request: base.Request) -> None:

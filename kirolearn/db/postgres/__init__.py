@@ -146,6 +146,12 @@ class Connection:
         """``BEGIN`` … ``COMMIT`` (``store.transaction``)."""
         return store.transaction(self, "BEGIN")
 
+    @contextlib.contextmanager
+    def pipeline(self) -> Iterator[None]:
+        """psycopg's pipeline mode: an error of any statement in it is raised at its end."""
+        with _errors(), self.raw.pipeline():
+            yield
+
     def indexed_by(self, index: str) -> str:
         return ""  # PostgreSQL's planner picks by the figures it keeps
 

@@ -202,6 +202,9 @@ class Connection:
                     self.execute(buffer)
                 buffer = ""
 
+    def pipeline(self) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()  # each statement runs in the process at once
+
     def transaction(self) -> AbstractContextManager[Connection]:
         """``BEGIN IMMEDIATE`` … ``COMMIT`` (``store.transaction``)."""
         return store.transaction(self, "BEGIN IMMEDIATE")
