@@ -59,7 +59,7 @@ from harness import require_embeddings, say
 from locomo import pipeline_done, wait_until
 
 from kirolearn import config, paths, project, seed, transport
-from kirolearn.roles.checks import FILE_LIMIT
+from kirolearn.roles.hints import FILE_LIMIT
 from kirolearn.search import context, staleness, worktree
 
 KL = [sys.executable, "-m", "kirolearn"]

@@ -355,6 +355,7 @@ def status(home: paths.Home, strategy: str = "unknown") -> dict | None:
     names the configured extractor), why the database cannot be written (``fault``,
     None when it can), what waits for extraction, the embeddings' state and the
     viewer's URL."""
+    from kirolearn import db
     from kirolearn.supervisor.states import RUNNING
 
     if not running(home):
@@ -380,7 +381,7 @@ def status(home: paths.Home, strategy: str = "unknown") -> dict | None:
         result["fault"] = storage_fault(home, BUSY_PROBE_MS)
     except Unanswered:  # the roles' states say why
         result["fault"] = None
-    result["pending"] = pending(home)
+    result["pending"] = db.pending_work(home)
     result["embeddings"] = embeddings_state(home)
     result["viewer"] = (viewer_info(home) or {}).get("url")
     return result
@@ -391,33 +392,6 @@ def storage_fault(home: paths.Home, timeout_ms: int = CONTROL_MS) -> dict | None
     can; Timeout or RemoteError when storage does not answer."""
     found = call("storage", "ping", timeout_ms=timeout_ms, home=home)
     return {"reason": found["fault"], "since": found["fault_since"]} if "fault" in found else None
-
-
-def pending(home: paths.Home) -> dict | None:
-    """Events and batches waiting for extraction, per project with any, and the failed
-    batches (newest 20, with why); None when the database cannot be read (status must
-    still report the processes)."""
-    from kirolearn import config, db
-    from kirolearn.db import batches, errors, reads
-
-    try:
-        path = db.location(home)
-    except config.ConfigError:  # which store is unknown; status says what it can
-        return None
-    if not db.exists(path):
-        return None
-    try:
-        with db.reading(path) as conn:
-            stats = reads.stats(conn)
-            failed = batches.failed_batches(conn)
-    except errors.StoreError:
-        return None
-    return {"events": stats["totals"]["pending_events"],
-            "batches": stats["totals"]["pending_batches"],
-            "failed": failed,
-            "namespaces": [{k: n[k] for k in ("namespace", "pending_events", "pending_batches")}
-                           for n in stats["namespaces"]
-                           if n["pending_events"] or n["pending_batches"]]}
 
 
 def embeddings_state(home: paths.Home, backfill: bool = False) -> dict | None:

@@ -17,11 +17,12 @@ from hypothesis import strategies as st
 
 from kirolearn import config, contract, db, paths, transport
 from kirolearn.db import batches, postgres, writes
-from kirolearn.roles import base, handout
-from kirolearn.roles import leases as leases_role
-from kirolearn.roles import storage as storage_role
-from kirolearn.roles import writer as writer_role
-from kirolearn.roles.checks import prepare
+from kirolearn.roles import base
+from kirolearn.roles.ingest.checks import prepare
+from kirolearn.roles.storage import handout
+from kirolearn.roles.storage import leases as leases_role
+from kirolearn.roles.storage import role as storage_role
+from kirolearn.roles.storage import writer as writer_role
 
 TURNS = 1200
 TOOLS_PER_TURN = 8  # with the prompt and the turn's end: 10 events a turn, 12,000 in all

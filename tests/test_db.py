@@ -20,7 +20,7 @@ from kirolearn.db import batches, errors, reads, schema, writes
 from kirolearn.db import store as store_interface
 from kirolearn.db.sqlite import schema as sqlite_schema
 from kirolearn.db.store import Dialect
-from kirolearn.roles.checks import prepare
+from kirolearn.roles.ingest.checks import prepare
 
 
 @pytest.fixture

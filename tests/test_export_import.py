@@ -15,7 +15,7 @@ from test_llm import GOOD, ScriptedEndpoint
 
 from kirolearn import contract, control, db, transport
 from kirolearn.db import schema, writes
-from kirolearn.roles.checks import prepare
+from kirolearn.roles.ingest.checks import prepare
 
 
 def exported(*args: str) -> list[str]:

@@ -176,6 +176,20 @@ def test_imports_go_down_the_layers():
     assert not wrong, "imports beside or up the layers:\n" + "\n".join(sorted(wrong))
 
 
+def test_a_role_uses_no_other_roles_parts():
+    """A role's folder is its own: what two roles need lives in ``roles/`` beside them."""
+    folders = {m.rsplit(".", 1)[0] for m in modules() if m.count(".") == 3
+               and m.startswith("kirolearn.roles.")}
+    assert {"kirolearn.roles.ingest", "kirolearn.roles.storage",
+            "kirolearn.roles.retrieval"} <= folders
+    wrong = [f"{module} -> {target}" for module, targets in import_graph().items()
+             for target in targets for folder in folders
+             if target.startswith(folder + ".")
+             and module != folder and not module.startswith(folder + ".")
+             and module.startswith("kirolearn.roles.")]
+    assert not wrong, "a role reaching into another's folder:\n" + "\n".join(sorted(wrong))
+
+
 def test_no_import_circle():
     graph = import_graph()
     done: set[str] = set()

@@ -459,7 +459,7 @@ def test_the_file_index_follows_records_through_triggers(postgres_server, tmp_pa
 def test_the_same_edit_merges_within_its_session_only(postgres_server, tmp_path, dialect):
     """On both stores a later turn of a session making the same edit is merged into the
     earlier one; another session making it, for another request, is a record of its own."""
-    from kirolearn.roles.checks import prepare
+    from kirolearn.roles.ingest.checks import prepare
 
     where = postgres_server.database() if dialect == "postgresql" else tmp_path / "k.db"
     make_db(where, [])

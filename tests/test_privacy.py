@@ -237,7 +237,7 @@ def test_a_secret_under_a_secret_key_at_any_depth_never_reaches_storage(tree, pa
     like (a plain word too), ingest stores none of it."""
     from helpers import make_event
 
-    from kirolearn.roles import checks
+    from kirolearn.roles.ingest import checks
 
     def body(value: str) -> dict:
         return {"type": "json", "data": {"tool_name": "http", "tool_input": _insert(

@@ -14,7 +14,7 @@ from helpers import KL, NAMESPACE, here, kl, make_event, status, wait_for
 
 from kirolearn import db, paths, project, protocol, transport
 from kirolearn.db import writes
-from kirolearn.roles import ingest
+from kirolearn.roles.ingest import role as ingest
 from kirolearn.search.context import fenced
 
 UUID_RECORD = {

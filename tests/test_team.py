@@ -41,7 +41,8 @@ from mcp import Client
 from ports import free_ports
 
 from kirolearn import control, db, keys, paths, project, protocol, spool, transport
-from kirolearn.roles import gateway, leases
+from kirolearn.roles import gateway
+from kirolearn.roles.storage import leases
 
 
 def stored_ids() -> set[str]:

@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 
 from kirolearn import control, db, paths, project, search
 from kirolearn.db import batches, writes
-from kirolearn.roles.checks import prepare
+from kirolearn.roles.ingest.checks import prepare
 from kirolearn.viewer import chart, pages, queries
 from kirolearn.viewer.app import create_app
 from kirolearn.viewer.auth import COOKIE

@@ -40,7 +40,7 @@ from kirolearn.cli.common import (
 )
 from kirolearn.config import MODES
 from kirolearn.db import reads
-from kirolearn.roles.checks import FILE_LIMIT
+from kirolearn.roles.hints import FILE_LIMIT
 from kirolearn.search import worktree
 from kirolearn.transcripts import replay
 

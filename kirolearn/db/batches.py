@@ -49,6 +49,18 @@ def batch_error(conn: Connection, batch_id: str) -> str | None:
     return row[0] if row else None
 
 
+def pending_work(conn: Connection) -> dict:
+    """Events and batches waiting for extraction, per project with any, and the failed
+    batches (newest 20, with why): what ``kirolearn status`` shows."""
+    stats = reads.stats(conn)
+    return {"events": stats["totals"]["pending_events"],
+            "batches": stats["totals"]["pending_batches"],
+            "failed": failed_batches(conn),
+            "namespaces": [{k: n[k] for k in ("namespace", "pending_events", "pending_batches")}
+                           for n in stats["namespaces"]
+                           if n["pending_events"] or n["pending_batches"]]}
+
+
 def failed_batches(conn: Connection, namespace: str | None = None,
                    limit: int = 20) -> list[dict]:
     """The failed batches (of a namespace), newest first: which project, how many

@@ -40,8 +40,8 @@ from kirolearn.db import batches, errors, reads, writes
 from kirolearn.db.sqlite import backup as backups
 from kirolearn.db.store import Connection
 from kirolearn.roles import base
-from kirolearn.roles.handout import Handout
-from kirolearn.roles.writer import Writer
+from kirolearn.roles.storage.handout import Handout
+from kirolearn.roles.storage.writer import Writer
 from kirolearn.search import embeddings
 
 Code = base.Code
@@ -612,6 +612,3 @@ class ScheduledBackups:
         if self.thread is not None:
             self.thread.join()
 
-
-if __name__ == "__main__":
-    base.main(Storage)

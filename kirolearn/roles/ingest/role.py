@@ -50,11 +50,11 @@ import zmq
 
 from kirolearn import contract, privacy, protocol, spool, transport
 from kirolearn.roles import base
-from kirolearn.roles.checks import (
+from kirolearn.roles.hints import check_hints
+from kirolearn.roles.ingest.checks import (
     BadLine,
     check_exported,
     check_forget,
-    check_hints,
     check_namespace,
     check_prune,
     check_put_record,
@@ -65,7 +65,7 @@ from kirolearn.roles.checks import (
     prepare,
     rejection,
 )
-from kirolearn.roles.searches import Searches
+from kirolearn.roles.ingest.searches import Searches
 
 Code = protocol.ErrorCode
 # A storage request is sent once this much is waiting (or when no client request is left),
@@ -671,6 +671,3 @@ class Ingest(base.Role):
                 self._on_storage(self.storage)
             self.tick()
 
-
-if __name__ == "__main__":
-    base.main(Ingest)

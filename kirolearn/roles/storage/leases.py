@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable
 
 from kirolearn.db import batches
-from kirolearn.roles.writer import Writer
+from kirolearn.roles.storage.writer import Writer
 
 MAX_BATCH_ATTEMPTS = 5
 CLAIM_CHECK_S = 0.25  # how often a batch's worker is looked for while it extracts

@@ -32,8 +32,8 @@ import zmq
 from kirolearn import config, contract, db, keys, privacy, project, protocol, transport
 from kirolearn.db import batches, errors
 from kirolearn.roles import base
-from kirolearn.roles.leases import MAX_BATCH_ATTEMPTS, Leases
-from kirolearn.roles.writer import Writer
+from kirolearn.roles.storage.leases import MAX_BATCH_ATTEMPTS, Leases
+from kirolearn.roles.storage.writer import Writer
 
 NO_WORKER_RETRY_S = 0.25  # batches are due but no worker is free: offered again this soon
 TAKE_MAX_BYTES = 1 << 20  # a take holds at most this many bytes (a larger batch goes alone)

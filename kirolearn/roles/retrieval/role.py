@@ -35,7 +35,9 @@ from kirolearn.config import MODES
 from kirolearn.db import errors, reads
 from kirolearn.extract import llm
 from kirolearn.extract import rules as rule_records
-from kirolearn.roles import base, briefs, checks
+from kirolearn.roles import base
+from kirolearn.roles.hints import check_hints
+from kirolearn.roles.retrieval import briefs
 from kirolearn.search import (
     MAX_NAMESPACES,
     embed_worker,
@@ -82,7 +84,7 @@ def parse_search(body: dict, default_limit: int, default_budget_ms: float,
     The query is ``query`` (text) or comes from ``event`` (a prompt: text content,
     last message turn, or JSON data); the namespace is ``namespace`` or the event's,
     or ``namespaces`` (several, searched as one). ``files``, ``opened`` and
-    ``exclude``: see ``checks.check_hints``.
+    ``exclude``: see ``hints.check_hints``.
     """
     event = body.get("event")
     if "query" in body:
@@ -135,7 +137,7 @@ def parse_search(body: dict, default_limit: int, default_budget_ms: float,
         raise base.BadRequest("'types' must be a list of observation types ("
                               + ", ".join(contract.OBSERVATION_TYPES) + ")")
     try:
-        hints = checks.check_hints(body)
+        hints = check_hints(body)
     except ValueError as exc:
         raise base.BadRequest(str(exc)) from None
     return SearchRequest(namespaces, query, limit, float(budget_ms), deadline, with_records,
@@ -538,6 +540,3 @@ class Retrieval(base.Role):
             self.log.warning("session context failed: %s", result.error)
         return result.as_dict()
 
-
-if __name__ == "__main__":
-    base.main(Retrieval)

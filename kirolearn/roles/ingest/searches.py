@@ -19,7 +19,7 @@ import zmq
 
 from kirolearn import protocol
 from kirolearn.roles import base
-from kirolearn.roles.checks import FILE_LIMIT, empty_retrieval
+from kirolearn.roles.hints import FILE_LIMIT
 
 UNSENT_RETRY_S = 0.01  # a search retrieval could not take yet is offered again this soon
 
@@ -139,3 +139,7 @@ class Searches:
                 self._finish(asked, {**empty_retrieval((now - asked.started) * 1000,
                                                        "timeout"),
                                      "error": "retrieval did not answer within the budget"})
+
+
+def empty_retrieval(latency_ms: float, outcome: str) -> dict:
+    return {"context": "", "record_ids": [], "latency_ms": round(latency_ms, 3), "outcome": outcome}

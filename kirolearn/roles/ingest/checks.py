@@ -176,38 +176,9 @@ def check_forget(body: dict) -> dict:
     return {"record_id": record_id, "namespaces": namespaces}
 
 
-FILE_LIMIT = 5  # the records a file opened brings back to a hook, at most
-MAX_FILES = 50  # files in play, or opened, that one search is told of
-MAX_EXCLUDED = 500  # records one search is told to leave out
-HINTS = {"files": (MAX_FILES, 1000, "paths"), "opened": (MAX_FILES, 1000, "paths"),
-         "exclude": (MAX_EXCLUDED, 64, "record ids")}
-
-
-def check_hints(body: dict) -> dict:
-    """What a search is told of its session (raises ValueError saying what is wrong):
-    the ``files`` in play, the files just ``opened`` (a search about them), and the
-    records to ``exclude`` (given to the session already)."""
-    hints = {}
-    for key, (most, longest, what) in HINTS.items():
-        if key not in body:
-            continue
-        value = body[key]
-        if (not isinstance(value, list) or len(value) > most
-                or not all(isinstance(v, str) and 0 < len(v) <= longest for v in value)):
-            raise ValueError(f"'{key}' must be a list of at most {most} {what}: non-empty"
-                             f" strings of at most {longest} characters")
-        hints[key] = list(dict.fromkeys(value))
-    return hints
-
-
 def rejection(event: object, exc: contract.ContractError) -> dict:
     event_id = event.get("event_id") if isinstance(event, dict) else None
     return {"event_id": event_id if isinstance(event_id, str) else None, "status": "rejected",
             "reason": str(exc),
             "errors": [{"field": e.field, "message": e.message, "code": e.code}
                        for e in exc.errors]}
-
-
-def empty_retrieval(latency_ms: float, outcome: str) -> dict:
-    return {"context": "", "record_ids": [], "latency_ms": round(latency_ms, 3), "outcome": outcome}
-
