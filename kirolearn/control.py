@@ -355,7 +355,7 @@ def status(home: paths.Home, strategy: str = "unknown") -> dict | None:
     names the configured extractor), why the database cannot be written (``fault``,
     None when it can), what waits for extraction, the embeddings' state and the
     viewer's URL."""
-    from kirolearn import db
+    from kirolearn.db import batches
     from kirolearn.supervisor.states import RUNNING
 
     if not running(home):
@@ -381,7 +381,7 @@ def status(home: paths.Home, strategy: str = "unknown") -> dict | None:
         result["fault"] = storage_fault(home, BUSY_PROBE_MS)
     except Unanswered:  # the roles' states say why
         result["fault"] = None
-    result["pending"] = db.pending_work(home)
+    result["pending"] = batches.pending_work(home)
     result["embeddings"] = embeddings_state(home)
     result["viewer"] = (viewer_info(home) or {}).get("url")
     return result

@@ -8,7 +8,7 @@ file's path, and a new version of it when the file changes (ingest's
 changed since the last start (by size and time, kept in ``rules.json`` in the home,
 so an unchanged project costs a few ``stat`` calls and no request); ``seed --git``
 sends them all. Context given to an agent leaves out the records of the files that
-agent loads itself (``loads``): it has them already.
+agent loads itself (``loads``, its entry's in ``kirolearn.agents``): it has them already.
 
 The checkout is untrusted: a rule file is read only when it is a regular file inside
 it (a link to ``/proc/self/environ`` or out of the tree is no rule file), and no more
@@ -25,6 +25,7 @@ import re
 from pathlib import Path
 
 from kirolearn import control, paths, project
+from kirolearn.agents import AGENTS
 from kirolearn.code import files
 
 # The files, relative to the checkout's root; and folders whose every file of these
@@ -38,26 +39,10 @@ MOST_FILES = 30  # of a folder: a project's rules, not a library of documents
 MAX_BYTES = 64 * 1024  # read of a file: the rest is left out
 SEND_MS = 1000  # a session's start waits this long at most for a file's record
 
-# The rule files each agent loads itself (patterns of their names, as above).
-LOADED_BY = {
-    "claude-code": ("CLAUDE.md", "CLAUDE.local.md", ".claude/CLAUDE.md", "~/.claude/*"),
-    "codex": ("AGENTS.md",),
-    "gemini": ("GEMINI.md",),
-    "copilot": (".github/copilot-instructions.md", "AGENTS.md"),
-    "cursor": (".cursorrules", ".cursor/rules/*", "AGENTS.md"),
-    "kiro-cli": (".kiro/steering/*", "AGENTS.md"),
-    "kiro-ide": (".kiro/steering/*", "AGENTS.md"),
-    "opencode": ("AGENTS.md", "CLAUDE.md"),
-    "qwen-code": ("QWEN.md", "AGENTS.md"),
-    "windsurf": (".windsurfrules", ".windsurf/rules/*", "AGENTS.md"),
-    "cline": (".clinerules", ".clinerules/*", "AGENTS.md"),
-}
-
-
 def loads(surface: object, name: str) -> bool:
     """Whether the agent (its surface) loads the rule file of this name itself."""
-    patterns = LOADED_BY.get(surface, ()) if isinstance(surface, str) else ()
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+    agent = AGENTS.get(surface) if isinstance(surface, str) else None
+    return agent is not None and any(fnmatch.fnmatchcase(name, pattern) for pattern in agent.loads)
 
 
 def auto_memory(checkout: str, user_home: str) -> tuple[str, Path]:

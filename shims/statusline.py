@@ -15,9 +15,11 @@ from __future__ import annotations
 import sys
 
 from kirolearn import capture, paths, project
+from kirolearn.agents import AGENTS
 from kirolearn.shims import common
 
-SURFACES = ("claude-code", "qwen-code")  # whose session ids the status line is given
+# Whose session ids the status line is given.
+SURFACES = tuple(agent.name for agent in AGENTS.values() if agent.status_line)
 
 
 def line(payload: dict, home: paths.Home) -> str:

@@ -1,4 +1,4 @@
-"""Every agent of the registry (``install.agents.AGENTS``): install, doctor and uninstall
+"""Every agent of the registry (``kirolearn.agents.AGENTS``): install, doctor and uninstall
 leaving the files as they were; its shim, its command and the hooks install gives it,
 one entry apart; and Codex, Gemini CLI, Copilot CLI, Cursor and OpenCode's hooks fed
 the payloads each documents (../shared/reference and the agents' hook references),
@@ -26,9 +26,10 @@ from helpers import (
     wait_records,
 )
 
-from kirolearn import db, tooluse
+from kirolearn import db, tooluse, transcripts
+from kirolearn.agents import AGENTS
 from kirolearn.install import APPROVED_TOOLS, agents, parts
-from kirolearn.install.agents import AGENTS
+from kirolearn.shims import statusline
 
 ROOT = Path(__file__).parent.parent
 # What a user already has where each agent keeps its configuration.
@@ -95,11 +96,19 @@ def test_an_agent_is_one_entry_its_shim_and_its_command(agent, tmp_path):
     shim's ``main``; and every hook install gives the agent is one its shim reads."""
     entry = AGENTS[agent]
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts[entry.command] == f"kirolearn.shims.{entry.shim}:main"
-    shim = importlib.import_module(f"kirolearn.shims.{entry.shim}")
+    assert scripts[entry.command] == f"kirolearn.shims.{entry.module}:main"
+    shim = importlib.import_module(f"kirolearn.shims.{entry.module}")
     assert callable(shim.main) and agent == shim.SURFACE
+    files = agents.config_files(agent, tmp_path, tmp_path)
+    # The rest of what the entry says is so: a reader of the sessions it keeps, the
+    # status line installed.
+    reader = ROOT / "kirolearn" / "transcripts" / f"{entry.module}.py"
+    assert reader.exists() == entry.transcripts == (agent in transcripts.READERS)
+    assert entry.status_line == any(isinstance(part, parts.StatusLine)
+                                    for file in files for part in file.parts)
+    assert (agent in statusline.SURFACES) == entry.status_line
     hooks = set()
-    for file in entry.files(tmp_path, tmp_path):
+    for file in files:
         for part in file.parts:
             if isinstance(part, parts.GroupedHooks | parts.FlatHooks):
                 hooks |= set(part.events)

@@ -12,6 +12,7 @@ import click
 from helpers import stored_events, wait_for
 
 from kirolearn import protocol
+from kirolearn.agents import AGENTS
 from kirolearn.cli import MODULES, cli
 
 ROOT = Path(__file__).parent.parent
@@ -60,11 +61,23 @@ def quick_start() -> str:
 
 
 def test_the_quick_start_names_every_agent():
-    from kirolearn.install.agents import AGENTS
-
     line = next(line for line in quick_start().splitlines()
                 if line.startswith("kirolearn install --agent"))
-    assert set(re.findall(r"[\w-]+", line.partition("#")[2])) | {"claude-code"} >= set(AGENTS)
+    named = set(re.findall(r"[\w-]+", line.partition("#")[2])) - {"or"}
+    assert named | {"claude-code"} == set(AGENTS)
+
+
+def test_the_readmes_agent_tables_have_a_row_for_each_agent():
+    """Both tables of the Agents section: a row per agent of the registry, by its title
+    (a row may name two agents)."""
+    agents = (ROOT / "README.md").read_text().split("\n## Agents\n", 1)[1].split("\n## ", 1)[0]
+    tables = re.findall(r"^\| agent \|.*\n\|[- |]+\n((?:\|.*\n)+)", agents, re.M)
+    assert len(tables) == 2
+    titles = {agent.title for agent in AGENTS.values()}
+    for rows in tables:
+        named = [title.strip() for row in rows.splitlines()
+                 for title in row.split("|")[1].split(",")]
+        assert sorted(named) == sorted(titles)
 
 
 def test_the_quick_starts_hook_check_works_as_written(daemon, tmp_path):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from kirolearn import agents as registry
 from kirolearn import capture, config, control, db, install, keys, paths, project, spool
 from kirolearn.cli import common
 from kirolearn.db import errors, schema
@@ -96,7 +97,7 @@ def doctor(project_dir: str | None) -> None:
     installed = 0
     for agent in install.AGENTS:
         for scope, target in scopes:
-            if install.agents.AGENTS[agent].project_only and target is None:
+            if registry.AGENTS[agent].project_only and target is None:
                 continue
             state, detail = install.check(agent, target, Path.home())
             installed += state != "missing"

@@ -111,26 +111,6 @@ def reading(where: Location) -> contextlib.AbstractContextManager[Connection]:
     return dialect(where).reading(where)
 
 
-def pending_work(home: paths.Home) -> dict | None:
-    """What waits for extraction in the home's store (``batches.pending_work``); None
-    when the store is unknown, not made yet or cannot be read (status must still report
-    the processes)."""
-    from kirolearn import config
-    from kirolearn.db import batches
-
-    try:
-        where = location(home)
-    except config.ConfigError:
-        return None
-    if not exists(where):
-        return None
-    try:
-        with reading(where) as conn:
-            return batches.pending_work(conn)
-    except errors.StoreError:
-        return None
-
-
 def path_key(path: str) -> str:
     """How ``file_changes`` names a file: a hash of its path as records give it."""
     return hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:16]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from kirolearn import contract
+from kirolearn import contract, paths
 from kirolearn.db import errors, now_ms, path_key, reads
 from kirolearn.db.store import Connection, Params
 from kirolearn.db.writes import save_record, supersede
@@ -49,13 +49,28 @@ def batch_error(conn: Connection, batch_id: str) -> str | None:
     return row[0] if row else None
 
 
-def pending_work(conn: Connection) -> dict:
-    """Events and batches waiting for extraction, per project with any, and the failed
-    batches (newest 20, with why): what ``kirolearn status`` shows."""
-    stats = reads.stats(conn)
+def pending_work(home: paths.Home) -> dict | None:
+    """Events and batches waiting for extraction in the home's store, per project with
+    any, and the failed batches (newest 20, with why): what ``kirolearn status`` shows.
+    None when the store is unknown, not made yet or cannot be read (status must still
+    report the processes)."""
+    from kirolearn import config, db
+
+    try:
+        where = db.location(home)
+    except config.ConfigError:
+        return None
+    if not db.exists(where):
+        return None
+    try:
+        with db.reading(where) as conn:
+            stats = reads.stats(conn)
+            failed = failed_batches(conn)
+    except errors.StoreError:
+        return None
     return {"events": stats["totals"]["pending_events"],
             "batches": stats["totals"]["pending_batches"],
-            "failed": failed_batches(conn),
+            "failed": failed,
             "namespaces": [{k: n[k] for k in ("namespace", "pending_events", "pending_batches")}
                            for n in stats["namespaces"]
                            if n["pending_events"] or n["pending_batches"]]}

@@ -29,6 +29,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from kirolearn import agents as registry
 from kirolearn.install import agents
 from kirolearn.install.agents import (
     APPROVED_TOOLS,
@@ -45,7 +46,7 @@ from kirolearn.install.agents import (
 __all__ = ["AGENTS", "APPROVED_TOOLS", "CLAUDE_TOOLS", "KIRO_CLI_TOOLS",
            "Change", "Commands", "InstallError", "agent_note", "check", "install",
            "installed", "uninstall"]
-AGENTS = tuple(agents.AGENTS)
+AGENTS = tuple(registry.AGENTS)
 BACKUP_SUFFIX = ".kirolearn.bak"
 
 
@@ -238,7 +239,7 @@ def uninstall(agent: str, project: Path | None, home: Path) -> list[Change]:
     back; a file or folder that held only ours goes. Files go in the reverse order of
     install's."""
     files = _files(agent, project, home,
-                   agent == "kiro-cli" and agents.kiro_default_note(None, home) is None)
+                   agent == "kiro-cli" and agents.kiro_cli_note(None, home) is None)
     before = [read(file) for file in files]
     changes = []
     for file, config in reversed(list(zip(files, before, strict=True))):
@@ -318,5 +319,5 @@ def agent_note(agent: str, project: Path | None, home: Path) -> str | None:
     """What the user still has to do before the installed agent runs our hooks (None:
     nothing): make our agent Kiro CLI's default, trust the project in Gemini CLI or
     Copilot CLI (each agent's ``note``)."""
-    note = agents.AGENTS[agent].note
+    note = agents.note(agent)
     return note(project, home) if note is not None else None

@@ -1,8 +1,9 @@
-"""Every agent kirolearn serves, and the files its configuration lives in.
+"""The files each agent's configuration lives in: a function per agent of the registry
+(``kirolearn.agents``), named by its entry's ``module``.
 
-One entry per agent: given the project (None: the user's own configuration, for
-every project) and the user's home, the files install writes, each with the parts
-(``install/parts.py``) that go into it. Files are written in this order and
+Given the project (None: the user's own configuration, for every project) and the
+user's home, the files install writes, each with the parts (``install/parts.py``) that
+go into it. Files are written in this order and
 taken out in the reverse one, so a part may read a file listed before it (Codex's
 hook trust reads the hooks it trusts).
 
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kirolearn.agents import AGENTS
 from kirolearn.install import codex_trust
 from kirolearn.install.parts import (
     MCP_NAME,
@@ -423,7 +425,7 @@ def opencode(project: Path | None, home: Path) -> list[ConfigFile]:
 
 # -- what is left for the user to do ------------------------------------------------------------
 
-def kiro_default_note(project: Path | None, home: Path) -> str | None:
+def kiro_cli_note(project: Path | None, home: Path) -> str | None:
     """What to run when plain ``kiro-cli chat`` does not use our agent (None: it does)."""
     path = kiro_settings(home)
     try:
@@ -453,44 +455,17 @@ def copilot_note(project: Path | None, home: Path) -> str | None:
             " start copilot there and choose to trust it for future sessions")
 
 
-# -- the registry ---------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Agent:
-    """One agent kirolearn serves, in one entry: its name (``kirolearn install --agent``,
-    and its hook command ``kirolearn-<name>``), its shim (``kirolearn.shims.<shim>``:
-    the reader of its hooks' payloads, whose ``ROLES`` name the hooks), the files
-    install writes for it, what the user may still have to do once it is installed
-    (``doctor`` says it), and whether its hooks live in a project only."""
-
-    name: str
-    shim: str
-    files: Callable[[Path | None, Path], list[ConfigFile]]
-    note: Callable[[Path | None, Path], str | None] | None = None
-    project_only: bool = False
-
-    @property
-    def command(self) -> str:
-        return f"kirolearn-{self.name}"
-
-
-AGENTS: dict[str, Agent] = {agent.name: agent for agent in (
-    Agent("kiro-cli", "kiro_cli", kiro_cli, kiro_default_note),
-    Agent("kiro-ide", "kiro_ide", kiro_ide, project_only=True),
-    Agent("claude-code", "claude_code", claude_code),
-    Agent("codex", "codex", codex),
-    Agent("gemini", "gemini", gemini, gemini_note),
-    Agent("copilot", "copilot", copilot, copilot_note),
-    Agent("cursor", "cursor", cursor),
-    Agent("opencode", "opencode", opencode),
-    Agent("qwen-code", "qwen_code", qwen_code),
-    Agent("windsurf", "windsurf", windsurf),
-    Agent("cline", "cline", cline),
-)}
-
+# -- each agent's, by the registry --------------------------------------------------------------
 
 def config_files(agent: str, project: Path | None, home: Path) -> list[ConfigFile]:
-    """The files install writes for agent, in project or (None) in the user's home."""
+    """The files install writes for agent, in project or (None) in the user's home: the
+    function of this module named by the agent's entry (``kirolearn.agents``)."""
     if agent not in AGENTS:
         raise InstallError(f"unknown agent {agent!r}; choose one of {', '.join(AGENTS)}")
-    return AGENTS[agent].files(project, home)
+    return globals()[AGENTS[agent].module](project, home)
+
+
+def note(agent: str) -> Callable[[Path | None, Path], str | None] | None:
+    """What says what the user may still have to do once the agent is installed
+    (``<module>_note`` here; None: nothing ever)."""
+    return globals().get(f"{AGENTS[agent].module}_note")

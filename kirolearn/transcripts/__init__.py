@@ -3,10 +3,11 @@ transcripts Claude Code, Codex, Gemini CLI and Copilot CLI keep, and OpenCode's
 database, made into the events their hooks would have sent, through ingest like any
 import.
 
-Each agent's reader (a module here, named in ``READERS``) finds the sessions it keeps
-and reads each into a ``Transcript`` (its ``transcripts``): the session's own id and
-directory, and its hooks as that agent's shim reads them (``shims.<agent>.read`` on
-the payloads the agent would have sent), each at the time the transcript gives it.
+Each agent's reader (a module here, named by its entry in ``kirolearn.agents``) finds
+the sessions it keeps and reads each into a ``Transcript`` (its ``transcripts``): the
+session's own id and directory, and its hooks as that agent's shim reads them
+(``shims.<agent>.read`` on the payloads the agent would have sent), each at the time
+the transcript gives it.
 ``replay.events`` makes of those what ``shims.common.answer`` makes live: a note that
 the session started, each prompt, each tool use under its prompt, the turn's reply, a
 note that it ended (where the agent's hooks send one).
@@ -21,8 +22,10 @@ reported with its number and the rest imported.
 
 from __future__ import annotations
 
-from kirolearn.transcripts import claude_code, codex, copilot, gemini, opencode
+import importlib
 
-# Each agent whose transcripts are read, by its name (``--agent``).
-READERS = {module.AGENT: module for module in (claude_code, codex, gemini, copilot,
-                                                opencode)}
+from kirolearn.agents import AGENTS
+
+# Each agent whose transcripts are read (its entry says so), by its name (``--agent``).
+READERS = {agent.name: importlib.import_module(f"{__name__}.{agent.module}")
+           for agent in AGENTS.values() if agent.transcripts}

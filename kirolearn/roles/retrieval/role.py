@@ -31,6 +31,7 @@ from kirolearn import (
     rules,
     transport,
 )
+from kirolearn.agents import AGENTS
 from kirolearn.config import MODES
 from kirolearn.db import errors, reads
 from kirolearn.extract import llm
@@ -161,7 +162,7 @@ def known_to(event: object) -> Callable[[dict], str | None] | None:
     rule files it loads itself (``rules.loads``). None: nothing known of the agent (a
     search of the CLI, of the MCP server)."""
     surface = event.get("surface") if isinstance(event, dict) else None
-    if not isinstance(surface, str) or surface not in rules.LOADED_BY:
+    if not isinstance(surface, str) or surface not in AGENTS:
         return None
 
     def known(record: dict) -> str | None:
