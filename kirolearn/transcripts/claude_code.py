@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kirolearn.shims import claude_code as shim
-from kirolearn.transcripts.replay import Transcript, json_lines, stored_files
+from kirolearn.transcripts.replay import Replay, Transcript, json_lines, stored_files
 
 AGENT = shim.SURFACE
 NOT_PROMPTS = ("<command-name>", "<command-message>", "<local-command-stdout>",
@@ -52,75 +52,79 @@ def transcripts(user_home: Path) -> Iterator[Transcript]:
     """Each of the user's transcripts, read."""
     return map(read, stored(user_home))
 
-def read(path: Path) -> Transcript:
-    """One transcript, as the hooks Claude Code would have run."""
-    transcript = Transcript(AGENT, path, session_id=path.stem)
-    calls: dict[str, dict] = {}  # tool_use id → the block
-    reply: str | None = None  # the turn's last reply; None: no turn under way
-    last_time: str | None = None
+class _Reading(Replay):
+    """A Claude Code transcript being read: a handler per kind of message (``HANDLERS``)."""
 
-    def hook(payload: dict, when: object) -> None:
-        transcript.add(when, shim.read({"session_id": transcript.session_id,
-                                        "cwd": transcript.cwd, **payload}))
+    def __init__(self, path: Path) -> None:
+        super().__init__(Transcript(AGENT, path, session_id=path.stem), shim.read)
 
-    def end_turn() -> None:
-        nonlocal reply
-        if reply is not None:
-            hook({"hook_event_name": "Stop", "last_assistant_message": reply}, last_time)
-        reply = None
-
-    for number, line in json_lines(path, transcript):
-        kind, message = line.get("type"), line.get("message")
-        if kind not in ("user", "assistant") or not isinstance(message, dict):
-            continue
+    def place(self, line: dict, number: int) -> bool:
+        """The session's id, directory and branch, as a line gives them (its start once its
+        directory is known); whether the directory is known."""
+        transcript = self.transcript
         if isinstance(line.get("sessionId"), str) and line["sessionId"]:
             transcript.session_id = line["sessionId"]
         if isinstance(line.get("cwd"), str) and not transcript.cwd:
             transcript.cwd = line["cwd"]
-            hook({"hook_event_name": "SessionStart", "source": "import"}, line.get("timestamp"))
+            self.hook({"hook_event_name": "SessionStart", "source": "import"},
+                      line.get("timestamp"))
         branch = line.get("gitBranch")
         if isinstance(branch, str) and branch and branch != "HEAD":
             transcript.branch = branch
         if not transcript.cwd:
-            transcript.problems.append(f"line {number}: a message before the session's"
-                                       " directory is known")
-            continue
-        when = line.get("timestamp")
-        last_time = when if isinstance(when, str) else last_time
-        content = message.get("content")
-        blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
-        if kind == "assistant":
-            for block in blocks:
-                if block.get("type") == "tool_use" and isinstance(block.get("id"), str):
-                    calls[block["id"]] = block
-                elif (block.get("type") == "text" and isinstance(block.get("text"), str)
-                      and reply is not None):
-                    reply = block["text"]
-            continue
+            self.problem(number, "a message before the session's directory is known")
+        return bool(transcript.cwd)
+
+    def assistant(self, line: dict, blocks: list[dict], when: object, number: int) -> None:
+        """Its tool calls wait for their results; its words are the turn's reply so far."""
+        for block in blocks:
+            if block.get("type") == "tool_use" and isinstance(block.get("id"), str):
+                self.calls[block["id"]] = block
+            elif (block.get("type") == "text" and isinstance(block.get("text"), str)
+                  and self.reply is not None):
+                self.reply = block["text"]
+
+    def user(self, line: dict, blocks: list[dict], when: object, number: int) -> None:
+        """The tools' results, or a prompt (unless it is Claude Code's own words)."""
         results = [b for b in blocks if b.get("type") == "tool_result"]
         for result in results:
-            call = calls.pop(str(result.get("tool_use_id")), None)
-            if call is None:
-                transcript.problems.append(f"line {number}: a tool result without its call")
-                continue
-            payload = {"tool_name": call.get("name"), "tool_input": call.get("input")}
-            if result.get("is_error"):
-                hook({"hook_event_name": "PostToolUseFailure", **payload,
-                      "error": _prompt(result.get("content")) or "error"}, when)
-            else:
-                response = line.get("toolUseResult", result.get("content"))
-                hook({"hook_event_name": "PostToolUse", **payload, "tool_response": response},
-                     when)
+            self._result(line, result, when, number)
         if results or line.get("isMeta") or line.get("isSidechain") or line.get(
                 "isCompactSummary"):
+            return
+        text = _prompt(line["message"].get("content"))
+        if text.strip() and not text.lstrip().startswith(NOT_PROMPTS):
+            self.prompt({"hook_event_name": "UserPromptSubmit", "prompt": text}, text, when)
+
+    def _result(self, line: dict, result: dict, when: object, number: int) -> None:
+        call = self.calls.pop(str(result.get("tool_use_id")), None)
+        if call is None:
+            self.problem(number, "a tool result without its call")
+            return
+        used = {"tool_name": call.get("name"), "tool_input": call.get("input")}
+        if result.get("is_error"):
+            self.hook({"hook_event_name": "PostToolUseFailure", **used,
+                       "error": _prompt(result.get("content")) or "error"}, when)
+        else:
+            response = line.get("toolUseResult", result.get("content"))
+            self.hook({"hook_event_name": "PostToolUse", **used, "tool_response": response},
+                      when)
+
+
+HANDLERS = {"user": _Reading.user, "assistant": _Reading.assistant}  # by the line's type
+
+
+def read(path: Path) -> Transcript:
+    """One transcript, as the hooks Claude Code would have run."""
+    reading = _Reading(path)
+    for number, line in json_lines(path, reading.transcript):
+        kind, message = line.get("type"), line.get("message")
+        handler = HANDLERS.get(kind) if isinstance(kind, str) else None
+        if handler is None or not isinstance(message, dict) or not reading.place(line, number):
             continue
-        text = _prompt(content)
-        if not text.strip() or text.lstrip().startswith(NOT_PROMPTS):
-            continue
-        end_turn()
-        hook({"hook_event_name": "UserPromptSubmit", "prompt": text}, when)
-        reply = ""
-    end_turn()
-    if transcript.hooks:
-        hook({"hook_event_name": "SessionEnd", "reason": "import"}, last_time)
-    return transcript
+        when = line.get("timestamp")
+        reading.seen(when)
+        content = message.get("content")
+        blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+        handler(reading, line, blocks, when, number)
+    return reading.finish()

@@ -20,11 +20,11 @@ the real CLI wrote). What is read of it:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kirolearn.shims import codex as shim
-from kirolearn.transcripts.replay import Transcript, json_lines, stored_files
+from kirolearn.transcripts.replay import Replay, Transcript, json_lines, stored_files
 
 AGENT = shim.SURFACE
 SHELL = ("exec_command", "shell", "local_shell", "container.exec")
@@ -67,78 +67,96 @@ def transcripts(user_home: Path) -> Iterator[Transcript]:
     """Each of the user's transcripts, read."""
     return map(read, stored(user_home))
 
+class _Reading(Replay):
+    """A Codex transcript being read: a handler per kind of line (``HANDLERS``)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(Transcript(AGENT, path), shim.read)
+        self.shell_outputs: dict[str, str] = {}  # call_id → what the command printed
+
+    def meta(self, payload: dict, when: object) -> None:
+        transcript = self.transcript
+        if transcript.session_id:
+            return
+        transcript.session_id = str(payload.get("id") or payload.get("session_id") or "")
+        transcript.cwd = str(payload.get("cwd") or "")
+        git = payload.get("git")
+        branch = git.get("branch") if isinstance(git, dict) else None
+        transcript.branch = branch if isinstance(branch, str) and branch else None
+        self.hook({"hook_event_name": "SessionStart", "source": "import"}, when)
+
+    def user_message(self, payload: dict, when: object, number: int) -> None:
+        self._said(payload.get("message"), when)
+
+    def item_completed(self, payload: dict, when: object, number: int) -> None:
+        """A finished item: the user's message (a prompt), or a command's output."""
+        item = payload.get("item") if isinstance(payload.get("item"), dict) else {}
+        if item.get("type") == "CommandExecution" and isinstance(
+                item.get("aggregated_output"), str):
+            self.shell_outputs[str(item.get("id"))] = item["aggregated_output"]
+        if item.get("type") == "UserMessage":
+            self._said("\n".join(part.get("text", "") for part in item.get("content") or []
+                                 if isinstance(part, dict) and isinstance(part.get("text"), str)),
+                       when)
+
+    def _said(self, text: object, when: object) -> None:
+        """The user said this: a prompt, once however many ways Codex logs it."""
+        if isinstance(text, str) and text.strip() and text != self.prompted:
+            self.prompt({"hook_event_name": "UserPromptSubmit", "prompt": text}, text, when)
+
+    def task_complete(self, payload: dict, when: object, number: int) -> None:
+        self.end_turn(payload.get("last_agent_message"))
+
+    def call(self, payload: dict, when: object, number: int) -> None:
+        self.calls[str(payload.get("call_id"))] = payload
+
+    def output(self, payload: dict, when: object, number: int) -> None:
+        call_id = str(payload.get("call_id"))
+        call = self.calls.pop(call_id, None)
+        if call is None:
+            self.problem(number, "a tool's output without its call")
+            return
+        self.hook({"hook_event_name": "PostToolUse", **tool_payload(
+            call, payload.get("output"), self.shell_outputs.pop(call_id, None))}, when)
+
+    def message(self, payload: dict, when: object, number: int) -> None:
+        """The assistant's words, kept as the turn's reply (its last, when the turn ends)."""
+        if payload.get("role") != "assistant" or self.reply is None:
+            return
+        texts = [part.get("text") for part in payload.get("content") or []
+                 if isinstance(part, dict) and isinstance(part.get("text"), str)]
+        self.reply = "\n".join(texts) or self.reply
+
+
+# Each line's (type, its payload's type) → what is done with it; other lines are not read.
+HANDLERS = {
+    ("event_msg", "user_message"): _Reading.user_message,
+    ("event_msg", "item_completed"): _Reading.item_completed,
+    ("event_msg", "task_complete"): _Reading.task_complete,
+    ("response_item", "function_call"): _Reading.call,
+    ("response_item", "custom_tool_call"): _Reading.call,
+    ("response_item", "function_call_output"): _Reading.output,
+    ("response_item", "custom_tool_call_output"): _Reading.output,
+    ("response_item", "message"): _Reading.message,
+}
+
+
+def _handler(kind: object, what: object) -> Callable | None:
+    return HANDLERS.get((kind, what)) if isinstance(kind, str) and isinstance(what, str) else None
+
+
 def read(path: Path) -> Transcript:
     """One transcript, as the hooks Codex would have run."""
-    transcript = Transcript(AGENT, path)
-    calls: dict[str, dict] = {}  # call_id → the call
-    shell_outputs: dict[str, str] = {}  # call_id → what the command printed
-    reply: str | None = None  # the turn's last reply; None: no turn under way
-    prompted = ""  # the turn's prompt, said once however many ways Codex logs it
-    last_time: str | None = None
-
-    def hook(payload: dict, when: object) -> None:
-        transcript.add(when, shim.read({"session_id": transcript.session_id,
-                                        "cwd": transcript.cwd, **payload}))
-
-    def end_turn(said: object = None) -> None:
-        nonlocal reply, prompted
-        if reply is not None:
-            hook({"hook_event_name": "Stop",
-                  "last_assistant_message": said if isinstance(said, str) else reply},
-                 last_time)
-        reply, prompted = None, ""
-
-    for number, line in json_lines(path, transcript):
+    reading = _Reading(path)
+    for number, line in json_lines(path, reading.transcript):
         kind, payload, when = line.get("type"), line.get("payload"), line.get("timestamp")
         if not isinstance(payload, dict):
             continue
-        last_time = when if isinstance(when, str) else last_time
+        reading.seen(when)
         if kind == "session_meta":
-            if not transcript.session_id:
-                transcript.session_id = str(payload.get("id") or payload.get("session_id") or "")
-                transcript.cwd = str(payload.get("cwd") or "")
-                git = payload.get("git")
-                branch = git.get("branch") if isinstance(git, dict) else None
-                transcript.branch = branch if isinstance(branch, str) and branch else None
-                hook({"hook_event_name": "SessionStart", "source": "import"}, when)
-            continue
-        if not transcript.session_id or not transcript.cwd:
-            transcript.problems.append(f"line {number}: before the session's meta line")
-            continue
-        item = payload.get("item") if isinstance(payload.get("item"), dict) else {}
-        what = payload.get("type")
-        if kind == "event_msg" and what in ("user_message", "item_completed"):
-            text = payload.get("message") if what == "user_message" else (
-                "\n".join(part.get("text", "") for part in item.get("content") or []
-                          if isinstance(part, dict) and isinstance(part.get("text"), str))
-                if item.get("type") == "UserMessage" else None)
-            if item.get("type") == "CommandExecution" and isinstance(
-                    item.get("aggregated_output"), str):
-                shell_outputs[str(item.get("id"))] = item["aggregated_output"]
-            if isinstance(text, str) and text.strip() and text != prompted:
-                end_turn()
-                hook({"hook_event_name": "UserPromptSubmit", "prompt": text}, when)
-                reply, prompted = "", text
-        elif kind == "event_msg" and what == "task_complete":
-            end_turn(payload.get("last_agent_message"))
-        elif kind == "response_item" and what in ("function_call", "custom_tool_call"):
-            calls[str(payload.get("call_id"))] = payload
-        elif kind == "response_item" and what in ("function_call_output",
-                                                  "custom_tool_call_output"):
-            call_id = str(payload.get("call_id"))
-            call = calls.pop(call_id, None)
-            if call is None:
-                transcript.problems.append(f"line {number}: a tool's output without its call")
-                continue
-            hook({"hook_event_name": "PostToolUse",
-                  **tool_payload(call, payload.get("output"), shell_outputs.pop(call_id, None))},
-                 when)
-        elif (kind == "response_item" and what == "message" and payload.get("role") == "assistant"
-              and reply is not None):
-            texts = [part.get("text") for part in payload.get("content") or []
-                     if isinstance(part, dict) and isinstance(part.get("text"), str)]
-            reply = "\n".join(texts) or reply
-    end_turn()
-    if transcript.hooks:
-        hook({"hook_event_name": "SessionEnd", "reason": "import"}, last_time)
-    return transcript
+            reading.meta(payload, when)
+        elif not reading.transcript.session_id or not reading.transcript.cwd:
+            reading.problem(number, "before the session's meta line")
+        elif (handler := _handler(kind, payload.get("type"))) is not None:
+            handler(reading, payload, when, number)
+    return reading.finish()

@@ -10,7 +10,7 @@ import os
 import queue
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -50,6 +50,56 @@ class Transcript:
         else:
             self.last_time = moment
             self.hooks.append((moment, hook))
+
+
+class Replay:
+    """What a reader keeps while it reads one transcript, for its handlers (a table of
+    small methods, one per kind of line): the tool calls waiting for their results, the
+    turn under way, the time of the latest line; and ``hook``, a payload read by the
+    agent's own shim, as the live hook would have been."""
+
+    def __init__(self, transcript: Transcript, read: Callable[[dict], common.Hook]) -> None:
+        self.transcript = transcript
+        self.read = read
+        self.calls: dict[str, dict] = {}  # a call's id → the call, until its result
+        self.reply: str | None = None  # the turn's last reply; None: no turn under way
+        self.prompted = ""  # the turn's prompt
+        self.line_time: str | None = None  # the latest line's time
+
+    def seen(self, when: object) -> None:
+        """A line of this time was read."""
+        self.line_time = when if isinstance(when, str) else self.line_time
+
+    def hook(self, payload: dict, when: object) -> None:
+        self.transcript.add(when, self.read({"session_id": self.transcript.session_id,
+                                             "cwd": self.transcript.cwd, **payload}))
+
+    def problem(self, number: int, what: str) -> None:
+        self.transcript.problems.append(f"line {number}: {what}")
+
+    def prompt(self, payload: dict, text: str, when: object) -> None:
+        """A prompt (its hook's ``payload``) begins a turn, ending the one before."""
+        self.end_turn()
+        self.hook(payload, when)
+        self.reply, self.prompted = "", text
+
+    def end_turn(self, said: object = None) -> None:
+        """The turn under way ends (with what the agent ``said`` last, when known)."""
+        if self.reply is not None:
+            self.hook(self.turn_end(said if isinstance(said, str) else self.reply),
+                      self.line_time)
+        self.reply, self.prompted = None, ""
+
+    def turn_end(self, reply: str) -> dict:
+        """The hook of a turn's end, in the agent's words."""
+        return {"hook_event_name": "Stop", "last_assistant_message": reply}
+
+    def finish(self) -> Transcript:
+        """The last turn ends, and the session (when anything was read of it)."""
+        self.end_turn()
+        if self.transcript.hooks:
+            self.hook({"hook_event_name": "SessionEnd", "reason": "import"}, self.line_time)
+        return self.transcript
 
 
 _streaming = threading.local()  # the queue a reader on ``streamed``'s thread hands hooks to
