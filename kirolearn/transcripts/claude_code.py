@@ -52,6 +52,7 @@ def transcripts(user_home: Path) -> Iterator[Transcript]:
     """Each of the user's transcripts, read."""
     return map(read, stored(user_home))
 
+
 class _Reading(Replay):
     """A Claude Code transcript being read: a handler per kind of message (``HANDLERS``)."""
 

@@ -73,6 +73,7 @@ def transcripts(user_home: Path) -> Iterator[Transcript]:
     """Each of the user's transcripts, read."""
     return map(read, stored(user_home))
 
+
 def read(path: Path) -> Transcript:
     """One transcript, as the hooks Gemini CLI would have run."""
     transcript = Transcript(AGENT, path)
