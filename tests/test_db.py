@@ -42,6 +42,9 @@ def lite(tmp_path):
     connection.close()
 
 
+STORED_KIND = writes.STORED_FIELDS.index("kind")
+
+
 def store(conn, event, window_ms=10_000) -> str:
     with conn.transaction():
         return writes.insert_event(conn, prepare(event)[0], window_ms)
@@ -204,6 +207,17 @@ def test_a_chunk_of_events_is_stored_in_order_each_seeing_those_before(conn):
     stored_at = reads.events_stored_at(conn, [first["event_id"], retried["event_id"]])
     assert list(stored_at) == [first["event_id"]]  # the retried one was never stored
     assert conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 4
+
+
+def test_a_chunk_with_a_row_the_store_refuses_fails_whole(conn):
+    """An error of any statement in the chunk (on a server, raised as the pipeline ends)
+    is the store's error, and the transaction keeps none of the chunk."""
+    rows = [writes.event_row(prepare(make_event(content=f"step {n}"))[0], db.utc_now())
+            for n in range(3)]
+    rows[1][STORED_KIND] = "not a kind"
+    with pytest.raises(errors.StoreError), conn.transaction():
+        writes.insert_events(conn, rows, 10_000)
+    assert conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 0
 
 
 def test_fts_index_follows_records_through_triggers(conn):
