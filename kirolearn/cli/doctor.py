@@ -13,6 +13,8 @@ from kirolearn.cli import common
 from kirolearn.db import errors, schema
 from kirolearn.supervisor.states import READY, WAITING
 
+Report = tuple[bool | None, str, str]  # ok (None: a note), what, detail
+
 
 @click.command()
 @click.option("--project", "project_dir", default=None,
@@ -47,53 +49,81 @@ def doctor(project_dir: str | None) -> None:
         report(False, "sockets", f"{exc}; until then every hook keeps its event in"
                f" {common.home().spool_dir}")
         sys.exit(1)
-    running = control.running(common.home())
-    if elsewhere is None:
-        report(True if running else None, "daemon",
-               f"running (pid {control.read_pid(common.home().pidfile())})" if running
-               else "not running; the first hook starts it (or: kirolearn start)")
-    if running:
-        try:
-            roles = control.call("supervisor.ctl", "status", home=common.home())["roles"]
-            bad = [f"{r['name']} {r['state']}" for r in roles if r["state"] not in READY]
-            waiting = [r["name"] for r in roles if r["state"] == WAITING]
-            report(not bad, "roles", f"{', '.join(bad)}; see: kirolearn logs" if bad else
-                   "all RUNNING" + (f" ({', '.join(waiting)} WAITING: started on demand)"
-                                    if waiting else ""))
-        except control.Unanswered as exc:
-            report(False, "roles",
-                   f"the supervisor does not answer ({exc}); run: kirolearn restart")
-        try:
-            control.call("ingest", "ping", home=common.home())
-            report(True, "sockets", f"ingest answers on {common.home().endpoint('ingest')}")
-        except control.Unanswered as exc:
-            report(False, "sockets", f"ingest does not answer ({exc}); run: kirolearn restart")
-        try:
-            fault = control.storage_fault(common.home())
-            report(not fault, "writes", f"storage cannot write: {fault['reason']}; it"
-                   " retries by itself and takes events again once that is fixed" if fault
-                   else "storage can write to the database")
-        except control.Unanswered as exc:
-            report(False, "writes", f"storage does not answer ({exc}); see: kirolearn logs"
-                   " storage")
+    for found in _check_daemon(elsewhere):
+        report(*found)
     report(*_check_capture())
     if elsewhere is None:
         report(*_check_database())
-    waiting = len(spool.waiting(common.home()))
-    if waiting:
-        report(None, "spool",
-               f"{waiting} event(s) waiting in {common.home().spool_dir}; " + (
-                   "the next hook that reaches the daemon sends them there" if elsewhere
-                   else "the daemon stores them within seconds of starting"))
-    else:
-        report(True, "spool", "empty")
+    report(*_check_spool(elsewhere))
     report(*_check_quarantine())
+    for found in _check_agents(project_dir):
+        report(*found)
+    sys.exit(1 if problems else 0)
+
+
+def _check_daemon(elsewhere: control.Remote | None) -> list[Report]:
+    """Whether the daemon runs here, and if so whether its roles, ingest's socket and
+    storage's writes work."""
+    running = control.running(common.home())
+    found: list[Report] = []
+    if elsewhere is None:
+        found.append((True if running else None, "daemon",
+                      f"running (pid {control.read_pid(common.home().pidfile())})" if running
+                      else "not running; the first hook starts it (or: kirolearn start)"))
+    if running:
+        found += [_check_roles(), _check_ingest(), _check_writes()]
+    return found
+
+
+def _check_roles() -> Report:
+    try:
+        roles = control.call("supervisor.ctl", "status", home=common.home())["roles"]
+    except control.Unanswered as exc:
+        return False, "roles", f"the supervisor does not answer ({exc}); run: kirolearn restart"
+    bad = [f"{r['name']} {r['state']}" for r in roles if r["state"] not in READY]
+    waiting = [r["name"] for r in roles if r["state"] == WAITING]
+    return (not bad, "roles", f"{', '.join(bad)}; see: kirolearn logs" if bad else
+            "all RUNNING" + (f" ({', '.join(waiting)} WAITING: started on demand)"
+                             if waiting else ""))
+
+
+def _check_ingest() -> Report:
+    try:
+        control.call("ingest", "ping", home=common.home())
+    except control.Unanswered as exc:
+        return False, "sockets", f"ingest does not answer ({exc}); run: kirolearn restart"
+    return True, "sockets", f"ingest answers on {common.home().endpoint('ingest')}"
+
+
+def _check_writes() -> Report:
+    try:
+        fault = control.storage_fault(common.home())
+    except control.Unanswered as exc:
+        return False, "writes", f"storage does not answer ({exc}); see: kirolearn logs storage"
+    return (not fault, "writes", f"storage cannot write: {fault['reason']}; it"
+            " retries by itself and takes events again once that is fixed" if fault
+            else "storage can write to the database")
+
+
+def _check_spool(elsewhere: control.Remote | None) -> Report:
+    waiting = len(spool.waiting(common.home()))
+    if not waiting:
+        return True, "spool", "empty"
+    return None, "spool", (f"{waiting} event(s) waiting in {common.home().spool_dir}; " + (
+        "the next hook that reaches the daemon sends them there" if elsewhere
+        else "the daemon stores them within seconds of starting"))
+
+
+def _check_agents(project_dir: str | None) -> list[Report]:
+    """Each agent's hooks, in the project (given, or the current one) and the user's
+    settings; a note when no agent has them."""
     scopes: list[tuple[str, Path | None]] = [("user", None)]
     here = Path(project_dir).resolve() if project_dir else None
     if here is None and not project.resolve_project().is_global:
         here = Path(project.resolve_project().root)
     if here is not None:
         scopes.insert(0, (f"project {here}", here))
+    found: list[Report] = []
     installed = 0
     for agent in install.AGENTS:
         for scope, target in scopes:
@@ -102,18 +132,18 @@ def doctor(project_dir: str | None) -> None:
             state, detail = install.check(agent, target, Path.home())
             installed += state != "missing"
             if state != "missing":
-                report(state == "installed", f"{agent} ({scope})", detail)
+                found.append((state == "installed", f"{agent} ({scope})", detail))
             note = install.agent_note(agent, target, Path.home()) \
                 if state == "installed" else None
             if note:
-                report(None, f"{agent} ({scope})", note)
+                found.append((None, f"{agent} ({scope})", note))
     if not installed:
-        report(None, "agents", "no agent has kirolearn's hooks here; run: kirolearn install"
-               " --agent " + "|".join(install.AGENTS))
-    sys.exit(1 if problems else 0)
+        found.append((None, "agents", "no agent has kirolearn's hooks here; run: kirolearn"
+                      " install --agent " + "|".join(install.AGENTS)))
+    return found
 
 
-def _check_connection(elsewhere: control.Remote) -> tuple[bool, str, str]:
+def _check_connection(elsewhere: control.Remote) -> Report:
     """Whether the daemon this machine is connected to answers it."""
     try:
         answer = control.call("ingest", "ping", timeout_ms=control.LOOKUP_MS, home=common.home())
@@ -136,7 +166,7 @@ def _check_connection(elsewhere: control.Remote) -> tuple[bool, str, str]:
                                 f" there, as {project.actor_id()}")
 
 
-def _check_quarantine() -> tuple[bool | None, str, str]:
+def _check_quarantine() -> Report:
     """What could not be stored: each spool file and import kept aside, and why."""
     directory = common.home().quarantine_dir
     kept = sorted(p for p in directory.glob("*") if not p.name.endswith(".reason")
@@ -157,14 +187,14 @@ def _check_quarantine() -> tuple[bool | None, str, str]:
                                 + "\n".join(lines) + more)
 
 
-def _check_capture() -> tuple[bool | None, str, str]:
+def _check_capture() -> Report:
     """Whether the hooks capture: a pause or opting in is a note."""
     off = capture.describe(common.home())
     return (None, "capture", off) if off else (True, "capture", "on in every project"
                                                                " (but capture.exclude's)")
 
 
-def _check_database() -> tuple[bool | None, str, str]:
+def _check_database() -> Report:
     try:
         where = db.location(common.home())
     except config.ConfigError as exc:

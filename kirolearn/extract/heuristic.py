@@ -191,49 +191,61 @@ def is_echo(turn: Turn) -> bool:
 
 
 def turn_records(namespace: str, turn: Turn, root: str | None) -> list[dict]:
+    """A turn's records: what was asked and done (or, alone, how it ended), and one
+    for each command that failed."""
     actions = [a for a in turn.actions if a.kind != "quiet"]
+    work = _work_record(namespace, turn, root, actions)
+    return ([work] if work else []) + [_failure_record(namespace, turn, action, root)
+                                       for action in actions if action.failed]
+
+
+def _work_record(namespace: str, turn: Turn, root: str | None,
+                 actions: list[Action]) -> dict | None:
     told = in_brief(actions)
     facts = [f for f in (fact(a, root) for a in told) if f]
     files = list(dict.fromkeys(relative(p, root) for a in actions for p in a.paths))
     conclusion = without_noise(turn.conclusion).strip()
     asked_for = without_noise(turn.request).strip()
-    records = []
-    if asked_for or facts or (turn.asked and conclusion):
-        title = subject(asked_for) or (facts[0] if facts else turn.asked[-1])
-        # the request is in the summary only when the title had to cut it short
-        request = cut(asked_for, REQUEST_CHARS) if title != asked_for or len(
-            cut(title, 10**6)) > TITLE_CHARS else ""
-        asked = "Asked before: " + " ".join(cut(q, 200) for q in turn.asked) if turn.asked else ""
-        done = _done(told)
-        summary = "\n\n".join(part for part in (
-            request, asked, f"Done: {done}." if done else "",
-            cut(conclusion, CONCLUSION_CHARS)) if part)
-        kind = "tool_use" if actions else "discovery"
-        records.append(record(namespace, title, summary, kind, list(dict.fromkeys(facts)),
-                              concepts_of([asked_for, *turn.asked, *facts], files,
-                                          identifiers(actions)), files, turn.event_ids,
-                              of_actions(actions, root)))
-    elif conclusion:  # a turn summary whose prompt and tools were in an earlier batch
-        records.append(record(namespace, conclusion.splitlines()[0], conclusion,
-                              "session_summary", [], concepts_of([conclusion], []), [],
-                              turn.event_ids))
-    for action in actions:
-        if not action.failed:
-            continue
-        what = f"`{cut(action.command, 100)}`" if action.command else f"`{action.tool}`"
-        errors = first_lines(action.output, ERROR_LINES)
-        request = cut(turn.request, 200).rstrip(".!?")
-        summary = f"{what} failed" + (f" while working on: {request}" if request else "") + "."
-        if errors:  # fenced: a line of `===` under text would be read as a heading
-            fence = "~~~" if "```" in errors else "```"
-            summary += f"\n\n{fence}\n{errors}\n{fence}"
-        error_files = list(dict.fromkeys(
-            [relative(p, root) for p in action.paths] + PATH_IN_TEXT.findall(errors)))
-        facts_here = [f for f in (fact(action, root),) if f]
-        records.append(record(namespace, f"{what} failed", summary, "error", facts_here,
-                              concepts_of([errors], error_files), error_files,
-                              turn.event_ids))
-    return records
+    if not (asked_for or facts or (turn.asked and conclusion)):
+        if conclusion:  # a turn summary whose prompt and tools were in an earlier batch
+            return record(namespace, conclusion.splitlines()[0], conclusion,
+                          "session_summary", [], concepts_of([conclusion], []), [],
+                          turn.event_ids)
+        return None
+    title = subject(asked_for) or (facts[0] if facts else turn.asked[-1])
+    kind = "tool_use" if actions else "discovery"
+    summary = _work_summary(turn, title, asked_for, told, conclusion)
+    return record(namespace, title, summary, kind, list(dict.fromkeys(facts)),
+                  concepts_of([asked_for, *turn.asked, *facts], files, identifiers(actions)),
+                  files, turn.event_ids, of_actions(actions, root))
+
+
+def _work_summary(turn: Turn, title: str, asked_for: str, told: list[Action],
+                  conclusion: str) -> str:
+    """The request (only when the title had to cut it short), the questions asked
+    before it, what was done and how it ended."""
+    request = cut(asked_for, REQUEST_CHARS) if title != asked_for or len(
+        cut(title, 10**6)) > TITLE_CHARS else ""
+    asked = "Asked before: " + " ".join(cut(q, 200) for q in turn.asked) if turn.asked else ""
+    done = _done(told)
+    return "\n\n".join(part for part in (
+        request, asked, f"Done: {done}." if done else "",
+        cut(conclusion, CONCLUSION_CHARS)) if part)
+
+
+def _failure_record(namespace: str, turn: Turn, action: Action, root: str | None) -> dict:
+    what = f"`{cut(action.command, 100)}`" if action.command else f"`{action.tool}`"
+    errors = first_lines(action.output, ERROR_LINES)
+    request = cut(turn.request, 200).rstrip(".!?")
+    summary = f"{what} failed" + (f" while working on: {request}" if request else "") + "."
+    if errors:  # fenced: a line of `===` under text would be read as a heading
+        fence = "~~~" if "```" in errors else "```"
+        summary += f"\n\n{fence}\n{errors}\n{fence}"
+    error_files = list(dict.fromkeys(
+        [relative(p, root) for p in action.paths] + PATH_IN_TEXT.findall(errors)))
+    facts = [f for f in (fact(action, root),) if f]
+    return record(namespace, f"{what} failed", summary, "error", facts,
+                  concepts_of([errors], error_files), error_files, turn.event_ids)
 
 
 class HeuristicExtractor:

@@ -293,26 +293,40 @@ def check(agent: str, project: Path | None, home: Path) -> tuple[str, str]:
     if not any(entries):
         return "missing", "not installed"
     fix = f"run: kirolearn install --agent {agent}"
-    for file, ours in zip(files, entries, strict=True):
-        missing = [name for part in file.parts for name in part.required if name not in ours]
-        if missing and (file.format in TEXT_FORMATS or missing == [file.path.name]):
-            return "broken", f"{file.path} is missing or disabled; {fix}"
-        if missing:
-            return "broken", f"{file.path} lacks kirolearn's {', '.join(missing)}; {fix}" + (
-                " with codex on PATH (or trust them in codex: /hooks)"
-                if "hook trust" in missing else "")
+    problem = _missing_entries(files, entries, fix)
     names = {c.split()[0] for ours in entries for c in ours.values() if c}
-    for name in sorted(names):
-        if os.sep in name and not os.access(name, os.X_OK):
-            return "broken", (f"the configuration runs {name}, which is not there"
-                              f" (kirolearn moved?); {fix}")
-        if os.sep not in name and shutil.which(name) is None:
-            return "broken", (f"the configuration runs {name}, which is not on PATH; put"
-                              f" kirolearn's folder on PATH, or {fix} --absolute")
+    problem = problem or _missing_programs(names, fix)
+    if problem:
+        return "broken", problem
     how = ("commands on PATH (" + ", ".join(f"{n} → {shutil.which(n)}" for n in sorted(names))
            + ")" if all(os.sep not in n for n in names)
            else "absolute paths (this machine's installation)")
     return "installed", ", ".join(str(file.path) for file in files) + f"; {how}"
+
+
+def _missing_entries(files: list[ConfigFile], entries: list[dict], fix: str) -> str | None:
+    """What of kirolearn's a configuration file lacks, and what to run about it."""
+    for file, ours in zip(files, entries, strict=True):
+        missing = [name for part in file.parts for name in part.required if name not in ours]
+        if missing and (file.format in TEXT_FORMATS or missing == [file.path.name]):
+            return f"{file.path} is missing or disabled; {fix}"
+        if missing:
+            return f"{file.path} lacks kirolearn's {', '.join(missing)}; {fix}" + (
+                " with codex on PATH (or trust them in codex: /hooks)"
+                if "hook trust" in missing else "")
+    return None
+
+
+def _missing_programs(names: set[str], fix: str) -> str | None:
+    """A program the configuration runs that is not there, and what to run about it."""
+    for name in sorted(names):
+        if os.sep in name and not os.access(name, os.X_OK):
+            return (f"the configuration runs {name}, which is not there"
+                    f" (kirolearn moved?); {fix}")
+        if os.sep not in name and shutil.which(name) is None:
+            return (f"the configuration runs {name}, which is not on PATH; put"
+                    f" kirolearn's folder on PATH, or {fix} --absolute")
+    return None
 
 
 def agent_note(agent: str, project: Path | None, home: Path) -> str | None:

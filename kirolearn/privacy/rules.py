@@ -317,30 +317,33 @@ def _key_before(text: str, start: int) -> str:
     return text[begin:start]
 
 
-def _keyed(match: re.Match, text: str) -> str | None:
-    """The kind of a keyed secret, or None when the value is not one (a count, a
-    placeholder, a reference in code)."""
-    word, rest = match.group("word"), match.group("rest")
+def _another_word(word: str, rest: str, before: str) -> bool:
+    """Whether a secret word is part of another word: tokenizer, passage, compass,
+    monkey, design (but PGPASSWORD, storePassword, apiKey are keys)."""
     if rest and not (rest[0] in "_-" or rest.lower() == "s" or rest[0].isupper()):
-        return None  # tokenizer, passage: another word
-    before = _key_before(text, match.start())
-    lowered = word.lower()
-    if (lowered.startswith(("pass", "pw", "key", "sig", "auth", "cred", "dsn", "jwt"))
-            and before and before[-1].isalpha() and not (
-                (before.isupper() and word.isupper()) or word[0].isupper())):
-        return None  # compass, monkey, design (but PGPASSWORD, storePassword, apiKey)
+        return True
+    return bool(word.lower().startswith(("pass", "pw", "key", "sig", "auth", "cred", "dsn", "jwt"))
+                and before and before[-1].isalpha()
+                and not ((before.isupper() and word.isupper()) or word[0].isupper()))
+
+
+def _weak_key(word: str, rest: str, before: str) -> bool | None:
+    """Whether a key's word is a weak one (a key, a signature: only a value of a
+    secret's shape is a secret), or None when the key names no secret at all
+    (primary_key, sort_key, public_key, KEY_EXCHANGE, private_key_path…)."""
     if _NOT_THE_SECRET.search(rest) and not (word + rest).lower().endswith("private_key_id"):
         return None
-    weak = lowered.replace("-", "_") in _WEAK_WORDS
-    if weak and (rest.strip("_-").lower() not in ("", "s") or _KEY_WORDS.split(
-            before.strip("_-."))[-1].lower() in _NOT_A_SECRET_KEY):
-        return None  # primary_key, sort_key, public_key, KEY_EXCHANGE…
-    key = before + word + rest
-    # key=value, as on a command line; KEY=value, as in a .env file or before a command
-    # (not KEY = value, a constant in code)
-    tight = match.group("sep") == "=" and not (
-        text[match.start("sep") - 1].isspace() or text[match.end("sep")].isspace())
-    env_style = tight and key.upper() == key
+    if word.lower().replace("-", "_") not in _WEAK_WORDS:
+        return False
+    if rest.strip("_-").lower() not in ("", "s") or _KEY_WORDS.split(
+            before.strip("_-."))[-1].lower() in _NOT_A_SECRET_KEY:
+        return None
+    return True
+
+
+def _keyed_value(match: re.Match, text: str, env_style: bool) -> tuple[str, bool] | None:
+    """A keyed secret's value with its quotes taken off, and whether it was quoted;
+    None when it is too short to be one or a placeholder."""
     value = match.group("s")
     if value.startswith("\\\"") and value.endswith("\\\"") and len(value) >= 4:
         value = value[1:-2] + '"'  # \"…\": JSON held in a string
@@ -348,6 +351,40 @@ def _keyed(match: re.Match, text: str) -> str | None:
     value = value.strip("'\"").strip()
     if len(value) < (4 if quoted or env_style else 6) or _PLACEHOLDER.match(value):
         return None
+    return value, quoted
+
+
+def _plain_value(value: str, quoted: bool, tight: bool, json_key: bool, env_style: bool) -> bool:
+    """Whether a value under a secret key reads as something else: a number, a
+    version, a format string, or (but in a .env line) a sentence, a word, code."""
+    if _NUMBER.fullmatch(value) or _VERSION.fullmatch(value) or _FORMAT.search(value):
+        return True
+    if env_style:
+        return False
+    if quoted:
+        return any(c.isspace() for c in value) or bool(_WORD.fullmatch(value) and not json_key)
+    return _looks_like_code(value, tight)
+
+
+def _keyed(match: re.Match, text: str) -> str | None:
+    """The kind of a keyed secret, or None when the value is not one (a count, a
+    placeholder, a reference in code)."""
+    word, rest = match.group("word"), match.group("rest")
+    before = _key_before(text, match.start())
+    if _another_word(word, rest, before):
+        return None
+    weak = _weak_key(word, rest, before)
+    if weak is None:
+        return None
+    # key=value, as on a command line; KEY=value, as in a .env file or before a command
+    # (not KEY = value, a constant in code)
+    tight = match.group("sep") == "=" and not (
+        text[match.start("sep") - 1].isspace() or text[match.end("sep")].isspace())
+    env_style = tight and (before + word + rest).upper() == before + word + rest
+    found = _keyed_value(match, text, env_style)
+    if found is None:
+        return None
+    value, quoted = found
     if quoted and _APP_PASSWORD.fullmatch(value):
         return "password"  # Google's app passwords come as four groups of four
     if weak:  # a key, a signature: only a value of a secret's shape is one
@@ -356,11 +393,7 @@ def _keyed(match: re.Match, text: str) -> str | None:
         return "secret" if shaped_like_a_secret(value) and not code else None
     # "password": "…" in JSON: the key alone says what the value is (a plain word too).
     json_key = quoted and text[match.start() - 1: match.start()] in ("\"", "'", "\\")
-    if _NUMBER.fullmatch(value) or _VERSION.fullmatch(value) or _FORMAT.search(value) or (
-            not env_style and (
-                (quoted and (any(c.isspace() for c in value)
-                             or (_WORD.fullmatch(value) and not json_key)))
-                or (not quoted and _looks_like_code(value, tight)))):
+    if _plain_value(value, quoted, tight, json_key, env_style):
         return None
     return _keyword_kind(word)
 

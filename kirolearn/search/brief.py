@@ -94,6 +94,9 @@ def _changed(record: dict) -> bool:
     return record["observation_type"] in WORK
 
 
+Lines = list[tuple[str, str | None]]  # a part's lines, each with the record it tells of
+
+
 def brief(records: list[dict], tokens: int, totals: Totals | None = None) -> Brief:
     """The brief of these records (newest first, in force) within ``tokens`` (about
     four characters each); one without sections when there are none. ``totals``: what
@@ -102,8 +105,15 @@ def brief(records: list[dict], tokens: int, totals: Totals | None = None) -> Bri
         return Brief([])
     rules = [r for r in records if r["strategy"] == contract.RULE_FILE]
     work = [r for r in records if r["strategy"] != contract.RULE_FILE]
-    parts: list[tuple[str, list[tuple[str, str | None]]]] = []  # (heading, [(line, id)])
+    parts = [("What it is", _what_it_is(rules, work, totals)),
+             ("Conventions and decisions in force", _in_force(rules, work)),
+             ("Files most worked on", _files_most_worked_on(work)),
+             ("Open work", _open_work(work)),
+             ("Recent changes", _recent_changes(work))]
+    return Brief(_fitted(parts, tokens * 4 - len(HEADER) - 2))
 
+
+def _what_it_is(rules: list[dict], work: list[dict], totals: Totals | None) -> Lines:
     about = next((r["summary"] for r in rules if r["summary"]), "")
     if work:
         totals = totals or Totals(len(work), len({r.get("author") for r in work}),
@@ -113,25 +123,28 @@ def brief(records: list[dict], tokens: int, totals: Totals | None = None) -> Bri
                 + (f"; this brief reads the newest {BRIEF_RECORDS:,}"
                    if totals.records > BRIEF_RECORDS else ""))
         about = f"{about} ({said}.)" if about else said[0].upper() + said[1:] + "."
-    if about:
-        parts.append(("What it is", [(_line(about), None)]))
+    return [(_line(about), None)] if about else []
 
+
+def _in_force(rules: list[dict], work: list[dict]) -> Lines:
     in_force = rules + [r for r in work if r["observation_type"] in ("decision", "pattern")]
-    parts.append(("Conventions and decisions in force", [
-        (_line(r["title"]) + (f" ({len(r['facts'])} rules)" if r in rules and r["facts"]
-                              else f" · {r['created_at'][:10]}"), r["record_id"])
-        for r in in_force[:IN_FORCE]]))
+    return [(_line(r["title"]) + (f" ({len(r['facts'])} rules)" if r in rules and r["facts"]
+                                  else f" · {r['created_at'][:10]}"), r["record_id"])
+            for r in in_force[:IN_FORCE]]
 
+
+def _files_most_worked_on(work: list[dict]) -> Lines:
     counts = Counter(f for r in work for f in dict.fromkeys(r["files_touched"])
                      if not BOOKKEEPING.search(f))
     hot = [(name, n) for name, n in counts.most_common(HOT_FILES) if n > 1]
     told = {name: max((r for r in work if name in r["files_touched"]),  # newest first:
                       key=_telling)  # of the equals, max keeps the first
             for name, _ in hot}
-    parts.append(("Files most worked on", [
-        (f"`{name}` ({n} memories): {_line(told[name]['title'])}", told[name]["record_id"])
-        for name, n in hot]))
+    return [(f"`{name}` ({n} memories): {_line(told[name]['title'])}", told[name]["record_id"])
+            for name, n in hot]
 
+
+def _open_work(work: list[dict]) -> Lines:
     unfinished: list[dict] = []
     later_files: set[str] = set()  # those of the records newer than the one looked at
     for record in work:
@@ -140,16 +153,19 @@ def brief(records: list[dict], tokens: int, totals: Totals | None = None) -> Bri
         if _open(record) and not later_files.intersection(record["files_touched"]):
             unfinished.append(record)
         later_files.update(record["files_touched"])
-    parts.append(("Open work", [
-        (f"{r['created_at'][:10]} {_line(r['title'])}"
-         + (" (failed)" if r["observation_type"] == "error" else ""), r["record_id"])
-        for r in unfinished]))
+    return [(f"{r['created_at'][:10]} {_line(r['title'])}"
+             + (" (failed)" if r["observation_type"] == "error" else ""), r["record_id"])
+            for r in unfinished]
 
+
+def _recent_changes(work: list[dict]) -> Lines:
     recent = [r for r in work if r["observation_type"] in WORK and _changed(r)][:RECENT]
-    parts.append(("Recent changes", [(f"{r['created_at'][:10]} {_line(r['title'])}",
-                                      r["record_id"]) for r in recent]))
+    return [(f"{r['created_at'][:10]} {_line(r['title'])}", r["record_id"]) for r in recent]
 
-    budget = tokens * 4 - len(HEADER) - 2
+
+def _fitted(parts: list[tuple[str, Lines]], budget: int) -> list[dict]:
+    """The parts as sections, each cut to what is left of ``budget`` characters; a
+    part with no line left out."""
     sections: list[dict] = []
     for heading, items in parts:
         cost = len(heading) + 6
@@ -162,7 +178,7 @@ def brief(records: list[dict], tokens: int, totals: Totals | None = None) -> Bri
         if kept:
             sections.append({"heading": heading, "items": kept})
             budget -= cost
-    return Brief(sections)
+    return sections
 
 
 @dataclass

@@ -447,36 +447,13 @@ class Ingest(base.Role):
         ones for storage (``request`` None: events from the spool; ``history``: already
         distilled, see ``put_events``; ``bulk``: held as the next bulk chunk,
         ``_bulk_step``)."""
-        now = time.monotonic()
         op = request.op if request is not None else "put_events"
-        pending = Pending(request, op, [None] * len(events), now + self.storage_timeout_s,
+        pending = Pending(request, op, [None] * len(events),
+                          time.monotonic() + self.storage_timeout_s,
                           spool_files=spool_files or [], chunk=chunk)
-        clean = []
-        first_body = None
         if prepared is None:
             events, prepared = prepare_all(events)
-        for index, (event, outcome) in enumerate(zip(events, prepared, strict=True)):
-            if isinstance(outcome, contract.ContractError):
-                pending.results[index] = rejection(event, outcome)
-                continue
-            if isinstance(outcome, Exception):  # a bug must cost this event, not the others
-                self.log.error("an event could not be prepared", exc_info=outcome)
-                pending.results[index] = rejection(event, contract.ContractError(
-                    [contract.FieldError("event",
-                                         f"could not be read: {type(outcome).__name__}")]))
-                continue
-            stored, body = outcome
-            if history:
-                stored["history"] = True
-            clean.append(stored)
-            pending.storage_slots.append(index)
-            if first_body is None:
-                first_body = body
-        rejected_count = sum(1 for r in pending.results if r is not None)
-        if rejected_count:
-            first = next(r for r in pending.results if r is not None)
-            self.log.info("%s: rejected %d event(s); first: %s: %s", op, rejected_count,
-                          first["event_id"], first["reason"])
+        clean, first_body = self._sorted(pending, events, prepared, history)
         if op == "put_event" and pending.results[0] is not None:
             rejected = pending.results[0]
             too_large = any(e["code"] == "too_large" for e in rejected["errors"])
@@ -497,13 +474,50 @@ class Ingest(base.Role):
         hints = hints or {}
         if retrieve == "session" or (retrieve is True and (
                 clean[0]["kind"] == "prompt" or hints.get("opened"))):
-            prompt = {k: clean[0][k] for k in ("event_id", "namespace", "kind", "session_id",
-                                               "project_path")}
-            surface = json.loads(clean[0]["source_json"]).get("surface")  # the agent's
-            pending.event = {**prompt, "surface": surface, "body": first_body}
-            client = request.client if request is not None else None
-            self.searches.ask(pending, pending.event, client, session=retrieve == "session",
-                              global_namespace=global_namespace, hints=hints)
+            self._search_for(pending, clean[0], first_body, retrieve == "session",
+                             global_namespace, hints)
+
+    def _search_for(self, pending: Pending, first: dict, body: object, session: bool,
+                    global_namespace: str | None, hints: dict) -> None:
+        """Ask retrieval for what to bring back with a prompt (or a session's start, or
+        a file opened): the first event stored is what it searches for."""
+        prompt = {k: first[k] for k in ("event_id", "namespace", "kind", "session_id",
+                                        "project_path")}
+        surface = json.loads(first["source_json"]).get("surface")  # the agent's
+        pending.event = {**prompt, "surface": surface, "body": body}
+        client = pending.request.client if pending.request is not None else None
+        self.searches.ask(pending, pending.event, client, session=session,
+                          global_namespace=global_namespace, hints=hints)
+
+    def _sorted(self, pending: Pending, events: list, prepared: list[Prepared],
+                history: bool) -> tuple[list[dict], object]:
+        """The prepared events to store (each given a slot in the pending's results)
+        and the first one's body; a rejected event's result is its rejection."""
+        clean = []
+        first_body = None
+        for index, (event, outcome) in enumerate(zip(events, prepared, strict=True)):
+            if isinstance(outcome, contract.ContractError):
+                pending.results[index] = rejection(event, outcome)
+                continue
+            if isinstance(outcome, Exception):  # a bug must cost this event, not the others
+                self.log.error("an event could not be prepared", exc_info=outcome)
+                pending.results[index] = rejection(event, contract.ContractError(
+                    [contract.FieldError("event",
+                                         f"could not be read: {type(outcome).__name__}")]))
+                continue
+            stored, body = outcome
+            if history:
+                stored["history"] = True
+            clean.append(stored)
+            pending.storage_slots.append(index)
+            if first_body is None:
+                first_body = body
+        rejected_count = len(events) - len(clean)
+        if rejected_count:
+            first = next(r for r in pending.results if r is not None)
+            self.log.info("%s: rejected %d event(s); first: %s: %s", pending.op,
+                          rejected_count, first["event_id"], first["reason"])
+        return clean, first_body
 
     # -- downstream replies -----------------------------------------------------------------
 

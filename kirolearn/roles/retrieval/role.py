@@ -87,29 +87,8 @@ def parse_search(body: dict, default_limit: int, default_budget_ms: float,
     or ``namespaces`` (several, searched as one). ``files``, ``opened`` and
     ``exclude``: see ``hints.check_hints``.
     """
-    event = body.get("event")
-    if "query" in body:
-        query = body["query"]
-        if not isinstance(query, str):
-            raise base.BadRequest("'query' must be a string")
-    elif isinstance(event, dict):
-        query = contract.body_text(event.get("body"))
-    else:
-        raise base.BadRequest("give 'query' (a string) or 'event' (a prompt event)")
-    if "namespaces" in body:
-        namespaces = parse_namespaces(body)
-    else:
-        namespace = body.get("namespace",
-                             event.get("namespace") if isinstance(event, dict) else None)
-        if not isinstance(namespace, str) or not namespace:
-            raise base.BadRequest("'namespace' must be a non-empty string")
-        namespaces = (namespace,)
-    with_global = "global_namespace" in body and "namespaces" not in body
-    if with_global:
-        if not contract.is_namespace(body["global_namespace"]):
-            raise base.BadRequest("'global_namespace' must be a namespace such as"
-                                  " /actor/<id>/project/<id>/")
-        namespaces = tuple(dict.fromkeys((*namespaces, body["global_namespace"])))
+    query = _query(body)
+    namespaces, with_global = _namespaces(body)
     limit = body.get("limit", default_limit)
     if not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= MAX_LIMIT:
         raise base.BadRequest(f"'limit' must be an integer from 0 to {MAX_LIMIT}")
@@ -117,12 +96,7 @@ def parse_search(body: dict, default_limit: int, default_budget_ms: float,
     if (not isinstance(budget_ms, int | float) or isinstance(budget_ms, bool)
             or not 0 <= budget_ms <= MAX_BUDGET_MS):
         raise base.BadRequest(f"'budget_ms' must be a number from 0 to {MAX_BUDGET_MS}")
-    deadline = None
-    deadline_ms = body.get("deadline_ms")
-    if deadline_ms is not None:
-        if not isinstance(deadline_ms, int | float) or isinstance(deadline_ms, bool):
-            raise base.BadRequest("'deadline_ms' must be a number (milliseconds since the epoch)")
-        deadline = time.monotonic() + (deadline_ms - time.time() * 1000) / 1000
+    deadline = _deadline(body)
     with_records = body.get("records", False)
     if not isinstance(with_records, bool):
         raise base.BadRequest("'records' must be true or false")
@@ -142,9 +116,47 @@ def parse_search(body: dict, default_limit: int, default_budget_ms: float,
     except ValueError as exc:
         raise base.BadRequest(str(exc)) from None
     return SearchRequest(namespaces, query, limit, float(budget_ms), deadline, with_records,
-                         mode, max_tokens, tuple(dict.fromkeys(types)),
-                         with_global and len(namespaces) > 1,
+                         mode, max_tokens, tuple(dict.fromkeys(types)), with_global,
                          *(tuple(hints.get(key, ())) for key in ("files", "opened", "exclude")))
+
+
+def _query(body: dict) -> str:
+    event = body.get("event")
+    if "query" in body:
+        if not isinstance(body["query"], str):
+            raise base.BadRequest("'query' must be a string")
+        return body["query"]
+    if isinstance(event, dict):
+        return contract.body_text(event.get("body"))
+    raise base.BadRequest("give 'query' (a string) or 'event' (a prompt event)")
+
+
+def _namespaces(body: dict) -> tuple[tuple[str, ...], bool]:
+    """The namespaces searched, and whether the last is the global one (given as
+    ``global_namespace``, with one namespace)."""
+    if "namespaces" in body:
+        return parse_namespaces(body), False
+    event = body.get("event")
+    namespace = body.get("namespace", event.get("namespace") if isinstance(event, dict) else None)
+    if not isinstance(namespace, str) or not namespace:
+        raise base.BadRequest("'namespace' must be a non-empty string")
+    if "global_namespace" not in body:
+        return (namespace,), False
+    if not contract.is_namespace(body["global_namespace"]):
+        raise base.BadRequest("'global_namespace' must be a namespace such as"
+                              " /actor/<id>/project/<id>/")
+    namespaces = tuple(dict.fromkeys((namespace, body["global_namespace"])))
+    return namespaces, len(namespaces) > 1
+
+
+def _deadline(body: dict) -> float | None:
+    """``deadline_ms`` (milliseconds since the epoch) on this process's monotonic clock."""
+    deadline_ms = body.get("deadline_ms")
+    if deadline_ms is None:
+        return None
+    if not isinstance(deadline_ms, int | float) or isinstance(deadline_ms, bool):
+        raise base.BadRequest("'deadline_ms' must be a number (milliseconds since the epoch)")
+    return time.monotonic() + (deadline_ms - time.time() * 1000) / 1000
 
 
 def parse_namespaces(body: dict) -> tuple[str, ...]:
