@@ -58,60 +58,89 @@ def defaults() -> dict[str, dict[str, Any]]:
 
 
 def _coerce(name: str, default: Any, value: Any) -> Any:
+    """A setting's value as its default's type (from the settings file or, as text,
+    from the environment), or ConfigError saying what was expected."""
     if isinstance(default, bool):
-        if isinstance(value, str):
-            lowered = value.strip().lower()
-            if lowered in ("1", "true", "yes", "on"):
-                return True
-            if lowered in ("0", "false", "no", "off"):
-                return False
-        if isinstance(value, bool):
-            return value
+        coerced = _as_bool(value)
     elif isinstance(default, int | float):
-        try:
-            number = type(default)(value) if isinstance(value, str) else value
-        except ValueError:
-            number = None
-        if isinstance(number, int | float) and not isinstance(number, bool):
-            if isinstance(default, int) and not float(number).is_integer():
-                raise ConfigError(f"{name}: expected an integer, got {value!r}")
-            if number < 0:
-                raise ConfigError(f"{name}: must not be negative, got {value!r}")
-            return type(default)(number)
-    elif isinstance(default, str) and isinstance(value, str):
-        return value
+        coerced = _as_number(name, type(default), value)
+    elif isinstance(default, str):
+        coerced = value if isinstance(value, str) else None
     elif isinstance(default, list):  # a list of text; in the environment, split on ':'
         if isinstance(value, str):
             return [part for part in value.split(os.pathsep) if part]
         if isinstance(value, list) and all(isinstance(item, str) for item in value):
             return value
         raise ConfigError(f"{name}: expected a list of strings, got {value!r}")
-    raise ConfigError(f"{name}: expected {type(default).__name__}, got {value!r}")
+    else:
+        coerced = None
+    if coerced is None:
+        raise ConfigError(f"{name}: expected {type(default).__name__}, got {value!r}")
+    return coerced
+
+
+def _as_bool(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+    return None
+
+
+def _as_number(name: str, kind: type, value: Any) -> int | float | None:
+    """None: not a number at all."""
+    try:
+        number = kind(value) if isinstance(value, str) else value
+    except ValueError:
+        return None
+    if not isinstance(number, int | float) or isinstance(number, bool):
+        return None
+    if kind is int and not float(number).is_integer():
+        raise ConfigError(f"{name}: expected an integer, got {value!r}")
+    if number < 0:
+        raise ConfigError(f"{name}: must not be negative, got {value!r}")
+    return kind(number)
 
 
 def load(home: paths.Home, environ: dict[str, str] | None = None) -> dict:
-    """The effective settings as ``{section: {key: value}}``."""
+    """The effective settings as ``{section: {key: value}}``: the defaults, the user's
+    settings file over them, the environment (``KIROLEARN_<SECTION>_<KEY>``) over that;
+    each checked."""
     settings = defaults()
     environ = os.environ if environ is None else environ
-    user_file = home.config_file
-    if user_file.exists():
-        user = _read_toml(user_file)
-        for section, values in user.items():
-            if isinstance(values, dict) and all((section, key) in RETIRED for key in values):
-                continue
-            if section not in settings or not isinstance(values, dict):
-                raise ConfigError(f"{user_file}: unknown section [{section}]")
-            for key, value in values.items():
-                if (section, key) in RETIRED:
-                    continue
-                if key not in settings[section]:
-                    raise ConfigError(f"{user_file}: unknown setting {section}.{key}")
-                settings[section][key] = _coerce(f"{section}.{key}", settings[section][key], value)
+    if home.config_file.exists():
+        _apply_file(settings, home.config_file)
     for section, values in settings.items():
         for key in values:
             env_name = f"KIROLEARN_{section}_{key}".upper()
             if env_name in environ:
                 values[key] = _coerce(env_name, values[key], environ[env_name])
+    _check(settings)
+    return settings
+
+
+def _apply_file(settings: dict, user_file: Path) -> None:
+    """The settings file's values over ``settings`` (a retired setting is ignored)."""
+    for section, values in _read_toml(user_file).items():
+        if isinstance(values, dict) and all((section, key) in RETIRED for key in values):
+            continue
+        if section not in settings or not isinstance(values, dict):
+            raise ConfigError(f"{user_file}: unknown section [{section}]")
+        for key, value in values.items():
+            if (section, key) in RETIRED:
+                continue
+            if key not in settings[section]:
+                raise ConfigError(f"{user_file}: unknown setting {section}.{key}")
+            settings[section][key] = _coerce(f"{section}.{key}", settings[section][key], value)
+
+
+def _check(settings: dict) -> None:
+    """Each setting within its range (``RANGES``) and choices (``CHOICES``); the listen
+    endpoints and the storage URL well formed."""
     if settings["network"]["listen"]:
         try:
             transport.tcp_endpoints(settings["network"]["listen"])
@@ -129,7 +158,6 @@ def load(home: paths.Home, environ: dict[str, str] | None = None) -> dict:
         if settings[section][key] not in allowed:
             raise ConfigError(f"{section}.{key}: must be one of {', '.join(allowed)},"
                               f" got {settings[section][key]!r}")
-    return settings
 
 
 def _read_toml(path: Path) -> dict:

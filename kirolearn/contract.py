@@ -212,16 +212,24 @@ def truncate_body(body: dict, limit: int = TRUNCATE_BYTES) -> dict:
         content = _fit_text(body["content"], lambda c: {"type": "text", "content": c}, limit)
         return {"type": "text", "content": content or ""}
     if kind == "message":
-        turns = [dict(turn) for turn in body["turns"]]
-        while True:
-            head = turns[:-1]
-            last = turns[-1]
-            content = _fit_text(str(last.get("content", "")), lambda c, h=head, t=last: {
-                "type": "message", "turns": [*h, {**t, "content": c}]}, limit)
-            if content is not None or len(turns) == 1:
-                turns[-1] = {**last, "content": content or TRUNCATION_MARK.strip()}
-                return {"type": "message", "turns": turns}
-            turns.pop()
+        return _truncate_message(body, limit)
+    return _truncate_json(body, limit)
+
+
+def _truncate_message(body: dict, limit: int) -> dict:
+    turns = [dict(turn) for turn in body["turns"]]
+    while True:
+        head = turns[:-1]
+        last = turns[-1]
+        content = _fit_text(str(last.get("content", "")), lambda c, h=head, t=last: {
+            "type": "message", "turns": [*h, {**t, "content": c}]}, limit)
+        if content is not None or len(turns) == 1:
+            turns[-1] = {**last, "content": content or TRUNCATION_MARK.strip()}
+            return {"type": "message", "turns": turns}
+        turns.pop()
+
+
+def _truncate_json(body: dict, limit: int) -> dict:
     data = body.get("data")
     response = data.get("tool_response") if isinstance(data, dict) else None
     if isinstance(response, dict) and "result" in response:
@@ -461,20 +469,7 @@ def validate_event(event: Any) -> CheckedEvent:
     _check_str(errors, event, "actor_id", 1, 128)
     _check_str(errors, event, "session_id", 1, 128)
     valid_ms = _check_time(errors, event, "valid_time")
-    source = event.get("source")
-    if not isinstance(source, dict):
-        errors.append(FieldError("source", "must be an object"))
-    else:
-        extra = set(source) - SOURCE_FIELDS
-        if extra:
-            errors.append(FieldError("source", f"unknown field(s): {sorted(extra)}"))
-        surface = source.get("surface")
-        if not isinstance(surface, str) or not _matches(SURFACE_PATTERN, surface):
-            errors.append(FieldError("source.surface", "must be a short lowercase name"))
-        _check_str(errors, source, "version", 1, 64, "source.")
-        _check_str(errors, source, "client_id", 1, 255, "source.")
-        _check_str(errors, source, "project_path", 1, 2048, "source.", required=False)
-        _check_git(errors, source, "source.")
+    _check_source(errors, event.get("source"))
     version = event.get("schema_version")
     if version != SCHEMA_VERSION or isinstance(version, bool):
         errors.append(FieldError("schema_version", f"must be {SCHEMA_VERSION}"))
@@ -488,6 +483,22 @@ def validate_event(event: Any) -> CheckedEvent:
     if errors:
         raise ContractError(errors)
     return CheckedEvent(body_json, valid_ms)
+
+
+def _check_source(errors: list[FieldError], source: object) -> None:
+    if not isinstance(source, dict):
+        errors.append(FieldError("source", "must be an object"))
+        return
+    extra = set(source) - SOURCE_FIELDS
+    if extra:
+        errors.append(FieldError("source", f"unknown field(s): {sorted(extra)}"))
+    surface = source.get("surface")
+    if not isinstance(surface, str) or not _matches(SURFACE_PATTERN, surface):
+        errors.append(FieldError("source.surface", "must be a short lowercase name"))
+    _check_str(errors, source, "version", 1, 64, "source.")
+    _check_str(errors, source, "client_id", 1, 255, "source.")
+    _check_str(errors, source, "project_path", 1, 2048, "source.", required=False)
+    _check_git(errors, source, "source.")
 
 
 RECORD_FIELDS = {

@@ -70,30 +70,43 @@ def _output(response: object) -> tuple[str, int | None, bool]:
     if not isinstance(response, dict):
         text = "" if response is None else str(response)
         return text, None, False
-    exit_status = None
-    parts: list[str] = []
     result = response.get("result")
+    parts, exit_status = _result_items(result)
+    if isinstance(result, str):
+        parts.append(result)
+    parts += [response[key] for key in ("stdout", "stderr", "output", "error")
+              if isinstance(response.get(key), str)]
+    exit_status = _exit_status(response, exit_status)
+    failed = (exit_status not in (None, 0) or response.get("success") is False
+              or response.get("is_error") is True or bool(response.get("interrupted")))
+    return "\n".join(p for p in parts if p.strip()), exit_status, failed
+
+
+def _result_items(result: object) -> tuple[list[str], int | None]:
+    """The output and exit status of a list result (Kiro CLI's
+    ``[{exit_status, stdout, stderr}]``, or plain items)."""
+    parts: list[str] = []
+    exit_status = None
     for item in result if isinstance(result, list) else []:
-        if isinstance(item, dict):  # Kiro CLI: [{exit_status, stdout, stderr}]
+        if isinstance(item, dict):
             if str(item.get("exit_status", "")).lstrip("-").isdigit():
                 exit_status = int(item["exit_status"])
             parts += [str(item.get(k) or "") for k in ("stdout", "stderr")]
         else:
             parts.append(str(item))
-    if isinstance(result, str):
-        parts.append(result)
-    for key in ("stdout", "stderr", "output", "error"):
-        if isinstance(response.get(key), str):
-            parts.append(response[key])
+    return parts, exit_status
+
+
+def _exit_status(response: dict, found: int | None) -> int | None:
+    """The exit status a response states (over one ``found`` in its result), or the one
+    its error says (Claude Code's failed Bash)."""
     for key in ("exit_code", "exitCode", "returncode", "exit_status"):
         if isinstance(response.get(key), int | str) and str(response[key]).lstrip("-").isdigit():
-            exit_status = int(response[key])
-    said = EXIT_CODE.match(str(response.get("error") or ""))  # Claude Code's failed Bash
-    if exit_status is None and said:
-        exit_status = int(said.group(1))
-    failed = (exit_status not in (None, 0) or response.get("success") is False
-              or response.get("is_error") is True or bool(response.get("interrupted")))
-    return "\n".join(p for p in parts if p.strip()), exit_status, failed
+            found = int(response[key])
+    said = EXIT_CODE.match(str(response.get("error") or ""))
+    if found is None and said:
+        found = int(said.group(1))
+    return found
 
 
 def _items(value: object) -> list[dict]:
@@ -126,20 +139,25 @@ def observe(data: object) -> Action:
     if isinstance(command, str) and (RUN_TOOLS.search(name) or not paths):
         return action._replace(kind="run", command=" ".join(command.split()))
     if EDIT_TOOLS.search(name) and paths:
-        new = [tool_input.get(k) for k in NEW_TEXT_KEYS]
-        old = [tool_input.get(k) for k in OLD_TEXT_KEYS]
-        for edit in _items(tool_input.get("edits")):  # Claude Code MultiEdit
-            new.append(edit.get("new_string"))
-            old.append(edit.get("old_string"))
-        new_texts = [t for t in new if isinstance(t, str)]
-        old_texts = [t for t in old if isinstance(t, str)]
-        return action._replace(kind="edit", added=sum(map(_lines, new_texts)),
-                               removed=sum(map(_lines, old_texts)),
-                               identifiers=touched(new_texts, old_texts),
-                               new_texts=tuple(new_texts))
+        return _edit(action, tool_input)
     if READ_TOOLS.search(name) and paths:
         return action._replace(kind="read")
     return action
+
+
+def _edit(action: Action, tool_input: dict) -> Action:
+    """An edit: the lines it added and removed, the names it touched, its new text."""
+    new = [tool_input.get(k) for k in NEW_TEXT_KEYS]
+    old = [tool_input.get(k) for k in OLD_TEXT_KEYS]
+    for edit in _items(tool_input.get("edits")):  # Claude Code MultiEdit
+        new.append(edit.get("new_string"))
+        old.append(edit.get("old_string"))
+    new_texts = [t for t in new if isinstance(t, str)]
+    old_texts = [t for t in old if isinstance(t, str)]
+    return action._replace(kind="edit", added=sum(map(_lines, new_texts)),
+                           removed=sum(map(_lines, old_texts)),
+                           identifiers=touched(new_texts, old_texts),
+                           new_texts=tuple(new_texts))
 
 
 def touched(new: list[str], old: list[str]) -> list[str]:

@@ -164,7 +164,15 @@ def status(as_json: bool) -> None:
     if result["fault"]:
         click.echo(f"FAULT since {result['fault']['since']}: storage cannot write:"
                    f" {result['fault']['reason']}")
-    ext, pending = result["extraction"], result["pending"]
+    click.echo(_extraction_line(result["extraction"]))
+    click.echo(_embeddings_line(result["embeddings"]))
+    click.echo(f"viewer: {result['viewer']} (kirolearn open)" if result["viewer"]
+               else "viewer: not up (see: kirolearn logs viewer)")
+    _print_pending(result["pending"])
+
+
+def _extraction_line(ext: dict) -> str:
+    """The workers, how many are busy, batches done, the model's budget and breakers."""
     busy = sum(w["busy"] for w in ext["workers"])
     line = (f"extraction ({ext['strategy']}): {len(ext['workers'])} worker(s), {busy} busy;"
             f" {sum(w.get('batches_done', 0) for w in ext['workers'])} batch(es) done")
@@ -175,19 +183,22 @@ def status(as_json: bool) -> None:
     breakers = sorted({ns for w in ext["workers"] for ns in w.get("breakers_open", [])})
     if breakers:
         line += f"; breakers open for {', '.join(breakers)}"
-    click.echo(line)
-    emb = result["embeddings"]
+    return line
+
+
+def _embeddings_line(emb: dict | None) -> str:
     if emb is None:
-        click.echo("embeddings: unknown (retrieval does not answer)")
-    else:
-        line = f"embeddings {emb['embeddings']}; search mode {emb['mode']}"
-        if "model" in emb:
-            line += f"; model {emb['model']}"
-        if "unembedded" in emb:
-            line += f"; {emb['embedded']} embedded, {emb['unembedded']} waiting"
-        click.echo(line)
-    click.echo(f"viewer: {result['viewer']} (kirolearn open)" if result["viewer"]
-               else "viewer: not up (see: kirolearn logs viewer)")
+        return "embeddings: unknown (retrieval does not answer)"
+    line = f"embeddings {emb['embeddings']}; search mode {emb['mode']}"
+    if "model" in emb:
+        line += f"; model {emb['model']}"
+    if "unembedded" in emb:
+        line += f"; {emb['embedded']} embedded, {emb['unembedded']} waiting"
+    return line
+
+
+def _print_pending(pending: dict | None) -> None:
+    """What waits for extraction, per project, and the batches it gave up on."""
     if pending is None:
         click.echo("waiting for extraction: unknown (the database cannot be read)")
         return

@@ -56,16 +56,7 @@ def forget(record_ids: tuple[str, ...], query: str | None, limit: int | None,
             raise click.UsageError("--all goes with --project or --namespace alone")
         _forget_project(namespace_of(namespace, project), yes)
         return
-    if bool(record_ids) == bool(query):
-        raise click.UsageError("give RECORD_IDS or --query (or --project DIR --all),"
-                               " not several and not none")
-    if record_ids and (namespace or project):
-        raise click.UsageError("--namespace and --project go with --query or --all; an id"
-                               " is enough")
-    if (limit or all_matches) and not query:
-        raise click.UsageError("--limit and --all-matches go with --query")
-    if limit and all_matches:
-        raise click.UsageError("give --limit or --all-matches, not both")
+    _check_forget_options(record_ids, query, limit, all_matches, namespace or project)
     require_running()
     if not query:
         records = _by_id(record_ids, "nothing was forgotten")
@@ -75,8 +66,29 @@ def forget(record_ids: tuple[str, ...], query: str | None, limit: int | None,
         raise click.UsageError("--query is not valid text in this terminal's encoding")
     if namespace is None and project is None:
         project = os.getcwd()
+    _forget_matches(query, namespace_of(namespace, project), limit, all_matches, yes)
+
+
+def _check_forget_options(record_ids: tuple[str, ...], query: str | None, limit: int | None,
+                          all_matches: bool, scoped: str | None) -> None:
+    if bool(record_ids) == bool(query):
+        raise click.UsageError("give RECORD_IDS or --query (or --project DIR --all),"
+                               " not several and not none")
+    if record_ids and scoped:
+        raise click.UsageError("--namespace and --project go with --query or --all; an id"
+                               " is enough")
+    if (limit or all_matches) and not query:
+        raise click.UsageError("--limit and --all-matches go with --query")
+    if limit and all_matches:
+        raise click.UsageError("give --limit or --all-matches, not both")
+
+
+def _forget_matches(query: str, namespace: str, limit: int | None, all_matches: bool,
+                    yes: bool) -> None:
+    """Forget what a search finds: its best matches, or (``all_matches``) every record it
+    finds, searching again until none is left."""
     loaded = settings()
-    asked = {"query": query, "namespace": namespace_of(namespace, project), "records": True,
+    asked = {"query": query, "namespace": namespace, "records": True,
              "limit": MAX_MATCHES if all_matches else limit or loaded["retrieval"]["limit"]}
     records = daemon_search(asked, loaded)["records"]
     if not records:

@@ -222,8 +222,6 @@ class Engine:
         never the newest work. Beside it, within its own ``brief_tokens``, the project's
         brief (``brief``; as ``written`` words it, a model's rewrite), after the
         checkpoint; the records it names are not given again. Never raises."""
-        def fresh(record: dict) -> bool:
-            return known is None or known(record) is None
         started = time.monotonic()
         try:
             conn = self.connection()
@@ -236,17 +234,8 @@ class Engine:
                                               SESSION_RECENT + len(told) + RULE_FILES)
                 if r["record_id"] not in told and r["strategy"] != contract.RULE_FILE
             ][:SESSION_RECENT]
-            counts = fts.retrieved_counts(conn, namespace, SESSION_LOOKBACK)
-            shown = {r["record_id"] for r in recent} | told
-            wanted = [i for i, _ in sorted(counts.items(), key=lambda kv: -kv[1])
-                      if i not in shown][:SESSION_TOP]
-            top = [r for r in reads.records_by_id(conn, wanted, [namespace], valid_only=True)
-                   if not r.get("stale") and not r.get("superseded_by") and fresh(r)]
-            if len(top) < SESSION_TOP:
-                shown |= {r["record_id"] for r in top}
-                top += [r for r in fts.newest_records(conn, namespace, SESSION_TOP + RULE_FILES,
-                                                      ("decision", "pattern"))
-                        if r["record_id"] not in shown and fresh(r)][:SESSION_TOP - len(top)]
+            top = self._most_wanted(conn, namespace, {r["record_id"] for r in recent} | told,
+                                    known)
             context, included = session_block(recent, top,
                                               max(0, token_budget - FENCE_TOKENS),
                                               last.block() if last else "",
@@ -260,6 +249,25 @@ class Engine:
             result = Result([], "error", 0.0, error=f"{type(exc).__name__}: {exc}", block="")
         result.latency_ms = (time.monotonic() - started) * 1000
         return result
+
+    @staticmethod
+    def _most_wanted(conn: Connection, namespace: str, shown: set[str],
+                     known: Known | None) -> list[dict]:
+        """The records retrieved most often lately, then decisions and patterns, newest
+        first: ``SESSION_TOP`` of them, none shown already, stale, superseded or known."""
+        def fresh(record: dict) -> bool:
+            return known is None or known(record) is None
+        counts = fts.retrieved_counts(conn, namespace, SESSION_LOOKBACK)
+        wanted = [i for i, _ in sorted(counts.items(), key=lambda kv: -kv[1])
+                  if i not in shown][:SESSION_TOP]
+        top = [r for r in reads.records_by_id(conn, wanted, [namespace], valid_only=True)
+               if not r.get("stale") and not r.get("superseded_by") and fresh(r)]
+        if len(top) < SESSION_TOP:
+            shown = shown | {r["record_id"] for r in top}
+            top += [r for r in fts.newest_records(conn, namespace, SESSION_TOP + RULE_FILES,
+                                                  ("decision", "pattern"))
+                    if r["record_id"] not in shown and fresh(r)][:SESSION_TOP - len(top)]
+        return top
 
     def embed_soon(self, text: str) -> concurrent.futures.Future:
         """This text's embedding, started on the embedding thread."""
