@@ -5,8 +5,8 @@ Validation collects *every* violation as a field-level error instead of
 stopping at the first, so a client sees all that is wrong with one event.
 Import cost matters here (a shim pays it on every hook): no dataclasses, and
 patterns are compiled on first use, by the long-lived daemon, not at import.
-The whole contract is one module (longer than the others) so that a hook imports
-one light file for it.
+The whole contract is one module, long as it is, so that a hook imports one light file
+for it.
 """
 
 from __future__ import annotations

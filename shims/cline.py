@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from typing import NamedTuple
 
 from kirolearn.shims import common
 
@@ -63,48 +64,77 @@ def _listed(value: object) -> list:
     return value if isinstance(value, list) else []
 
 
+class _Used(NamedTuple):
+    """One ``PostToolUse``'s tool, input and output, read from the CLI's object
+    (``tool_result``) or the extension's (``postToolUse``)."""
+
+    name: object
+    input: dict
+    output: object
+    failed: bool
+    error: object  # the CLI's
+    results: list[dict]  # the CLI's, one per command or file: {query, result, success}
+
+    def response(self, index: int | None = None) -> dict:
+        """The tool's response (the ``index``-th command's or file's, where given)."""
+        if index is not None and index < len(self.results):
+            one = self.results[index]
+            return {"output": str(one.get("result") or one.get("error") or ""),
+                    "success": one.get("success") is not False}
+        output = self.output
+        text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+        return {"output": text or str(self.error or ""), "success": not self.failed}
+
+
+def _commands(used: _Used) -> tuple[dict, ...]:
+    return tuple(common.tool_body(used.name, {"command": command}, used.response(i))
+                 for i, command in enumerate(_listed(used.input.get("commands")))
+                 if isinstance(command, str))
+
+
+def _files(used: _Used) -> tuple[dict, ...]:
+    return tuple(common.tool_body(used.name, {"path": file.get("path")}, used.response(i))
+                 for i, file in enumerate(_listed(used.input.get("files")))
+                 if isinstance(file, dict))
+
+
+def _editor(used: _Used) -> tuple[dict, ...]:
+    return (common.tool_body(used.name, {"path": used.input.get("path"),
+                                         "old_string": used.input.get("old_text") or "",
+                                         "new_string": used.input.get("new_text") or ""},
+                             used.response()),)
+
+
+def _replace_in_file(used: _Used) -> tuple[dict, ...]:
+    blocks = BLOCK.findall(str(used.input.get("diff") or ""))
+    return (common.tool_body(used.name, {
+        "path": used.input.get("path"), "old_string": "\n".join(b[0] for b in blocks),
+        "new_string": "\n".join(b[1] for b in blocks)}, used.response()),)
+
+
+def _mcp_tool(used: _Used) -> tuple[dict, ...]:
+    return (common.tool_body(f"mcp__{used.input.get('server_name')}__"
+                             f"{used.input.get('tool_name')}",
+                             _parsed(used.input.get("arguments")), used.response()),)
+
+
+# A tool's name → its uses in the one shape; any other tool is one use, as it came.
+SHAPES = {"run_commands": _commands, "read_files": _files, "editor": _editor,
+          "replace_in_file": _replace_in_file, "use_mcp_tool": _mcp_tool}
+
+
 def tools(payload: dict) -> tuple[dict, ...]:
     """The tool uses of one ``PostToolUse``, each in the one shape: a run of several
     commands, a read of several files, are one use each."""
     done = _object(payload.get("tool_result"))  # the CLI's, with objects
     post = _object(payload.get("postToolUse"))
-    name = done.get("name") or post.get("toolName")
-    tool_input = _object(done.get("input")) or _object(post.get("parameters"))
     output = done["output"] if "output" in done else post.get("result")
-    failed = bool(done.get("error")) or post.get("success") is False
-    results = [r for r in output if isinstance(r, dict)] if isinstance(output, list) else []
-
-    def response(index: int | None = None) -> dict:
-        if index is not None and index < len(results):  # the CLI's: {query, result, success}
-            one = results[index]
-            return {"output": str(one.get("result") or one.get("error") or ""),
-                    "success": one.get("success") is not False}
-        text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
-        return {"output": text or str(done.get("error") or ""), "success": not failed}
-
-    if name == "run_commands":
-        return tuple(common.tool_body(name, {"command": command}, response(i))
-                     for i, command in enumerate(_listed(tool_input.get("commands")))
-                     if isinstance(command, str))
-    if name == "read_files":
-        return tuple(common.tool_body(name, {"path": file.get("path")}, response(i))
-                     for i, file in enumerate(_listed(tool_input.get("files")))
-                     if isinstance(file, dict))
-    if name == "editor":
-        return (common.tool_body(name, {"path": tool_input.get("path"),
-                                        "old_string": tool_input.get("old_text") or "",
-                                        "new_string": tool_input.get("new_text") or ""},
-                                 response()),)
-    if name == "replace_in_file":
-        blocks = BLOCK.findall(str(tool_input.get("diff") or ""))
-        return (common.tool_body(name, {
-            "path": tool_input.get("path"), "old_string": "\n".join(b[0] for b in blocks),
-            "new_string": "\n".join(b[1] for b in blocks)}, response()),)
-    if name == "use_mcp_tool":
-        return (common.tool_body(f"mcp__{tool_input.get('server_name')}__"
-                                 f"{tool_input.get('tool_name')}",
-                                 _parsed(tool_input.get("arguments")), response()),)
-    return (common.tool_body(name, tool_input, response()),)
+    used = _Used(done.get("name") or post.get("toolName"),
+                 _object(done.get("input")) or _object(post.get("parameters")), output,
+                 bool(done.get("error")) or post.get("success") is False, done.get("error"),
+                 [r for r in output if isinstance(r, dict)] if isinstance(output, list) else [])
+    shape = SHAPES.get(used.name) if isinstance(used.name, str) else None
+    return shape(used) if shape else (common.tool_body(used.name, used.input, used.response()),)
 
 
 def read(payload: dict) -> common.Hook:

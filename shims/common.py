@@ -16,7 +16,9 @@ never break the agent:
   it answers again.
 
 It imports the standard library, pyzmq, msgpack and kirolearn's dependency-light
-modules only: start-up is most of what a hook costs (``benchmarks/shim.py``).
+modules only: start-up is most of what a hook costs (``benchmarks/shim.py``). One
+module, long as it is, for the same reason: each module more is an import more on every
+hook.
 """
 
 from __future__ import annotations
@@ -378,45 +380,12 @@ def answer(surface: str, hook: Hook, tool_context: bool = False,
     session_id = session.current(given, fresh=hook.role == "start" and not given)
     captured = 0 if shim.off else 1  # an event a hook sends (or spools)
     if hook.role == "start":
-        session.count("captured", captured)
-        session.save()
-        said = f" ({hook.text})" if isinstance(hook.text, str) and hook.text else ""
-        context, records = shim.post(shim.event(
-            "note", text_body(f"{surface} session started{said}"), session_id),
-            retrieve="session")
-        shim.send_rules()
-        session.count("recalled", len(records))
-        session.state["briefed"] = BRIEF_HEADER in context  # for the status line
-        session.save()
-        return context
+        return _started(surface, hook, shim, session, session_id, captured)
     if hook.role == "prompt":
-        event = shim.event("prompt", text_body(hook.text), session_id)
-        session.count("captured", captured)
-        session.save(prompt_event_id=event["event_id"])  # before: the turn's tools follow it
-        in_play = session.listed("files")
-        context, records = shim.post(event, retrieve=prompt_context,
-                                     hints={"files": in_play} if in_play and prompt_context
-                                     else None)
-        session.add("given", records, SESSION_GIVEN)
-        session.count("recalled", len(records))
-        session.save()
-        return context
-    contexts = []
+        return _prompted(hook, shim, session, session_id, captured, prompt_context)
+    context = ""
     if hook.role == "tool":
-        for body in hook.tools:
-            event = shim.event("tool_use", body, session_id, session.prompt_event_id)
-            session.count("captured", captured)
-            opened = [f for f in opened_files(body, shim.project.checkout)
-                      if f not in session.listed("files")]
-            session.add("files", opened, SESSION_FILES)
-            if not (tool_context and opened):
-                shim.post(event)
-                continue
-            context, records = shim.post(event, retrieve=True, hints={
-                "opened": opened, "exclude": session.listed("given")})
-            session.add("given", records, SESSION_GIVEN)
-            session.count("recalled", len(records))
-            contexts.append(context)
+        context = _tools_used(hook, shim, session, session_id, captured, tool_context)
     elif hook.role == "turn_end":
         shim.post(shim.event("session_summary", text_body(hook.text), session_id,
                              session.prompt_event_id))
@@ -426,6 +395,60 @@ def answer(surface: str, hook: Hook, tool_context: bool = False,
         shim.post(shim.event("note", text_body(f"{surface} session ended{said}"), session_id))
         session.count("captured", captured)
     session.save()  # its counts; and a session without ids of the agent's own kept alive
+    return context
+
+
+def _started(surface: str, hook: Hook, shim: Shim, session: Session, session_id: str,
+             captured: int) -> str:
+    """A session's start: a note, the rule files sent, and the session's context back."""
+    session.count("captured", captured)
+    session.save()
+    said = f" ({hook.text})" if isinstance(hook.text, str) and hook.text else ""
+    context, records = shim.post(shim.event(
+        "note", text_body(f"{surface} session started{said}"), session_id),
+        retrieve="session")
+    shim.send_rules()
+    session.count("recalled", len(records))
+    session.state["briefed"] = BRIEF_HEADER in context  # for the status line
+    session.save()
+    return context
+
+
+def _prompted(hook: Hook, shim: Shim, session: Session, session_id: str, captured: int,
+              prompt_context: bool) -> str:
+    """A prompt, and its context back (searched with the files in play)."""
+    event = shim.event("prompt", text_body(hook.text), session_id)
+    session.count("captured", captured)
+    session.save(prompt_event_id=event["event_id"])  # before: the turn's tools follow it
+    in_play = session.listed("files")
+    context, records = shim.post(event, retrieve=prompt_context,
+                                 hints={"files": in_play} if in_play and prompt_context
+                                 else None)
+    session.add("given", records, SESSION_GIVEN)
+    session.count("recalled", len(records))
+    session.save()
+    return context
+
+
+def _tools_used(hook: Hook, shim: Shim, session: Session, session_id: str, captured: int,
+                tool_context: bool) -> str:
+    """Tool uses; with ``tool_context``, what is known of the files one first opened in
+    the session back ("" when none)."""
+    contexts = []
+    for body in hook.tools:
+        event = shim.event("tool_use", body, session_id, session.prompt_event_id)
+        session.count("captured", captured)
+        opened = [f for f in opened_files(body, shim.project.checkout)
+                  if f not in session.listed("files")]
+        session.add("files", opened, SESSION_FILES)
+        if not (tool_context and opened):
+            shim.post(event)
+            continue
+        context, records = shim.post(event, retrieve=True, hints={
+            "opened": opened, "exclude": session.listed("given")})
+        session.add("given", records, SESSION_GIVEN)
+        session.count("recalled", len(records))
+        contexts.append(context)
     return "\n\n".join(c for c in contexts if c)
 
 

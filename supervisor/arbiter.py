@@ -27,6 +27,9 @@ ingest and the workers hand it on their way out; each process goes down the ladd
 Before anything binds, the pidfile is locked (a second bind on an ipc path
 would silently steal it from a live daemon); only then are stale socket files
 removed.
+
+One module, long as it is: a process's states, and every path between them (start,
+health, exit, stop, and the control ops that move them), read as one machine.
 """
 
 from __future__ import annotations
@@ -340,24 +343,32 @@ class Arbiter:
                 del self.processes[proc.name]
             elif proc.state == STOPPING:
                 self._advance_stop(proc, now)
-            elif self.shutting_down:
-                continue
-            elif proc.state == STOPPED or (proc.state == BACKOFF and now >= proc.next_start):
-                self._spawn(proc)
-            elif proc.state == STARTING and self._listening(proc) and self._ping(proc):
-                proc.state = RUNNING
-                proc.fast_failures = 0
-                proc.answered, proc.next_ping = now, now + HEALTH_S
-                log.info("success: %s entered RUNNING state", proc.name)
-            elif proc.state in UP and now >= proc.next_ping:
-                self._check_health(proc, now)
+            elif not self.shutting_down:
+                self._move_on(proc, now)
         if self.shutting_down and self.stop_queue:
-            group = self.stop_queue[0]
-            if all(self.processes[n].state in (STOPPED, FATAL, BACKOFF) for n in group
-                   if n in self.processes):
-                self.stop_queue.pop(0)
-                for name in self.stop_queue[0] if self.stop_queue else []:
-                    self._begin_stop(self.processes[name])
+            self._next_stop_group()
+
+    def _move_on(self, proc: Process, now: float) -> None:
+        """Start a stopped process (or one whose back-off is over), promote a started one
+        that answers, check a running one's health when due."""
+        if proc.state == STOPPED or (proc.state == BACKOFF and now >= proc.next_start):
+            self._spawn(proc)
+        elif proc.state == STARTING and self._listening(proc) and self._ping(proc):
+            proc.state = RUNNING
+            proc.fast_failures = 0
+            proc.answered, proc.next_ping = now, now + HEALTH_S
+            log.info("success: %s entered RUNNING state", proc.name)
+        elif proc.state in UP and now >= proc.next_ping:
+            self._check_health(proc, now)
+
+    def _next_stop_group(self) -> None:
+        """Once every process of the group stopping has stopped, stop the next group."""
+        group = self.stop_queue[0]
+        if all(self.processes[n].state in (STOPPED, FATAL, BACKOFF) for n in group
+               if n in self.processes):
+            self.stop_queue.pop(0)
+            for name in self.stop_queue[0] if self.stop_queue else []:
+                self._begin_stop(self.processes[name])
 
     def unresponsive_s(self, proc: Process) -> float:
         """How long a process may answer no ping before it is taken as stuck."""

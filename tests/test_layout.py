@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from radon.visitors import ComplexityVisitor
 
 from kirolearn.agents import AGENTS
 from kirolearn.roles import base
@@ -206,3 +207,25 @@ def test_no_import_circle():
 
     for module in sorted(graph):
         visit(module, [])
+
+
+MAX_BRANCHES = 20  # radon's cyclomatic complexity: it counts `and`/`or`, ruff's C901 does not
+LONG_MODULE = 450  # lines
+
+
+def test_no_function_takes_more_than_twenty_branches():
+    over = [f"{path.relative_to(ROOT)}:{block.lineno} {block.fullname} ({block.complexity})"
+            for path in modules().values()
+            for block in ComplexityVisitor.from_code(path.read_text()).blocks
+            if block.complexity > MAX_BRANCHES]
+    assert not over, f"split into named steps: {over}"
+
+
+def test_a_long_module_says_why_at_its_top():
+    """A module past LONG_MODULE lines says in its docstring why it is one module ("long
+    as it is: …"); else it is split."""
+    unsaid = [str(path.relative_to(ROOT)) for path in modules().values()
+              if len(path.read_text().splitlines()) > LONG_MODULE
+              and "long as it is" not in " ".join(
+                  (ast.get_docstring(ast.parse(path.read_text())) or "").split())]
+    assert not unsaid, f"over {LONG_MODULE} lines with no reason at the top: {unsaid}"

@@ -1,7 +1,8 @@
 """The ``kirolearn`` command: one click group, each command a thin skin over the library.
 
 ``daemon`` runs it (start, stop, restart, status, scale, logs, worker, open), ``data``
-reads and writes what is stored (import, export, stats, search, prune, scrub, seed),
+reads and writes what is stored (import, export, stats, search, brief, prune, scrub),
+``past`` gives memory its past (seed, import-sessions),
 ``records`` corrects it (forget, edit), ``capture`` says where it is captured (pause,
 resume), ``embeddings`` the vectors, ``extraction`` the batches that become records
 (failed, retry), ``agents`` connects the agents (install, uninstall), ``mcp`` serves
@@ -25,8 +26,8 @@ from kirolearn import __version__, paths
 # module of kirolearn.cli → the commands in its COMMANDS
 MODULES = {
     "daemon": ("start", "stop", "restart", "status", "scale", "logs", "worker", "open"),
-    "data": ("import", "export", "stats", "search", "brief", "prune", "scrub", "seed",
-             "import-sessions"),
+    "data": ("import", "export", "stats", "search", "brief", "prune", "scrub"),
+    "past": ("seed", "import-sessions"),
     "records": ("forget", "edit"),
     "capture": ("pause", "resume", "enable", "disable"),
     "backup": ("backup", "restore"),

@@ -11,7 +11,7 @@ from kirolearn import control, install, project
 from kirolearn import seed as kl_seed
 from kirolearn.cli import common
 from kirolearn.cli.daemon import start
-from kirolearn.cli.data import seed
+from kirolearn.cli.past import seed
 
 
 def _install_target(project_dir: str | None, global_: bool) -> Path | None:

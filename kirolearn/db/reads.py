@@ -1,7 +1,9 @@
 """What readers ask of the database: events, records, batches, counts.
 
 Every function takes a connection: a reader's (``mode=ro``) or, inside storage, the
-writer's.
+writer's. One module, long as it is: every read of events, records and their counts,
+so that a statement is looked for in one place (full-text search is ``fts``'s, the
+extraction queue ``batches``').
 """
 
 from __future__ import annotations

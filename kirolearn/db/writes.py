@@ -2,7 +2,7 @@
 
 Each function runs inside the caller's ``conn.transaction()`` unless it says otherwise.
 (The extraction queue's changes are ``batches``'; what is left here is every change to
-events and records, merges and forgetting included: one module, a little long.)
+events and records, merges and forgetting included: one module, long as it is.)
 """
 
 from __future__ import annotations

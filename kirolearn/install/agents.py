@@ -12,6 +12,9 @@ way to say so (Kiro CLI ``allowedTools``, Kiro IDE ``autoApprove``, Claude Code
 ``permissions.allow``, Codex ``approval_mode``, a Gemini CLI policy rule); ``forget``
 deletes and ``update_memory`` rewrites, so for those the agent asks (OpenCode, which
 asks about nothing by default, is told to, unless the user has said otherwise).
+
+One module, long as it is: a short function per agent, side by side, so that how one
+agent's configuration differs from the others' is read at once.
 """
 
 from __future__ import annotations

@@ -14,8 +14,7 @@ the rules it gives are kept in the home (``save``/``load``), written by ingest a
 every start and read by a shim that must scrub what it spools; where no ingest runs (a
 machine connected to another's daemon), the shim and the MCP server read those of the
 detect-secrets kirolearn was released with (``SHIPPED``, checked against the installed
-one by the tests). (The rules are a table read top to bottom, kept whole in one
-module.)
+one by the tests). One module, long as it is: the rules are a table read top to bottom.
 """
 
 from __future__ import annotations

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from kirolearn.db import errors, fts
 from kirolearn.db.store import Connection
-from kirolearn.search.call import Lift, Search
+from kirolearn.search.call import Lift, Means, Search
 from kirolearn.search.context import without_repeats
 from kirolearn.search.query import (
     MAX_WORDS,
@@ -56,19 +57,10 @@ def matches(s: Search, limit: int, within: list[int] | None = None,
         return Result([], "empty", 0.0)
     engine, namespaces, types = s.engine, s.namespaces, s.request.types
     conn = engine.connection()
-    stems = engine.vocabulary.index_terms(conn, raw)
-    unique: dict[tuple[str, ...], str] = {}
-    for token in raw:  # a token with nothing to index can never match
-        if stems[token]:
-            unique.setdefault(stems[token], token)
-    candidates = list(unique.values())
-    if not candidates:
+    picked = _terms(engine, conn, raw, len(said))
+    if picked is None:
         return Result([], "empty", 0.0)
-    total, doc_freq = engine.vocabulary.frequencies(conn, unique)
-    token_freq = {t: doc_freq[stems[t]] for t in candidates}
-    budget = engine.term_budget or term_budget_for(total)
-    terms, window = select_terms(candidates, token_freq, total, budget,
-                                 most_matched_terms(len(said)))
+    terms, token_freq, total, window = picked.terms, picked.freq, picked.total, picked.window
     rare = [t for t in terms if is_rare(token_freq[t], total)]
     distinctive = sorted((t for t in terms if token_freq[t]), key=token_freq.__getitem__)
     if chosen is not None:
@@ -92,11 +84,44 @@ def matches(s: Search, limit: int, within: list[int] | None = None,
     records = read(conn, ids)
     if len(namespaces) > 1:
         records = without_repeats(records)[:limit]
-    weights = {stems[t]: weight(token_freq[t], total) for t in terms if says_what(t)}
     return Result(records, "ok" if records else "empty", 0.0, terms, window, rare,
-                  distinctive=distinctive,
-                  held=held(conn, records[:COVERAGE_CHECKED], weights,
-                            {stems[t]: t for t in terms}))
+                  distinctive=distinctive, held=_held(conn, records, picked))
+
+
+class Terms(NamedTuple):
+    """The terms a query searches for, with what was read to choose them."""
+
+    terms: list[str]  # its words chosen (``query.select_terms``)
+    stems: dict[str, tuple[str, ...]]  # each word's index terms
+    freq: dict[str, int]  # each candidate word's document frequency
+    total: int  # the documents indexed
+    window: int | None  # the newest rows searched (None: all)
+
+
+def _terms(engine: Means, conn: Connection, raw: list[str], said: int) -> Terms | None:
+    """The query's words (``raw``, of ``said`` words) that can match, one per index
+    term, chosen by their frequencies; None when none can."""
+    stems = engine.vocabulary.index_terms(conn, raw)
+    unique: dict[tuple[str, ...], str] = {}
+    for token in raw:  # a token with nothing to index can never match
+        if stems[token]:
+            unique.setdefault(stems[token], token)
+    candidates = list(unique.values())
+    if not candidates:
+        return None
+    total, doc_freq = engine.vocabulary.frequencies(conn, unique)
+    token_freq = {t: doc_freq[stems[t]] for t in candidates}
+    budget = engine.term_budget or term_budget_for(total)
+    terms, window = select_terms(candidates, token_freq, total, budget,
+                                 most_matched_terms(said))
+    return Terms(terms, stems, token_freq, total, window)
+
+
+def _held(conn: Connection, records: list[dict], picked: Terms) -> dict[str, float]:
+    """``held`` of the best-ranked records (``COVERAGE_CHECKED``), by the terms' weights."""
+    stems, freq = picked.stems, picked.freq
+    weights = {stems[t]: weight(freq[t], picked.total) for t in picked.terms if says_what(t)}
+    return held(conn, records[:COVERAGE_CHECKED], weights, {stems[t]: t for t in picked.terms})
 
 
 def held(conn: Connection, records: list[dict], weights: dict[tuple[str, ...], float],

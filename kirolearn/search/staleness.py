@@ -44,6 +44,8 @@ from kirolearn.search.result import Result
 
 CHECK_S = 0.02  # the most one search spends checking; past it the rest are not checked
 MAX_TEXTS = 512  # files whose text is kept
+# What became of a file's anchors (``Checkout._anchors_in``)
+STANDS, MOVED_ON, GONE = "stands", "moved on", "gone"
 
 
 class Tree(NamedTuple):
@@ -159,31 +161,10 @@ class Checkout:
                 why.append(f"`{name}` no longer exists")
                 continue
             names = anchors.get(name, [])
-            if not names:
+            found = self._anchors_in(root, now, path, names, blobs.get(name)) if names else STANDS
+            if found == STANDS:
                 return Finding()
-            fd = tree_files.open_in(root, now)  # a regular file inside the tree, or nothing
-            if fd is None:
-                return Finding()
-            try:
-                stat = os.fstat(fd)
-                read = (self._read(path, fd, stat) if stat.st_size <= MAX_ANCHORED_BYTES
-                        else None)
-            except OSError:
-                read = None
-            finally:
-                os.close(fd)
-            if read is None:
-                return Finding()
-            text, data = read
-            blob = blobs.get(name)
-            if blob is not None and self._blob(path, stat, data, len(blob)) == blob:
-                return Finding()  # as its work left it
-            there = 0
-            for n in names:  # (no more than half of them are looked for where they are)
-                there += holds(text, n)
-                if there * 2 >= len(names):
-                    return Finding()  # most of what its work defined is there
-            if there:  # it stands, but fewer than half of its names do
+            if found == MOVED_ON:
                 moved_on = True
                 continue
             shown = ", ".join(f"`{n}`" for n in names[:3]) + (" …" if len(names) > 3 else "")
@@ -194,6 +175,33 @@ class Checkout:
             return Finding()
         committed = not {renamed.get(f, f) for f in files} & set(changed)
         return Finding("; ".join(why[:3]), committed=committed)
+
+    def _anchors_in(self, root: str, now: str, path: str, names: list[str],
+                    blob: str | None) -> str:
+        """What became of a file's anchors: ``STANDS`` (the file as the work left it,
+        most of its names there, or a file that cannot be read: nothing to judge),
+        ``MOVED_ON`` (fewer than half of them there) or ``GONE``."""
+        fd = tree_files.open_in(root, now)  # a regular file inside the tree, or nothing
+        if fd is None:
+            return STANDS
+        try:
+            stat = os.fstat(fd)
+            read = self._read(path, fd, stat) if stat.st_size <= MAX_ANCHORED_BYTES else None
+        except OSError:
+            read = None
+        finally:
+            os.close(fd)
+        if read is None:
+            return STANDS
+        text, data = read
+        if blob is not None and self._blob(path, stat, data, len(blob)) == blob:
+            return STANDS  # as its work left it
+        there = 0
+        for n in names:  # (no more than half of them are looked for where they are)
+            there += holds(text, n)
+            if there * 2 >= len(names):
+                return STANDS  # most of what its work defined is there
+        return MOVED_ON if there else GONE
 
     def gone(self, root: str, record: dict, renamed: Mapping[str, str]) -> str | None:
         """Why the record's anchors are all gone from the working tree at ``root`` (None:

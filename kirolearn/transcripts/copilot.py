@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kirolearn.shims import copilot as shim
-from kirolearn.transcripts.replay import Transcript, json_lines, stored_files
+from kirolearn.transcripts.replay import Replay, Transcript, json_lines, stored_files
 
 AGENT = shim.SURFACE
 
@@ -39,53 +39,78 @@ def transcripts(user_home: Path) -> Iterator[Transcript]:
     return map(read, stored(user_home))
 
 
+class _Reading(Replay):
+    """A Copilot CLI transcript being read: a handler per kind of line (``HANDLERS``).
+    Its hooks' payloads say ``sessionId``, and their name is given apart."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(Transcript(AGENT, path),
+                         lambda payload: shim.read(payload, payload["hook_event_name"]))
+
+    def hook(self, payload: dict, when: object) -> None:
+        self.transcript.add(when, self.read({"sessionId": self.transcript.session_id,
+                                             "cwd": self.transcript.cwd, **payload}))
+
+    def session_end(self) -> dict:
+        return {"hook_event_name": "sessionEnd", "reason": "import"}
+
+    def start(self, data: dict, when: object) -> None:
+        transcript = self.transcript
+        if transcript.session_id:
+            return
+        context = data.get("context") if isinstance(data.get("context"), dict) else {}
+        transcript.session_id = str(data.get("sessionId") or "")
+        transcript.cwd = str(context.get("cwd") or "")
+        branch = context.get("branch")
+        transcript.branch = branch if isinstance(branch, str) and branch else None
+        self.hook({"hook_event_name": "sessionStart", "source": "import"}, when)
+
+    def user_message(self, data: dict, when: object, number: int) -> None:
+        if isinstance(data.get("content"), str) and data["content"].strip():
+            self.hook({"hook_event_name": "userPromptSubmitted", "prompt": data["content"]},
+                      when)
+
+    def tool_start(self, data: dict, when: object, number: int) -> None:
+        self.calls[str(data.get("toolCallId"))] = data
+
+    def tool_complete(self, data: dict, when: object, number: int) -> None:
+        """A tool's end: as ``postToolUse`` reports it, or ``postToolUseFailure``."""
+        call = self.calls.pop(str(data.get("toolCallId")), None)
+        if call is None:
+            self.problem(number, "a tool's end without its start")
+            return
+        used = {"toolName": call.get("toolName"), "toolArgs": call.get("arguments")}
+        result = data.get("result") if isinstance(data.get("result"), dict) else {}
+        if data.get("success") is False and "content" not in result:
+            error = data.get("error")
+            self.hook({"hook_event_name": "postToolUseFailure", **used, "error": error.get(
+                "message", error) if isinstance(error, dict) else error}, when)
+        else:
+            self.hook({"hook_event_name": "postToolUse", **used, "toolResult": {
+                "textResultForLlm": result.get("content"),
+                "resultType": "success" if data.get("success") else "failure"}}, when)
+
+
+# Each line's type → what is done with it; other lines are not read.
+HANDLERS = {
+    "user.message": _Reading.user_message,
+    "tool.execution_start": _Reading.tool_start,
+    "tool.execution_complete": _Reading.tool_complete,
+}
+
+
 def read(path: Path) -> Transcript:
     """One transcript, as the hooks Copilot CLI would have run."""
-    transcript = Transcript(AGENT, path)
-    calls: dict[str, dict] = {}  # toolCallId → the call's start
-    last_time: str | None = None
-
-    def hook(name: str, payload: dict, when: object) -> None:
-        transcript.add(when, shim.read({"sessionId": transcript.session_id,
-                                        "cwd": transcript.cwd, **payload}, name))
-
-    for number, line in json_lines(path, transcript):
+    reading = _Reading(path)
+    for number, line in json_lines(path, reading.transcript):
         kind, data, when = line.get("type"), line.get("data"), line.get("timestamp")
         if not isinstance(data, dict):
             continue
-        last_time = when if isinstance(when, str) else last_time
+        reading.seen(when)
         if kind == "session.start":
-            context = data.get("context") if isinstance(data.get("context"), dict) else {}
-            if not transcript.session_id:
-                transcript.session_id = str(data.get("sessionId") or "")
-                transcript.cwd = str(context.get("cwd") or "")
-                branch = context.get("branch")
-                transcript.branch = branch if isinstance(branch, str) and branch else None
-                hook("sessionStart", {"source": "import"}, when)
-            continue
-        if not transcript.session_id or not transcript.cwd:
-            transcript.problems.append(f"line {number}: before the session's start")
-            continue
-        if kind == "user.message" and isinstance(data.get("content"), str):
-            if data["content"].strip():
-                hook("userPromptSubmitted", {"prompt": data["content"]}, when)
-        elif kind == "tool.execution_start":
-            calls[str(data.get("toolCallId"))] = data
-        elif kind == "tool.execution_complete":
-            call = calls.pop(str(data.get("toolCallId")), None)
-            if call is None:
-                transcript.problems.append(f"line {number}: a tool's end without its start")
-                continue
-            used = {"toolName": call.get("toolName"), "toolArgs": call.get("arguments")}
-            result = data.get("result") if isinstance(data.get("result"), dict) else {}
-            if data.get("success") is False and "content" not in result:
-                error = data.get("error")
-                hook("postToolUseFailure", {**used, "error": error.get("message", error)
-                                            if isinstance(error, dict) else error}, when)
-            else:
-                hook("postToolUse", {**used, "toolResult": {
-                    "textResultForLlm": result.get("content"),
-                    "resultType": "success" if data.get("success") else "failure"}}, when)
-    if transcript.hooks:
-        hook("sessionEnd", {"reason": "import"}, last_time)
-    return transcript
+            reading.start(data, when)
+        elif not reading.transcript.session_id or not reading.transcript.cwd:
+            reading.problem(number, "before the session's start")
+        elif isinstance(kind, str) and (handler := HANDLERS.get(kind)) is not None:
+            handler(reading, data, when, number)
+    return reading.finish()

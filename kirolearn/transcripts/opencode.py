@@ -28,7 +28,7 @@ from pathlib import Path
 from kirolearn.db import opencode as store
 from kirolearn.search.context import FENCE
 from kirolearn.shims import opencode as shim
-from kirolearn.transcripts.replay import Transcript
+from kirolearn.transcripts.replay import Replay, Transcript
 
 AGENT = shim.SURFACE
 
@@ -72,53 +72,68 @@ def transcripts(user_home: Path) -> Iterator[Transcript]:
         conn.close()
 
 
+class _Reading(Replay):
+    """An OpenCode session being read, part by part: a handler per (message role, part
+    type) (``HANDLERS``), as kirolearn's plugin hands them to the shim."""
+
+    def __init__(self, transcript: Transcript) -> None:
+        super().__init__(transcript, shim.read)
+        self.asked: str | None = None  # the message whose text parts are the prompt so far
+
+    def turn_end(self, reply: str) -> dict:
+        return {"hook": "turn_end", "text": reply}
+
+    def session_end(self) -> None:
+        return None  # the plugin sends none
+
+    def user_text(self, message_id: str, part: dict, when: str | None) -> None:
+        """A prompt (its first text part; not one kirolearn's context was given in)."""
+        text = part.get("text")
+        if (part.get("synthetic") or not isinstance(text, str) or not text.strip()
+                or text.lstrip().startswith(f"<{FENCE}>") or self.asked == message_id):
+            return
+        self.end_turn()
+        if not self.transcript.hooks:
+            self.hook({"hook": "start"}, when)
+        self.prompt({"hook": "prompt", "text": text}, text, when)
+        self.asked = message_id
+
+    def tool(self, message_id: str, part: dict, when: str | None) -> None:
+        state = part.get("state") if isinstance(part.get("state"), dict) else {}
+        if state.get("status") in ("completed", "error"):
+            self.hook({"hook": "tool", "tool": {
+                "name": part.get("tool"), "args": state.get("input"),
+                "output": state.get("output", state.get("error")),
+                "metadata": state.get("metadata")}}, when)
+
+    def assistant_text(self, message_id: str, part: dict, when: str | None) -> None:
+        """The assistant's words, kept as the turn's reply (its last, when the turn ends)."""
+        if self.reply is not None and isinstance(part.get("text"), str) and part["text"].strip():
+            self.reply = part["text"]
+
+
+# Each part's (message role, part type) → what is done with it; other parts are not read.
+HANDLERS = {
+    ("user", "text"): _Reading.user_text,
+    ("assistant", "tool"): _Reading.tool,
+    ("assistant", "text"): _Reading.assistant_text,
+}
+
+
 def read(conn: sqlite3.Connection, path: Path, session_id: str, directory: str) -> Transcript:
     """One session, as kirolearn's plugin would have handed it to the shim."""
-    transcript = Transcript(AGENT, path, session_id=session_id, cwd=directory)
+    reading = _Reading(Transcript(AGENT, path, session_id=session_id, cwd=directory))
     try:
         rows = store.parts(conn, session_id)
     except store.Error as exc:
-        transcript.problems.append(f"session {session_id}: cannot be read: {exc}")
-        return transcript
-    reply: str | None = None
-    asked: str | None = None  # the message whose text parts are the prompt so far
-    last_time: str | None = None
-
-    def hook(payload: dict, when: object) -> None:
-        transcript.add(when, shim.read({"session_id": session_id, "cwd": directory,
-                                        **payload}))
-
-    def end_turn() -> None:
-        nonlocal reply
-        if reply is not None:
-            hook({"hook": "turn_end", "text": reply}, last_time)
-        reply = None
-
+        reading.transcript.problems.append(f"session {session_id}: cannot be read: {exc}")
+        return reading.transcript
     for message_id, message, part, created in rows:
         role, found, when = _data(message).get("role"), _data(part), _when(created)
-        last_time = when or last_time
-        if role == "user" and found.get("type") == "text" and not found.get("synthetic"):
-            text = found.get("text")
-            if not isinstance(text, str) or not text.strip() or text.lstrip().startswith(
-                    f"<{FENCE}>"):
-                continue
-            if asked == message_id:  # another text part of the same prompt
-                continue
-            end_turn()
-            if not transcript.hooks:
-                hook({"hook": "start"}, when)
-            hook({"hook": "prompt", "text": text}, when)
-            asked, reply = message_id, ""
-        elif role == "assistant" and found.get("type") == "tool":
-            state = found.get("state") if isinstance(found.get("state"), dict) else {}
-            if state.get("status") not in ("completed", "error"):
-                continue
-            hook({"hook": "tool", "tool": {
-                "name": found.get("tool"), "args": state.get("input"),
-                "output": state.get("output", state.get("error")),
-                "metadata": state.get("metadata")}}, when)
-        elif (role == "assistant" and found.get("type") == "text" and reply is not None
-              and isinstance(found.get("text"), str) and found["text"].strip()):
-            reply = found["text"]
-    end_turn()
-    return transcript
+        reading.seen(when)
+        what = found.get("type")
+        handler = HANDLERS.get((role, what)) if isinstance(role, str) and isinstance(
+            what, str) else None
+        if handler is not None:
+            handler(reading, message_id, found, when)
+    return reading.finish()

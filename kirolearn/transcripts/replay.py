@@ -94,11 +94,16 @@ class Replay:
         """The hook of a turn's end, in the agent's words."""
         return {"hook_event_name": "Stop", "last_assistant_message": reply}
 
+    def session_end(self) -> dict | None:
+        """The hook of a session's end, in the agent's words (None: it has none)."""
+        return {"hook_event_name": "SessionEnd", "reason": "import"}
+
     def finish(self) -> Transcript:
         """The last turn ends, and the session (when anything was read of it)."""
         self.end_turn()
-        if self.transcript.hooks:
-            self.hook({"hook_event_name": "SessionEnd", "reason": "import"}, self.line_time)
+        end = self.session_end()
+        if self.transcript.hooks and end is not None:
+            self.hook(end, self.line_time)
         return self.transcript
 
 

@@ -172,13 +172,18 @@ async def find_memories(request: Request) -> tuple[list[dict], str | None]:
         found += reply["records"]
     if len(namespaces) > MAX_NAMESPACES:
         found.sort(key=lambda r: -r.get("score", 0))
-    records = [r for r in found
-               if (not kind or r["observation_type"] == kind)
-               and (not strategy or r["strategy"] == strategy)
-               and (not author or record_author(r) == author)
-               and (not since or r["created_at"] >= since)
-               and (not until or r["created_at"][:10] <= until)]
-    return records[:PAGE_SIZE], None
+    return [r for r in found if _passes(r, kind, strategy, author, since, until)
+            ][:PAGE_SIZE], None
+
+
+def _passes(record: dict, kind: str | None, strategy: str | None, author: str | None,
+            since: str | None, until: str | None) -> bool:
+    """Whether a record found passes the page's filters (each None: not filtered on)."""
+    return ((not kind or record["observation_type"] == kind)
+            and (not strategy or record["strategy"] == strategy)
+            and (not author or record_author(record) == author)
+            and (not since or record["created_at"] >= since)
+            and (not until or record["created_at"][:10] <= until))
 
 
 async def memory(request: Request) -> Response:

@@ -27,8 +27,8 @@ tombstones (``put_records``), and ``forget``, ``forget_project``, ``prune_events
 ``scrub``.
 
 What it checks is in ``checks`` (pure functions), the searches it asks for in
-``searches``; the module is longer than the others' because its op table is the whole
-door, events and record writes alike.
+``searches``. One module, long as it is: its op table is the whole door, events and
+record writes alike.
 """
 
 from __future__ import annotations

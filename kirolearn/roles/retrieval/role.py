@@ -7,6 +7,9 @@ every session start sent with ``retrieve: "session"`` (``session_context``);
 deadline: the request's budget, cut shorter by the sender's ``deadline_ms`` when
 given, so a request that waited in the queue past its sender's patience is answered
 ``timeout`` at once instead of being searched for nobody.
+
+One module, long as it is: the role's op table, each op with the check of its request
+beside it (the searching is ``search``'s, the context blocks ``briefs``').
 """
 
 from __future__ import annotations

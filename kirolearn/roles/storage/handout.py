@@ -19,6 +19,9 @@ Sockets (bound here, for the storage role):
 Every worker's records, this machine's too, are scrubbed as an event is and must be
 the batch's: in its namespace, made from its events (a worker elsewhere's, from a
 batch it took); anything else is dropped and said in the log.
+
+One module, long as it is: the batches' way out and the records' way back share their
+sockets, leases and checks, and are read together.
 """
 
 from __future__ import annotations

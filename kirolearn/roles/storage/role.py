@@ -23,6 +23,9 @@ and what to do (the shims keep their events in the spool), and ``ping`` carries 
 that often into ``backups/`` (``scheduled-<time>.db``, the last ``backup.keep`` kept),
 on a thread beside the writer. Between events, the records stored with other privacy
 rules than today's are scrubbed again (``_rescrub``).
+
+One module, long as it is: the single writer's op table, every write the daemon makes;
+its parts (``writer``, ``handout``, ``leases``) are apart.
 """
 
 from __future__ import annotations
