@@ -2,8 +2,8 @@
 leak checks.
 
 A test fails loudly if it leaves a daemon process or a socket file behind, or
-a ZeroMQ context that cannot terminate (an unclosed socket). Helpers are in
-``helpers.py``.
+a ZeroMQ context that cannot terminate (an unclosed socket). Helpers are in the
+``helpers`` package, a module per kind.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import zmq
-from helpers import here, kl, processes_using
+from helpers.cli import here, kl, processes_using
 from hypothesis import settings
 from ports import free_ports
 from postgres_server import PostgresServer
@@ -128,7 +128,7 @@ def ingest(daemon, ctx):
 
 @pytest.fixture
 def machines() -> Iterator[list[Path]]:
-    """Homes for other machines (``helpers.new_machine``); none may keep a process after
+    """Homes for other machines (``helpers.team.new_machine``); none may keep a process after
     the test."""
     made: list[Path] = []
     yield made

@@ -12,18 +12,10 @@ import sys
 
 import pytest
 import zmq
-from helpers import (
-    allow,
-    clone,
-    connect,
-    here,
-    kl,
-    make_event,
-    new_machine,
-    on,
-    wait_for,
-    wait_records,
-)
+from helpers.cli import here, kl
+from helpers.events import make_event, wait_records
+from helpers.team import allow, clone, connect, new_machine, on
+from helpers.waits import wait_for
 from ports import free_ports
 
 from kirolearn import (

@@ -15,16 +15,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from helpers import (
-    BIN,
-    Workspace,
-    here,
-    kl,
-    logged_retrieval,
-    settled_context,
-    wait_events,
-    wait_records,
-)
+from helpers.cli import BIN, here, kl
+from helpers.events import logged_retrieval, settled_context, wait_events, wait_records
+from helpers.workspace import Workspace
 
 from kirolearn import db, tooluse, transcripts
 from kirolearn.agents import AGENTS

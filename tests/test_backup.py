@@ -12,7 +12,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import KL, all_up, kl, make_event, status, wait_for, wait_for_count
+from helpers.cli import KL, all_up, kl, status
+from helpers.events import make_event
+from helpers.waits import wait_for, wait_for_count
 
 from kirolearn import paths
 

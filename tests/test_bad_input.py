@@ -11,7 +11,8 @@ import os
 import click
 import pytest
 from click.testing import CliRunner
-from helpers import here, kl, make_event, stored_events
+from helpers.cli import here, kl
+from helpers.events import make_event, stored_events
 
 from kirolearn import control
 from kirolearn.cli import cli

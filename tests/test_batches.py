@@ -11,7 +11,9 @@ import time
 
 import pytest
 import zmq
-from helpers import NAMESPACE, here, kl, make_event, status, wait_for
+from helpers.cli import here, kl, status
+from helpers.events import NAMESPACE, make_event
+from helpers.waits import wait_for
 from hypothesis import given
 from hypothesis import strategies as st
 

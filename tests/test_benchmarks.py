@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import processes_with
+from helpers.cli import processes_with
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 

@@ -8,7 +8,11 @@ from __future__ import annotations
 import json
 import subprocess
 
-from helpers import BIN, ApiHandler, Workspace, here, kl, retrieval, scripted_api, wait_for
+from helpers.cli import BIN, here, kl
+from helpers.events import retrieval
+from helpers.model_apis import ApiHandler, scripted_api
+from helpers.waits import wait_for
+from helpers.workspace import Workspace
 from hypothesis import given
 from hypothesis import strategies as st
 

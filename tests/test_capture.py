@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 
-from helpers import Workspace, here, kl, stored_events
+from helpers.cli import here, kl
+from helpers.events import stored_events
+from helpers.workspace import Workspace
 
 
 def prompt(ws: Workspace, text: str, hook: str = "kirolearn-claude-code") -> str:

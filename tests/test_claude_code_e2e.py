@@ -16,18 +16,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import (
-    ACTOR,
-    FakeAnthropic,
-    agent_cli,
-    first_run,
-    imported_like_live,
-    kl,
-    scripted_api,
-    stored_events,
-    taught,
-    wait_remembered,
-)
+from helpers.agents import agent_cli, first_run, imported_like_live, taught, wait_remembered
+from helpers.cli import kl
+from helpers.events import ACTOR, stored_events
+from helpers.model_apis import FakeAnthropic, scripted_api
 
 from kirolearn import project
 

@@ -21,19 +21,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import (
-    ACTOR,
-    BIN,
-    LINUX_X64,
-    FakeChatCompletions,
-    agent_cli,
-    kl,
-    processes_with,
-    scripted_api,
-    wait_events,
-    wait_for,
-    wait_records,
-)
+from helpers.agents import LINUX_X64, agent_cli
+from helpers.cli import BIN, kl, processes_with
+from helpers.events import ACTOR, wait_events, wait_records
+from helpers.model_apis import FakeChatCompletions, scripted_api
+from helpers.waits import wait_for
 
 from kirolearn import project, tooluse
 from kirolearn.install.agents import CLINE_HOOKS

@@ -16,21 +16,18 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import (
-    ACTOR,
+from helpers.agents import (
     AGENT_BIN,
-    BIN,
-    ApiHandler,
     agent_cli,
     first_run,
     imported_like_live,
-    kl,
-    scripted_api,
-    stored_events,
     stored_prompts,
     taught,
     wait_remembered,
 )
+from helpers.cli import BIN, kl
+from helpers.events import ACTOR, stored_events
+from helpers.model_apis import ApiHandler, scripted_api
 
 from kirolearn import project
 

@@ -7,7 +7,7 @@ import json
 import msgpack
 import pytest
 import ulid as python_ulid
-from helpers import NAMESPACE, make_event
+from helpers.events import NAMESPACE, make_event
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -17,20 +17,18 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import (
-    ACTOR,
-    BIN,
+from helpers.agents import (
     LINUX_X64,
-    FakeAnthropic,
     agent_cli,
     first_run,
     imported_like_live,
-    kl,
-    scripted_api,
     stored_prompts,
     taught,
     wait_remembered,
 )
+from helpers.cli import BIN, kl
+from helpers.events import ACTOR
+from helpers.model_apis import FakeAnthropic, scripted_api
 
 from kirolearn import project
 

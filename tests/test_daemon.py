@@ -11,17 +11,9 @@ import subprocess
 import msgpack
 import pytest
 import zmq
-from helpers import (
-    KL,
-    all_up,
-    here,
-    kl,
-    make_event,
-    processes_using,
-    status,
-    stored_events,
-    wait_for,
-)
+from helpers.cli import KL, all_up, here, kl, processes_using, status
+from helpers.events import make_event, stored_events
+from helpers.waits import wait_for
 
 from kirolearn import contract, db, paths, protocol, transport
 from kirolearn.db import batches, schema

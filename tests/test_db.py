@@ -11,7 +11,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from helpers import NAMESPACE, make_event
+from helpers.events import NAMESPACE, make_event
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import click
-from helpers import stored_events, wait_for
+from helpers.events import stored_events
+from helpers.waits import wait_for
 
 from kirolearn import protocol
 from kirolearn.agents import AGENTS

@@ -11,7 +11,9 @@ import signal
 
 import numpy as np
 import pytest
-from helpers import NAMESPACE, here, kl, wait_for
+from helpers.cli import here, kl
+from helpers.events import NAMESPACE
+from helpers.waits import wait_for
 from test_hybrid import RECORDS, embedded_database, save, unembedded
 
 from kirolearn import transport

@@ -9,7 +9,9 @@ import json
 
 import pytest
 from conftest import private_home
-from helpers import here, kl, make_event, wait_for
+from helpers.cli import here, kl
+from helpers.events import make_event
+from helpers.waits import wait_for
 from test_heuristic import KIRO_CLI_SESSION
 from test_llm import GOOD, ScriptedEndpoint
 

@@ -9,7 +9,10 @@ import subprocess
 import sys
 
 import zmq
-from helpers import KL, NAMESPACE, Workspace, here, kl, make_event, wait_for, wait_for_count
+from helpers.cli import KL, here, kl
+from helpers.events import NAMESPACE, make_event
+from helpers.waits import wait_for, wait_for_count
+from helpers.workspace import Workspace
 
 from kirolearn import paths, protocol, transport
 

@@ -13,18 +13,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import (
-    KL,
-    Workspace,
-    all_up,
-    here,
-    kl,
-    make_event,
-    status,
-    stored_events,
-    wait_for,
-    wait_for_count,
-)
+from helpers.cli import KL, all_up, here, kl, status
+from helpers.events import make_event, stored_events
+from helpers.waits import wait_for, wait_for_count
+from helpers.workspace import Workspace
 
 from kirolearn import db, importer, paths, protocol, spool, transport
 

@@ -9,7 +9,10 @@ import json
 import os
 
 import httpx
-from helpers import Workspace, here, kl, make_event, stored_events, wait_for, wait_records
+from helpers.cli import here, kl
+from helpers.events import make_event, stored_events, wait_records
+from helpers.waits import wait_for
+from helpers.workspace import Workspace
 from test_mcp import call, saved_id, serve
 
 from kirolearn import contract, db, project, spool

@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 from conftest import private_home
-from helpers import Workspace, kl, retrieval, wait_for
+from helpers.cli import kl
+from helpers.events import retrieval
+from helpers.waits import wait_for
+from helpers.workspace import Workspace
 
 SOURCE = '''def write_row(out, row):
     out.write(",".join(row) + "\\n")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from helpers import NAMESPACE
+from helpers.events import NAMESPACE
 from hypothesis import given
 from hypothesis import strategies as st
 

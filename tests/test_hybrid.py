@@ -15,7 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import NAMESPACE, here, kl, make_event, retrieval, wait_for
+from helpers.cli import here, kl
+from helpers.events import NAMESPACE, make_event, retrieval
+from helpers.waits import wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -7,17 +7,10 @@ from __future__ import annotations
 
 import json
 
-from helpers import (
-    Workspace,
-    call,
-    here,
-    kl,
-    make_event,
-    serve,
-    stored_events,
-    wait_for,
-    wait_records,
-)
+from helpers.cli import here, kl
+from helpers.events import make_event, stored_events, wait_records
+from helpers.waits import wait_for
+from helpers.workspace import Workspace, call, serve
 from hypothesis import given
 from hypothesis import strategies as st
 

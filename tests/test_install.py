@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import kl
+from helpers.cli import kl
 
 from kirolearn import install
 

@@ -14,7 +14,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from helpers import NAMESPACE, here, kl, make_event, status, wait_for
+from helpers.cli import here, kl, status
+from helpers.events import NAMESPACE, make_event
+from helpers.waits import wait_for
 from test_heuristic import KIRO_CLI_SESSION
 
 from kirolearn import config, contract, db, transport

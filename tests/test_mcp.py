@@ -8,18 +8,10 @@ import re
 from datetime import UTC, datetime
 
 import pytest
-from helpers import (
-    ACTOR,
-    BIN,
-    Workspace,
-    call,
-    here,
-    kl,
-    retrieval,
-    serve,
-    settled_context,
-    wait_for,
-)
+from helpers.cli import BIN, here, kl
+from helpers.events import ACTOR, retrieval, settled_context
+from helpers.waits import wait_for
+from helpers.workspace import Workspace, call, serve
 from hypothesis import given
 from hypothesis import strategies as st
 from mcp import Client

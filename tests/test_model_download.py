@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from helpers import kl
+from helpers.cli import kl
 
 from kirolearn.search import embeddings
 

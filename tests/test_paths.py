@@ -7,7 +7,8 @@ import shutil
 
 import pytest
 import zmq
-from helpers import Workspace, kl
+from helpers.cli import kl
+from helpers.workspace import Workspace
 
 from kirolearn import paths, spool
 

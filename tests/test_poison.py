@@ -9,7 +9,9 @@ import json
 import msgpack
 import pytest
 import zmq
-from helpers import all_up, here, kl, make_event, status, stored_events, wait_for
+from helpers.cli import all_up, here, kl, status
+from helpers.events import make_event, stored_events
+from helpers.waits import wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

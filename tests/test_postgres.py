@@ -9,7 +9,8 @@ import json
 import re
 
 import pytest
-from helpers import NAMESPACE, here, kl, make_db, make_event
+from helpers.cli import here, kl
+from helpers.events import NAMESPACE, make_db, make_event
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -7,7 +7,9 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 
-from helpers import here, kl, make_event, wait_for
+from helpers.cli import here, kl
+from helpers.events import make_event
+from helpers.waits import wait_for
 
 from kirolearn import control
 

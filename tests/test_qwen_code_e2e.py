@@ -15,19 +15,10 @@ import json
 import subprocess
 
 import pytest
-from helpers import (
-    ACTOR,
-    BIN,
-    FakeChatCompletions,
-    agent_cli,
-    first_run,
-    kl,
-    scripted_api,
-    stored_events,
-    stored_prompts,
-    taught,
-    wait_remembered,
-)
+from helpers.agents import agent_cli, first_run, stored_prompts, taught, wait_remembered
+from helpers.cli import BIN, kl
+from helpers.events import ACTOR, stored_events
+from helpers.model_apis import FakeChatCompletions, scripted_api
 
 from kirolearn import project
 

@@ -10,7 +10,9 @@ import subprocess
 import time
 
 import pytest
-from helpers import KL, NAMESPACE, here, kl, make_event, status, wait_for
+from helpers.cli import KL, here, kl, status
+from helpers.events import NAMESPACE, make_event
+from helpers.waits import wait_for
 
 from kirolearn import db, paths, project, protocol, transport
 from kirolearn.db import writes

@@ -12,7 +12,8 @@ import time
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from helpers import make_db, wait_for
+from helpers.events import make_db
+from helpers.waits import wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -13,7 +13,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from helpers import Workspace, call, kl, retrieval, serve, wait_for
+from helpers.cli import kl
+from helpers.events import retrieval
+from helpers.waits import wait_for
+from helpers.workspace import Workspace, call, serve
 from secret_corpus import PRIVATE, SECRETS
 from starlette.testclient import TestClient
 

@@ -7,7 +7,9 @@ import json
 import subprocess
 from pathlib import Path
 
-from helpers import Workspace, kl, wait_for
+from helpers.cli import kl
+from helpers.waits import wait_for
+from helpers.workspace import Workspace
 from hypothesis import given
 from hypothesis import strategies as st
 

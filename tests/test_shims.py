@@ -11,21 +11,18 @@ import json
 import subprocess
 
 import pytest
-from helpers import (
+from helpers.cli import BIN, kl
+from helpers.events import (
     ACTOR,
-    BIN,
-    Workspace,
-    call,
     check_prompt_answer,
-    kl,
     retrieval,
-    serve,
     settled_context,
     stored_events,
     wait_events,
-    wait_for,
     wait_records,
 )
+from helpers.waits import wait_for
+from helpers.workspace import Workspace, call, serve
 
 from kirolearn import contract, project
 

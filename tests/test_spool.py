@@ -7,7 +7,10 @@ import os
 import signal
 
 import pytest
-from helpers import Workspace, all_up, here, kl, status, stored_events, wait_events, wait_for
+from helpers.cli import all_up, here, kl, status
+from helpers.events import stored_events, wait_events
+from helpers.waits import wait_for
+from helpers.workspace import Workspace
 
 from kirolearn import paths, spool
 

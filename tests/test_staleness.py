@@ -10,7 +10,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from helpers import Workspace, kl, retrieval, wait_for
+from helpers.cli import kl
+from helpers.events import retrieval
+from helpers.waits import wait_for
+from helpers.workspace import Workspace
 from hypothesis import given
 from hypothesis import strategies as st
 

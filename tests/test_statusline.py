@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import subprocess
 
-from helpers import BIN, Workspace, kl, wait_for
+from helpers.cli import BIN, kl
+from helpers.waits import wait_for
+from helpers.workspace import Workspace
 
 
 def status_line(ws: Workspace, payload: dict) -> str:

@@ -17,24 +17,11 @@ from pathlib import Path
 
 import pytest
 import zmq
-from helpers import (
-    KL,
-    NAMESPACE,
-    Workspace,
-    all_up,
-    allow,
-    call,
-    clone,
-    connect,
-    here,
-    kl,
-    make_event,
-    new_machine,
-    on,
-    serve,
-    wait_for,
-    wait_records,
-)
+from helpers.cli import KL, all_up, here, kl
+from helpers.events import NAMESPACE, make_event, wait_records
+from helpers.team import allow, clone, connect, new_machine, on
+from helpers.waits import wait_for
+from helpers.workspace import Workspace, call, serve
 from hypothesis import given
 from hypothesis import strategies as st
 from mcp import Client

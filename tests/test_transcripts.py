@@ -14,7 +14,10 @@ import json
 import sqlite3
 from pathlib import Path
 
-from helpers import Workspace, kl, stored_events, wait_for
+from helpers.cli import kl
+from helpers.events import stored_events
+from helpers.waits import wait_for
+from helpers.workspace import Workspace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

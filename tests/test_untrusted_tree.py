@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import wait_for
+from helpers.waits import wait_for
 from test_seed import commit, git
 
 from kirolearn import project, rules, seed

@@ -15,7 +15,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import NAMESPACE, Workspace, kl, make_event, retrieval, status, wait_for, wait_records
+from helpers.cli import kl, status
+from helpers.events import NAMESPACE, make_event, retrieval, wait_records
+from helpers.waits import wait_for
+from helpers.workspace import Workspace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient

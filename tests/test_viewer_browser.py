@@ -11,7 +11,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import Workspace, kl, retrieval, wait_for, wait_records
+from helpers.cli import kl
+from helpers.events import retrieval, wait_records
+from helpers.waits import wait_for
+from helpers.workspace import Workspace
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
