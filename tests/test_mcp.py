@@ -554,7 +554,7 @@ def record(namespace: str, **fields: object) -> dict:
 
 
 def test_ingest_checks_put_record_and_forget(ingest):
-    from helpers import NAMESPACE
+    from helpers.events import NAMESPACE
 
     def refused(op: str, body: dict) -> protocol.RemoteError:
         with pytest.raises(protocol.RemoteError) as caught:
@@ -587,7 +587,7 @@ def test_ingest_checks_put_record_and_forget(ingest):
 
 
 def test_retrieval_checks_get_records_and_timeline(daemon):
-    from helpers import NAMESPACE
+    from helpers.events import NAMESPACE
 
     with transport.Client(here().endpoint("retrieval"), timeout_ms=5000) as client:
         for op, body, reason in [

@@ -119,7 +119,7 @@ def test_quick_start_install_and_start_in_a_fresh_checkout(tmp_path):
 
 
 def processes_using_home(home: Path) -> list[int]:
-    from helpers import processes_using
+    from helpers.cli import processes_using
 
     return processes_using(home / ".kirolearn")
 

@@ -235,7 +235,7 @@ def _insert(tree: object, path: list[int], item: dict) -> object:
 def test_a_secret_under_a_secret_key_at_any_depth_never_reaches_storage(tree, path, key, secret):
     """A tool's input is JSON: whatever a value under a key such as ``password`` looks
     like (a plain word too), ingest stores none of it."""
-    from helpers import make_event
+    from helpers.events import make_event
 
     from kirolearn.roles.ingest import checks
 

@@ -246,7 +246,7 @@ def test_a_killed_seed_goes_on_after_what_ingest_had_answered(home, tmp_path):
     import os
     import signal
 
-    from helpers import KL, here
+    from helpers.cli import KL, here
 
     repo = tmp_path / "big"
     repo.mkdir()

@@ -307,7 +307,7 @@ def test_a_fifo_in_the_tree_or_behind_head_hangs_no_hook_and_no_search(home, tmp
     hook's own output; HEAD pointed at a FIFO outside ``.git``. Every prompt is still
     answered with its context, in this project and in another, and the daemon stays
     whole (no role restarted)."""
-    from helpers import kl, status
+    from helpers.cli import kl, status
     from test_staleness import PARSER, Repo
 
     repo = Repo(tmp_path, monkeypatch)
@@ -380,7 +380,7 @@ def test_stored_transcripts_are_regular_files_found_without_following_a_link(tmp
 def test_a_link_in_the_home_is_never_written_through(home, tmp_path):
     """A link left where the spool or a log file goes: kirolearn removes the link and
     writes in its home, never where the link leads."""
-    from helpers import kl
+    from helpers.cli import kl
 
     from kirolearn import paths, spool
 
