@@ -43,13 +43,11 @@ class _Reading(Replay):
     """A Copilot CLI transcript being read: a handler per kind of line (``HANDLERS``).
     Its hooks' payloads say ``sessionId``, and their name is given apart."""
 
+    session_key = "sessionId"
+
     def __init__(self, path: Path) -> None:
         super().__init__(Transcript(AGENT, path),
                          lambda payload: shim.read(payload, payload["hook_event_name"]))
-
-    def hook(self, payload: dict, when: object) -> None:
-        self.transcript.add(when, self.read({"sessionId": self.transcript.session_id,
-                                             "cwd": self.transcript.cwd, **payload}))
 
     def session_end(self) -> dict:
         return {"hook_event_name": "sessionEnd", "reason": "import"}

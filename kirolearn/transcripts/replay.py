@@ -58,6 +58,8 @@ class Replay:
     turn under way, the time of the latest line; and ``hook``, a payload read by the
     agent's own shim, as the live hook would have been."""
 
+    session_key = "session_id"  # what the agent's hook payloads call the session's id
+
     def __init__(self, transcript: Transcript, read: Callable[[dict], common.Hook]) -> None:
         self.transcript = transcript
         self.read = read
@@ -71,7 +73,7 @@ class Replay:
         self.line_time = when if isinstance(when, str) else self.line_time
 
     def hook(self, payload: dict, when: object) -> None:
-        self.transcript.add(when, self.read({"session_id": self.transcript.session_id,
+        self.transcript.add(when, self.read({self.session_key: self.transcript.session_id,
                                              "cwd": self.transcript.cwd, **payload}))
 
     def problem(self, number: int, what: str) -> None:
