@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 import zmq
+from helpers.agents import Sandbox
 from helpers.cli import here, kl, processes_using
+from helpers.model_apis import scripted_api
 from hypothesis import settings
 from ports import free_ports
 from postgres_server import PostgresServer
@@ -90,6 +92,21 @@ def daemon(home, request):
     kl("start", check=True)
     yield home
     kl("stop", check=True)
+
+
+@pytest.fixture
+def sandbox(request, home, tmp_path):
+    """A real agent's sandbox (``helpers.agents.Sandbox``) for the ``E2EAgent`` the test
+    is parametrized with (indirectly), against a daemon in the test's home."""
+    agent = request.param
+    if agent.daemon_config:
+        (home / "config.toml").write_text(agent.daemon_config)
+    request.getfixturevalue("daemon")
+    with scripted_api(agent.api) as api:
+        try:
+            yield Sandbox(agent, home, tmp_path / "home", api)
+        finally:
+            agent.after(tmp_path / "home")
 
 
 @pytest.fixture(scope="module")

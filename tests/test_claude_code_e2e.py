@@ -12,16 +12,11 @@ allowed by what ``kirolearn install`` wrote, and the record is stored.
 from __future__ import annotations
 
 import json
-import subprocess
-from pathlib import Path
 
 import pytest
-from helpers.agents import agent_cli, first_run, imported_like_live, taught, wait_remembered
-from helpers.cli import kl
-from helpers.events import ACTOR, stored_events
-from helpers.model_apis import FakeAnthropic, scripted_api
-
-from kirolearn import project
+from helpers.agents import FIRST, SYSTEM_PATH, E2EAgent, Sandbox, in_sandbox
+from helpers.events import stored_events
+from helpers.model_apis import FakeAnthropic
 
 SAVE_TOOL = "mcp__kirolearn__save_observation"
 REMEMBERED = {"title": "Releases are cut on Fridays", "observation_type": "decision",
@@ -64,50 +59,39 @@ class ClaudeCodeApi(FakeAnthropic):
         return None
 
 
-@pytest.fixture
-def fake_api():
-    with scripted_api(ClaudeCodeApi) as server:
-        yield server
-
-
-@pytest.mark.timeout(300)  # the real CLI runs three or four times: minutes under load
-def test_claude_code_remembers_across_runs(daemon, fake_api, tmp_path):
-    claude_cli = agent_cli("claude")
-    user_home = tmp_path / "home"
-    proj = user_home / "proj"
-    (proj / ".git").mkdir(parents=True)
-    env = {  # a clean environment: nothing from this machine's user leaks in
-        "HOME": str(user_home), "PATH": "/usr/local/bin:/usr/bin:/bin", "USER": ACTOR,
-        "LOGNAME": ACTOR, "KIROLEARN_HOME": str(daemon),
-        "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{fake_api.server_port}",
-        "ANTHROPIC_API_KEY": "sk-ant-test", "DISABLE_TELEMETRY": "1",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
-        "DISABLE_ERROR_REPORTING": "1",
+def claude_code_env(sandbox: Sandbox) -> dict[str, str]:
+    return {
+        "ANTHROPIC_BASE_URL": sandbox.api_url, "ANTHROPIC_API_KEY": "sk-ant-test",
+        "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
         # In -p mode Claude Code connects MCP servers in the background: on a loaded
         # machine the first model turn can come before our server is up, and its tools
         # are then missing. Blocking makes it wait for them, for MCP_CONNECT_TIMEOUT_MS
         # (5 s by default; our server's imports alone take 20 s on a machine as loaded
         # as the suite's test), each server given MCP_TIMEOUT to start.
         "MCP_CONNECTION_NONBLOCKING": "0", "MCP_CONNECT_TIMEOUT_MS": "120000",
-        "MCP_TIMEOUT": "120000",
-    }
-    installed = kl("install", "--agent", "claude-code", "--project", str(proj), env=env,
-                   cwd=str(proj))
-    assert installed.returncode == 0, installed.stderr
-    namespace = project.resolve_project(proj, home=str(user_home)).namespace(ACTOR)
+        "MCP_TIMEOUT": "120000"}
 
-    def claude(prompt: str, cwd: Path = proj) -> dict:
-        done = subprocess.run([str(claude_cli), "-p", prompt, "--output-format", "json",
-                               "--allowedTools", "Bash"], cwd=cwd, env=env, text=True,
-                              capture_output=True, timeout=180)
-        assert done.returncode == 0, f"claude failed:\n{done.stdout}\n{done.stderr}"
-        return json.loads(done.stdout)
 
-    first = claude("Say hello with a shell command")
-    assert first["result"] == "done"
-    events, kinds = first_run(5, namespace)
+CLAUDE_CODE = E2EAgent(
+    "claude-code", "claude", ClaudeCodeApi, settings=claude_code_env,
+    argv=lambda prompt: ["-p", prompt, "--output-format", "json", "--allowedTools", "Bash"],
+    path=SYSTEM_PATH)  # our hooks run by their full path
+
+
+def result(said: str) -> str:
+    """What Claude Code's JSON output says the run's answer was."""
+    return json.loads(said)["result"]
+
+
+@pytest.mark.timeout(300)  # the real CLI runs three or four times: minutes under load
+@in_sandbox(CLAUDE_CODE)
+def test_claude_code_remembers_across_runs(sandbox):
+    sandbox.install()
+    said, events, kinds = sandbox.first_run(5)
+    assert result(said) == "done"
     assert kinds == [("note", "claude-code session started (startup)"),
-                     ("prompt", "Say hello with a shell command"),
+                     ("prompt", FIRST),
                      ("tool_use", "Bash"),
                      ("session_summary", "done"),
                      ("note", kinds[-1][1])], kinds
@@ -115,37 +99,29 @@ def test_claude_code_remembers_across_runs(daemon, fake_api, tmp_path):
     tool = events[2]["body"]["data"]
     assert tool["tool_input"]["command"] == "echo hello"
     assert "hello" in json.dumps(tool["tool_response"])
-    assert "from kirolearn" not in json.dumps(fake_api.bodies)  # nothing known yet
-    offered = {t["name"] for b in fake_api.bodies for t in b.get("tools") or []}
+    offered = {t["name"] for b in sandbox.bodies for t in b.get("tools") or []}
     assert {f"mcp__kirolearn__{tool}" for tool in (
         "search_memory", "recall", "timeline", "get_records", "save_observation",
         "save_session_summary", "forget")} <= offered, offered
 
-    wait_remembered(namespace)
-    seen = len(fake_api.bodies)
-    claude("Say hello again with a shell command")
-    taught(fake_api.bodies[seen:], "Say hello with a shell command")
+    sandbox.taught_run("Say hello again with a shell command")
     assert len(stored_events()) == 10
 
     # Claude Code applies a project's permission rules once the user has trusted the
     # workspace (its trust dialog); this is what accepting it records.
-    (user_home / ".claude.json").write_text(json.dumps(
-        {"projects": {str(proj): {"hasTrustDialogAccepted": True}}}))
-    seen = len(fake_api.bodies)
-    assert claude("Remember: we release on Fridays")["result"] == "done"
-    results = [block for body in fake_api.bodies[seen:] for message in body["messages"]
+    (sandbox.home / ".claude.json").write_text(json.dumps(
+        {"projects": {str(sandbox.proj): {"hasTrustDialogAccepted": True}}}))
+    seen = len(sandbox.bodies)
+    assert result(sandbox.run("Remember: we release on Fridays").stdout) == "done"
+    results = [block for body in sandbox.bodies[seen:] for message in body["messages"]
                if isinstance(message["content"], list) for block in message["content"]
                if isinstance(block, dict) and block.get("type") == "tool_result"]
     assert results and "Saved mr_" in json.dumps(results[-1]), results
-    found = kl("search", "release Fridays", "--project", str(proj), "--json", env=env,
-               cwd=str(proj))
+    found = sandbox.kl("search", "release Fridays", "--project", str(sandbox.proj), "--json")
     assert found.returncode == 0, found.stderr
     [saved] = [r for r in json.loads(found.stdout)["records"] if r["strategy"] == "mcp_observation"]
-    assert saved["title"] == REMEMBERED["title"] and saved["namespace"] == namespace
+    assert saved["title"] == REMEMBERED["title"] and saved["namespace"] == sandbox.namespace
 
     # The same first run in a project without our hooks, imported from the transcript
     # Claude Code keeps: the record the hooks made of it. The live sessions are left alone.
-    plain = user_home / "plain"
-    (plain / ".git").mkdir(parents=True)
-    assert claude("Say hello with a shell command", cwd=plain)["result"] == "done"
-    imported_like_live("claude-code", env, namespace, plain, "Say hello with a shell command")
+    assert result(sandbox.imported_like_live()) == "done"

@@ -21,13 +21,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.agents import LINUX_X64, agent_cli
-from helpers.cli import BIN, kl, processes_with
-from helpers.events import ACTOR, wait_events, wait_records
-from helpers.model_apis import FakeChatCompletions, scripted_api
+from helpers.agents import LINUX_X64, E2EAgent, Sandbox, in_sandbox
+from helpers.cli import processes_with
+from helpers.events import wait_events, wait_records
+from helpers.model_apis import FakeChatCompletions
 from helpers.waits import wait_for
 
-from kirolearn import project, tooluse
+from kirolearn import tooluse
 from kirolearn.install.agents import CLINE_HOOKS
 
 pytestmark = LINUX_X64
@@ -56,13 +56,6 @@ class ClineApi(FakeChatCompletions):
         return calls[len(results)] if len(results) < len(calls) else None
 
 
-@pytest.fixture
-def fake_api(tmp_path):
-    ClineApi.project = tmp_path / "home" / "proj"
-    with scripted_api(ClineApi) as server:
-        yield server
-
-
 def stop_hub(user_home: Path) -> None:
     """Stop the background hub the Cline CLI starts (and leaves running) for this home,
     and the MCP servers it runs: every process of this home's user."""
@@ -75,74 +68,63 @@ def stop_hub(user_home: Path) -> None:
     wait_for(lambda: not left(), 30, 0.1, "the Cline hub's processes to end")
 
 
+def cline_auth(sandbox: Sandbox) -> dict[str, str]:
+    """The scripted API set up as a user would (``cline auth``)."""
+    ClineApi.project = sandbox.proj
+    configured = subprocess.run(
+        [str(sandbox.cli), "auth", "-p", "openai-compatible", "-k", "test", "-m",
+         "test-model", "-b", f"{sandbox.api_url}/v1"],
+        cwd=sandbox.proj, env=sandbox.env, text=True, capture_output=True, timeout=120,
+        stdin=subprocess.DEVNULL)
+    assert configured.returncode == 0, configured.stderr
+    return {}
+
+
+CLINE = E2EAgent("cline", "cline", ClineApi, settings=cline_auth, after=stop_hub,
+                 argv=lambda prompt: [prompt])
+
+
 @pytest.mark.timeout(300)  # the real CLI runs three times: minutes under load
-def test_cline_remembers_across_runs(daemon, fake_api, tmp_path):
-    cline_cli = agent_cli("cline")
-    user_home = tmp_path / "home"
-    proj = user_home / "proj"
-    (proj / ".git").mkdir(parents=True)
-    env = {  # a clean environment: nothing from this machine's user leaks in
-        "HOME": str(user_home), "PATH": f"{BIN}:/usr/local/bin:/usr/bin:/bin",
-        "USER": ACTOR, "LOGNAME": ACTOR, "KIROLEARN_HOME": str(daemon), "NO_COLOR": "1"}
-    try:
-        configured = subprocess.run(
-            [str(cline_cli), "auth", "-p", "openai-compatible", "-k", "test", "-m",
-             "test-model", "-b", f"http://127.0.0.1:{fake_api.server_port}/v1"],
-            cwd=proj, env=env, text=True, capture_output=True, timeout=120,
-            stdin=subprocess.DEVNULL)
-        assert configured.returncode == 0, configured.stderr
-        installed = kl("install", "--agent", "cline", env=env, cwd=str(proj))
-        assert installed.returncode == 0, installed.stderr
-        for name in CLINE_HOOKS:
-            hook = proj / ".clinerules" / "hooks" / name
-            assert hook.stat().st_mode & stat.S_IXUSR, hook
-            assert "exec kirolearn-cline" in hook.read_text()  # by name: fit to commit
-        settings = user_home / ".cline" / "data" / "settings" / "cline_mcp_settings.json"
-        # Cline gives a server without a timeout 3 s to start: too little on a busy machine.
-        assert json.loads(settings.read_text())["mcpServers"]["kirolearn"]["timeout"] == 60
-        doctor = kl("doctor", env=env, cwd=str(proj))
-        assert f"ok    cline (project {proj})" in doctor.stdout, doctor.stdout
-        namespace = project.resolve_project(proj, home=str(user_home)).namespace(ACTOR)
+@in_sandbox(CLINE)
+def test_cline_remembers_across_runs(sandbox):
+    proj = sandbox.proj
+    sandbox.install()
+    for name in CLINE_HOOKS:
+        hook = proj / ".clinerules" / "hooks" / name
+        assert hook.stat().st_mode & stat.S_IXUSR, hook
+        assert "exec kirolearn-cline" in hook.read_text()  # by name: fit to commit
+    settings = sandbox.home / ".cline" / "data" / "settings" / "cline_mcp_settings.json"
+    # Cline gives a server without a timeout 3 s to start: too little on a busy machine.
+    assert json.loads(settings.read_text())["mcpServers"]["kirolearn"]["timeout"] == 60
 
-        def cline(prompt: str) -> str:
-            done = subprocess.run([str(cline_cli), prompt], cwd=proj, env=env, text=True,
-                                  capture_output=True, timeout=180,
-                                  stdin=subprocess.DEVNULL)
-            assert done.returncode == 0, f"cline failed:\n{done.stdout}\n{done.stderr}"
-            return done.stdout
+    assert "done" in sandbox.run("Create notes.py with a greet function").stdout
+    assert (proj / "notes.py").read_text() == NOTES
+    events = wait_events(4)
+    assert len({e["session_id"] for e in events}) == 1, events
+    assert all(e["namespace"] == sandbox.namespace for e in events), events
+    # The start hook runs in the background, so its note may come after the tools.
+    notes = [e for e in events if e["kind"] == "note"]
+    assert [n["body"]["content"] for n in notes] == ["cline session started (startup)"]
+    rest = [e for e in events if e["kind"] != "note"]
+    assert [e["kind"] for e in rest] == ["tool_use", "tool_use", "session_summary"]
+    edit, run = (tooluse.observe(e["body"]["data"]) for e in rest[:2])
+    assert (edit.kind, edit.paths) == ("edit", [str(proj / "notes.py")])
+    assert "greet" in edit.identifiers
+    assert (run.kind, run.command, run.failed) == ("run", "python3 -c 'import notes'", False)
+    assert rest[2]["body"]["content"] == "done"
 
-        assert "done" in cline("Create notes.py with a greet function")
-        assert (proj / "notes.py").read_text() == NOTES
-        events = wait_events(4)
-        assert len({e["session_id"] for e in events}) == 1, events
-        assert all(e["namespace"] == namespace for e in events), events
-        # The start hook runs in the background, so its note may come after the tools.
-        notes = [e for e in events if e["kind"] == "note"]
-        assert [n["body"]["content"] for n in notes] == ["cline session started (startup)"]
-        rest = [e for e in events if e["kind"] != "note"]
-        assert [e["kind"] for e in rest] == ["tool_use", "tool_use", "session_summary"]
-        edit, run = (tooluse.observe(e["body"]["data"]) for e in rest[:2])
-        assert (edit.kind, edit.paths) == ("edit", [str(proj / "notes.py")])
-        assert "greet" in edit.identifiers
-        assert (run.kind, run.command, run.failed) == ("run", "python3 -c 'import notes'",
-                                                       False)
-        assert rest[2]["body"]["content"] == "done"
+    wait_records(sandbox.namespace)
+    seen = len(sandbox.bodies)
+    assert "done" in sandbox.run("Read notes.py and say what it does").stdout
+    # The hub started our MCP server in the first run (whose first request may go out
+    # before the server is up); it serves the second from the start.
+    offered = {t["function"]["name"] for t in sandbox.bodies[seen].get("tools") or []}
+    assert "kirolearn__search_memory" in offered, sorted(offered)
+    later = json.dumps(sandbox.bodies[seen:])
+    assert '<hook_context source=\\"PostToolUse\\"' in later, later[-2000:]
+    assert "## Prior observations from kirolearn" in later
+    assert "edited `notes.py`" in later
 
-        wait_records(namespace)
-        seen = len(fake_api.bodies)
-        assert "done" in cline("Read notes.py and say what it does")
-        # The hub started our MCP server in the first run (whose first request may go out
-        # before the server is up); it serves the second from the start.
-        offered = {t["function"]["name"] for t in fake_api.bodies[seen].get("tools") or []}
-        assert "kirolearn__search_memory" in offered, sorted(offered)
-        later = json.dumps(fake_api.bodies[seen:])
-        assert '<hook_context source=\\"PostToolUse\\"' in later, later[-2000:]
-        assert "## Prior observations from kirolearn" in later
-        assert "edited `notes.py`" in later
-
-        removed = kl("uninstall", "--agent", "cline", env=env, cwd=str(proj))
-        assert removed.returncode == 0, removed.stderr
-        assert not (proj / ".clinerules").exists()
-        assert "kirolearn" not in (settings.read_text() if settings.exists() else "")
-    finally:
-        stop_hub(user_home)
+    sandbox.uninstall()
+    assert not (proj / ".clinerules").exists()
+    assert "kirolearn" not in (settings.read_text() if settings.exists() else "")

@@ -13,24 +13,11 @@ which Copilot approves by itself) finds it.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.agents import (
-    LINUX_X64,
-    agent_cli,
-    first_run,
-    imported_like_live,
-    stored_prompts,
-    taught,
-    wait_remembered,
-)
-from helpers.cli import BIN, kl
-from helpers.events import ACTOR
-from helpers.model_apis import FakeAnthropic, scripted_api
-
-from kirolearn import project
+from helpers.agents import FIRST, LINUX_X64, E2EAgent, in_sandbox, stored_prompts
+from helpers.model_apis import FakeAnthropic
 
 pytestmark = LINUX_X64
 ASK = "What did we do about saying hello?"
@@ -48,90 +35,58 @@ class CopilotApi(FakeAnthropic):
         return "bash", {"command": "echo hello", "description": "Say hello"}
 
 
-@pytest.fixture
-def fake_api():
-    with scripted_api(CopilotApi) as server:
-        yield server
+def trusted(home: Path, folders: list[Path]) -> None:
+    """Folders trusted, as Copilot records when the user answers its trust question."""
+    (home / ".copilot").mkdir(exist_ok=True)
+    (home / ".copilot" / "config.json").write_text(
+        json.dumps({"trusted_folders": list(map(str, folders))}))
 
 
-@pytest.fixture
-def daemon_batching_soon(home):
-    """The daemon, batching a turn 8 s after its last event: Copilot's hooks carry no
-    reply to end a turn with, so its turns are batched once idle (30 s by default). A
-    shorter wait cuts a turn in two on a loaded machine, where a hook may come seconds
-    after the one before it, and its record then tells of half the turn."""
-    (home / "config.toml").write_text("[storage]\nbatch_idle_s = 8\n")
-    kl("start", check=True)
-    yield home
-    kl("stop", check=True)
+COPILOT = E2EAgent(
+    "copilot", "@github/copilot-linux-x64/copilot", CopilotApi, trust=trusted,
+    argv=lambda prompt: ["-p", prompt],
+    settings=lambda sandbox: {  # a custom provider: no GitHub account is needed then
+        "COPILOT_PROVIDER_BASE_URL": sandbox.api_url, "COPILOT_PROVIDER_TYPE": "anthropic",
+        "COPILOT_PROVIDER_API_KEY": "test", "COPILOT_MODEL": "claude-sonnet-4.5",
+        "COPILOT_AUTO_UPDATE": "false"},
+    git_init=True,  # its hooks live in a repository
+    # Copilot's hooks carry no reply to end a turn with, so its turns are batched once
+    # idle (30 s by default): 8 s here. A shorter wait cuts a turn in two on a loaded
+    # machine, where a hook may come seconds after the one before it, and its record
+    # then tells of half the turn.
+    daemon_config="[storage]\nbatch_idle_s = 8\n")
+ALLOW_ALL = "--allow-all-tools"
 
 
 @pytest.mark.timeout(300)  # the real CLI runs three or four times: minutes under load
-def test_copilot_remembers_across_runs(daemon_batching_soon, fake_api, tmp_path):
-    daemon = daemon_batching_soon
-    copilot_cli = agent_cli("@github/copilot-linux-x64/copilot")
-    user_home = tmp_path / "home"
-    proj = user_home / "proj"
-    proj.mkdir(parents=True)
-    subprocess.run(["git", "init", "-q", str(proj)], check=True)  # hooks live in a repository
-    # The project trusted, as Copilot records when the user answers its trust question.
-    (user_home / ".copilot").mkdir()
-    (user_home / ".copilot" / "config.json").write_text(
-        json.dumps({"trusted_folders": [str(proj)]}))
-    env = {  # a clean environment: nothing from this machine's user leaks in
-        "HOME": str(user_home), "PATH": f"{BIN}:/usr/local/bin:/usr/bin:/bin",
-        "USER": ACTOR, "LOGNAME": ACTOR, "KIROLEARN_HOME": str(daemon), "NO_COLOR": "1",
-        "COPILOT_PROVIDER_BASE_URL": f"http://127.0.0.1:{fake_api.server_port}",
-        "COPILOT_PROVIDER_TYPE": "anthropic", "COPILOT_PROVIDER_API_KEY": "test",
-        "COPILOT_MODEL": "claude-sonnet-4.5", "COPILOT_AUTO_UPDATE": "false"}
-    installed = kl("install", "--agent", "copilot", env=env, cwd=str(proj))
-    assert installed.returncode == 0, installed.stderr
-    doctor = kl("doctor", env=env, cwd=str(proj))
-    assert f"ok    copilot (project {proj})" in doctor.stdout, doctor.stdout
-    assert "note  copilot" not in doctor.stdout  # the folder is trusted
-    namespace = project.resolve_project(proj, home=str(user_home)).namespace(ACTOR)
+@in_sandbox(COPILOT)
+def test_copilot_remembers_across_runs(sandbox):
+    doctor = sandbox.install()
+    assert "note  copilot" not in doctor  # the folder is trusted
 
-    def copilot(prompt: str, *options: str, cwd: Path = proj) -> str:
-        done = subprocess.run([str(copilot_cli), "-p", prompt, *options], cwd=cwd, env=env,
-                              text=True, capture_output=True, timeout=180,
-                              stdin=subprocess.DEVNULL)
-        assert done.returncode == 0, f"copilot failed:\n{done.stdout}\n{done.stderr}"
-        return done.stdout
-
-    assert "done" in copilot("Say hello with a shell command", "--allow-all-tools")
-    events, kinds = first_run(4, namespace)
+    said, events, kinds = sandbox.first_run(4, ALLOW_ALL)
+    assert "done" in said
     assert kinds == [("note", "copilot session started (new)"),
-                     ("prompt", "Say hello with a shell command"),
+                     ("prompt", FIRST),
                      ("tool_use", "bash"),
                      ("note", "copilot session ended (complete)")], kinds
     tool = events[2]["body"]["data"]
     assert tool["tool_input"]["command"] == "echo hello"
     assert tool["tool_response"]["exit_code"] == 0 and "hello" in tool["tool_response"]["output"]
-    assert "from kirolearn" not in json.dumps(fake_api.bodies)  # nothing known yet
 
-    wait_remembered(namespace)
-    seen = len(fake_api.bodies)
-    copilot(ASK)  # no --allow-all-tools: only what Copilot approves by itself runs
-    taught(fake_api.bodies[seen:], "Say hello with a shell command")
-    results = [json.dumps(block.get("content")) for body in fake_api.bodies[seen:]
+    # No --allow-all-tools: only what Copilot approves by itself runs.
+    _, requests = sandbox.taught_run(ASK)
+    results = [json.dumps(block.get("content")) for body in requests
                for message in body["messages"] if isinstance(message["content"], list)
                for block in message["content"]
                if isinstance(block, dict) and block.get("type") == "tool_result"]
-    assert results and "Say hello with a shell command" in results[0], results
-    assert stored_prompts() == ["Say hello with a shell command", ASK]
+    assert results and FIRST in results[0], results
+    assert stored_prompts() == [FIRST, ASK]
 
     # The same first run in a repository without our hooks (trusted too), imported from
     # the transcript Copilot keeps: the record the hooks made of it.
-    plain = user_home / "plain"
-    plain.mkdir()
-    subprocess.run(["git", "init", "-q", str(plain)], check=True)
-    (user_home / ".copilot" / "config.json").write_text(
-        json.dumps({"trusted_folders": [str(proj), str(plain)]}))
-    assert "done" in copilot("Say hello with a shell command", "--allow-all-tools", cwd=plain)
-    imported_like_live("copilot", env, namespace, plain, "Say hello with a shell command")
+    assert "done" in sandbox.imported_like_live(ALLOW_ALL)
 
-    mcp_config = user_home / ".copilot" / "mcp-config.json"
-    removed = kl("uninstall", "--agent", "copilot", env=env, cwd=str(proj))
-    assert removed.returncode == 0, removed.stderr
-    assert not mcp_config.exists()
-    assert sorted(p.name for p in proj.iterdir()) == [".git"]
+    sandbox.uninstall()
+    assert not (sandbox.home / ".copilot" / "mcp-config.json").exists()
+    assert sorted(p.name for p in sandbox.proj.iterdir()) == [".git"]

@@ -13,24 +13,11 @@ rather than run (``opencode run``, with no one to ask, turns it down).
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.agents import (
-    LINUX_X64,
-    agent_cli,
-    first_run,
-    imported_like_live,
-    stored_prompts,
-    taught,
-    wait_remembered,
-)
-from helpers.cli import BIN, kl
-from helpers.events import ACTOR
-from helpers.model_apis import FakeAnthropic, scripted_api
-
-from kirolearn import project
+from helpers.agents import FIRST, LINUX_X64, E2EAgent, Sandbox, in_sandbox, stored_prompts
+from helpers.model_apis import FakeAnthropic
 
 OPENCODE_VERSION = "1.18.33"  # tests/e2e/package.json
 ASK = "What did we do about saying hello?"
@@ -60,12 +47,6 @@ class OpenCodeApi(FakeAnthropic):
                                               "description": "Say hello"})
 
 
-@pytest.fixture
-def fake_api():
-    with scripted_api(OpenCodeApi) as server:
-        yield server
-
-
 def plugin_kit_installed(folder: Path) -> None:
     """folder as OpenCode leaves it after fetching its plugin kit from npm, which it does
     in each configuration folder once a plugin is configured, and waits for."""
@@ -81,74 +62,59 @@ def tool_results(bodies: list[dict]) -> list[str]:
             if isinstance(block, dict) and block.get("type") == "tool_result"]
 
 
-@pytest.mark.timeout(300)  # the real CLI runs three or four times: minutes under load
-def test_opencode_remembers_across_runs(daemon, fake_api, tmp_path):
-    opencode_cli = agent_cli("opencode-linux-x64/bin/opencode")
-    user_home = tmp_path / "home"
-    proj = user_home / "proj"
-    (proj / ".git").mkdir(parents=True)
-    # The user's own configuration: a model, its provider pointed at the scripted API.
-    user_config = user_home / ".config" / "opencode" / "opencode.json"
+def opencode_config(sandbox: Sandbox) -> dict[str, str]:
+    """The user's own configuration: a model, its provider pointed at the scripted API;
+    OpenCode's plugin kit where it fetches one."""
+    user_config = sandbox.home / ".config" / "opencode" / "opencode.json"
     user_config.parent.mkdir(parents=True)
     user_config.write_text(json.dumps({
         "$schema": "https://opencode.ai/config.json", "model": "anthropic/claude-sonnet-4-5",
-        "provider": {"anthropic": {"options": {
-            "baseURL": f"http://127.0.0.1:{fake_api.server_port}/v1"}}}}, indent=2))
-    original = user_config.read_bytes()
-    env = {  # a clean environment: nothing from this machine's user leaks in
-        "HOME": str(user_home), "PATH": f"{BIN}:/usr/local/bin:/usr/bin:/bin",
-        "USER": ACTOR, "LOGNAME": ACTOR, "KIROLEARN_HOME": str(daemon),
-        "ANTHROPIC_API_KEY": "test", "OPENCODE_DISABLE_MODELS_FETCH": "1",
-        "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
-        "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1", "OPENCODE_DISABLE_CLAUDE_CODE": "1",
-        "npm_config_registry": "http://127.0.0.1:9/"}  # and no npm registry to reach
-    for folder in (user_config.parent, proj / ".opencode"):
+        "provider": {"anthropic": {"options": {"baseURL": f"{sandbox.api_url}/v1"}}}},
+        indent=2))
+    for folder in (user_config.parent, sandbox.proj / ".opencode"):
         plugin_kit_installed(folder)
-    installed = kl("install", "--agent", "opencode", env=env, cwd=str(proj))
-    assert installed.returncode == 0, installed.stderr
-    doctor = kl("doctor", env=env, cwd=str(proj))
-    assert f"ok    opencode (project {proj})" in doctor.stdout, doctor.stdout
-    namespace = project.resolve_project(proj, home=str(user_home)).namespace(ACTOR)
+    return {"ANTHROPIC_API_KEY": "test", "OPENCODE_DISABLE_MODELS_FETCH": "1",
+            "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+            "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1", "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+            "npm_config_registry": "http://127.0.0.1:9/"}  # and no npm registry to reach
 
-    def opencode(prompt: str, check: bool = True, cwd: Path = proj) -> str:
-        # One argument a word: `opencode run` quotes an argument that holds spaces.
-        done = subprocess.run([str(opencode_cli), "run", *prompt.split()], cwd=cwd, env=env,
-                              text=True, capture_output=True, timeout=180,
-                              stdin=subprocess.DEVNULL)
-        assert done.returncode == 0 or not check, \
-            f"opencode failed:\n{done.stdout}\n{done.stderr}"
-        return done.stdout + done.stderr
 
-    assert opencode("Say hello with a shell command").startswith("done")  # stdout, then stderr
-    events, kinds = first_run(4, namespace)
+OPENCODE = E2EAgent(
+    "opencode", "opencode-linux-x64/bin/opencode", OpenCodeApi, settings=opencode_config,
+    # One argument a word: `opencode run` quotes an argument that holds spaces.
+    argv=lambda prompt: ["run", *prompt.split()])
+
+
+@pytest.mark.timeout(300)  # the real CLI runs three or four times: minutes under load
+@in_sandbox(OPENCODE)
+def test_opencode_remembers_across_runs(sandbox):
+    user_config = sandbox.home / ".config" / "opencode" / "opencode.json"
+    original = user_config.read_bytes()
+    sandbox.install()
+
+    said, events, kinds = sandbox.first_run(4)
+    assert said.startswith("done")
     assert kinds == [("note", "opencode session started"),
-                     ("prompt", "Say hello with a shell command"),
+                     ("prompt", FIRST),
                      ("tool_use", "bash"),
                      ("session_summary", "done")], kinds
     tool = events[2]["body"]["data"]
     assert tool["tool_input"]["command"] == "echo hello"
     assert tool["tool_response"] == {"output": "hello\n", "exit_code": 0}
-    assert "from kirolearn" not in json.dumps(fake_api.bodies)  # nothing known yet
 
-    wait_remembered(namespace)
-    seen = len(fake_api.bodies)
-    said = opencode(ASK, check=False)  # asking, with no one to answer, ends the run
-    assert "permission requested: kirolearn_forget" in said, said
-    taught(fake_api.bodies[seen:], "Say hello with a shell command")
-    found = tool_results(fake_api.bodies[seen:])
-    assert found and "Say hello with a shell command" in found[0], found
-    assert stored_prompts() == ["Say hello with a shell command", ASK]
+    # Asking, with no one to answer, ends the run.
+    done, requests = sandbox.taught_run(ASK, check=False)
+    assert "permission requested: kirolearn_forget" in done.stdout + done.stderr, done
+    found = tool_results(requests)
+    assert found and FIRST in found[0], found
+    assert stored_prompts() == [FIRST, ASK]
 
     # The same first run in a project without our plugin, imported from the database
     # OpenCode keeps: the record the hooks made of it.
-    plain = user_home / "plain"
-    (plain / ".git").mkdir(parents=True)
-    assert opencode("Say hello with a shell command", cwd=plain).startswith("done")
-    imported_like_live("opencode", env, namespace, plain, "Say hello with a shell command")
+    assert sandbox.imported_like_live().startswith("done")
 
-    removed = kl("uninstall", "--agent", "opencode", env=env, cwd=str(proj))
-    assert removed.returncode == 0, removed.stderr
+    sandbox.uninstall()
     assert user_config.read_bytes() == original  # never ours
     # Ours are gone; OpenCode's own plugin kit stays in .opencode.
-    assert not (proj / "opencode.json").exists()
-    assert not (proj / ".opencode" / "plugins").exists()
+    assert not (sandbox.proj / "opencode.json").exists()
+    assert not (sandbox.proj / ".opencode" / "plugins").exists()

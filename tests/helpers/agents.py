@@ -1,4 +1,5 @@
-"""The real agent CLIs (pinned in ``tests/e2e/package.json``) and what a run of one
+"""The real agent CLIs (pinned in ``tests/e2e/package.json``), the sandbox one runs in
+(a home of its own, a clean environment, a scripted model API), and what a run of one
 must show: its first run stored, the next run taught, its transcripts imported like
 its hooks' capture."""
 
@@ -6,11 +7,16 @@ from __future__ import annotations
 
 import json
 import platform
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from helpers.cli import kl
+from helpers.cli import BIN, kl
 from helpers.events import ACTOR, retrieval, stored_events, wait_events, wait_records
 from helpers.waits import wait_for
 from kirolearn import project
@@ -80,3 +86,125 @@ def imported_like_live(agent: str, env: dict, live: str, plain: Path, title: str
 
 def stored_prompts() -> list[str]:
     return [e["body"]["content"] for e in stored_events() if e["kind"] == "prompt"]
+
+
+FIRST = "Say hello with a shell command"  # what each agent's first run is asked
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass(frozen=True)
+class E2EAgent:
+    """What one real agent's end-to-end run needs beyond what all share: its CLI and
+    scripted model API, how a prompt becomes its command line, the user's own settings
+    it expects (returning the environment they need), and how it records a trusted
+    folder."""
+
+    name: str  # as ``kirolearn install --agent`` names it
+    cli: str  # for agent_cli
+    api: type[BaseHTTPRequestHandler]
+    argv: Callable[[str], list[str]]
+    settings: Callable[[Sandbox], dict[str, str]] = lambda sandbox: {}
+    trust: Callable[[Path, list[Path]], None] = lambda home, folders: None
+    path: str = f"{BIN}:{SYSTEM_PATH}"
+    git_init: bool = False  # a project made by ``git init`` (else a bare ``.git``)
+    daemon_config: str = ""  # the daemon's config.toml
+    after: Callable[[Path], None] = lambda home: None  # stops what it leaves running there
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+def in_sandbox(agent: E2EAgent) -> pytest.MarkDecorator:
+    """The test runs in the ``sandbox`` fixture, for this agent."""
+    return pytest.mark.parametrize("sandbox", [agent], indirect=True, ids=[agent.name])
+
+
+class Sandbox:
+    """A real agent in a home of its own (``home/proj`` its project), in a clean
+    environment (nothing from this machine's user leaks in), against the scripted model
+    API (``api``, whose request bodies are ``bodies``) and the test's daemon."""
+
+    def __init__(self, agent: E2EAgent, daemon_home: Path, user_home: Path,
+                 api: ThreadingHTTPServer) -> None:
+        self.agent, self.api, self.home = agent, api, user_home
+        self.cli = agent_cli(agent.cli)
+        self.proj = self.project("proj")
+        self.env = {"HOME": str(user_home), "PATH": agent.path, "USER": ACTOR,
+                    "LOGNAME": ACTOR, "KIROLEARN_HOME": str(daemon_home), "NO_COLOR": "1",
+                    **agent.extra_env}
+        self.env.update(agent.settings(self))
+        agent.trust(user_home, [self.proj])
+
+    @property
+    def bodies(self) -> list[dict]:
+        return self.api.bodies  # type: ignore[attr-defined]
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.api.server_port}"
+
+    @cached_property
+    def namespace(self) -> str:
+        return project.resolve_project(self.proj, home=str(self.home)).namespace(ACTOR)
+
+    def project(self, name: str) -> Path:
+        folder = self.home / name
+        if self.agent.git_init:
+            folder.mkdir(parents=True)
+            subprocess.run(["git", "init", "-q", str(folder)], check=True)
+        else:
+            (folder / ".git").mkdir(parents=True)
+        return folder
+
+    def kl(self, *args: str) -> subprocess.CompletedProcess:
+        """The kirolearn CLI, run by this user in the project."""
+        return kl(*args, env=self.env, cwd=str(self.proj))
+
+    def install(self) -> str:
+        """``kirolearn install`` for the agent; what ``doctor`` then says (all well)."""
+        installed = self.kl("install", "--agent", self.agent.name)
+        assert installed.returncode == 0, installed.stderr
+        doctor = self.kl("doctor").stdout
+        assert f"ok    {self.agent.name} (project {self.proj})" in doctor, doctor
+        return doctor
+
+    def uninstall(self) -> None:
+        removed = self.kl("uninstall", "--agent", self.agent.name)
+        assert removed.returncode == 0, removed.stderr
+
+    def run(self, prompt: str, *options: str, cwd: Path | None = None,
+            check: bool = True) -> subprocess.CompletedProcess:
+        """The agent's CLI, asked prompt (exit 0 unless not check)."""
+        done = subprocess.run([str(self.cli), *self.agent.argv(prompt), *options],
+                              cwd=cwd or self.proj, env=self.env, text=True,
+                              capture_output=True, timeout=180, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0 or not check, \
+            f"{self.agent.name} failed:\n{done.stdout}\n{done.stderr}"
+        return done
+
+    def first_run(self, count: int, *options: str
+                  ) -> tuple[str, list[dict], list[tuple[str, object]]]:
+        """The first run, asked FIRST with nothing known yet: what the CLI printed, and
+        its stored events (see first_run) once there are count."""
+        said = self.run(FIRST, *options).stdout
+        events, kinds = first_run(count, self.namespace)
+        assert "from kirolearn" not in json.dumps(self.bodies)  # nothing known yet
+        return said, events, kinds
+
+    def taught_run(self, prompt: str, *options: str, check: bool = True
+                   ) -> tuple[subprocess.CompletedProcess, list[dict]]:
+        """Once the first run is remembered, a run asked prompt, taught what the first
+        did; the run and its requests to the model."""
+        wait_remembered(self.namespace)
+        seen = len(self.bodies)
+        done = self.run(prompt, *options, check=check)
+        taught(self.bodies[seen:], FIRST)
+        return done, self.bodies[seen:]
+
+    def imported_like_live(self, *options: str) -> str:
+        """The first run again, in a trusted project without our hooks, imported from
+        the agent's own transcript: the record its hooks made (see imported_like_live).
+        What the CLI printed."""
+        plain = self.project("plain")
+        self.agent.trust(self.home, [self.proj, plain])
+        said = self.run(FIRST, *options, cwd=plain).stdout
+        imported_like_live(self.agent.name, self.env, self.namespace, plain, FIRST)
+        return said
