@@ -9,7 +9,7 @@ import json
 import platform
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -109,7 +109,6 @@ class E2EAgent:
     git_init: bool = False  # a project made by ``git init`` (else a bare ``.git``)
     daemon_config: str = ""  # the daemon's config.toml
     after: Callable[[Path], None] = lambda home: None  # stops what it leaves running there
-    extra_env: dict[str, str] = field(default_factory=dict)
 
 
 def in_sandbox(agent: E2EAgent) -> pytest.MarkDecorator:
@@ -128,8 +127,7 @@ class Sandbox:
         self.cli = agent_cli(agent.cli)
         self.proj = self.project("proj")
         self.env = {"HOME": str(user_home), "PATH": agent.path, "USER": ACTOR,
-                    "LOGNAME": ACTOR, "KIROLEARN_HOME": str(daemon_home), "NO_COLOR": "1",
-                    **agent.extra_env}
+                    "LOGNAME": ACTOR, "KIROLEARN_HOME": str(daemon_home), "NO_COLOR": "1"}
         self.env.update(agent.settings(self))
         agent.trust(user_home, [self.proj])
 
