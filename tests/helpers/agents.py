@@ -37,53 +37,6 @@ def agent_cli(name: str) -> Path:
     return cli
 
 
-def first_run(count: int, namespace: str) -> tuple[list[dict], list[tuple[str, object]]]:
-    """A real agent's first run, once ``count`` events are stored: the events (checked to
-    be one session, in namespace) and each as (kind, its text or its tool's name)."""
-    events = wait_events(count)
-    assert len({e["session_id"] for e in events}) == 1, events
-    assert all(e["namespace"] == namespace for e in events), events
-    return events, [(e["kind"], e["body"].get("content")
-                     or e["body"].get("data", {}).get("tool_name")) for e in events]
-
-
-def wait_remembered(namespace: str, timeout: float = 60) -> None:
-    """Until a new session there would be taught the last one: a record of it, and
-    where it left off (its checkpoint, made once its last turn is in)."""
-    wait_records(namespace, timeout)
-    wait_for(lambda: "## Where the last session left off" in retrieval(
-        "session_context", {"namespace": namespace})["context"], timeout, 0.2,
-        "the last session's checkpoint")
-
-
-def taught(bodies: list[dict], first_prompt: str) -> None:
-    """The model's requests in a later run hold what the first run taught: the prompt's
-    context and the session's (where the first run left off)."""
-    sent = json.dumps(bodies)
-    assert "## Prior observations from kirolearn" in sent
-    assert "## Where the last session left off (from kirolearn)" in sent
-    assert f"Task: {first_prompt}" in sent
-
-
-def imported_like_live(agent: str, env: dict, live: str, plain: Path, title: str) -> None:
-    """``import-sessions`` of the agent's transcripts: the sessions its hooks captured
-    live (those of the ``live`` namespace) are left alone, and the one run in ``plain``
-    (a project without hooks) is made into the record the hooks made of the same run."""
-    done = kl("import-sessions", "--agent", agent, env=env, cwd=str(plain), check=True)
-    assert f"imported 1 session(s) of {agent}" in done.stdout, done.stdout
-    assert "captured live by its hooks" in done.stdout, done.stdout
-    namespace = project.resolve_project(plain, home=env["HOME"], override="").namespace(ACTOR)
-
-    def titled(where: str) -> list[dict]:
-        lines = map(json.loads, kl("export", check=True).stdout.splitlines())
-        return [r for r in lines if "record_id" in r and r["namespace"] == where
-                and r["title"] == title]
-
-    [made] = wait_for(lambda: titled(namespace), 30, 0.2, "the imported session's record")
-    fields = ("title", "summary", "observation_type", "facts", "concepts", "files_touched")
-    assert {k: made[k] for k in fields} == {k: titled(live)[0][k] for k in fields}
-
-
 def stored_prompts() -> list[str]:
     return [e["body"]["content"] for e in stored_events() if e["kind"] == "prompt"]
 
@@ -181,28 +134,56 @@ class Sandbox:
     def first_run(self, count: int, *options: str
                   ) -> tuple[str, list[dict], list[tuple[str, object]]]:
         """The first run, asked FIRST with nothing known yet: what the CLI printed, and
-        its stored events (see first_run) once there are count."""
+        once count events are stored, the events (checked to be one session, in the
+        project's namespace) and each as (kind, its text or its tool's name)."""
         said = self.run(FIRST, *options).stdout
-        events, kinds = first_run(count, self.namespace)
+        events = wait_events(count)
+        assert len({e["session_id"] for e in events}) == 1, events
+        assert all(e["namespace"] == self.namespace for e in events), events
         assert "from kirolearn" not in json.dumps(self.bodies)  # nothing known yet
-        return said, events, kinds
+        return said, events, [(e["kind"], e["body"].get("content")
+                               or e["body"].get("data", {}).get("tool_name")) for e in events]
 
     def taught_run(self, prompt: str, *options: str, check: bool = True
                    ) -> tuple[subprocess.CompletedProcess, list[dict]]:
-        """Once the first run is remembered, a run asked prompt, taught what the first
-        did; the run and its requests to the model."""
-        wait_remembered(self.namespace)
+        """Once a new session would be taught the first (a record of it, and where it
+        left off: its checkpoint, made once its last turn is in), a run asked prompt,
+        whose requests to the model hold the prompt's context and the session's; the
+        run and those requests."""
+        wait_records(self.namespace, 60)
+        wait_for(lambda: "## Where the last session left off" in retrieval(
+            "session_context", {"namespace": self.namespace})["context"], 60, 0.2,
+            "the last session's checkpoint")
         seen = len(self.bodies)
         done = self.run(prompt, *options, check=check)
-        taught(self.bodies[seen:], FIRST)
+        sent = json.dumps(self.bodies[seen:])
+        assert "## Prior observations from kirolearn" in sent
+        assert "## Where the last session left off (from kirolearn)" in sent
+        assert f"Task: {FIRST}" in sent
         return done, self.bodies[seen:]
 
     def imported_like_live(self, *options: str) -> str:
-        """The first run again, in a trusted project without our hooks, imported from
-        the agent's own transcript: the record its hooks made (see imported_like_live).
-        What the CLI printed."""
+        """The first run again, in a trusted project without our hooks, then
+        ``import-sessions`` of the agent's transcripts: the sessions its hooks captured
+        live are left alone, and the plain project's is made into the record the hooks
+        made of the same run. What the CLI printed."""
         plain = self.project("plain")
         self.agent.trust(self.home, [self.proj, plain])
         said = self.run(FIRST, *options, cwd=plain).stdout
-        imported_like_live(self.agent.name, self.env, self.namespace, plain, FIRST)
+        agent = self.agent.name
+        done = kl("import-sessions", "--agent", agent, env=self.env, cwd=str(plain),
+                  check=True)
+        assert f"imported 1 session(s) of {agent}" in done.stdout, done.stdout
+        assert "captured live by its hooks" in done.stdout, done.stdout
+        imported = project.resolve_project(plain, home=str(self.home),
+                                           override="").namespace(ACTOR)
+
+        def titled(where: str) -> list[dict]:
+            lines = map(json.loads, kl("export", check=True).stdout.splitlines())
+            return [r for r in lines if "record_id" in r and r["namespace"] == where
+                    and r["title"] == FIRST]
+
+        [made] = wait_for(lambda: titled(imported), 30, 0.2, "the imported session's record")
+        fields = ("title", "summary", "observation_type", "facts", "concepts", "files_touched")
+        assert {k: made[k] for k in fields} == {k: titled(self.namespace)[0][k] for k in fields}
         return said
