@@ -8,7 +8,8 @@ question's recall at k is the share of its evidence turns among the source event
 of what a search for k records returns (the k best, and the neighbours shown with
 them), counted within the question's own conversation; the mean is printed per
 category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop; 5, adversarial, has no
-evidence) and overall, with the mean size of the context those records make.
+evidence), for the questions that name a date ("on 8 May, 2023", "in June", "in 2022":
+``DATED``) and overall, with the mean size of the context those records make.
 Questions without usable evidence are skipped and counted. In semantic and hybrid
 mode, questions are asked once retrieval has every conversation's vectors loaded.
 See ``../shared/data/locomo/README.md`` in the source tree.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -42,6 +44,9 @@ KL = [sys.executable, "-m", "kirolearn"]
 KS = (5, 10, 25)
 CATEGORIES = (1, 2, 3, 4)
 CHUNK = 500
+MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august",
+               "september", "october", "november", "december")
+DATED = re.compile(r"\b(?:(?:19|20)\d\d|" + "|".join(MONTH_NAMES) + r")\b", re.IGNORECASE)
 
 
 def session_start(text: str) -> datetime:
@@ -145,6 +150,7 @@ def main() -> None:
             if args.mode != "lexical":
                 vectors_loaded(base, namespaces.values())
             found: dict[int, dict[int, list[float]]] = {k: {c: [] for c in CATEGORIES} for k in KS}
+            dated: dict[int, list[float]] = {k: [] for k in KS}
             context_chars: dict[int, list[int]] = {k: [] for k in KS}
             skipped = 0
             latencies = []
@@ -172,6 +178,8 @@ def main() -> None:
                             turns = {dialog_of.get(i) for r in shown
                                      for i in r["source_event_ids"]}
                             found[k][category].append(len(evidence & turns) / len(evidence))
+                            if DATED.search(qa["question"]):
+                                dated[k].append(found[k][category][-1])
                             context_chars[k].append(len(context.context_block(shown)))
         finally:
             subprocess.run([*KL, "stop"], env=env, capture_output=True, cwd="/tmp")
@@ -183,7 +191,9 @@ def main() -> None:
         for category in CATEGORIES:
             values = found[k][category]
             line[f"recall_cat{category}"] = round(statistics.mean(values), 4) if values else None
-        line.update(context_chars_mean=round(statistics.mean(context_chars[k])),
+        line.update(recall_dated=round(statistics.mean(dated[k]), 4) if dated[k] else None,
+                    questions_dated=len(dated[k]),
+                    context_chars_mean=round(statistics.mean(context_chars[k])),
                     questions=questions, skipped=skipped, turns=len(dialog_of),
                     search_p50_ms=round(statistics.median(latencies), 2))
         print(json.dumps(line), flush=True)

@@ -611,6 +611,34 @@ def test_the_files_in_play_and_the_time_named_lift_records_in_either_ranking(tmp
         searcher.close()
 
 
+def test_earlier_work_on_a_file_in_play_is_a_candidate_however_the_store_ranks_it(
+        tmp_path, embedder):
+    """Seventy newer records match the request better, in words and meaning, than the
+    one older record of the file in play, which neither side's 60 candidates reach;
+    ranked on a list of its own (``steps.of_play``), it comes back among 15."""
+    path = tmp_path / "db.sqlite"
+    old = (datetime.now(UTC) - timedelta(days=60)).isoformat(timespec="milliseconds")
+    mine = record("Session store in front of the users table",
+                  "Reads of users go through the session store first.",
+                  files_touched=["app/users.py"], created_at=old)
+    others = [record(f"Cache the user lookups of service {n}",
+                     f"Lookups of users in service {n} are cached for ten minutes.",
+                     files_touched=[f"services/s{n}.py"]) for n in range(70)]
+    embedded_database(path, embedder, [mine, *others])
+    searcher = Engine(path, embedder=embedder)
+
+    def found(**asked: object) -> list[str]:
+        return searcher.search(Request(NAMESPACE, "how are user lookups cached", 15,
+                                       10_000, mode="hybrid", **asked)).record_ids
+
+    try:
+        assert mine["record_id"] not in found()
+        assert mine["record_id"] in found(files=["app/users.py"])
+        assert mine["record_id"] not in found(files=["app/unrelated.py"])
+    finally:
+        searcher.close()
+
+
 def test_a_memory_given_to_a_turn_that_touched_its_files_proved_useful(ingest, daemon):
     """Through the daemon: a prompt is given the record of earlier work on app/cache.py,
     and its turn edits that file, so the record proved useful once and is stale now (a

@@ -915,6 +915,32 @@ NOW = datetime(2026, 11, 27, 16, 30, tzinfo=timezone(timedelta(hours=1)))  # a F
     ("last month", "2026-10-01", "2026-11-01"),
     ("last year", "2025-01-01", "2026-01-01"),
     ("fix the retry loop", None, None),
+    # a date spelled out, or a part of a month; a day or month without a year: its latest
+    ("what broke on October 13, 2023?", "2023-10-13", "2023-10-14"),
+    ("the fix of 1 February, 2023", "2023-02-01", "2023-02-02"),
+    ("reading on 8th December, 2023", "2023-12-08", "2023-12-09"),
+    ("shared on December 1,2023", "2023-12-01", "2023-12-02"),
+    ("the outage on Nov. 30", "2025-11-30", "2025-12-01"),  # not yet this year
+    ("the last week of August 2023", "2023-08-25", "2023-09-01"),
+    ("in the second week of November", "2026-11-08", "2026-11-15"),
+    ("in the beginning of November 2022", "2022-11-01", "2022-11-11"),
+    ("the first half of September 2022", "2022-09-01", "2022-09-16"),
+    ("late May", "2026-05-22", "2026-06-01"),
+    ("in summer 2021", "2021-06-01", "2021-09-01"),
+    ("the releases in 2023", "2023-01-01", "2024-01-01"),
+    ("between August 11 and August 15 2023", "2023-08-11", "2023-08-16"),
+    ("between August 11 and 15 2023", "2023-08-11", "2023-08-16"),
+    ("between December 28 and January 3", "2025-12-28", "2026-01-04"),
+    # a time before a date runs to the date: what was done then may be told of on the day
+    ("the week before August 3, 2023", "2023-07-27", "2023-08-04"),
+    ("last weekend before April 10, 2023", "2023-04-03", "2023-04-11"),
+    ("the Sunday before October 25, 2022", "2022-10-23", "2022-10-26"),
+    ("two weeks before August 11, 2023", "2023-07-25", "2023-08-12"),
+    # a relative phrase beside a date is read from it
+    ("the issue last week, as mentioned on November 6, 2023", "2023-10-30", "2023-11-07"),
+    ("what she finished last Friday on 23 January, 2022", "2022-01-21", "2022-01-24"),
+    ("step 2 may fail", None, None),  # a month that is a verb, lower case, no year
+    ("retry may 3 times", None, None),
 ])
 def test_a_request_names_a_time(text, start, end):
     found = when.span(text, NOW)
@@ -927,7 +953,9 @@ def test_a_request_names_a_time(text, start, end):
 
 TIME_WORDS = ["yesterday", "today", "last", "past", "this", "week", "weeks", "month", "year",
               "days", "ago", "in", "on", "May", "sept", "December", "Monday", "sunday", "two",
-              "a", "3", "999", "2025", "2026-02-30", "2026-05-14", "fix", "the", "."]
+              "a", "3", "999", "2025", "2026-02-30", "2026-05-14", "fix", "the", ".",
+              "February", "29", "30", "31st", "of", ",", "before", "between", "and", "first",
+              "last", "half", "mid", "late", "beginning", "summer", "weekend", "during"]
 
 
 @given(st.one_of(st.text(max_size=60), st.lists(st.sampled_from(TIME_WORDS), max_size=6)

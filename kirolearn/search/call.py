@@ -51,7 +51,9 @@ class Search:
     deadline: float  # time.monotonic()
     span: tuple[datetime, datetime] | None = None  # the time the request names (``when``)
     lifts: list[Lift] = field(default_factory=list)  # for the words' ranking
-    playing: set[str] = field(default_factory=set)  # the records naming a file in play
+    playing_newest: list[str] = field(default_factory=list)  # records of files in play
+    play_rows: list[int] = field(default_factory=list)  # ... their rows
+    in_play: list[str] = field(default_factory=list)  # ... as a ranking (``of_play``)
     lexical: Result | None = None  # the words' answer (a hybrid's: limit × CANDIDATES)
     embedding: Future | None = None  # the query's vector, while it is being made
     query_vector: Any = None

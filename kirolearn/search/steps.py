@@ -7,12 +7,12 @@ steps that finish every answer (``FINISH``). The plans:
   name (``in_play``, ``in_time``), the words rank (``words``), and what is known of
   each record beyond its text weighs on the ranking (``weigh``).
 - ``HYBRID`` (and ``semantic``, its vectors alone): the same lifts, then candidates
-  from the words (``lexical``, and the records holding a rare word, ``rare``) and from
-  the meaning (``embed_query``, ``vector``), their fusion by reciprocal rank
-  (``fuse``), the floor of meaning an unrelated prompt falls under
-  (``similar_enough``), no answer when the best is far in meaning and weak in words
-  (``fits``), ``weigh``, the files in play and the time named once more on the fused
-  ranking (``in_play``, ``in_time``), its neighbours in its session (``neighbours``),
+  from the words (``lexical``, and the records holding a rare word, ``rare``), from
+  the files in play (``of_play``) and from the meaning (``embed_query``, ``vector``),
+  their fusion by reciprocal rank (``fuse``), the floor of meaning an unrelated
+  prompt falls under (``similar_enough``), no answer when the best is far in meaning
+  and weak in words (``fits``), ``weigh``, the time named once more on the fused
+  ranking (``in_time``), its neighbours in its session (``neighbours``),
   the places kept for rare matches (``rare_places``), then the records read
   (``fetch``) and put in order with their neighbours (``assemble``, ``diverse``). A
   step that finds the semantic side cannot be had (vectors still loading, an embedder
@@ -56,9 +56,10 @@ RARE_SHARE = 3  # rare matches take at most a third of a hybrid answer's places,
 # ``min_similarity`` (a paraphrase: "where are schema changes kept?" is 0.29 from "How
 # to run database migrations"). On the development histories the closest record's
 # cosine is 0.11-0.45 for off-topic prompts (median 0.2) and 0.24-0.82 for the
-# requests of later commits (median 0.5): 78-88% of off-topic prompts get nothing (at
-# the floor of meaning, 0.25, with a third of the words: 62-80%) and no recall is lost.
-FIT_SIMILARITY = 0.3
+# requests of later commits (median 0.5): at 0.35, 85-95% of off-topic prompts get
+# nothing (at 0.3: 80-92%; at the floor of meaning, 0.25, with a third of the words:
+# 62-80%), for 0.007 of recall on httpx and none on click.
+FIT_SIMILARITY = 0.35
 STRONG_COVERAGE = 0.5  # a lexical match holding this much stays, however far in meaning
 IN_TIME_BOOST = 2.0  # a record of the time the request names ("yesterday"): its score × this
 IN_PLAY_BOOST = 1.5  # a lexical match naming a file in play: its score × this
@@ -102,17 +103,15 @@ def plan(s: Search) -> tuple[Step, ...]:
 
 def in_play(s: Search) -> None:
     """A match naming a file in play (the session's, the working tree's changes) ranks
-    higher: its score × IN_PLAY_BOOST, in the ranking under way: the words' (in their
-    statement) and, once both sides are fused, the fused one."""
+    higher in the words' ranking: its score × IN_PLAY_BOOST, in their statement. (A
+    hybrid search ranks those records on a list of their own as well: ``of_play``.)"""
     if not s.request.files:
         return
-    if not s.ranked:
-        named = fts.records_of_files(s.engine.connection(), s.namespaces, s.request.files,
-                                     FILE_RECORDS)
-        s.playing = {record_id for _, record_id in named}
-        s.lifts.append(([row for row, _ in named], IN_PLAY_BOOST))
-        return
-    s.fused = _lifted(s.fused, s.playing.__contains__, IN_PLAY_BOOST)
+    named = fts.records_of_files(s.engine.connection(), s.namespaces, s.request.files,
+                                 FILE_RECORDS)
+    s.playing_newest = [record_id for _, record_id in named]
+    s.play_rows = [row for row, _ in named]
+    s.lifts.append((s.play_rows, IN_PLAY_BOOST))
 
 
 def in_time(s: Search) -> None:
@@ -233,6 +232,20 @@ def rare(s: Search) -> None:
     s.rare = {r["record_id"]: r for r in words_side.read(conn, ids)}
 
 
+def of_play(s: Search) -> None:
+    """The records naming a file in play, as a ranking of their own in the fusion: those
+    holding the request's words first (ranked by them), then the newest others. So the
+    earlier work on the file at hand is a candidate however the whole store ranks it."""
+    if not s.play_rows:
+        return
+    worded = words_side.matches(s, s.wide, within=s.play_rows).records
+    s.in_play = [r["record_id"] for r in worded]
+    s.in_play += [i for i in s.playing_newest if i not in set(s.in_play)]
+    s.in_play = s.in_play[:s.wide]
+    for record in worded:
+        s.created[record["record_id"]] = vectors.created_ms(record["created_at"])
+
+
 def vector(s: Search) -> None:
     """The records nearest in meaning, at or above the floor (of the types asked for)."""
     engine = s.engine
@@ -244,15 +257,19 @@ def vector(s: Search) -> None:
 
 
 def fuse(s: Search) -> None:
-    """Both rankings fused by reciprocal rank, with a small boost for recency (the rare
-    matches ranked after the lexical ones)."""
-    s.created = {record_id: when for record_id, _, when in s.near}
+    """The rankings fused by reciprocal rank: the meaning's, the words' (the rare
+    matches ranked after the lexical ones) and the files in play's (``of_play``), with
+    a small boost for recency."""
+    s.created.update((record_id, when) for record_id, _, when in s.near)
     lexical_ranking = [r["record_id"] for r in s.lexical.records] if s.lexical else []
     lexical_ranking += [i for i in s.rare if i not in lexical_ranking]
     for record in (s.lexical.records if s.lexical else []) + list(s.rare.values()):
         s.created[record["record_id"]] = vectors.created_ms(record["created_at"])
-    s.fused = ranking.fuse([[i for i, _, _ in s.near], lexical_ranking], s.created,
-                           time.time() * 1000, s.engine.rrf_k, s.engine.weights)
+    rankings = [[i for i, _, _ in s.near], lexical_ranking]
+    if s.in_play:
+        rankings.append(s.in_play)
+    s.fused = ranking.fuse(rankings, s.created, time.time() * 1000, s.engine.rrf_k,
+                           s.engine.weights)
     s.ranked = True
 
 
@@ -358,8 +375,8 @@ def hybrid_answer(s: Search) -> None:
                       words_found.window if words_found else None)
 
 
-HYBRID: tuple[Step, ...] = (asked, in_play, in_time, lexical, embed_query, rare, vector, fuse,
-                            similar_enough, fits, weigh, in_play, in_time, neighbours,
+HYBRID: tuple[Step, ...] = (asked, in_play, in_time, lexical, embed_query, rare, of_play,
+                            vector, fuse, similar_enough, fits, weigh, in_time, neighbours,
                             rare_places, fetch, assemble, diverse, hybrid_answer)
 
 
