@@ -239,9 +239,8 @@ def of_play(s: Search) -> None:
     if not s.play_rows:
         return
     worded = words_side.matches(s, s.wide, within=s.play_rows).records
-    s.in_play = [r["record_id"] for r in worded]
-    s.in_play += [i for i in s.playing_newest if i not in set(s.in_play)]
-    s.in_play = s.in_play[:s.wide]
+    first = {r["record_id"]: None for r in worded}
+    s.in_play = [*first, *(i for i in s.playing_newest if i not in first)][:s.wide]
     for record in worded:
         s.created[record["record_id"]] = vectors.created_ms(record["created_at"])
 
