@@ -91,7 +91,7 @@ def span(text: str, now: datetime) -> Span | None:
             return start, end
         since, _ = _relative(also.groupdict(), end - timedelta(seconds=1))
         return min(since, start), end
-    except (ValueError, OverflowError, KeyError):
+    except (ValueError, OverflowError):
         return None
 
 
@@ -219,8 +219,7 @@ def _month_span(now: datetime, name: str, year: str | None) -> Span:
     number = _month(name)
     latest = now.year if number <= now.month else now.year - 1  # not after now
     at = int(year) if year is not None else latest
-    start = now.replace(year=at, month=number, day=1, hour=0, minute=0, second=0,
-                        microsecond=0)
+    start = _at(now, at, number, 1)
     end_year, end_month = (at + 1, 1) if number == 12 else (at, number + 1)
     return start, start.replace(year=end_year, month=end_month)
 
