@@ -160,6 +160,41 @@ def _edit(action: Action, tool_input: dict) -> Action:
                            new_texts=tuple(new_texts))
 
 
+class Lines(NamedTuple):
+    """The lines of a file a tool is about to read or change: a read's range (its
+    ``offset``, from 1, and ``limit``), or the text an edit replaces (found in the
+    file by whoever reads it)."""
+
+    path: str
+    first: int = 1
+    last: int = 0  # 0: with ``text``, where the text ends
+    text: str = ""
+
+
+def _positive(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def lines_asked(data: object) -> Lines | None:
+    """The lines a tool use (``{tool_name, tool_input}``, before it runs) is about: a
+    read of a range, an edit of some text; None for anything else (a whole file read or
+    written tells of no lines in particular)."""
+    action = observe(data)
+    tool_input = data.get("tool_input") if isinstance(data, dict) else None
+    if action.kind not in ("read", "edit") or not isinstance(tool_input, dict):
+        return None
+    if action.kind == "edit":
+        olds = [tool_input.get(k) for k in OLD_TEXT_KEYS] + [
+            edit.get("old_string") for edit in _items(tool_input.get("edits"))]
+        old = next((t for t in olds if isinstance(t, str) and t.strip()), None)
+        return None if old is None else Lines(action.paths[0], text=old)
+    offset, limit = _positive(tool_input.get("offset")), _positive(tool_input.get("limit"))
+    if offset is None and limit is None:
+        return None
+    first, count = offset or 1, limit or 2000  # Claude Code reads 2,000 lines unless told
+    return Lines(action.paths[0], first, first + count - 1)
+
+
 def touched(new: list[str], old: list[str]) -> list[str]:
     """The names an edit touched: the definitions in its text (an edit's unchanged lines
     name the function it is in), then the code-like names and setting keys on the lines

@@ -4,12 +4,14 @@
 | --- | --- | --- |
 | ``SessionStart`` | ``note`` | the project's session context |
 | ``UserPromptSubmit`` | ``prompt`` (retrieval) | the prompt's context |
+| ``PreToolUse`` | — | why the lines a Read of a range or an Edit is about are as they are |
 | ``PostToolUse`` | ``tool_use`` ``{tool_name, tool_input, tool_response}`` | a file's memories |
 | ``PostToolUseFailure`` | ``tool_use`` whose response is ``{is_error, error, …}`` | — |
 | ``Stop`` | ``session_summary`` from ``last_assistant_message`` | — |
 | ``SessionEnd`` | ``note`` with the reason | — |
 
-A file's memories: what is known of a file the session first opens (``common.answer``).
+A file's memories: what is known of a file the session first opens (``common.answer``);
+why lines are as they are: the work of the commits that wrote them (``common.before_tool``).
 Context goes out as ``{"hookSpecificOutput": {"hookEventName": …,
 "additionalContext": …}}``, which Claude Code adds to the conversation next to
 the prompt. The session is Claude Code's own ``session_id``. Codex and Gemini CLI
@@ -26,7 +28,8 @@ from kirolearn.shims import common
 SURFACE = "claude-code"
 # A failed tool use has no tool_response: what went wrong is in these fields.
 FAILURE_FIELDS = ("error", "error_type", "is_interrupt", "is_timeout")
-ROLES = {"SessionStart": "start", "UserPromptSubmit": "prompt", "PostToolUse": "tool",
+ROLES = {"SessionStart": "start", "UserPromptSubmit": "prompt", "PreToolUse": "pre_tool",
+         "PostToolUse": "tool",
          "PostToolUseFailure": "tool", "Stop": "turn_end", "SessionEnd": "end"}
 
 
@@ -38,6 +41,8 @@ def read(payload: dict, roles: dict[str, str] = ROLES) -> common.Hook:
             "turn_end": payload.get("last_assistant_message"),
             "end": payload.get("reason")}.get(role)
     tools: tuple[dict, ...] = ()
+    if role == "pre_tool":
+        tools = (common.tool_body(payload.get("tool_name"), payload.get("tool_input"), None),)
     if role == "tool":
         response = payload.get("tool_response") if not name.endswith("Failure") else {
             "is_error": True, **{key: payload[key] for key in FAILURE_FIELDS if key in payload}}

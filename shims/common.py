@@ -354,7 +354,9 @@ class Hook(NamedTuple):
     Roles: ``start`` (a session begins: a note, and the session's context back),
     ``prompt`` (the prompt, and its context back), ``tool`` (tool uses, as
     ``tool_body`` bodies), ``turn_end`` (the agent's reply, as the turn's summary),
-    ``end`` (the session ends: a note), ``ignored``.
+    ``end`` (the session ends: a note), ``pre_tool`` (a tool is about to run, as a
+    ``tool_body`` without its response: what is remembered of the lines it reads or
+    edits back, nothing sent), ``ignored``.
     """
 
     role: str
@@ -375,6 +377,8 @@ def answer(surface: str, hook: Hook, tool_context: bool = False,
         debug(f"ignored hook {hook.name!r}")
         return ""
     shim = Shim(surface, hook.cwd or None)
+    if hook.role == "pre_tool":
+        return before_tool(hook, shim) if tool_context else ""
     given = hook.session_id if isinstance(hook.session_id, str) and hook.session_id else None
     session = Session(shim, f"{surface}:{given}" if given else shim.project.project_id)
     session_id = session.current(given, fresh=hook.role == "start" and not given)
@@ -450,6 +454,45 @@ def _tools_used(hook: Hook, shim: Shim, session: Session, session_id: str, captu
         session.count("recalled", len(records))
         contexts.append(context)
     return "\n\n".join(c for c in contexts if c)
+
+
+def before_tool(hook: Hook, shim: Shim) -> str:
+    """What is remembered of why the lines a tool is about to read or edit are as they
+    are (the retrieval role's ``why``: the records of the commits that wrote them), ""
+    when nothing is, or when the daemon does not say within the prompt's budget. Nothing
+    is sent to store: the tool's use is, once it has run."""
+    try:  # the lines are read where the daemon runs: this machine's own alone
+        if (shim.off or shim.project.is_global or control.remote(shim.home) is not None
+                or not control.listening("retrieval", shim.home)):
+            return ""
+    except (control.BadRemote, paths.UnsafeRuntimeDir) as exc:
+        debug(str(exc))
+        return ""
+    root = shim.project.checkout
+    session = Session(shim, f"{shim.surface}:{hook.session_id}" if hook.session_id
+                      else shim.project.project_id)
+    contexts = []
+    for body in hook.tools:
+        asked = tooluse.lines_asked(body.get("data"))
+        path = None if asked is None else tooluse.relative(asked.path, root)
+        if asked is None or path is None or os.path.isabs(path):
+            continue
+        timeout_ms = prompt_timeout_ms()
+        try:
+            reply = control.call("retrieval", "why", {
+                "namespaces": [shim.namespace], "checkout": root, "path": path,
+                "first": asked.first, "last": asked.last, "text": asked.text[:65536],
+                "budget_ms": max(1, timeout_ms - 100)}, timeout_ms=timeout_ms, home=shim.home)
+        except control.Unanswered as exc:
+            debug(f"no why for {path}: {exc}")
+            continue
+        fresh = [i for i in reply.get("record_ids") or [] if i not in session.listed("given")]
+        if reply.get("context") and fresh:
+            contexts.append(reply["context"])
+            session.add("given", fresh, SESSION_GIVEN)
+            session.count("recalled", len(fresh))
+    session.save()
+    return "\n\n".join(contexts)
 
 
 def opened_files(body: dict, root: str | None) -> list[str]:

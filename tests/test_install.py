@@ -49,7 +49,10 @@ def test_claude_code_settings_are_merged_backed_up_and_restored(user):
     assert merged["permissions"] == {"allow": ["Bash(npm test)", *install.CLAUDE_TOOLS]}
     assert "mcp__kirolearn__forget" not in merged["permissions"]["allow"]  # it asks first
     assert merged["enabledMcpjsonServers"] == ["kirolearn"]
-    assert merged["hooks"]["PreToolUse"] == USER_SETTINGS["hooks"]["PreToolUse"]
+    theirs, ours = merged["hooks"]["PreToolUse"]  # theirs kept first; ours beside it
+    assert theirs == USER_SETTINGS["hooks"]["PreToolUse"][0]
+    assert ours["matcher"] == "Read|Edit|MultiEdit"
+    assert ours["hooks"][0]["command"].endswith("kirolearn-claude-code")
     assert merged["hooks"]["Stop"][0] == USER_SETTINGS["hooks"]["Stop"][0]
     assert set(merged["hooks"]) == {"PreToolUse", "Stop", "SessionStart", "UserPromptSubmit",
                                     "PostToolUse", "PostToolUseFailure", "SessionEnd"}

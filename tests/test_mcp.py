@@ -18,7 +18,7 @@ from mcp import Client
 
 from kirolearn import mcp_server, project, protocol, transport
 
-TOOLS = {"search_memory", "recall", "resume_session", "timeline", "get_records",
+TOOLS = {"search_memory", "recall", "resume_session", "timeline", "get_records", "why",
          "save_observation",
          "save_session_summary", "update_memory", "forget"}
 RECORD_ID = re.compile(r"mr_[0-9A-HJKMNP-TV-Z]{26}")

@@ -2,7 +2,8 @@
 
 ``daemon`` runs it (start, stop, restart, status, scale, logs, worker, open), ``data``
 reads and writes what is stored (import, export, stats, search, brief, prune, scrub),
-``past`` gives memory its past (seed, import-sessions),
+``why`` tells what is remembered of the commits that wrote a file's lines, ``past``
+gives memory its past (seed, import-sessions),
 ``records`` corrects it (forget, edit), ``capture`` says where it is captured (pause,
 resume), ``embeddings`` the vectors, ``extraction`` the batches that become records
 (failed, retry), ``agents`` connects the agents (install, uninstall), ``mcp`` serves
@@ -27,6 +28,7 @@ from kirolearn import __version__, paths
 MODULES = {
     "daemon": ("start", "stop", "restart", "status", "scale", "logs", "worker", "open"),
     "data": ("import", "export", "stats", "search", "brief", "prune", "scrub"),
+    "why": ("why",),
     "past": ("seed", "import-sessions"),
     "records": ("forget", "edit"),
     "capture": ("pause", "resume", "enable", "disable"),

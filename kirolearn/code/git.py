@@ -63,10 +63,12 @@ def _argv(root: str, overrides: Sequence[str], args: Sequence[str]) -> list[str]
     return ["git", "--no-pager", *tree, *config, "-C", root, *args]
 
 
-def _call(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess | None:
+def _call(argv: list[str], timeout_s: float, stdin: bytes | None = None
+          ) -> subprocess.CompletedProcess | None:
     try:
         return subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False,
-                              stdin=subprocess.DEVNULL, env=environment())
+                              **({"input": stdin} if stdin is not None
+                                 else {"stdin": subprocess.DEVNULL}), env=environment())
     except (OSError, subprocess.SubprocessError, ValueError):
         return None
 
@@ -97,12 +99,12 @@ class Git:
             self._overrides = drivers(self.root, self.timeout_s)
         return self._overrides
 
-    def run(self, *args: str, timeout_s: float | None = None
+    def run(self, *args: str, timeout_s: float | None = None, stdin: bytes | None = None
             ) -> subprocess.CompletedProcess | None:
-        """The finished command (any exit status); None when git could not run or did
-        not finish within the time limit (it is killed)."""
+        """The finished command (any exit status), given ``stdin`` to read; None when
+        git could not run or did not finish within the time limit (it is killed)."""
         return _call(_argv(self.root, self.overrides(), args),
-                     self.timeout_s if timeout_s is None else timeout_s)
+                     self.timeout_s if timeout_s is None else timeout_s, stdin)
 
     def output(self, *args: str, timeout_s: float | None = None) -> bytes | None:
         """What the command printed, when it succeeded (None otherwise)."""

@@ -70,6 +70,24 @@ def records_of_files(conn: Connection, namespaces: Sequence[str], paths: Sequenc
     return [(row, ids[row]) for row in newest if row in ids]
 
 
+def records_of_objects(conn: Connection, namespaces: Sequence[str],
+                       objects: Sequence[tuple[str, str]]) -> dict[tuple[str, str], list[int]]:
+    """(object id, path) → the row ids of the valid records known by it (the object index,
+    ``record_objects``: a seeded record by its commit, path ''; a live record by the blob
+    id it left a file as, and that file's path), newest first."""
+    if not namespaces or not objects:
+        return {}
+    p, wanted = Params(), set(objects)
+    found: dict[tuple[str, str], list[int]] = {}
+    for object_id, path, row in conn.execute(
+            "SELECT object_id, path, record_id FROM record_objects WHERE namespace IN"
+            f" {p.list(namespaces)} AND object_id IN {p.list({o for o, _ in objects})}"
+            " ORDER BY record_id DESC", p.values):
+        if (object_id, path) in wanted:
+            found.setdefault((object_id, path), []).append(row)
+    return found
+
+
 def records_between(conn: Connection, namespaces: Sequence[str], start: datetime,
                     end: datetime, limit: int) -> list[int]:
     """The row ids of the valid records of work done in ``[start, end)``, newest first

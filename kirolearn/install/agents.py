@@ -47,7 +47,7 @@ from kirolearn.install.parts import (
 # Not forget, nor update_memory (ASKING_TOOLS): for those the agent asks.
 ASKING_TOOLS = ("forget", "update_memory")
 APPROVED_TOOLS = ("search_memory", "recall", "resume_session", "timeline", "get_records",
-                  "save_observation", "save_session_summary")
+                  "why", "save_observation", "save_session_summary")
 KIRO_CLI_TOOLS = [f"@{MCP_NAME}/{tool}" for tool in APPROVED_TOOLS]
 CLAUDE_TOOLS = [f"mcp__{MCP_NAME}__{tool}" for tool in APPROVED_TOOLS]
 
@@ -144,6 +144,8 @@ def kiro_ide(project: Path | None, home: Path) -> list[ConfigFile]:
 CLAUDE_HOOKS = {  # event → extra fields of its matcher group and of its handler
     "SessionStart": ({"matcher": "startup|resume|clear|compact"}, {"timeout": 10}),
     "UserPromptSubmit": ({}, {"timeout": 5}),
+    # Why the lines a Read of a range or an Edit is about are as they are, before it runs.
+    "PreToolUse": ({"matcher": "Read|Edit|MultiEdit"}, {"timeout": 5}),
     # Not "async": Claude Code kills background hooks when it exits, so a headless run
     # (`claude -p`) would lose its tool uses and its turn end (tests/test_claude_code_e2e).
     "PostToolUse": ({}, {"timeout": 5}),

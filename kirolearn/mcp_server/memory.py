@@ -19,6 +19,7 @@ class Scope(NamedTuple):
     name: str
     namespaces: tuple[str, ...]
     label: str  # how messages name it: "this project", …
+    checkout: str | None = None  # the project's working tree (None: the global memory)
 
     @property
     def saves_to(self) -> str:
@@ -31,13 +32,14 @@ def resolve_scope(name: str, cwd: str | None = None) -> Scope:
         raise config.ConfigError(f"mcp.scope: must be one of {', '.join(project.SCOPES)},"
                                  f" got {name!r}")
     actor = project.actor_id()
-    here = project.resolve_project(cwd).namespace(actor)
+    found = project.resolve_project(cwd)
+    here = found.namespace(actor)
     everywhere = project.global_namespace(actor)
     if name == "global" or here == everywhere:
         return Scope(name, (everywhere,), "the global memory")
     if name == "project":
-        return Scope(name, (here,), "this project")
-    return Scope(name, (here, everywhere), "this project or the global memory")
+        return Scope(name, (here,), "this project", found.checkout)
+    return Scope(name, (here, everywhere), "this project or the global memory", found.checkout)
 
 
 def ask(target: str, op: str, body: dict, timeout_ms: int, home: paths.Home,

@@ -6,18 +6,20 @@ context is (``search.context.fenced``): recalled notes, data, never instructions
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Literal
 
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from kirolearn import config, contract, control
+from kirolearn import config, contract, control, tooluse
 from kirolearn.mcp_server import text
 from kirolearn.mcp_server.memory import Memory, hits
 from kirolearn.search.context import fenced
 
 RECALL_LIMIT = 8  # memories one recall returns (the seed's recallLimit)
+WHY_BUDGET_MS = 20_000  # git's blame of a file with a long history takes seconds
 
 NonBlank = Field(min_length=1, pattern=r"\S")
 RecordId = Annotated[str, Field(pattern=r"^mr_[0-7][0-9A-HJKMNP-TV-Z]{25}$",
@@ -79,6 +81,38 @@ def resume_session(memory: Memory) -> str:
     reply = memory.call("retrieval", "resume_session", {"namespace": memory.scope.saves_to})
     return (fenced(reply["context"]) if reply["context"]
             else f"No earlier session to resume in {memory.scope.label}.")
+
+
+def why(memory: Memory, path: FilePath,
+        first: Annotated[int, Field(ge=1, description="The first line, counted from 1")] = 1,
+        last: Annotated[int | None, Field(ge=1, description=(
+            "The last line (default: the first; the whole file when first is 1 and last"
+            " is not given)"))] = None) -> str:
+    """Say why lines of a file are as they are: the work of the commits that wrote them.
+
+    Use it before changing code whose reason is not plain (a check that looks needless,
+    an odd constant, a workaround), or when a change there may undo earlier work.
+    Returns, for the commits that wrote lines `first` to `last` of `path` (git blame of
+    the working tree; the path relative to the project), the memories of their work:
+    the request, what was concluded, and whether later work undid it; the commits with
+    the most of the lines first. Or says that nothing is remembered of them."""
+    if memory.scope.checkout is None:
+        raise ToolError("why needs a project: this server serves the global memory")
+    name = tooluse.relative(path, memory.scope.checkout)
+    if os.path.isabs(name):
+        raise ToolError(f"{path} is not in this project ({memory.scope.checkout})")
+    end = last if last is not None else (0 if first == 1 else first)
+    if end and end < first:
+        raise ToolError(f"last ({last}) is before first ({first})")
+    reply = memory.call("retrieval", "why", {
+        "namespaces": memory.namespaces, "checkout": memory.scope.checkout, "path": name,
+        "first": first, "last": end, "budget_ms": WHY_BUDGET_MS}, WHY_BUDGET_MS + 2000)
+    if reply["outcome"] == "unreadable":
+        raise ToolError(f"{name}: no such lines in this project's working tree")
+    if reply["outcome"] == "blaming":
+        return f"git is still reading the history of {name}: ask again in a moment."
+    return reply["context"] or (f"Nothing is remembered of the commits that wrote these"
+                                f" lines of {name}.")
 
 
 def timeline(memory: Memory, record_id: RecordId | None = None, query: Query | None = None,
@@ -227,7 +261,7 @@ WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_worl
 # Every tool, and what a client is told of its effects.
 TOOLS = (
     (search_memory, READ_ONLY), (recall, READ_ONLY), (resume_session, READ_ONLY),
-    (timeline, READ_ONLY), (get_records, READ_ONLY),
+    (timeline, READ_ONLY), (get_records, READ_ONLY), (why, READ_ONLY),
     (forget, ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False)),
     (update_memory, ToolAnnotations(read_only_hint=False, destructive_hint=False,
                                     open_world_hint=False)),

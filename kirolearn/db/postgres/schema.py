@@ -332,8 +332,46 @@ UPDATE memory_records SET author = COALESCE(code_json::json ->> 'author',
     split_part(namespace, '/', 3));
 CREATE INDEX memory_records_author ON memory_records (namespace, author);
 """),
+    (10, "record_objects", """
+-- The git objects a record's work is known by (SQLite's migration 19): a seeded
+-- record's commit (path ''), a live record's files by the blob id its turn left each as.
+CREATE TABLE record_objects (
+    namespace TEXT NOT NULL,
+    object_id TEXT NOT NULL,
+    path TEXT NOT NULL,
+    record_id BIGINT NOT NULL,  -- memory_records.id
+    PRIMARY KEY (namespace, object_id, path, record_id)
+);
+CREATE INDEX record_objects_record ON record_objects (record_id);
+CREATE FUNCTION record_objects_of(code jsonb) RETURNS TABLE (object_id TEXT, path TEXT)
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT code ->> 'commit', '' WHERE jsonb_typeof(code -> 'author') = 'string'
+        AND jsonb_typeof(code -> 'commit') = 'string'
+    UNION ALL
+    SELECT b.value #>> '{}', b.key FROM jsonb_each(CASE WHEN jsonb_typeof(code -> 'blobs')
+        = 'object' AND code -> 'author' IS NULL THEN code -> 'blobs' END) AS b
+    WHERE jsonb_typeof(b.value) = 'string'
+$$;
+CREATE FUNCTION record_objects_keep() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        DELETE FROM record_objects WHERE record_id = OLD.id;
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.invalid_reason IS NULL THEN
+        INSERT INTO record_objects SELECT NEW.namespace, o.object_id, o.path, NEW.id
+        FROM record_objects_of(NEW.code_json::jsonb) AS o ON CONFLICT DO NOTHING;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER memory_records_objects
+AFTER INSERT OR DELETE OR UPDATE OF namespace, code_json, invalid_reason
+ON memory_records FOR EACH ROW EXECUTE FUNCTION record_objects_keep();
+INSERT INTO record_objects SELECT mr.namespace, o.object_id, o.path, mr.id
+FROM memory_records mr, record_objects_of(mr.code_json::jsonb) AS o
+WHERE mr.invalid_reason IS NULL ON CONFLICT DO NOTHING;
+"""),
 ]
 
 
 # Each migration's schema, as the SQLite migration it matches (exports name that one).
-SQLITE_SCHEMA = {1: 12, 2: 12, 3: 13, 4: 14, 5: 15, 6: 16, 7: 17, 8: 17, 9: 18}
+SQLITE_SCHEMA = {1: 12, 2: 12, 3: 13, 4: 14, 5: 15, 6: 16, 7: 17, 8: 17, 9: 18, 10: 19}

@@ -335,4 +335,52 @@ UPDATE memory_records SET author = COALESCE(json_extract(code_json, '$.author'),
     substr(namespace, 8, instr(substr(namespace, 8), '/') - 1));
 CREATE INDEX memory_records_author ON memory_records (namespace, author);
 """),
+    (19, "record_objects", """
+-- The git objects a record's work is known by, so that the records of the commits that
+-- wrote a file's lines are found by an index seek (search.why): a seeded record's commit
+-- (path ''), and each file a live record's turn left, by the blob id it left it as and
+-- its path (the commit that later holds that blob holds its work). A seeded record's
+-- blobs are today's, read when it was extracted: not its commit's, so not kept here.
+CREATE TABLE record_objects (
+    namespace TEXT NOT NULL,
+    object_id TEXT NOT NULL,
+    path TEXT NOT NULL,
+    record_id INTEGER NOT NULL,  -- memory_records.id
+    PRIMARY KEY (namespace, object_id, path, record_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX record_objects_record ON record_objects (record_id);
+CREATE TRIGGER memory_records_objects_ai AFTER INSERT ON memory_records BEGIN
+    INSERT OR IGNORE INTO record_objects SELECT new.namespace,
+        json_extract(new.code_json, '$.commit'), '', new.id
+    WHERE new.invalid_reason IS NULL AND json_type(new.code_json, '$.author') = 'text'
+      AND json_type(new.code_json, '$.commit') = 'text';
+    INSERT OR IGNORE INTO record_objects SELECT new.namespace, b.value, b.key, new.id
+    FROM json_each(new.code_json, '$.blobs') b
+    WHERE new.invalid_reason IS NULL AND json_type(new.code_json, '$.author') IS NULL
+      AND b.type = 'text';
+END;
+CREATE TRIGGER memory_records_objects_ad AFTER DELETE ON memory_records BEGIN
+    DELETE FROM record_objects WHERE record_id = old.id;
+END;
+CREATE TRIGGER memory_records_objects_au
+AFTER UPDATE OF namespace, code_json, invalid_reason ON memory_records BEGIN
+    DELETE FROM record_objects WHERE record_id = old.id;
+    INSERT OR IGNORE INTO record_objects SELECT new.namespace,
+        json_extract(new.code_json, '$.commit'), '', new.id
+    WHERE new.invalid_reason IS NULL AND json_type(new.code_json, '$.author') = 'text'
+      AND json_type(new.code_json, '$.commit') = 'text';
+    INSERT OR IGNORE INTO record_objects SELECT new.namespace, b.value, b.key, new.id
+    FROM json_each(new.code_json, '$.blobs') b
+    WHERE new.invalid_reason IS NULL AND json_type(new.code_json, '$.author') IS NULL
+      AND b.type = 'text';
+END;
+INSERT OR IGNORE INTO record_objects SELECT namespace, json_extract(code_json, '$.commit'),
+    '', id FROM memory_records
+WHERE invalid_reason IS NULL AND json_type(code_json, '$.author') = 'text'
+  AND json_type(code_json, '$.commit') = 'text';
+INSERT OR IGNORE INTO record_objects SELECT mr.namespace, b.value, b.key, mr.id
+FROM memory_records mr, json_each(mr.code_json, '$.blobs') b
+WHERE mr.invalid_reason IS NULL AND json_type(mr.code_json, '$.author') IS NULL
+  AND b.type = 'text';
+"""),
 ]

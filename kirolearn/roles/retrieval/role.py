@@ -50,9 +50,11 @@ from kirolearn.search import (
     ranking,
     staleness,
     vectors,
+    why,
     worktree,
 )
 from kirolearn.search.request import Request, Sharing
+from kirolearn.tooluse import Lines
 
 MAX_LIMIT = 100
 MAX_IDS = 100  # records one get_records may ask for
@@ -237,6 +239,7 @@ class Retrieval(base.Role):
             self.backfill.start()
         self.outcomes: Counter[str] = Counter()
         self.worktrees = worktree.Worktrees()  # the files in play of this machine's projects
+        self.blames = why.Blames()  # who wrote which lines of their files (``why``)
         self.keyring = keys.Keyring(self.home)  # clients elsewhere: their names and grants
         self.rewriter = self._brief_writer()
         self.serve_on(self.home.endpoint("retrieval"))
@@ -270,6 +273,8 @@ class Retrieval(base.Role):
         self.engine.release_memory()
 
     def teardown(self) -> None:
+        if getattr(self, "blames", None) is not None:
+            self.blames.close()
         if getattr(self, "rewriter", None) is not None:
             self.rewriter.close()
         if getattr(self, "backfill", None) is not None:
@@ -434,6 +439,63 @@ class Retrieval(base.Role):
         elif result.error:  # answered lexically, as designed
             self.log.debug("search: %s", result.error)
         return result.as_dict(asked.with_records)
+
+    @base.op("why")
+    def why(self, request: base.Request) -> dict:
+        """``why {namespaces, checkout, path, first?, last?, text?, budget_ms?, tokens?}``
+        → ``{context, record_ids, commits: [{commit, path, lines, record_ids}], outcome}``:
+        the records of the commits that wrote lines ``first``–``last`` of the checkout's
+        file (or the lines ``text`` stands on), the most lines first (``search.why``).
+        Outcome ``blaming`` when git has not blamed the file within the budget (asked
+        again, it may have); ``unreadable`` when the file, or the text in it, is not
+        there; else ``ok``."""
+        namespaces = parse_namespaces(request.body)
+        root = self.git_tree(request, request.body.get("checkout"))
+        if root is None:
+            raise base.BadRequest("'checkout' must be a git working tree of this machine")
+        path = request.require("path", str, "a file's path in the checkout")
+        if not 0 < len(path) <= 4096 or os.path.isabs(path):
+            raise base.BadRequest("'path' must be a file's path relative to the checkout")
+        first = parse_count(request.body, "first", 1, 10_000_000) or 1
+        last = parse_count(request.body, "last", 0, 10_000_000)
+        text = request.body.get("text", "")
+        if not isinstance(text, str) or len(text) > contract.MAX_BODY_BYTES:
+            raise base.BadRequest("'text' must be a string (the lines' text)")
+        started, budget_ms = time.monotonic(), request.body.get("budget_ms", MAX_BUDGET_MS)
+        if (not isinstance(budget_ms, int | float) or isinstance(budget_ms, bool)
+                or not 0 <= budget_ms <= MAX_BUDGET_MS):
+            raise base.BadRequest(f"'budget_ms' must be a number from 0 to {MAX_BUDGET_MS}")
+        tokens = parse_count(request.body, "tokens", self.context_tokens or 2000,
+                             MAX_CONTEXT_TOKENS)
+        answer: dict = {"context": "", "record_ids": [], "commits": [], "outcome": "ok"}
+        read = why.read(root, Lines(path, first, last, text))
+        if read is None:
+            return {**answer, "outcome": "unreadable"}
+        content, asked = read
+        left_s = budget_ms / 1000 - (time.monotonic() - started)
+        blamed = self.blames.of(root, path, content, left_s)
+        if blamed is None:
+            return {**answer, "outcome": "blaming"}
+        share = self.sharing(request)
+        found = self._read_written(lambda: why.written(
+            self.engine.connection(), self.engine.shared(namespaces, share), asked, blamed,
+            lambda commits: self.blames.blobs(root, commits, max(0.05, left_s))))
+        return {**answer, "context": why.block(asked, found, tokens or None),
+                "record_ids": list(dict.fromkeys(r["record_id"] for w in found
+                                                 for r in w.records)),
+                "commits": [{"commit": w.commit.commit, "path": w.commit.path,
+                             "lines": list(w.commit.lines),
+                             "record_ids": [r["record_id"] for r in w.records]}
+                            for w in found]}
+
+    def _read_written(self, lookup: Callable[[], list[why.Written]]) -> list[why.Written]:
+        """``why.written``'s answer, its records scrubbed as they leave (as a search's)."""
+        try:
+            found = lookup()
+        except errors.StoreError as exc:
+            self.engine.close()  # reopened on the next request
+            raise RuntimeError(f"the database could not be read: {exc}") from exc
+        return [w._replace(records=privacy.scrub(w.records)) for w in found]
 
     @base.op("embeddings")
     def embeddings(self, request: base.Request) -> dict:
