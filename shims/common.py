@@ -458,9 +458,10 @@ def _tools_used(hook: Hook, shim: Shim, session: Session, session_id: str, captu
 
 def before_tool(hook: Hook, shim: Shim) -> str:
     """What is remembered of why the lines a tool is about to read or edit are as they
-    are (the retrieval role's ``why``: the records of the commits that wrote them), ""
-    when nothing is, or when the daemon does not say within the prompt's budget. Nothing
-    is sent to store: the tool's use is, once it has run."""
+    are (the retrieval role's ``why``: the records of the commits that wrote them; those
+    the session was given already in a line each), "" when nothing is, when every one
+    was told the session with its lines already, or when the daemon does not say within
+    the prompt's budget. Nothing is sent to store: the tool's use is, once it has run."""
     try:  # the lines are read where the daemon runs: this machine's own alone
         if (shim.off or shim.project.is_global or control.remote(shim.home) is not None
                 or not control.listening("retrieval", shim.home)):
@@ -482,15 +483,17 @@ def before_tool(hook: Hook, shim: Shim) -> str:
             reply = control.call("retrieval", "why", {
                 "namespaces": [shim.namespace], "checkout": root, "path": path,
                 "first": asked.first, "last": asked.last, "text": asked.text[:65536],
-                "budget_ms": max(1, timeout_ms - 100)}, timeout_ms=timeout_ms, home=shim.home)
+                "budget_ms": max(1, timeout_ms - 100), "given": session.listed("given")},
+                timeout_ms=timeout_ms, home=shim.home)
         except control.Unanswered as exc:
             debug(f"no why for {path}: {exc}")
             continue
-        fresh = [i for i in reply.get("record_ids") or [] if i not in session.listed("given")]
-        if reply.get("context") and fresh:
+        told = [i for i in reply.get("record_ids") or [] if isinstance(i, str)]
+        if reply.get("context") and set(told) - set(session.listed("told_why")):
             contexts.append(reply["context"])
-            session.add("given", fresh, SESSION_GIVEN)
-            session.count("recalled", len(fresh))
+            session.count("recalled", len(set(told) - set(session.listed("given"))))
+            session.add("given", told, SESSION_GIVEN)
+            session.add("told_why", told, SESSION_GIVEN)
     session.save()
     return "\n\n".join(contexts)
 

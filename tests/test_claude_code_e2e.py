@@ -15,8 +15,9 @@ import json
 
 import pytest
 from helpers.agents import FIRST, SYSTEM_PATH, E2EAgent, Sandbox, in_sandbox
-from helpers.events import stored_events
+from helpers.events import stored_events, wait_records
 from helpers.model_apis import FakeAnthropic
+from test_seed import commit, git
 
 SAVE_TOOL = "mcp__kirolearn__save_observation"
 REMEMBERED = {"title": "Releases are cut on Fridays", "observation_type": "decision",
@@ -125,3 +126,47 @@ def test_claude_code_remembers_across_runs(sandbox):
     # The same first run in a project without our hooks, imported from the transcript
     # Claude Code keeps: the record the hooks made of it. The live sessions are left alone.
     assert result(sandbox.imported_like_live()) == "done"
+
+
+PARSER = '''def parse_header(line):
+    name, _, value = line.partition(":")
+    return name.strip().lower(), value.strip()
+'''
+
+
+class ReadsARange(FakeAnthropic):
+    """Reads lines 1–3 of the file the prompt names (a Read of a range), then "done"."""
+
+    def tool_call(self, body: dict, results: list[str]) -> tuple[str, dict] | None:
+        tools = {t.get("name") for t in body.get("tools") or []}
+        prompt = first_prompt(body)
+        if "Read" not in tools or results or "Read /" not in prompt:
+            return None
+        path = prompt.split("Read ", 1)[1].split()[0]
+        return "Read", {"file_path": path, "offset": 1, "limit": 3}
+
+
+CLAUDE_CODE_READING = E2EAgent(
+    "claude-code", "claude", ReadsARange, settings=claude_code_env, git_init=True,
+    argv=lambda prompt: ["-p", prompt, "--output-format", "json", "--allowedTools", "Read"],
+    path=SYSTEM_PATH)
+
+
+@pytest.mark.timeout(300)
+@in_sandbox(CLAUDE_CODE_READING)
+def test_claude_code_is_told_why_lines_are_as_they_are_before_it_reads_them(sandbox):
+    """A seeded commit wrote the lines: Claude Code's PreToolUse hook tells the model of
+    its work with the Read, before the model sees the file."""
+    commit(sandbox.proj, {"src/http.py": PARSER}, "Add a parser for the HTTP header lines")
+    sandbox.kl("seed", "--git", "--project", str(sandbox.proj))
+    wait_records(sandbox.namespace, 60)
+    sandbox.install()
+    path = sandbox.proj / "src" / "http.py"
+    assert result(sandbox.run(f"Read {path} and explain it").stdout) == "done"
+    reads = [b for b in sandbox.bodies if "tool_result" in json.dumps(b)]
+    assert reads, "the model never saw the Read's result"
+    told = json.dumps(reads[0], ensure_ascii=False)
+    sha = git(sandbox.proj, "rev-parse", "HEAD").strip()
+    assert "Why these lines are as they are (from kirolearn)" in told
+    assert "Lines 1–3 of src/http.py were written by these commits" in told
+    assert f"Commit {sha[:10]}, lines 1–3 of src/http.py" in told

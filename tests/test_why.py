@@ -16,6 +16,7 @@ from test_seed import commit, git, records
 
 from kirolearn import tooluse
 from kirolearn.code import blame
+from kirolearn.search import why as why_search
 
 PARSER = '''def parse_header(line):
     name, _, value = line.partition(":")
@@ -178,3 +179,26 @@ def test_the_lines_a_tool_is_about_are_read_from_any_input(tool_input, tool):
     asked = tooluse.lines_asked({"tool_name": tool, "tool_input": tool_input})
     if asked is not None:
         assert asked.path and (asked.text.strip() or 1 <= asked.first <= asked.last)
+
+
+def test_a_record_given_already_is_named_in_a_line():
+    """The commits' records in full, but one the session was given already: its title,
+    its commit and lines, no summary; within the token cap, the first kept whatever."""
+    def record(record_id: str, title: str) -> dict:
+        return {"record_id": record_id, "title": title, "summary": f"{title}: the long story",
+                "facts": [], "created_at": "2024-03-02T10:00:00+00:00"}
+    found = [why_search.Written(blame.Blamed("a" * 40, "src/http.py", (1, 2, 3), 2),
+                         [record("mr_1", "Add a parser")]),
+             why_search.Written(blame.Blamed("b" * 40, "src/http.py", (5,), 1),
+                         [record("mr_2", "Cap a header line")])]
+    asked = tooluse.Lines("src/http.py", 1, 5)
+    full = why_search.block(asked, found, None)
+    assert "Add a parser: the long story" in full and "Cap a header line: the long" in full
+    assert "*Commit aaaaaaaaaa, lines 1–3 of src/http.py.*" in full
+    assert "*Commit bbbbbbbbbb, line 5 of src/http.py.*" in full
+    brief = why_search.block(asked, found, None, {"mr_1"})
+    assert "Add a parser: the long story" not in brief
+    assert "(Given earlier in this session.)" in brief and "Cap a header line: the" in brief
+    capped = why_search.block(asked, found, 1)
+    assert "Add a parser" in capped and "Cap a header" not in capped
+    assert why_search.block(asked, [], None) == ""

@@ -8,13 +8,14 @@ FILE_LIMIT = 5  # the records a file opened brings back to a hook, at most
 MAX_FILES = 50  # files in play, or opened, that one search is told of
 MAX_EXCLUDED = 500  # records one search is told to leave out
 HINTS = {"files": (MAX_FILES, 1000, "paths"), "opened": (MAX_FILES, 1000, "paths"),
-         "exclude": (MAX_EXCLUDED, 64, "record ids")}
+         "exclude": (MAX_EXCLUDED, 64, "record ids"), "given": (MAX_EXCLUDED, 64, "record ids")}
 
 
 def check_hints(body: dict) -> dict:
     """What a search is told of its session (raises ValueError saying what is wrong):
-    the ``files`` in play, the files just ``opened`` (a search about them), and the
-    records to ``exclude`` (given to the session already)."""
+    the ``files`` in play, the files just ``opened`` (a search about them), the
+    records to ``exclude`` (given to the session already), and those a ``why`` gives
+    in a line (``given`` to the session already, not with their lines)."""
     hints = {}
     for key, (most, longest, what) in HINTS.items():
         if key not in body:

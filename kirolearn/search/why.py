@@ -142,21 +142,26 @@ def _span(lines: tuple[int, ...]) -> str:
     return ", ".join(f"{a}–{b}" if b > a else str(a) for a, b in runs)
 
 
-def block(asked: Lines, found: list[Written], max_tokens: int | None) -> str:
+def block(asked: Lines, found: list[Written], max_tokens: int | None,
+          given: set[str] | frozenset[str] = frozenset()) -> str:
     """The context: a header, the lines asked about, then per commit its records (each a
-    ``### `` section, the commit and its lines under the title), within ``max_tokens``;
-    fenced as recalled notes. "" when no commit has a record."""
+    ``### `` section, the commit and its lines under the title; one ``given`` to the
+    session already, those two lines alone), within ``max_tokens``; fenced as recalled
+    notes. "" when no commit has a record."""
     if not found:
         return ""
-    first, last = min(n for w in found for n in w.commit.lines), max(
-        n for w in found for n in w.commit.lines)
-    parts = [HEADER, f"Lines {first}–{last} of {asked.path} were written by these commits:"]
+    lines = [n for w in found for n in w.commit.lines]
+    parts = [HEADER, f"Lines {min(lines)}–{max(lines)} of {asked.path} were written by"
+                     " these commits:"]
     used = context.estimate_tokens("\n\n".join(parts)) + context.FENCE_TOKENS
     for w in found:
+        many = "s" if len(w.commit.lines) > 1 else ""
+        said = (f"*Commit {w.commit.commit[:10]}, line{many} {_span(w.commit.lines)}"
+                f" of {w.commit.path}.*")
         for record in w.records:
             title, _, rest = context.record_section(record).partition("\n\n")
-            said = (f"*Commit {w.commit.commit[:10]}, line{'s' if len(w.commit.lines) > 1 else ''}"
-                    f" {_span(w.commit.lines)} of {w.commit.path}.*")
+            if record["record_id"] in given:
+                rest = "(Given earlier in this session.)"
             section = "\n\n".join(p for p in (title, said, rest) if p)
             cost = context.estimate_tokens(section) + 1
             if max_tokens is not None and used + cost > max_tokens and len(parts) > 2:

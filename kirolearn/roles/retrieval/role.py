@@ -442,10 +442,12 @@ class Retrieval(base.Role):
 
     @base.op("why")
     def why(self, request: base.Request) -> dict:
-        """``why {namespaces, checkout, path, first?, last?, text?, budget_ms?, tokens?}``
+        """``why {namespaces, checkout, path, first?, last?, text?, budget_ms?, tokens?,
+        given?}``
         → ``{context, record_ids, commits: [{commit, path, lines, record_ids}], outcome}``:
         the records of the commits that wrote lines ``first``–``last`` of the checkout's
-        file (or the lines ``text`` stands on), the most lines first (``search.why``).
+        file (or the lines ``text`` stands on), the most lines first (``search.why``);
+        those ``given`` to the session already in a line each.
         Outcome ``blaming`` when git has not blamed the file within the budget (asked
         again, it may have); ``unreadable`` when the file, or the text in it, is not
         there; else ``ok``."""
@@ -467,6 +469,10 @@ class Retrieval(base.Role):
             raise base.BadRequest(f"'budget_ms' must be a number from 0 to {MAX_BUDGET_MS}")
         tokens = parse_count(request.body, "tokens", self.context_tokens or 2000,
                              MAX_CONTEXT_TOKENS)
+        try:
+            given = set(check_hints(request.body).get("given", ()))
+        except ValueError as exc:
+            raise base.BadRequest(str(exc)) from None
         answer: dict = {"context": "", "record_ids": [], "commits": [], "outcome": "ok"}
         read = why.read(root, Lines(path, first, last, text))
         if read is None:
@@ -480,7 +486,7 @@ class Retrieval(base.Role):
         found = self._read_written(lambda: why.written(
             self.engine.connection(), self.engine.shared(namespaces, share), asked, blamed,
             lambda commits: self.blames.blobs(root, commits, max(0.05, left_s))))
-        return {**answer, "context": why.block(asked, found, tokens or None),
+        return {**answer, "context": why.block(asked, found, tokens or None, given),
                 "record_ids": list(dict.fromkeys(r["record_id"] for w in found
                                                  for r in w.records)),
                 "commits": [{"commit": w.commit.commit, "path": w.commit.path,
