@@ -175,10 +175,11 @@ def _positive(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def lines_asked(data: object) -> Lines | None:
+def lines_asked(data: object, first_line: int = 1) -> Lines | None:
     """The lines a tool use (``{tool_name, tool_input}``, before it runs) is about: a
-    read of a range, an edit of some text; None for anything else (a whole file read or
-    written tells of no lines in particular)."""
+    read of a range (``first_line``: the number its ``offset`` gives a file's first line,
+    1 for Claude Code, 0 for Gemini CLI and Qwen Code), an edit of some text; None for
+    anything else (a whole file read or written tells of no lines in particular)."""
     action = observe(data)
     tool_input = data.get("tool_input") if isinstance(data, dict) else None
     if action.kind not in ("read", "edit") or not isinstance(tool_input, dict):
@@ -188,7 +189,9 @@ def lines_asked(data: object) -> Lines | None:
             edit.get("old_string") for edit in _items(tool_input.get("edits"))]
         old = next((t for t in olds if isinstance(t, str) and t.strip()), None)
         return None if old is None else Lines(action.paths[0], text=old)
-    offset, limit = _positive(tool_input.get("offset")), _positive(tool_input.get("limit"))
+    offset = tool_input.get("offset")
+    offset = _positive(offset + 1 - first_line) if isinstance(offset, int) else None
+    limit = _positive(tool_input.get("limit"))
     if offset is None and limit is None:
         return None
     first, count = offset or 1, limit or 2000  # Claude Code reads 2,000 lines unless told

@@ -51,13 +51,15 @@ def read(payload: dict, roles: dict[str, str] = ROLES) -> common.Hook:
     return common.Hook(role, name, payload.get("session_id"), payload.get("cwd"), text, tools)
 
 
-def main_for(surface: str, read_hook: Callable[[dict], common.Hook]) -> int:
+def main_for(surface: str, read_hook: Callable[[dict], common.Hook],
+             why_after: int | None = None) -> int:
     """The whole of a shim for an agent with Claude Code's hooks: its payload read by
-    read_hook, the context printed as ``hookSpecificOutput``."""
+    read_hook, the context printed as ``hookSpecificOutput`` (``why_after``: see
+    ``common.answer``)."""
     def handle(payload: dict) -> str:
         hook = read_hook(payload)
-        return common.hook_specific_output(hook.name, common.answer(surface, hook,
-                                                                    tool_context=True))
+        return common.hook_specific_output(hook.name, common.answer(
+            surface, hook, tool_context=True, why_after=why_after))
 
     return common.run_stdin_hook(handle)
 

@@ -368,11 +368,14 @@ class Hook(NamedTuple):
 
 
 def answer(surface: str, hook: Hook, tool_context: bool = False,
-           prompt_context: bool = True) -> str:
+           prompt_context: bool = True, why_after: int | None = None) -> str:
     """Post hook's event(s) for surface; return the context for a start or a prompt
     (where the agent reads it: ``prompt_context``), and, where the agent reads context
     after a tool (``tool_context``), what is known of the files a tool use first opened
-    in the session ("" otherwise): the shim puts it in its agent's format."""
+    in the session ("" otherwise): the shim puts it in its agent's format. An agent that
+    reads no context before a tool (``why_after``: the number its reads' ``offset`` gives
+    a file's first line) is told why the lines a read of a range read are as they are
+    with the read's result."""
     if hook.role == "ignored":
         debug(f"ignored hook {hook.name!r}")
         return ""
@@ -390,6 +393,9 @@ def answer(surface: str, hook: Hook, tool_context: bool = False,
     context = ""
     if hook.role == "tool":
         context = _tools_used(hook, shim, session, session_id, captured, tool_context)
+        if tool_context and why_after is not None:  # with a read's result
+            context = "\n\n".join(c for c in (context, *(
+                why_of(shim, session, body, why_after) for body in hook.tools)) if c)
     elif hook.role == "turn_end":
         shim.post(shim.event("session_summary", text_body(hook.text), session_id,
                              session.prompt_event_id))
@@ -457,45 +463,48 @@ def _tools_used(hook: Hook, shim: Shim, session: Session, session_id: str, captu
 
 
 def before_tool(hook: Hook, shim: Shim) -> str:
-    """What is remembered of why the lines a tool is about to read or edit are as they
-    are (the retrieval role's ``why``: the records of the commits that wrote them; those
-    the session was given already in a line each), "" when nothing is, when every one
-    was told the session with its lines already, or when the daemon does not say within
-    the prompt's budget. Nothing is sent to store: the tool's use is, once it has run."""
+    """What is remembered of why the lines the tools are about to read or edit are as
+    they are (``why_of``). Nothing is sent to store: the tool's use is, once it has run."""
+    session = Session(shim, f"{shim.surface}:{hook.session_id}" if hook.session_id
+                      else shim.project.project_id)
+    contexts = [why_of(shim, session, body) for body in hook.tools]
+    session.save()
+    return "\n\n".join(c for c in contexts if c)
+
+
+def why_of(shim: Shim, session: Session, body: dict, after: int | None = None) -> str:
+    """What is remembered of why the lines a tool use reads (a range) or edits (its old
+    text, before it runs; not ``after`` it ran, when ``after`` is the number the agent's
+    ``offset`` gives a file's first line) are as they are: the retrieval role's
+    ``why``, the records of the commits that wrote them, those the session was given
+    already in a line each. "" when nothing is, when every one was told the session with
+    its lines already, or when the daemon does not say within the prompt's budget."""
+    asked = tooluse.lines_asked(body.get("data"), 1 if after is None else after)
+    root = shim.project.checkout
+    path = None if asked is None else tooluse.relative(asked.path, root)
+    if asked is None or path is None or os.path.isabs(path) or (after is not None
+                                                                 and asked.text):
+        return ""
     try:  # the lines are read where the daemon runs: this machine's own alone
         if (shim.off or shim.project.is_global or control.remote(shim.home) is not None
                 or not control.listening("retrieval", shim.home)):
             return ""
-    except (control.BadRemote, paths.UnsafeRuntimeDir) as exc:
-        debug(str(exc))
-        return ""
-    root = shim.project.checkout
-    session = Session(shim, f"{shim.surface}:{hook.session_id}" if hook.session_id
-                      else shim.project.project_id)
-    contexts = []
-    for body in hook.tools:
-        asked = tooluse.lines_asked(body.get("data"))
-        path = None if asked is None else tooluse.relative(asked.path, root)
-        if asked is None or path is None or os.path.isabs(path):
-            continue
         timeout_ms = prompt_timeout_ms()
-        try:
-            reply = control.call("retrieval", "why", {
-                "namespaces": [shim.namespace], "checkout": root, "path": path,
-                "first": asked.first, "last": asked.last, "text": asked.text[:65536],
-                "budget_ms": max(1, timeout_ms - 100), "given": session.listed("given")},
-                timeout_ms=timeout_ms, home=shim.home)
-        except control.Unanswered as exc:
-            debug(f"no why for {path}: {exc}")
-            continue
-        told = [i for i in reply.get("record_ids") or [] if isinstance(i, str)]
-        if reply.get("context") and set(told) - set(session.listed("told_why")):
-            contexts.append(reply["context"])
-            session.count("recalled", len(set(told) - set(session.listed("given"))))
-            session.add("given", told, SESSION_GIVEN)
-            session.add("told_why", told, SESSION_GIVEN)
-    session.save()
-    return "\n\n".join(contexts)
+        reply = control.call("retrieval", "why", {
+            "namespaces": [shim.namespace], "checkout": root, "path": path,
+            "first": asked.first, "last": asked.last, "text": asked.text[:65536],
+            "budget_ms": max(1, timeout_ms - 100), "given": session.listed("given")},
+            timeout_ms=timeout_ms, home=shim.home)
+    except (*control.Unanswered, control.BadRemote, paths.UnsafeRuntimeDir) as exc:
+        debug(f"no why for {path}: {exc}")
+        return ""
+    told = [i for i in reply.get("record_ids") or [] if isinstance(i, str)]
+    if not reply.get("context") or not set(told) - set(session.listed("told_why")):
+        return ""
+    session.count("recalled", len(set(told) - set(session.listed("given"))))
+    session.add("given", told, SESSION_GIVEN)
+    session.add("told_why", told, SESSION_GIVEN)
+    return reply["context"]
 
 
 def opened_files(body: dict, root: str | None) -> list[str]:

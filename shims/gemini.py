@@ -12,7 +12,7 @@ stored is the user's words alone.
 | --- | --- | --- |
 | ``SessionStart`` | ``note`` | the project's session context |
 | ``BeforeAgent`` | ``prompt`` (retrieval) | the prompt's context, added to the turn |
-| ``AfterTool`` | ``tool_use`` | a file's memories |
+| ``AfterTool`` | ``tool_use`` | a file's memories; why a ranged ``read_file``'s lines are so |
 | ``AfterAgent`` | ``session_summary`` from ``prompt_response`` | — |
 | ``SessionEnd`` | ``note`` with the reason | — |
 """
@@ -65,8 +65,10 @@ def read(payload: dict) -> common.Hook:
 
 def handle(payload: dict) -> str:
     hook = read(payload)
+    # Gemini CLI gives the model no context of a BeforeTool hook: why a read's lines are
+    # as they are comes with the read's result (its offset counts lines from 0).
     return common.hook_specific_output(hook.name, common.answer(
-        SURFACE, hook, tool_context=True)) or "{}"
+        SURFACE, hook, tool_context=True, why_after=0)) or "{}"
 
 
 def main() -> int:

@@ -11,10 +11,13 @@ prompt: that is no prompt, and is ignored.
 | --- | --- | --- |
 | ``SessionStart`` | ``note`` | the project's session context |
 | ``UserPromptSubmit`` | ``prompt`` (retrieval) | the prompt's context |
-| ``PostToolUse`` | ``tool_use`` ``{tool_name, tool_input, tool_response}`` | a file's memories |
+| ``PostToolUse`` | ``tool_use`` ``{tool_name, tool_input, tool_response}`` | (below) |
 | ``PostToolUseFailure`` | ``tool_use`` whose response is ``{is_error, error, …}`` | — |
 | ``Stop`` | ``session_summary`` from ``last_assistant_message`` | — |
 | ``SessionEnd`` | ``note`` with the reason | — |
+
+After a tool: a file's memories, and why the lines a ``read_file`` of a range read are
+as they are.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ def read(payload: dict) -> common.Hook:
 
 
 def main() -> int:
-    return claude_code.main_for(SURFACE, read)
+    # Qwen Code gives the model no context of a PreToolUse hook: why a read's lines are
+    # as they are comes with the read's result (its offset counts lines from 0).
+    return claude_code.main_for(SURFACE, read, why_after=0)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 from helpers.agents import FIRST, E2EAgent, Sandbox, in_sandbox, stored_prompts
-from helpers.events import stored_events
+from helpers.events import stored_events, wait_records
 from helpers.model_apis import ApiHandler
+from test_claude_code_e2e import PARSER
+from test_seed import commit, git
 
 SEARCH_TOOL = "mcp_kirolearn_search_memory"
 ASK = "What did we do about saying hello?"  # the model answers by searching our memory
@@ -36,19 +38,21 @@ class FakeGemini(ApiHandler):
     """Answers like the Gemini API: a tool call first (the shell; or, asked ASK, our
     search_memory), then "done"."""
 
+    def part(self, body: dict, answered: bool) -> dict:
+        """The model's answer to body (``answered``: a tool's result is in it)."""
+        if answered:
+            return {"text": "done"}
+        if ASK in user_words(body):
+            return {"functionCall": {"name": SEARCH_TOOL, "args": {"query": "hello"}}}
+        return {"functionCall": {"name": "run_shell_command", "args": {"command": "echo hello"}}}
+
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
         self.server.bodies.append(body)  # type: ignore[attr-defined]
         answered = any("functionResponse" in part for content in body.get("contents") or []
                        for part in content.get("parts") or [])
-        if answered:
-            part: dict = {"text": "done"}
-        elif ASK in user_words(body):
-            part = {"functionCall": {"name": SEARCH_TOOL, "args": {"query": "hello"}}}
-        else:
-            part = {"functionCall": {"name": "run_shell_command",
-                                     "args": {"command": "echo hello"}}}
-        answer = {"candidates": [{"content": {"role": "model", "parts": [part]},
+        answer = {"candidates": [{"content": {"role": "model",
+                                              "parts": [self.part(body, answered)]},
                                   "finishReason": "STOP", "index": 0}],
                   "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 1,
                                     "totalTokenCount": 11}}
@@ -117,3 +121,38 @@ def test_gemini_remembers_across_runs(sandbox):
     assert (gemini_home / "settings.json").read_bytes() == settings  # never ours
     assert not (gemini_home / "policies").exists()
     assert sorted(p.name for p in sandbox.proj.iterdir()) == [".git"]
+
+
+class ReadsARange(FakeGemini):
+    """Reads lines 1–3 (an offset from 0 and a limit) of the file the prompt names with
+    read_file, then "done"."""
+
+    def part(self, body: dict, answered: bool) -> dict:
+        words = user_words(body)
+        if answered or "Read /" not in words:
+            return {"text": "done"}
+        path = words.split("Read ", 1)[1].split()[0]
+        return {"functionCall": {"name": "read_file", "args": {
+            "file_path": path, "offset": 0, "limit": 3}}}
+
+
+GEMINI_READING = E2EAgent("gemini", "gemini", ReadsARange, settings=gemini_settings,
+                          trust=trusted, git_init=True,
+                          argv=lambda prompt: ["-m", "test-model", "-p", prompt])
+
+
+@pytest.mark.timeout(300)
+@in_sandbox(GEMINI_READING)
+def test_gemini_is_told_why_lines_are_as_they_are_with_a_read_of_them(sandbox):
+    """A seeded commit wrote the lines: with the result of a read_file of a range (Gemini
+    gives the model no context of a BeforeTool hook), the model is told of its work."""
+    commit(sandbox.proj, {"src/http.py": PARSER}, "Add a parser for the HTTP header lines")
+    sandbox.kl("seed", "--git", "--project", str(sandbox.proj))
+    wait_records(sandbox.namespace, 60)
+    sandbox.install()
+    path = sandbox.proj / "src" / "http.py"
+    assert sandbox.run(f"Read {path} and explain it", *YOLO).stdout.strip() == "done"
+    sha = git(sandbox.proj, "rev-parse", "HEAD").strip()
+    told = json.dumps(sandbox.bodies, ensure_ascii=False)
+    assert "Why these lines are as they are (from kirolearn)" in told
+    assert f"Commit {sha[:10]}, lines 1–3 of src/http.py" in told

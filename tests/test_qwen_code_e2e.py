@@ -16,8 +16,10 @@ import subprocess
 
 from helpers.agents import FIRST, E2EAgent, Sandbox, in_sandbox, stored_prompts
 from helpers.cli import BIN
-from helpers.events import stored_events
+from helpers.events import stored_events, wait_records
 from helpers.model_apis import FakeChatCompletions
+from test_claude_code_e2e import PARSER
+from test_seed import commit, git
 
 
 class QwenApi(FakeChatCompletions):
@@ -79,3 +81,38 @@ def test_qwen_code_remembers_across_runs(sandbox):
     # what is left is Qwen Code's own: the settings' version it added when it read them
     assert json.loads((sandbox.proj / ".qwen" / "settings.json").read_text()) == {"$version": 4}
     assert "kirolearn" not in (sandbox.home / ".qwen" / "settings.json").read_text()
+
+
+class ReadsARange(FakeChatCompletions):
+    """Reads lines 1–3 of the file the prompt names (read_file with an offset and a
+    limit), then "done"."""
+
+    def tool_call(self, body: dict, tools: list[str], results: list[str]
+                  ) -> tuple[str, dict] | None:
+        prompt = json.dumps(body["messages"])
+        if results or "read_file" not in tools or "Read /" not in prompt:
+            return None
+        path = prompt.split("Read ", 1)[1].split()[0]
+        return "read_file", {"file_path": path, "offset": 0, "limit": 3}
+
+
+QWEN_CODE_READING = E2EAgent("qwen-code", "qwen", ReadsARange, settings=qwen_settings,
+                             git_init=True,
+                             argv=lambda prompt: ["-p", prompt, "--approval-mode", "yolo"])
+
+
+@in_sandbox(QWEN_CODE_READING)
+def test_qwen_code_is_told_why_lines_are_as_they_are_with_a_read_of_them(sandbox):
+    """A seeded commit wrote the lines: with the result of a read_file of a range (Qwen
+    Code gives the model no context of a PreToolUse hook), the model is told of its
+    work."""
+    commit(sandbox.proj, {"src/http.py": PARSER}, "Add a parser for the HTTP header lines")
+    sandbox.kl("seed", "--git", "--project", str(sandbox.proj))
+    wait_records(sandbox.namespace, 60)
+    sandbox.install()
+    path = sandbox.proj / "src" / "http.py"
+    assert sandbox.run(f"Read {path} and explain it").stdout.strip() == "done"
+    sha = git(sandbox.proj, "rev-parse", "HEAD").strip()
+    told = json.dumps(sandbox.bodies, ensure_ascii=False)
+    assert "Why these lines are as they are (from kirolearn)" in told
+    assert f"Commit {sha[:10]}, lines 1–3 of src/http.py" in told
