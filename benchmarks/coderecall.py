@@ -22,7 +22,11 @@ recall, the share of questions given any context, and the share of ``OFF_TOPIC``
 prompts (general questions, other projects' requests) given none.
 ``kirolearn-file-opened`` is what the agent is then given when it opens the first file
 the commit changes (``FILE_LIMIT`` records about it, none the prompt was given): its
-recall alone, and with the prompt's. ``kirolearn-stale`` counts the injected records
+recall alone, and with the prompt's. ``kirolearn-edit-time`` is what the change's edits
+are told of the lines they replace (``why``, one per hunk, each within
+``context_tokens``, asked of a checkout of the question's parent): the share of its
+targets among the commits whose records it holds.
+``kirolearn-stale`` counts the injected records
 whose code is gone at the question's parent commit (every anchored file deleted, or
 none of its names left: ``search.staleness``), as the working tree stands there (a
 checkout of that commit, each question's its own, read by retrieval before it is
@@ -227,6 +231,23 @@ def questions_of(repo: Path, asked: list[Commit], stored: set[str]) -> list[Comm
     return questions
 
 
+def told_at_edits(retrieval: transport.Client, repo: Path, commit: Commit, checkout: Path,
+                  namespace: str, tokens: int) -> tuple[set[str], list[int]]:
+    """What the change's edits are told of the lines they replace (``why``, one per
+    hunk, asked of ``checkout``, the parent's): the commits whose records the contexts
+    hold, and each context's size."""
+    told: set[str] = set()
+    sizes = []
+    for path, ranges in changed_lines(repo, commit).items():
+        for first, last in ranges:
+            reply = retrieval.call("why", {
+                "namespaces": [namespace], "checkout": str(checkout), "path": path,
+                "first": first, "last": last, "budget_ms": 30_000, "tokens": tokens})
+            sizes.append(len(reply["context"]))
+            told |= {c["commit"] for c in reply["commits"]}
+    return told, sizes
+
+
 def rank_of_first(ranked: list[set[str]], targets: set[str]) -> float:
     return next((1 / rank for rank, found in enumerate(ranked, 1) if found & targets), 0.0)
 
@@ -298,6 +319,7 @@ def main() -> None:
                         "namespace": namespace}
             hook: dict[str, list[float]] = {"recall": [], "given": [], "chars": [], "mrr": []}
             opened: dict[str, list[float]] = {"recall": [], "with_prompt": [], "chars": []}
+            edit_time: dict[str, list[float]] = {"recall": [], "chars": []}
             off_topic_given = []
             # What the injection holds that names code gone at the question's parent
             # commit: unchecked (no working tree), then checked against that checkout.
@@ -350,6 +372,12 @@ def main() -> None:
                                                                       checked["records"])):
                         stale[name].append(sum(bool(judge.gone(str(checkout), r, renamed))
                                                for r in shown))
+                    # at edit time: what each edit of the change is told of the lines
+                    # it replaces (``why``), asked of the parent's checkout
+                    told, sizes = told_at_edits(retrieval, args.repo, commit, checkout,
+                                                namespace, injected["tokens"])
+                    edit_time["chars"] += sizes
+                    edit_time["recall"].append(len(commit.targets & told) / len(commit.targets))
                     subprocess.run(["git", "-C", str(args.repo), "worktree", "remove",
                                     "--force", str(checkout)], capture_output=True)
                     found_checked = {commit_of.get(i) for r in checked["records"]
@@ -424,6 +452,12 @@ def main() -> None:
         "k": FILE_LIMIT, "recall": round(statistics.mean(opened["recall"]), 4),
         "recall_with_prompt": round(statistics.mean(opened["with_prompt"]), 4),
         "context_chars_mean": round(statistics.mean(opened["chars"])),
+        "questions": len(questions), "repo": args.repo.name}), flush=True)
+    print(json.dumps({
+        "bench": "coderecall", "system": "kirolearn-edit-time", "mode": args.mode,
+        "recall": round(statistics.mean(edit_time["recall"]), 4),
+        "context_chars_mean": round(statistics.mean(edit_time["chars"] or [0])),
+        "edits": len(edit_time["chars"]),
         "questions": len(questions), "repo": args.repo.name}), flush=True)
     before, after = sum(stale["unchecked"]), sum(stale["checked"])
     print(json.dumps({

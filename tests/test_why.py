@@ -192,13 +192,15 @@ def test_a_record_given_already_is_named_in_a_line():
              why_search.Written(blame.Blamed("b" * 40, "src/http.py", (5,), 1),
                          [record("mr_2", "Cap a header line")])]
     asked = tooluse.Lines("src/http.py", 1, 5)
-    full = why_search.block(asked, found, None)
+    full, shown = why_search.block(asked, found, None)
+    assert [w.commit.commit[0] for w in shown] == ["a", "b"]
     assert "Add a parser: the long story" in full and "Cap a header line: the long" in full
     assert "*Commit aaaaaaaaaa, lines 1–3 of src/http.py.*" in full
     assert "*Commit bbbbbbbbbb, line 5 of src/http.py.*" in full
-    brief = why_search.block(asked, found, None, {"mr_1"})
+    brief, _ = why_search.block(asked, found, None, {"mr_1"})
     assert "Add a parser: the long story" not in brief
     assert "(Given earlier in this session.)" in brief and "Cap a header line: the" in brief
-    capped = why_search.block(asked, found, 1)
+    capped, shown = why_search.block(asked, found, 1)
     assert "Add a parser" in capped and "Cap a header" not in capped
-    assert why_search.block(asked, [], None) == ""
+    assert [r["record_id"] for w in shown for r in w.records] == ["mr_1"]
+    assert why_search.block(asked, [], None) == ("", [])

@@ -143,17 +143,19 @@ def _span(lines: tuple[int, ...]) -> str:
 
 
 def block(asked: Lines, found: list[Written], max_tokens: int | None,
-          given: set[str] | frozenset[str] = frozenset()) -> str:
+          given: set[str] | frozenset[str] = frozenset()) -> tuple[str, list[Written]]:
     """The context: a header, the lines asked about, then per commit its records (each a
     ``### `` section, the commit and its lines under the title; one ``given`` to the
-    session already, those two lines alone), within ``max_tokens``; fenced as recalled
-    notes. "" when no commit has a record."""
+    session already, those two lines alone), within ``max_tokens`` (the first always);
+    fenced as recalled notes. "" when no commit has a record. With it, the commits and
+    records it holds."""
     if not found:
-        return ""
+        return "", []
     lines = [n for w in found for n in w.commit.lines]
     parts = [HEADER, f"Lines {min(lines)}–{max(lines)} of {asked.path} were written by"
                      " these commits:"]
     used = context.estimate_tokens("\n\n".join(parts)) + context.FENCE_TOKENS
+    kept: list[Written] = []
     for w in found:
         many = "s" if len(w.commit.lines) > 1 else ""
         said = (f"*Commit {w.commit.commit[:10]}, line{many} {_span(w.commit.lines)}"
@@ -164,8 +166,12 @@ def block(asked: Lines, found: list[Written], max_tokens: int | None,
                 rest = "(Given earlier in this session.)"
             section = "\n\n".join(p for p in (title, said, rest) if p)
             cost = context.estimate_tokens(section) + 1
-            if max_tokens is not None and used + cost > max_tokens and len(parts) > 2:
-                return context.fenced("\n\n".join(parts))
+            if max_tokens is not None and used + cost > max_tokens and kept:
+                return context.fenced("\n\n".join(parts)), kept
             parts.append(section)
             used += cost
-    return context.fenced("\n\n".join(parts))
+            if kept and kept[-1].commit is w.commit:
+                kept[-1].records.append(record)
+            else:
+                kept.append(Written(w.commit, [record]))
+    return context.fenced("\n\n".join(parts)), kept

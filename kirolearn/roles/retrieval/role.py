@@ -447,7 +447,8 @@ class Retrieval(base.Role):
         → ``{context, record_ids, commits: [{commit, path, lines, record_ids}], outcome}``:
         the records of the commits that wrote lines ``first``–``last`` of the checkout's
         file (or the lines ``text`` stands on), the most lines first (``search.why``);
-        those ``given`` to the session already in a line each.
+        those ``given`` to the session already in a line each; ``record_ids`` and
+        ``commits``: what the context, cut to ``tokens``, holds.
         Outcome ``blaming`` when git has not blamed the file within the budget (asked
         again, it may have); ``unreadable`` when the file, or the text in it, is not
         there; else ``ok``."""
@@ -486,13 +487,13 @@ class Retrieval(base.Role):
         found = self._read_written(lambda: why.written(
             self.engine.connection(), self.engine.shared(namespaces, share), asked, blamed,
             lambda commits: self.blames.blobs(root, commits, max(0.05, left_s))))
-        return {**answer, "context": why.block(asked, found, tokens or None, given),
-                "record_ids": list(dict.fromkeys(r["record_id"] for w in found
-                                                 for r in w.records)),
+        text, shown = why.block(asked, found, tokens or None, given)
+        return {**answer, "context": text,
+                "record_ids": [r["record_id"] for w in shown for r in w.records],
                 "commits": [{"commit": w.commit.commit, "path": w.commit.path,
                              "lines": list(w.commit.lines),
                              "record_ids": [r["record_id"] for r in w.records]}
-                            for w in found]}
+                            for w in shown]}
 
     def _read_written(self, lookup: Callable[[], list[why.Written]]) -> list[why.Written]:
         """``why.written``'s answer, its records scrubbed as they leave (as a search's)."""
