@@ -9,6 +9,8 @@ libraries every shim needs), so both see the same machine noise:
 - prompt: userPromptSubmit with retrieval, the context printed to stdout;
 - tool_use (``surface``: claude-code, codex, gemini, copilot, cursor, opencode): each
   other agent's tool-use hook, its payload in the agent's format, the same way;
+- pre_tool (claude-code): a ``PreToolUse`` before an ``Edit`` of a committed file,
+  asking why its lines are as they are (the file's blame, made once, then kept);
 - postToolUse with the daemon away (``path: spool``): a tool use whose output holds
   secrets, scrubbed (with the rules ingest saved) and written to the spool; and again
   with no rules saved (``path: spool_unsaved_rules``), as on a machine connected to
@@ -50,6 +52,8 @@ BIN = Path(sys.executable).parent
 TARGETS = {"postToolUse": 1.3, "prompt": 1.5}
 SPOOL_TARGET = 1.5  # the daemon away: scrubbing and a durable write on top
 SECRET, AWS_KEY = "hunter2-Wq8x-3000", "AKIAIOSFODNN7EXAMPLE"
+EDITED = ("def parse_header(line):\n    name, _, value = line.partition(':')\n"
+          "    return name, value\n")
 
 
 def timed(command: list[str], stdin: str, cwd: Path, env: dict) -> tuple[float, str]:
@@ -141,7 +145,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="klb-", dir="/tmp") as scratch:
         base, user_home = Path(scratch) / "kl", Path(scratch) / "home"
         proj = user_home / "proj"
-        (proj / ".git").mkdir(parents=True)
+        (proj / "src").mkdir(parents=True)
+        (proj / "src" / "http.py").write_text(EDITED)
+        for command in (["init", "-q"], ["add", "."], ["-c", "user.name=bench", "-c",
+                                                       "user.email=bench@example.com",
+                                                       "commit", "-qm", "Parse headers"]):
+            subprocess.run(["git", "-C", str(proj), *command], check=True, capture_output=True)
         env = {**os.environ, "KIROLEARN_HOME": str(base), "HOME": str(user_home),
                "USER": "bench", "LOGNAME": "bench", "KIROLEARN_AUTOSTART": "0",
                "KIROLEARN_EMBEDDINGS_ENABLED": "0"}  # lexical; no back-fill meanwhile
@@ -158,6 +167,11 @@ def main() -> None:
                         {"exit_status": "0", "stdout": "12 passed in 0.8s\n", "stderr": ""}]}}
             shim = [str(BIN / "kirolearn-kiro-cli")]
             others = tool_uses(proj)
+            before_edit = ([str(BIN / "kirolearn-claude-code")], json.dumps({
+                "session_id": "bench", "cwd": str(proj), "hook_event_name": "PreToolUse",
+                "tool_name": "Edit", "tool_input": {
+                    "file_path": str(proj / "src" / "http.py"),
+                    "old_string": "    return name, value\n", "new_string": "    return name\n"}}))
             floor = [sys.executable, "-c", "import zmq, msgpack"]
             times: dict[str, list[float]] = {"floor": [], "postToolUse": [], "prompt": []}
             with_context = 0
@@ -171,6 +185,9 @@ def main() -> None:
                     o, _ = timed(command, payload, proj, env)
                     if i >= 3:
                         times.setdefault(surface, []).append(o)
+                b, _ = timed(*before_edit, proj, env)
+                if i >= 3:
+                    times.setdefault("pre_tool", []).append(b)
                 if i >= 3:
                     times["floor"].append(f)
                     times["postToolUse"].append(t)
@@ -220,6 +237,14 @@ def main() -> None:
             "floor_p99_ms": round(percentile(times["floor"], 99), 2),
             "ratio_to_floor": round(p50 / floor_p50, 3),
             "target_ratio": TARGETS["postToolUse"]}), flush=True)
+    p50 = statistics.median(times["pre_tool"])
+    print(json.dumps({
+        "bench": "shim", "hook": "pre_tool", "surface": "claude-code", "runs": runs,
+        "wall_p50_ms": round(p50, 2), "wall_p99_ms": round(percentile(times["pre_tool"], 99), 2),
+        "floor_p50_ms": round(floor_p50, 2),
+        "floor_p99_ms": round(percentile(times["floor"], 99), 2),
+        "ratio_to_floor": round(p50 / floor_p50, 3), "target_ratio": TARGETS["prompt"]}),
+        flush=True)
     for path in ("spool", "spool_unsaved_rules"):
         p50, floor_p50 = statistics.median(times[path]), statistics.median(
             times[f"{path}_floor"])

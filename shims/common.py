@@ -392,10 +392,8 @@ def answer(surface: str, hook: Hook, tool_context: bool = False,
         return _prompted(hook, shim, session, session_id, captured, prompt_context)
     context = ""
     if hook.role == "tool":
-        context = _tools_used(hook, shim, session, session_id, captured, tool_context)
-        if tool_context and why_after is not None:  # with a read's result
-            context = "\n\n".join(c for c in (context, *(
-                why_of(shim, session, body, why_after) for body in hook.tools)) if c)
+        context = _tools_used(hook, shim, session, session_id, captured, tool_context,
+                              why_after)
     elif hook.role == "turn_end":
         shim.post(shim.event("session_summary", text_body(hook.text), session_id,
                              session.prompt_event_id))
@@ -441,9 +439,10 @@ def _prompted(hook: Hook, shim: Shim, session: Session, session_id: str, capture
 
 
 def _tools_used(hook: Hook, shim: Shim, session: Session, session_id: str, captured: int,
-                tool_context: bool) -> str:
+                tool_context: bool, why_after: int | None) -> str:
     """Tool uses; with ``tool_context``, what is known of the files one first opened in
-    the session back ("" when none)."""
+    the session back ("" when none), and with ``why_after`` too, why the lines a read of
+    a range read are as they are (``why_of``)."""
     contexts = []
     for body in hook.tools:
         event = shim.event("tool_use", body, session_id, session.prompt_event_id)
@@ -453,12 +452,14 @@ def _tools_used(hook: Hook, shim: Shim, session: Session, session_id: str, captu
         session.add("files", opened, SESSION_FILES)
         if not (tool_context and opened):
             shim.post(event)
-            continue
-        context, records = shim.post(event, retrieve=True, hints={
-            "opened": opened, "exclude": session.listed("given")})
-        session.add("given", records, SESSION_GIVEN)
-        session.count("recalled", len(records))
-        contexts.append(context)
+        else:
+            context, records = shim.post(event, retrieve=True, hints={
+                "opened": opened, "exclude": session.listed("given")})
+            session.add("given", records, SESSION_GIVEN)
+            session.count("recalled", len(records))
+            contexts.append(context)
+        if tool_context and why_after is not None:  # with the read's result
+            contexts.append(why_of(shim, session, body, why_after))
     return "\n\n".join(c for c in contexts if c)
 
 

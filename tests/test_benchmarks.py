@@ -48,7 +48,8 @@ def test_shim_benchmark_quick_run_compares_each_hook_with_the_floor(home):
     *rows, cold = [json.loads(line) for line in result.stdout.splitlines()]
     assert [(r["bench"], r["hook"], r.get("path")) for r in rows] == [
         ("shim", "postToolUse", None), ("shim", "prompt", None),
-        *[("shim", "tool_use", None)] * 6, ("shim", "postToolUse", "spool"),
+        *[("shim", "tool_use", None)] * 6, ("shim", "pre_tool", None),
+        ("shim", "postToolUse", "spool"),
         ("shim", "postToolUse", "spool_unsaved_rules")]
     assert (cold["hook"], cold["path"], cold["starts"]) == ("prompt", "first_after_start", 2)
     assert 0 < cold["wall_p50_ms"] <= cold["wall_max_ms"] and cold["budget_ms"] == 500
@@ -125,7 +126,7 @@ def test_coderecall_quick_run_finds_the_earlier_work_on_the_same_code(home, tmp_
                             text=True, timeout=300, env=env, cwd="/tmp")
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
-    *ranked, injected, opened, stale = rows
+    *ranked, injected, opened, edit_time, stale = rows
     assert [(r["system"], r["k"]) for r in ranked] == [
         (system, k) for system in ("kirolearn", "bm25", "bm25-whole-commit", "newest")
         for k in (5, 10, 25)]
@@ -135,6 +136,9 @@ def test_coderecall_quick_run_finds_the_earlier_work_on_the_same_code(home, tmp_
     assert injected["offtopic_no_context_share"] >= 0.5  # none, before stop words
     # opening the first file it changes brings the earlier work on it back too
     assert opened["system"] == "kirolearn-file-opened" and opened["recall_with_prompt"] == 1.0
+    # at edit time, the lines each change replaces were written by the earlier commits
+    assert edit_time["system"] == "kirolearn-edit-time" and edit_time["recall"] == 1.0
+    assert edit_time["context_chars_mean"] > 0 and edit_time["edits"] >= 3
     # every function the earlier work defined is still there: nothing stale, nothing lost
     assert stale["system"] == "kirolearn-stale" and stale["stale_injected_unchecked"] == 0
     assert stale["stale_injected_checked"] == 0 and stale["recall_checked"] == 1.0

@@ -487,8 +487,8 @@ class Retrieval(base.Role):
         found = self._read_written(lambda: why.written(
             self.engine.connection(), self.engine.shared(namespaces, share), asked, blamed,
             lambda commits: self.blames.blobs(root, commits, max(0.05, left_s))))
-        text, shown = why.block(asked, found, tokens or None, given)
-        return {**answer, "context": text,
+        said, shown = why.block(asked, found, tokens or None, given)
+        return {**answer, "context": said,
                 "record_ids": [r["record_id"] for w in shown for r in w.records],
                 "commits": [{"commit": w.commit.commit, "path": w.commit.path,
                              "lines": list(w.commit.lines),
