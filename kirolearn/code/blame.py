@@ -49,11 +49,13 @@ def parse_porcelain(output: bytes) -> list[Blamed]:
 
 
 def blame(git: Git, path: str, timeout_s: float) -> list[Blamed]:
-    """The commits that wrote the file as the working tree has it; [] when git cannot say
-    in time (a file it does not track, a path that leads out of the tree)."""
+    """The commits that wrote the file as the working tree has it (each line's last
+    change, whitespace and moves included: the work a change there builds on); [] when
+    git cannot say in time (a file it does not track, a path that leads out of the
+    tree)."""
     if not path or path.startswith(("/", "-")) or ".." in path.split("/"):
         return []
-    done = git.run("blame", "--porcelain", "-w", "-M", "--ignore-revs-file=", "--", path,
+    done = git.run("blame", "--porcelain", "--ignore-revs-file=", "--", path,
                    timeout_s=timeout_s)
     return parse_porcelain(done.stdout) if done is not None and done.returncode == 0 else []
 
