@@ -504,7 +504,11 @@ def _check_source(errors: list[FieldError], source: object) -> None:
 RECORD_FIELDS = {
     "record_id", "namespace", "title", "summary", "facts", "concepts", "files_touched",
     "observation_type", "strategy", "source_event_ids", "created_at", "anchors", "code",
+    "changes",
 }
+# ``changes`` (optional): the lines the record's edits added or removed, searched as a
+# ranking of their own and never shown (``search.steps.changed``).
+MAX_CHANGES_CHARS = 8000
 MAX_ANCHORED_FILES = 100
 MAX_ANCHORED_SYMBOLS = 50
 MAX_ANCHORED_BYTES = 2 << 20  # a larger file is neither given a blob id nor checked
@@ -589,6 +593,7 @@ def validate_record(record: Any) -> dict:
         errors.append(FieldError("namespace", "must look like /actor/<user>/project/<id>/"))
     _check_str(errors, record, "title", 1, 200)
     _check_str(errors, record, "summary", 0, 4000)  # none when it would repeat the title
+    _check_str(errors, record, "changes", 0, MAX_CHANGES_CHARS, required=False)
     _check_str(errors, record, "strategy", 1, 64)
     _check_str_list(errors, record, "facts", 500, 100)
     _check_str_list(errors, record, "concepts", 100, 100)

@@ -57,6 +57,7 @@ class Action(NamedTuple):
     output: str = ""
     identifiers: tuple[str, ...] | list[str] = ()  # what an edit touched
     new_texts: tuple[str, ...] = ()  # an edit's new text (what it defines: its anchors)
+    changed: tuple[str, ...] = ()  # the lines an edit added or removed (``changed_lines``)
 
 
 # -- reading payloads ---------------------------------------------------------------------
@@ -157,7 +158,8 @@ def _edit(action: Action, tool_input: dict) -> Action:
     return action._replace(kind="edit", added=sum(map(_lines, new_texts)),
                            removed=sum(map(_lines, old_texts)),
                            identifiers=touched(new_texts, old_texts),
-                           new_texts=tuple(new_texts))
+                           new_texts=tuple(new_texts),
+                           changed=tuple(changed_lines(new_texts, old_texts)))
 
 
 class Lines(NamedTuple):
@@ -198,15 +200,24 @@ def lines_asked(data: object, first_line: int = 1) -> Lines | None:
     return Lines(action.paths[0], first, first + count - 1)
 
 
+def _stripped(texts: list[str]) -> list[str]:
+    return [line.strip() for text in texts for line in text.splitlines() if line.strip()]
+
+
+def changed_lines(new: list[str], old: list[str]) -> list[str]:
+    """The lines an edit added, then those it removed (stripped; all lines of a new
+    file), each once."""
+    before, after = _stripped(old), _stripped(new)
+    return list(dict.fromkeys([*(line for line in after if line not in set(before)),
+                               *(line for line in before if line not in set(after))]))
+
+
 def touched(new: list[str], old: list[str]) -> list[str]:
     """The names an edit touched: the definitions in its text (an edit's unchanged lines
     name the function it is in), then the code-like names and setting keys on the lines
     it changed (all lines of a new file); no plain English word (``STOP_WORDS``)."""
-    def lines(texts: list[str]) -> list[str]:
-        return [line.strip() for text in texts for line in text.splitlines() if line.strip()]
-    before, after = lines(old), lines(new)
-    changed = [*(line for line in after if line not in set(before)),
-               *(line for line in before if line not in set(after))]
+    before, after = _stripped(old), _stripped(new)
+    changed = changed_lines(new, old)
     text = "\n".join(changed)
     names = DEFINITION.findall("\n".join(after + before)) + CODE_NAME.findall(text)
     names += [m.group(1) for line in changed if (m := KEY_NAME.match(line))

@@ -82,7 +82,11 @@ def test_export_import_export_is_identical_with_every_strategy(home, monkeypatch
         assert {r["strategy"] for r in records.values()} == {
             "llm-summary", "heuristic", "mcp_observation"}
         [edited] = [i for i, r in records.items() if r["strategy"] == "llm-summary"]
-        invalid, forgotten = [i for i, r in records.items() if r["strategy"] == "heuristic"][:2]
+        # the turn's record (the lines its edit changed with it) marked invalid, its
+        # failed command's forgotten
+        invalid, forgotten = sorted((i for i, r in records.items()
+                                     if r["strategy"] == "heuristic"),
+                                    key=lambda i: "changes" not in records[i])[:2]
         kl("edit", edited, "--title", "The CSV export crash, fixed", "--reason", "clearer",
            check=True)
         kl("edit", invalid, "--invalid", "the exporter was rewritten", check=True)
@@ -96,6 +100,8 @@ def test_export_import_export_is_identical_with_every_strategy(home, monkeypatch
 
     lines = records_of(first)
     assert forgotten not in lines
+    # the lines a record's edits changed (searched, never shown) travel with it
+    assert "customer = row.get('customer_id') or ''" in lines[invalid]["changes"]
     assert lines[edited]["title"] == "The CSV export crash, fixed"
     assert lines[edited]["versions"][0]["reason"] == "clearer"
     assert lines[invalid]["invalid_reason"] == "the exporter was rewritten"

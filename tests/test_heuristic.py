@@ -124,6 +124,8 @@ def test_a_claude_code_change_reads_edits_and_tests():
     assert turn["facts"] == ["edited `kirolearn/transport.py` (+4 −2): `call`",
                              "ran `pytest -q tests/test_transport.py` → 4 passed"]
     assert turn["summary"].endswith("the transport tests pass.")
+    # the lines the edit added, then those it removed, each once: searched, never shown
+    assert turn["changes"] == "for attempt in range(3):\n..."
 
 
 def test_a_turn_reads_like_a_note_one_fact_per_file_edited_and_one_for_files_read():
@@ -296,6 +298,8 @@ def test_every_name_an_edit_touched_is_a_concept_and_the_fact_shows_a_few():
     assert fact.endswith(": " + ", ".join(f"`{name}`" for name in names[:8]))
     assert set(names) <= set(turn["concepts"]) and "which" not in turn["concepts"]
     assert "which" not in fact
+    assert turn["changes"].startswith("# a type which is kept\ndef handle_case_0():\npass\n")
+    assert turn["changes"].count("pass") == 1  # a line changed twice is one line
 
 
 def test_trailers_addresses_generated_lines_and_long_lists_stay_out_of_a_record():

@@ -972,3 +972,30 @@ def test_a_turn_that_says_the_same_in_other_words_is_merged_into_the_earlier(ing
                                 NAMESPACE, "--json", check=True).stdout, message="a search")
     ids = [r["record_id"] for r in json.loads(found)["records"]]
     assert first["id"] in ids and again["id"] not in ids
+
+
+def test_work_whose_changed_lines_say_what_the_request_says_is_a_candidate(tmp_path, embedder):
+    """Seventy newer records match the request better, in words and meaning, than one
+    older record worded otherwise; the lines its edit changed hold the request's words
+    (``changes``, never shown), and ranked on a list of their own (``steps.changed``)
+    they bring it back among 15, whose context shows no line of them."""
+    path = tmp_path / "db.sqlite"
+    old = (datetime.now(UTC) - timedelta(days=60)).isoformat(timespec="milliseconds")
+    mine = {**record("Speed up the signup page", "The page renders in half the time.",
+                     created_at=old),
+            "changes": "ttl = lookup_cache_minutes(user)\nreturn cached_user_lookup(ttl)"}
+    others = [record(f"Cache the user lookups of service {n}",
+                     f"Lookups of users in service {n} are cached for ten minutes.")
+              for n in range(70)]
+    embedded_database(path, embedder, [mine, *others])
+    searcher = Engine(path, embedder=embedder)
+    try:
+        found = searcher.search(Request(NAMESPACE, "how are user lookups cached", 15, 10_000,
+                                        mode="hybrid"))
+        assert mine["record_id"] in found.record_ids
+        assert "lookup_cache_minutes" not in found.context
+        without = searcher.search(Request(NAMESPACE, "how is the signup page rendered", 15,
+                                          10_000, mode="hybrid"))
+        assert without.record_ids[0] == mine["record_id"]
+    finally:
+        searcher.close()

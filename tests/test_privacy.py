@@ -150,9 +150,11 @@ def test_a_record_scrubbed_with_todays_rules_needs_no_second_pass(summary, facts
 
 def test_a_record_scrubbed_here_with_todays_rules_is_not_scrubbed_again():
     raw = {"record_id": "R1", "title": "rotate", "summary": "password=hunter2hunter2",
-           "facts": ["token: abcdefgh12345678"]}
+           "facts": ["token: abcdefgh12345678"],
+           "changes": "AWS_KEY = 'AKIAIOSFODNN7EXAMPLE'"}  # the lines its edits changed
     once = scrub_record(raw)
     assert "hunter2" not in once["summary"] and "abcdefgh" not in once["facts"][0]
+    assert "AKIAIOSFODNN7EXAMPLE" not in once["changes"]
     assert scrub_record(once) is once  # nothing to do: the same object
     planted = ScrubbedRecord(raw)  # raw text under an old version's mark
     planted.scrubbed_with = "another"

@@ -235,9 +235,10 @@ def with_versions(conn: Connection, records: list[dict]) -> list[dict]:
 
 def iter_records(conn: Connection, namespace: str | None = None,
                  vectors: bool = False) -> Iterator[dict]:
-    """Every record (of a namespace), oldest first, with its ``versions`` and, with
-    ``vectors``, its ``embedding`` (``{hash, vector}``, base64) when it has one."""
-    sql = f"SELECT {RECORD_COLUMNS}, embedding, embedding_hash FROM memory_records"
+    """Every record (of a namespace), oldest first, with its ``versions``, its
+    ``changes`` (read here alone: no search reads them back) and, with ``vectors``, its
+    ``embedding`` (``{hash, vector}``, base64) when it has one."""
+    sql = f"SELECT {RECORD_COLUMNS}, changes_text, embedding, embedding_hash FROM memory_records"
     args: tuple = ()
     if namespace:
         sql += " WHERE namespace = $1"
@@ -245,7 +246,10 @@ def iter_records(conn: Connection, namespace: str | None = None,
     page: list[dict] = []
     embedded: dict[str, dict] = {}
     for row in conn.execute(sql + " ORDER BY created_at, record_id", args):
-        page.append(record_from_row(row))
+        record = record_from_row(row)
+        if row[-3]:
+            record["changes"] = row[-3]
+        page.append(record)
         if vectors and row[-2] is not None:
             embedded[row[0]] = {"hash": row[-1],
                                 "vector": base64.b64encode(row[-2]).decode("ascii")}

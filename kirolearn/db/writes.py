@@ -94,9 +94,10 @@ INSERT_RECORD_SQL = (
     "INSERT INTO memory_records (record_id, namespace, title, summary, facts_json,"
     " facts_text, concepts_json, files_touched_json, observation_type, strategy,"
     " source_event_ids_json, created_at, batch_id, invalid_reason, embedding_hash,"
-    " files_key, anchors_json, code_json, scrubbed_with, author, session_id, turn_seq)"
+    " files_key, anchors_json, code_json, scrubbed_with, author, session_id, turn_seq,"
+    " changes_text)"
     " SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$21,"
-    " e.session_id, e.seq FROM (SELECT 1) AS one LEFT JOIN events e ON e.event_id = $20")
+    " e.session_id, e.seq, $22 FROM (SELECT 1) AS one LEFT JOIN events e ON e.event_id = $20")
 # A change to part of a record's text keeps its mark of today's rules only when the rest
 # had it (``privacy.scrub_stale``): the new part was scrubbed with today's.
 KEEP_SCRUBBED = "scrubbed_with = CASE WHEN scrubbed_with = {} THEN scrubbed_with END"
@@ -113,7 +114,7 @@ def _new_record_params(record: dict, batch_id: str | None, invalid_reason: str |
             files_key(record.get("files_touched", [])),
             json.dumps(record.get("anchors") or {}), json.dumps(record.get("code") or {}),
             privacy.version(), next(iter(record["source_event_ids"]), None),
-            project.record_author(record))
+            project.record_author(record), record.get("changes") or "")
 
 
 def insert_record(conn: Connection, record: dict, batch_id: str | None = None,
@@ -199,10 +200,13 @@ def _merge_into(conn: Connection, row: tuple, record: dict,
         "UPDATE memory_records SET summary = $1, facts_json = $2, facts_text = $3,"
         " concepts_json = $4, source_event_ids_json = $5, created_at = $6, batch_id = $7,"
         " embedding_hash = NULL, anchors_json = $8, code_json = $9, stale_why = NULL,"
-        f" stale_at = NULL, {KEEP_SCRUBBED.format('$11')} WHERE id = $10",
+        f" stale_at = NULL, {KEEP_SCRUBBED.format('$11')},"
+        f" changes_text = substr(changes_text || $12, 1, {contract.MAX_CHANGES_CHARS})"
+        " WHERE id = $10",
         (summary, json.dumps(facts), " ".join(facts), json.dumps(concepts),
          json.dumps(sources), record["created_at"], batch_id, json.dumps(anchors),
-         json.dumps(code), row[0], privacy.version()))
+         json.dumps(code), row[0], privacy.version(),
+         "\n" + record["changes"] if record.get("changes") else ""))
     return True
 
 
@@ -419,7 +423,7 @@ def purge_index(conn: Connection) -> None:
 # What ``scrub_stored`` rewrites: table → (its key, text columns, JSON columns).
 SCRUBBED = {
     "events": ("seq", ("project_path",), ("body_json",)),
-    "memory_records": ("id", ("title", "summary", "invalid_reason"),
+    "memory_records": ("id", ("title", "summary", "invalid_reason", "changes_text"),
                        ("facts_json", "concepts_json", "files_touched_json")),
     "record_versions": ("id", ("title", "summary", "reason"),
                         ("facts_json", "concepts_json", "files_touched_json")),

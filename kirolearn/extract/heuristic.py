@@ -98,8 +98,9 @@ def concepts_of(texts: list[str], files: list[str], names: Iterable[str] = ()) -
 
 def record(namespace: str, title: str, summary: str, observation_type: str,
            facts: list[str], concepts: list[str], files: list[str],
-           source_ids: list[str], anchors: dict[str, list[str]] | None = None) -> dict:
-    return {"anchors": anchors or {},
+           source_ids: list[str], anchors: dict[str, list[str]] | None = None,
+           changes: str = "") -> dict:
+    return {"anchors": anchors or {}, **({"changes": changes} if changes else {}),
         "record_id": contract.new_record_id(), "namespace": namespace,
         "title": cut(title, TITLE_CHARS) or "Untitled",
         "summary": beyond(cut(title, TITLE_CHARS), summary)[:4000],
@@ -120,6 +121,13 @@ def beyond(title: str, summary: str) -> str:
 def identifiers(actions: list[Action]) -> list[str]:
     """The names the turn's edits touched, in order."""
     return list(dict.fromkeys(name for a in actions for name in a.identifiers))
+
+
+def changes(actions: list[Action]) -> str:
+    """The lines the turn's edits added or removed, each once, within
+    ``contract.MAX_CHANGES_CHARS``: searched, never shown."""
+    lines = dict.fromkeys(line for a in actions for line in a.changed)
+    return "\n".join(lines)[:contract.MAX_CHANGES_CHARS].rstrip()
 
 
 def _done(actions: list[Action]) -> str:
@@ -217,7 +225,7 @@ def _work_record(namespace: str, turn: Turn, root: str | None,
     summary = _work_summary(turn, title, asked_for, told, conclusion)
     return record(namespace, title, summary, kind, list(dict.fromkeys(facts)),
                   concepts_of([asked_for, *turn.asked, *facts], files, identifiers(actions)),
-                  files, turn.event_ids, of_actions(actions, root))
+                  files, turn.event_ids, of_actions(actions, root), changes(actions))
 
 
 def _work_summary(turn: Turn, title: str, asked_for: str, told: list[Action],

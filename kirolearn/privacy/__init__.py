@@ -358,7 +358,7 @@ def _keyed_value(key: Any, value: Any, counts: Counter | None) -> Any:
 
 
 # What a redaction may lengthen (``password=[REDACTED]``), cut back to the contract.
-RECORD_TEXT_LIMITS = {"title": 200, "summary": 4000}
+RECORD_TEXT_LIMITS = {"title": 200, "summary": 4000, "changes": 8000}
 RECORD_LIST_LIMITS = {"facts": 500, "concepts": 100, "files_touched": 500}
 
 

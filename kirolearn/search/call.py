@@ -54,6 +54,7 @@ class Search:
     playing_newest: list[str] = field(default_factory=list)  # records of files in play
     play_rows: list[int] = field(default_factory=list)  # ... their rows
     in_play: list[str] = field(default_factory=list)  # ... as a ranking (``of_play``)
+    changed: list[str] = field(default_factory=list)  # by their edits' lines (``changed``)
     lexical: Result | None = None  # the words' answer (a hybrid's: limit × CANDIDATES)
     embedding: Future | None = None  # the query's vector, while it is being made
     query_vector: Any = None

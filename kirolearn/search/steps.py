@@ -8,7 +8,8 @@ steps that finish every answer (``FINISH``). The plans:
   each record beyond its text weighs on the ranking (``weigh``).
 - ``HYBRID`` (and ``semantic``, its vectors alone): the same lifts, then candidates
   from the words (``lexical``, and the records holding a rare word, ``rare``), from
-  the files in play (``of_play``) and from the meaning (``embed_query``, ``vector``),
+  the files in play (``of_play``), from the lines their edits changed (``changed``)
+  and from the meaning (``embed_query``, ``vector``),
   their fusion by reciprocal rank (``fuse``), the floor of meaning an unrelated
   prompt falls under (``similar_enough``), no answer when the best is far in meaning
   and weak in words (``fits``), ``weigh``, the time named once more on the fused
@@ -42,7 +43,7 @@ from typing import Any
 from kirolearn import project
 from kirolearn.db import fts, reads
 from kirolearn.search import lexical as words_side
-from kirolearn.search import ranking, staleness, vectors
+from kirolearn.search import query, ranking, staleness, vectors
 from kirolearn.search.call import Search
 from kirolearn.search.context import within_tokens, without_repeats
 from kirolearn.search.query import MIN_COVERAGE, embedded_query, fts_expression
@@ -245,6 +246,24 @@ def of_play(s: Search) -> None:
         s.created[record["record_id"]] = vectors.created_ms(record["created_at"])
 
 
+def changed(s: Search) -> None:
+    """The records whose edits' changed lines (``changes``, never shown) hold the
+    request's words, as a ranking of their own in the fusion: the work on code that
+    says what the prompt says, however its record is worded."""
+    said = [t for t in query.with_parts(query.words(s.query)[:query.MAX_WORDS])
+            if not query.is_stop_word(t)]
+    if s.mode == "semantic" or not said:
+        return
+    conn = s.engine.connection()
+    found = conn.dialect.fts.rank_changes(conn, s.namespaces, fts_expression(said), s.wide)
+    if s.request.types:
+        wanted = fts.of_types(conn, [i for i, _ in found], s.request.types)
+        found = [(i, when) for i, when in found if i in wanted]
+    s.changed = [i for i, _ in found]
+    for record_id, when in found:
+        s.created.setdefault(record_id, vectors.created_ms(when))
+
+
 def vector(s: Search) -> None:
     """The records nearest in meaning, at or above the floor (of the types asked for)."""
     engine = s.engine
@@ -257,16 +276,15 @@ def vector(s: Search) -> None:
 
 def fuse(s: Search) -> None:
     """The rankings fused by reciprocal rank: the meaning's, the words' (the rare
-    matches ranked after the lexical ones) and the files in play's (``of_play``), with
-    a small boost for recency."""
+    matches ranked after the lexical ones), the files in play's (``of_play``) and the
+    changed lines' (``changed``), with a small boost for recency."""
     s.created.update((record_id, when) for record_id, _, when in s.near)
     lexical_ranking = [r["record_id"] for r in s.lexical.records] if s.lexical else []
     lexical_ranking += [i for i in s.rare if i not in lexical_ranking]
     for record in (s.lexical.records if s.lexical else []) + list(s.rare.values()):
         s.created[record["record_id"]] = vectors.created_ms(record["created_at"])
     rankings = [[i for i, _, _ in s.near], lexical_ranking]
-    if s.in_play:
-        rankings.append(s.in_play)
+    rankings += [ranked for ranked in (s.in_play, s.changed) if ranked]
     s.fused = ranking.fuse(rankings, s.created, time.time() * 1000, s.engine.rrf_k,
                            s.engine.weights)
     s.ranked = True
@@ -375,8 +393,8 @@ def hybrid_answer(s: Search) -> None:
 
 
 HYBRID: tuple[Step, ...] = (asked, in_play, in_time, lexical, embed_query, rare, of_play,
-                            vector, fuse, similar_enough, fits, weigh, in_time, neighbours,
-                            rare_places, fetch, assemble, diverse, hybrid_answer)
+                            changed, vector, fuse, similar_enough, fits, weigh, in_time,
+                            neighbours, rare_places, fetch, assemble, diverse, hybrid_answer)
 
 
 def lexical_instead(s: Search, wide: Result | None, why: str) -> None:

@@ -133,6 +133,20 @@ def rank(conn: Connection, namespaces: Sequence[str], expression: str, limit: in
             f" ORDER BY score, mr.id DESC LIMIT {p(limit)}", p.values).fetchall()
 
 
+def rank_changes(conn: Connection, namespaces: Sequence[str], expression: str,
+                 limit: int) -> list[tuple[str, str]]:
+    """(record id, created at) of the valid records, in the namespaces, whose changed
+    lines (``changes_search``) best match an expression's phrases: ts_rank, the newer
+    first among equals."""
+    p = Params()
+    query = tsquery(phrases(expression), p)
+    return [(row[0], row[1]) for row in conn.execute(
+        f"SELECT mr.record_id, mr.created_at FROM memory_records mr"
+        f" WHERE mr.changes_search @@ ({query}) AND mr.namespace IN {p.list(namespaces)}"
+        f" ORDER BY ts_rank(mr.changes_search, {query}) DESC, mr.id DESC LIMIT {p(limit)}",
+        p.values)]
+
+
 @contextlib.contextmanager
 def bitmap_scans_only(conn: Connection) -> Iterator[None]:
     """The statements run inside are planned without plain index scans."""

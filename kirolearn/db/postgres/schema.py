@@ -370,8 +370,20 @@ INSERT INTO record_objects SELECT mr.namespace, o.object_id, o.path, mr.id
 FROM memory_records mr, record_objects_of(mr.code_json::jsonb) AS o
 WHERE mr.invalid_reason IS NULL ON CONFLICT DO NOTHING;
 """),
+    (11, "record_changes", """
+-- The lines a record's edits added or removed (SQLite's migration 20): their own
+-- index, apart from the records' words.
+ALTER TABLE memory_records ADD COLUMN changes_text TEXT NOT NULL DEFAULT '';
+ALTER TABLE memory_records ADD COLUMN changes_search tsvector GENERATED ALWAYS AS (
+    CASE WHEN invalid_reason IS NULL AND changes_text <> '' THEN
+        to_tsvector('kirolearn'::regconfig, changes_text)
+        || kirolearn_identifiers(changes_text)
+    END) STORED;
+CREATE INDEX memory_records_changes_search ON memory_records USING gin (changes_search);
+"""),
 ]
 
 
 # Each migration's schema, as the SQLite migration it matches (exports name that one).
-SQLITE_SCHEMA = {1: 12, 2: 12, 3: 13, 4: 14, 5: 15, 6: 16, 7: 17, 8: 17, 9: 18, 10: 19}
+SQLITE_SCHEMA = {1: 12, 2: 12, 3: 13, 4: 14, 5: 15, 6: 16, 7: 17, 8: 17, 9: 18, 10: 19,
+                 11: 20}

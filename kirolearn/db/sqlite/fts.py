@@ -70,3 +70,17 @@ def rank(conn: Connection, namespaces: Sequence[str], expression: str, limit: in
         f" WHERE memory_records_fts MATCH $1 AND memory_records_fts.rowid > $2{where}"
         f" ORDER BY score, mr.id DESC LIMIT {p(limit)}",
         p.values).fetchall()
+
+
+def rank_changes(conn: Connection, namespaces: Sequence[str], expression: str,
+                 limit: int) -> list[tuple[str, str]]:
+    """(record id, created at) of the valid records, in the namespaces, whose changed
+    lines (``record_changes_fts``) best match an FTS5 expression: BM25, the newer first
+    among equals."""
+    p = Params(expression)
+    return [(row[0], row[1]) for row in conn.execute(
+        "SELECT mr.record_id, mr.created_at FROM record_changes_fts JOIN memory_records mr"
+        " INDEXED BY"
+        " memory_records_id_namespace ON mr.id = record_changes_fts.rowid"
+        f" WHERE record_changes_fts MATCH $1 AND mr.namespace IN {p.list(namespaces)}"
+        f" ORDER BY bm25(record_changes_fts), mr.id DESC LIMIT {p(limit)}", p.values)]

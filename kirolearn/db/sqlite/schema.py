@@ -383,4 +383,31 @@ FROM memory_records mr, json_each(mr.code_json, '$.blobs') b
 WHERE mr.invalid_reason IS NULL AND json_type(mr.code_json, '$.author') IS NULL
   AND b.type = 'text';
 """),
+    (20, "record_changes", """
+-- The lines a record's edits added or removed (``changes``): searched as a ranking of
+-- their own (search.steps.changed), never shown. Their full-text index is apart from
+-- the records' (whose words' frequencies code would skew), kept by triggers alike.
+ALTER TABLE memory_records ADD COLUMN changes_text TEXT NOT NULL DEFAULT '';
+CREATE VIRTUAL TABLE record_changes_fts USING fts5 (
+    changes_text, content = 'memory_records', content_rowid = 'id',
+    tokenize = 'porter unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER memory_records_changes_ai AFTER INSERT ON memory_records
+WHEN new.invalid_reason IS NULL AND new.changes_text <> '' BEGIN
+    INSERT INTO record_changes_fts (rowid, changes_text) VALUES (new.id, new.changes_text);
+END;
+CREATE TRIGGER memory_records_changes_ad AFTER DELETE ON memory_records
+WHEN old.invalid_reason IS NULL AND old.changes_text <> '' BEGIN
+    INSERT INTO record_changes_fts (record_changes_fts, rowid, changes_text)
+    VALUES ('delete', old.id, old.changes_text);
+END;
+CREATE TRIGGER memory_records_changes_au
+AFTER UPDATE OF changes_text, invalid_reason ON memory_records BEGIN
+    INSERT INTO record_changes_fts (record_changes_fts, rowid, changes_text)
+    SELECT 'delete', old.id, old.changes_text
+    WHERE old.invalid_reason IS NULL AND old.changes_text <> '';
+    INSERT INTO record_changes_fts (rowid, changes_text) SELECT new.id, new.changes_text
+    WHERE new.invalid_reason IS NULL AND new.changes_text <> '';
+END;
+"""),
 ]
