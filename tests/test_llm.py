@@ -130,6 +130,7 @@ def test_a_model_record_is_as_old_as_its_work_and_says_no_title_twice(endpoint):
     assert said_twice["summary"] == "" and said["summary"] == GOOD["records"][0]["summary"]
     contract.validate_record(said_twice)
     assert said["anchors"] == {"src/billing/export.py": []}  # the file its batch edited
+    assert said["changes"].startswith("customer = row.get('customer_id') or ''\n")
 
 
 def test_garbage_then_a_good_answer_is_retried(endpoint):

@@ -106,6 +106,21 @@ def of_batch(events: list[dict]) -> dict[str, list[str]]:
     return found
 
 
+def changes_of_batch(events: list[dict]) -> dict[str, list[str]]:
+    """The lines a batch's edits added or removed (``Action.changed``), by file as the
+    project names it: what a model's records, which name the files they are about, are
+    searched by too (``changes``)."""
+    found: dict[str, list[str]] = {}
+    for event in events:
+        body = event.get("body")
+        if event.get("kind") == "tool_use" and isinstance(body, dict):
+            action = observe(body.get("data"))
+            for path in action.paths if action.kind == "edit" else ():
+                found.setdefault(relative(path, event.get("project_path")), []).extend(
+                    action.changed)
+    return found
+
+
 def code(record: dict, events: list[dict]) -> dict:
     """Where the record's work left the code: the branch and commit of its last event
     that says (``source.branch``, ``source.commit``; a seeded commit's author too), and

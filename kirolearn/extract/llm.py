@@ -33,7 +33,7 @@ import tenacity
 
 from kirolearn import config, contract, privacy, tooluse
 from kirolearn.extract import heuristic
-from kirolearn.extract.anchors import of_batch
+from kirolearn.extract.anchors import changes_of_batch, of_batch
 
 STRATEGY = "llm-summary"
 EVENT_CHARS = 4000  # of one event's body in the prompt
@@ -292,10 +292,18 @@ class LLMExtractor:
         moments = [moment for e in events if (moment := heuristic.happened(e))]
         created_at = max(moments)[1] if moments else contract.now_iso()
         anchors = of_batch(events)  # each record's: those of the files it names
+        changed = changes_of_batch(events)  # ... and the lines changed in them
+
+        def changes(files: list[str]) -> dict:
+            lines = dict.fromkeys(line for path in files for line in changed.get(path, []))
+            text = "\n".join(lines)[:contract.MAX_CHANGES_CHARS].rstrip()
+            return {"changes": text} if text else {}
+
         return [{**item, "record_id": contract.new_record_id(), "namespace": namespace,
                  "strategy": STRATEGY, "source_event_ids": ids, "created_at": created_at,
                  "anchors": {path: anchors[path] for path in item["files_touched"]
-                             if path in anchors}} for item in items], STRATEGY
+                             if path in anchors}, **changes(item["files_touched"])}
+                for item in items], STRATEGY
 
     def status(self) -> dict:
         now = time.monotonic()
