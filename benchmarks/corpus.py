@@ -168,6 +168,7 @@ def records(count: int, namespaces: list[str], seed: int = 7) -> list[dict]:
     """`count` records spread over `namespaces` (the first holds most), oldest first."""
     rng = random.Random(seed)
     v = Vocabulary(rng)
+    code = Vocabulary(random.Random(seed + 1))  # the lines each record's edits changed
     start = datetime(2026, 1, 1, tzinfo=UTC)
     step = timedelta(days=300) / max(count, 1)
     out = []
@@ -183,6 +184,8 @@ def records(count: int, namespaces: list[str], seed: int = 7) -> list[dict]:
             "files_touched": files, "observation_type": observation_type,
             "strategy": "heuristic", "source_event_ids": [f"E{i:025d}"],
             "created_at": (start + step * i).isoformat(timespec="milliseconds"),
+            "changes": "\n".join(f"{code.identifier()} = {code.identifier()}({code.words(3)})"
+                                 for _ in range(code.rng.randint(2, 12))),
         })
     return out
 

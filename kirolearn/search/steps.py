@@ -43,7 +43,7 @@ from typing import Any
 from kirolearn import project
 from kirolearn.db import fts, reads
 from kirolearn.search import lexical as words_side
-from kirolearn.search import query, ranking, staleness, vectors
+from kirolearn.search import ranking, staleness, vectors
 from kirolearn.search.call import Search
 from kirolearn.search.context import within_tokens, without_repeats
 from kirolearn.search.query import MIN_COVERAGE, embedded_query, fts_expression
@@ -249,13 +249,14 @@ def of_play(s: Search) -> None:
 def changed(s: Search) -> None:
     """The records whose edits' changed lines (``changes``, never shown) hold the
     request's words, as a ranking of their own in the fusion: the work on code that
-    says what the prompt says, however its record is worded."""
-    said = [t for t in query.with_parts(query.words(s.query)[:query.MAX_WORDS])
-            if not query.is_stop_word(t)]
-    if s.mode == "semantic" or not said:
+    says what the prompt says, however its record is worded. The words are those the
+    lexical side chose (``query.select_terms``, within its budget): a long prompt's
+    every word would cost the statement more than the whole search."""
+    terms = s.lexical.terms if s.lexical else []
+    if not terms:
         return
     conn = s.engine.connection()
-    found = conn.dialect.fts.rank_changes(conn, s.namespaces, fts_expression(said), s.wide)
+    found = conn.dialect.fts.rank_changes(conn, s.namespaces, fts_expression(terms), s.wide)
     if s.request.types:
         wanted = fts.of_types(conn, [i for i, _ in found], s.request.types)
         found = [(i, when) for i, when in found if i in wanted]
