@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 
 import click
 import pytest
@@ -114,9 +115,13 @@ def test_a_database_with_damaged_pages_is_not_started_on_and_exports_what_it_can
     kl("stop", check=True)
     database = here().db_path
     page = 4096
-    with database.open("r+b") as handle:  # a few pages of the events' table overwritten
-        for number in (30, 60):
-            handle.seek(page * number)
+    reader = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+    leaves = [n for (n,) in reader.execute(  # the events' table's own pages, wherever they are
+        "SELECT pageno FROM dbstat WHERE name = 'events' AND pagetype = 'leaf' ORDER BY pageno")]
+    reader.close()
+    with database.open("r+b") as handle:  # two pages of the events' table overwritten
+        for number in (leaves[len(leaves) // 3], leaves[2 * len(leaves) // 3]):
+            handle.seek(page * (number - 1))
             handle.write(b"\xde\xad" * (page // 2))
     before = hashlib.sha256(database.read_bytes()).hexdigest()
     started = kl("start")  # up, to say what is wrong and take a good copy; not a success

@@ -21,12 +21,13 @@ from kirolearn.search.engine import Engine
 from kirolearn.search.request import Request
 
 # What each dialect keeps for its own full-text search, beside the shared tables.
-SEARCH_TABLES = {"sqlite": {"memory_records_fts", "memory_records_fts_config",
-                            "memory_records_fts_data", "memory_records_fts_docsize",
-                            "memory_records_fts_idx", "memory_records_fts_vocab",
-                            "sqlite_sequence"},
+SEARCH_TABLES = {"sqlite": {*(f"{index}{part}" for index in ("memory_records_fts",
+                                                              "record_changes_fts")
+                              for part in ("", "_config", "_data", "_docsize", "_idx")),
+                            "memory_records_fts_vocab", "sqlite_sequence"},
                  "postgres": {"record_terms"}}
-SEARCH_COLUMNS = {("memory_records", "search")}  # PostgreSQL's generated tsvector
+# PostgreSQL's generated tsvectors
+SEARCH_COLUMNS = {("memory_records", "search"), ("memory_records", "changes_search")}
 
 
 def sqlite_shape(conn) -> dict:

@@ -57,10 +57,11 @@ RECORD_COLUMNS = ("record_id, namespace, title, summary, facts_json, concepts_js
 SEARCHED_COLUMNS = RECORD_COLUMNS + ", scrubbed_with"
 
 
-def record_from_row(row: tuple) -> dict:
-    """A record as the contract has it, with ``invalid_reason`` when it was marked
-    invalid, ``stale`` ({why, at}) when its code is gone, and ``superseded_by`` (a
-    record id) when a later one undid its work."""
+def record_from_row(row: tuple, changes: str = "") -> dict:
+    """A record as the contract has it (with ``changes`` when given: only an export
+    reads them), with ``invalid_reason`` when it was marked invalid, ``stale`` ({why,
+    at}) when its code is gone, and ``superseded_by`` (a record id) when a later one
+    undid its work."""
     record = {
         "record_id": row[0], "namespace": row[1], "title": row[2], "summary": row[3],
         "facts": json.loads(row[4]), "concepts": json.loads(row[5]),
@@ -73,6 +74,8 @@ def record_from_row(row: tuple) -> dict:
         record["anchors"] = json.loads(row[12])
     if row[13] != "{}":
         record["code"] = json.loads(row[13])
+    if changes:
+        record["changes"] = changes
     if row[14] is not None:
         record["stale"] = {"why": row[14], "at": row[15]}
     if row[16] is not None:
@@ -246,10 +249,7 @@ def iter_records(conn: Connection, namespace: str | None = None,
     page: list[dict] = []
     embedded: dict[str, dict] = {}
     for row in conn.execute(sql + " ORDER BY created_at, record_id", args):
-        record = record_from_row(row)
-        if row[-3]:
-            record["changes"] = row[-3]
-        page.append(record)
+        page.append(record_from_row(row, row[-3]))
         if vectors and row[-2] is not None:
             embedded[row[0]] = {"hash": row[-1],
                                 "vector": base64.b64encode(row[-2]).decode("ascii")}
