@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterator
 
 import click
 
 from kirolearn import config, control, db, extract, paths, project
+from kirolearn.db import schema
 from kirolearn.db.store import Connection
+
+UPGRADE_WAIT_S = 15.0  # how long a command waits for a starting daemon's migrations
 
 log = logging.getLogger("kirolearn.cli")
 
@@ -64,15 +68,24 @@ def require_served() -> None:
 
 @contextlib.contextmanager
 def reader() -> Iterator[Connection]:
-    """A read-only connection to this home's database, closed after the block."""
+    """A read-only connection to this home's database, closed after the block; while a
+    daemon that has just started is still upgrading the store (one migration after
+    another), once it has (``UPGRADE_WAIT_S`` at most)."""
     try:
         path = db.location(home())
     except config.ConfigError as exc:
         raise click.ClickException(f"configuration error: {exc}") from exc
     if not db.exists(path):
         raise click.ClickException(f"no database at {path} yet; start kirolearn first")
-    with db.reading(path) as conn:
-        yield conn
+    deadline = time.monotonic() + UPGRADE_WAIT_S
+    while True:
+        with db.reading(path) as conn:
+            if (time.monotonic() >= deadline or schema.applied(conn) >= schema.latest(conn.name)
+                    or not control.running(home())):
+                yield conn
+                return
+        time.sleep(0.1)
+
 
 
 def scope_options(command: Callable) -> Callable:

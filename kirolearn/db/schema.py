@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from datetime import UTC, datetime
 
+from kirolearn.db import errors
 from kirolearn.db.store import Connection
 
 
@@ -60,5 +61,13 @@ def migrate(conn: Connection) -> list[int]:
 def check(conn: Connection) -> tuple[str, int | None]:
     """The dialect's check of the store ("ok" when sound) and the newest migration
     applied."""
-    applied = conn.execute("SELECT max(version) FROM _migrations").fetchone()[0]
-    return conn.dialect.check(conn), applied
+    newest = conn.execute("SELECT max(version) FROM _migrations").fetchone()[0]
+    return conn.dialect.check(conn), newest
+
+
+def applied(conn: Connection) -> int:
+    """The newest migration the store has (0: none yet, a store being made)."""
+    try:
+        return conn.execute("SELECT max(version) FROM _migrations").fetchone()[0] or 0
+    except errors.StoreError:
+        return 0
