@@ -87,7 +87,6 @@ def reader() -> Iterator[Connection]:
         time.sleep(0.1)
 
 
-
 def scope_options(command: Callable) -> Callable:
     """--namespace NS or --project DIR (the project DIR belongs to, found the same way
     the agents' hooks find it)."""
