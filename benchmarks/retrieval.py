@@ -17,6 +17,8 @@ the prompts again with the files of a record of the project: in play,
   term scored over every record, and seed_ratio_p99 how much slower its p99 is;
 - seed_overlap_at_10: the share of the seed ranking's top 10 that the budgeted search
   returns, to show what the budget changes;
+- postings_words, postings_pairs: the common words the role keeps the scores of
+  (``search.postings``), read after the warm-up, and their (record, score) pairs;
 - known_item_recall_at_10 (prompts): for prompts written about one record (its title
   and a fact amid ordinary words), how often that record is in the top 10, for the
   budgeted search and (seed_known_item_recall_at_10) for the exact seed ranking.
@@ -107,6 +109,18 @@ def known_item_recall(engine: Engine, items: list[tuple[str, str]],
     return round(found / len(items), 3)
 
 
+def words_read(retrieval: transport.Client, most_s: float = 300) -> None:
+    """Wait until the retrieval role has read the common words the warm-up asked for
+    (``search.postings``), as a running daemon has."""
+    started = time.monotonic()
+    while retrieval.call("ping", {})["postings"]["reading"]:
+        if time.monotonic() - started > most_s:
+            raise SystemExit(f"the common words were not read within {most_s:.0f} s")
+        time.sleep(0.5)
+    say(f"  common words read in {time.monotonic() - started:.1f} s:"
+        f" {retrieval.call('ping', {})['postings']}")
+
+
 def timed_calls(client: transport.Client, op: str, bodies: list[dict]) -> tuple[list, list]:
     """Round trip (ms) and reply of each call, one at a time."""
     times, replies = [], []
@@ -178,6 +192,7 @@ def run(count: int, query_sets: dict[str, list], warmup: list[str], overlap: boo
         ingest = transport.Client(paths.Home.current().endpoint("ingest"), timeout_ms=10_000)
         timed_calls(retrieval, "search", [{"query": q, "namespace": SEARCHED, "mode": mode}
                                           for q in warmup])
+        words_read(retrieval)
         floor, _ = timed_calls(retrieval, "ping", [{}] * 200)
         exact = None  # the seed's ranking: every term scored over every record
         if overlap and mode == "lexical":
@@ -228,6 +243,8 @@ def run(count: int, query_sets: dict[str, list], warmup: list[str], overlap: boo
                     row["known_item_recall_at_10"] = known_item_recall(budgeted, known)
                     row["seed_known_item_recall_at_10"] = known_item_recall(exact, known)
                     budgeted.close()
+            kept = retrieval.call("ping", {})["postings"]
+            row["postings_words"], row["postings_pairs"] = kept["words"], kept["pairs"]
             row["retrieval_peak_rss_mb"] = peak_rss_mb()
             print(json.dumps(row), flush=True)
         if exact is not None:

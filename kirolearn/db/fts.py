@@ -32,6 +32,17 @@ def of_types(conn: Connection, record_ids: Sequence[str],
         f"SELECT record_id FROM memory_records WHERE record_id IN {ids}{typed}", p.values)}
 
 
+def valid_rows(conn: Connection, rows: Sequence[int], types: Sequence[str] = ()) -> set[int]:
+    """Which of these row ids are of valid records (of these types, when given)."""
+    if not rows:
+        return set()
+    p = Params()
+    typed = f" AND observation_type IN {p.list(types)}" if types else ""
+    return {row[0] for row in conn.execute(
+        f"SELECT id FROM memory_records WHERE id IN {p.list(rows)}"
+        f" AND invalid_reason IS NULL{typed}", p.values)}
+
+
 def like(conn: Connection, namespaces: Sequence[str], text: str,
          limit: int, types: Sequence[str] = ()) -> list[tuple[int, None]]:
     """The records holding ``text`` as a literal substring (``%``, ``_`` and ``\\``

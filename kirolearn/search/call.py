@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from kirolearn.db.store import Connection
-from kirolearn.search import embeddings, ranking, staleness, vectors
+from kirolearn.search import embeddings, postings, ranking, staleness, vectors
 from kirolearn.search.request import Request
 from kirolearn.search.result import Result
 from kirolearn.search.vocabulary import Vocabulary
@@ -25,6 +25,7 @@ class Means(Protocol):
     embedder: embeddings.Embedder | None
     vectors: vectors.VectorIndex
     vocabulary: Vocabulary
+    postings: postings.Postings
     checkout: staleness.Checkout
     term_budget: int | None
     weights: ranking.Weights

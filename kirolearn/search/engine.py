@@ -27,6 +27,7 @@ from kirolearn.search import (
     checkpoint,
     embeddings,
     lexical,
+    postings,
     ranking,
     staleness,
     steps,
@@ -80,6 +81,7 @@ class Engine:
         self.request_load: Callable[[str], None] | None = None
         self.term_budget = term_budget
         self.vocabulary = Vocabulary()
+        self.postings = postings.Postings(path)  # the common words' scores (read when asked)
         self.checkout = staleness.Checkout()  # working trees' files, read for the check
         self.conn: Connection | None = None
         # When the connection's statements are stopped: the deadline of the search

@@ -17,8 +17,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+import numpy as np
+
 from kirolearn.db import errors, fts
 from kirolearn.db.store import Connection
+from kirolearn.search import postings
 from kirolearn.search.call import Lift, Means, Search
 from kirolearn.search.context import without_repeats
 from kirolearn.search.query import (
@@ -65,6 +68,7 @@ def matches(s: Search, limit: int, within: list[int] | None = None,
     distinctive = sorted((t for t in terms if token_freq[t]), key=token_freq.__getitem__)
     if chosen is not None:
         chosen(distinctive)
+    ranked_by = terms
     try:
         # Room for the repeats `without_repeats` leaves out when namespaces are merged.
         wanted = limit if len(namespaces) == 1 else limit + SCOPE_SLACK
@@ -73,7 +77,11 @@ def matches(s: Search, limit: int, within: list[int] | None = None,
             window = None
             ids = conn.dialect.fts.rank(conn, namespaces, expression, wanted, 0, types, within)
         else:
-            ids = lifted(conn, namespaces, expression, wanted, window, types, s.lifts)
+            ids = exact(s, conn, picked, wanted)
+            if ids is None:
+                ids = lifted(conn, namespaces, expression, wanted, window, types, s.lifts)
+            else:
+                window, ranked_by = None, picked.every
     except errors.StoreError:
         if time.monotonic() >= s.deadline:
             raise DeadlinePassed from None
@@ -85,7 +93,7 @@ def matches(s: Search, limit: int, within: list[int] | None = None,
     if len(namespaces) > 1:
         records = without_repeats(records)[:limit]
     return Result(records, "ok" if records else "empty", 0.0, terms, window, rare,
-                  distinctive=distinctive, held=_held(conn, records, picked))
+                  distinctive=distinctive, held=_held(conn, records, picked, ranked_by))
 
 
 class Terms(NamedTuple):
@@ -96,6 +104,7 @@ class Terms(NamedTuple):
     freq: dict[str, int]  # each candidate word's document frequency
     total: int  # the documents indexed
     window: int | None  # the newest rows searched (None: all)
+    every: list[str]  # its words chosen with no budget: the seed's
 
 
 def _terms(engine: Means, conn: Connection, raw: list[str], said: int) -> Terms | None:
@@ -112,16 +121,70 @@ def _terms(engine: Means, conn: Connection, raw: list[str], said: int) -> Terms 
     total, doc_freq = engine.vocabulary.frequencies(conn, unique)
     token_freq = {t: doc_freq[stems[t]] for t in candidates}
     budget = engine.term_budget or term_budget_for(total)
-    terms, window = select_terms(candidates, token_freq, total, budget,
-                                 most_matched_terms(said))
-    return Terms(terms, stems, token_freq, total, window)
+    most = most_matched_terms(said)
+    terms, window = select_terms(candidates, token_freq, total, budget, most)
+    every, _ = select_terms(candidates, token_freq, total, total, most)
+    return Terms(terms, stems, token_freq, total, window, every)
 
 
-def _held(conn: Connection, records: list[dict], picked: Terms) -> dict[str, float]:
-    """``held`` of the best-ranked records (``COVERAGE_CHECKED``), by the terms' weights."""
+def exact(s: Search, conn: Connection, picked: Terms, limit: int
+          ) -> list[tuple[int, float]] | None:
+    """The BM25 ranking by every word of the query (``picked.every``: the seed's), lifted
+    as ``lifted`` does: the common words' scores from memory (``postings``), the others'
+    read for every record holding them, added up. None where the budget kept every word,
+    where the store's scores do not add up, or while a common word is being read. A
+    word in half the records or more weighs nothing in BM25 and is left out."""
+    freq, total = picked.freq, picked.total
+    every = [t for t in picked.every if freq[t] > 0 and freq[t] * 2 < total]
+    if (not every or not conn.dialect.fts.SCORES_ADD_UP
+            or (picked.window is None and set(every) <= set(picked.terms))):
+        return None
+    common = [t for t in every if freq[t] > postings.COMMON_MIN]
+    rare = [t for t in every if freq[t] <= postings.COMMON_MIN]
+    newest = fts.newest_id(conn)
+    kept = s.engine.postings.scores(conn, s.namespaces, [fts_expression([t]) for t in common],
+                                    newest, total)
+    if kept is None:
+        return None
+    dense = np.zeros(max([newest, *(k.newest for k in kept)]) + 1, np.float32)
+    for k in kept:
+        dense[k.rows] += k.scores
+    types = s.request.types
+    if rare:
+        rows = conn.dialect.fts.rank(conn, s.namespaces, fts_expression(rare),
+                                     sum(freq[t] for t in rare), 0, types)
+        dense[np.fromiter((r for r, _ in rows), np.int64, len(rows))] -= np.fromiter(
+            (score for _, score in rows), np.float32, len(rows))
+    for rows, factor in s.lifts:
+        lifted_rows = np.array([r for r in rows if r < len(dense)], np.int64)
+        dense[lifted_rows] *= factor
+    return best(conn, dense, limit, types)
+
+
+def best(conn: Connection, dense: np.ndarray, limit: int, types: Sequence[str]
+         ) -> list[tuple[int, float]]:
+    """The ``limit`` best-scored rows (``dense``: by row id, higher is better) of valid
+    records of these types, as ``rank`` gives them (the score negated; the newer first
+    among equals)."""
+    matched = np.flatnonzero(dense > 0)
+    taken = min(len(matched), 2 * limit + SCOPE_SLACK)
+    while True:
+        top = matched[np.argpartition(-dense[matched], taken - 1)[:taken]] if taken else matched
+        top = top[np.lexsort((-top, -dense[top]))]
+        valid = fts.valid_rows(conn, top.tolist(), types)
+        found = [(int(r), -float(dense[r])) for r in top if int(r) in valid]
+        if len(found) >= limit or taken == len(matched):
+            return found[:limit]
+        taken = min(len(matched), taken * 4)
+
+
+def _held(conn: Connection, records: list[dict], picked: Terms,
+          terms: list[str]) -> dict[str, float]:
+    """``held`` of the best-ranked records (``COVERAGE_CHECKED``), by the weights of the
+    terms they were ranked by."""
     stems, freq = picked.stems, picked.freq
-    weights = {stems[t]: weight(freq[t], picked.total) for t in picked.terms if says_what(t)}
-    return held(conn, records[:COVERAGE_CHECKED], weights, {stems[t]: t for t in picked.terms})
+    weights = {stems[t]: weight(freq[t], picked.total) for t in terms if says_what(t)}
+    return held(conn, records[:COVERAGE_CHECKED], weights, {stems[t]: t for t in terms})
 
 
 def held(conn: Connection, records: list[dict], weights: dict[tuple[str, ...], float],

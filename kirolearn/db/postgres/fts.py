@@ -18,6 +18,9 @@ IDENTIFIER = re.compile(r"[^\W_]+(?:_+[^\W_]+)+")  # kirolearn_identifiers' patt
 HYPHENATED = re.compile(r"[^\W_]+(?:-[^\W_]+)+")
 _LETTER = re.compile(r"[^\W_]")
 _PHRASE = re.compile(r'"((?:[^"]|"")*)"')
+# ts_rank of phrases OR-ed is not the sum of each one's: no search adds up scores kept
+# in memory (``search.postings``).
+SCORES_ADD_UP = False
 # Ranking the newest records only (a common term), past this many ids the index of ids
 # and the full-text index are read as bitmaps and intersected: the planner would read
 # every row of the window instead, and check each one's words (188 ms for 78,000 rows

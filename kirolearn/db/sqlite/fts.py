@@ -9,6 +9,10 @@ from collections.abc import Sequence
 
 from kirolearn.db.store import Connection, Params
 
+# BM25 is a sum over the expression's phrases, each weighed by its own document frequency:
+# the scores of one phrase alone (``term_scores``) add up to those of the phrases OR-ed.
+SCORES_ADD_UP = True
+
 
 def index_terms(conn: Connection, words: list[str]) -> list[tuple[str, ...]]:
     """Each word's index terms in order, as the FTS5 tokenizer makes them
@@ -70,6 +74,18 @@ def rank(conn: Connection, namespaces: Sequence[str], expression: str, limit: in
         f" WHERE memory_records_fts MATCH $1 AND memory_records_fts.rowid > $2{where}"
         f" ORDER BY score, mr.id DESC LIMIT {p(limit)}",
         p.values).fetchall()
+
+
+def term_scores(conn: Connection, namespace: str, expression: str, since_id: int,
+                until_id: int) -> list[tuple[int, float]]:
+    """(id, BM25 score, higher is better) of every record of the namespace, its id in
+    ``(since_id, until_id]``, that matches a one-phrase expression, by id."""
+    return conn.execute(
+        "SELECT mr.id, -bm25(memory_records_fts) FROM memory_records_fts JOIN memory_records mr"
+        " INDEXED BY memory_records_id_namespace ON mr.id = memory_records_fts.rowid"
+        " WHERE memory_records_fts MATCH $1 AND memory_records_fts.rowid > $2"
+        " AND memory_records_fts.rowid <= $3 AND mr.namespace = $4 ORDER BY mr.id",
+        (expression, since_id, until_id, namespace)).fetchall()
 
 
 def rank_changes(conn: Connection, namespaces: Sequence[str], expression: str,

@@ -219,6 +219,7 @@ class Retrieval(base.Role):
                                     neighbour_weight=max(0.0, cfg["neighbour_weight"]),
                                     weights=ranking.Weights.from_settings(
                                         self.settings["ranking"]))
+        self.engine.postings.start()  # common words are read on a thread: no search waits
         self.backfill: vectors.Backfill | None = None
         # Storage says when records or their vectors change: the namespaces present are
         # read again (a teammate's first memory is found at once), and the back-fill
@@ -281,12 +282,14 @@ class Retrieval(base.Role):
             self.backfill.stop()
             self.backfill.join(5)
         if hasattr(self, "engine"):
+            self.engine.postings.stop()
             self.engine.close()
             if self.engine.embedder is not None:
                 self.engine.embedder.close()
 
     def counters(self) -> dict:
-        return {"searches": dict(self.outcomes), **self._embedding_status()}
+        return {"searches": dict(self.outcomes), "postings": self.engine.postings.status(),
+                **self._embedding_status()}
 
     def _embedding_status(self) -> dict:
         status = {"embeddings": self.embeddings_state, "mode": self.default_mode}
