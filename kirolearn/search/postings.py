@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
+import os
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -34,12 +37,18 @@ COMMON_MIN = 250  # a word in more records than this is scored from memory
 MAX_POSTINGS = 5_000_000  # (record, score) pairs kept, 40 MB: the least recently used go
 TOPUP_S = 5.0  # the longest records newer than a word's read wait for its scores
 MOVED = 100  # a word is read whole again once the record count moves by 1/MOVED
+READER_NICENESS = 10  # of the thread that reads words
+
+
+def _nice() -> None:
+    with contextlib.suppress(OSError, AttributeError):  # Linux: a thread's own niceness
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), READER_NICENESS)
 
 
 class Scores(NamedTuple):
     """One word's scores in one namespace: every record holding it, up to ``newest``."""
 
-    rows: np.ndarray  # row ids, ascending
+    rows: np.ndarray  # row ids (int32), ascending
     scores: np.ndarray  # BM25 (float32), higher is better
     newest: int  # the newest row id when read: newer rows are not in it
     total: int  # the record count when first read
@@ -64,8 +73,11 @@ class Postings:
         self._conn: Connection | None = None  # the background thread's
 
     def start(self) -> None:
-        """Read words on a thread of their own from now on: no search waits for one."""
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, "postings")
+        """Read words on a thread of their own from now on: no search waits for one. The
+        thread is niced and the interpreter's lock handed over every millisecond: the
+        CPU goes to the searches first."""
+        sys.setswitchinterval(0.001)
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, "postings", initializer=_nice)
 
     def stop(self) -> None:
         if self._pool is not None:
@@ -130,7 +142,7 @@ class Postings:
         newest = fts.newest_id(conn)  # first: every row up to it is there to be read
         since = kept.newest if kept is not None else 0
         rows = conn.dialect.fts.term_scores(conn, namespace, expression, since, newest)
-        ids = np.fromiter((row for row, _ in rows), np.int64, len(rows))
+        ids = np.fromiter((row for row, _ in rows), np.int32, len(rows))
         scores = np.fromiter((score for _, score in rows), np.float32, len(rows))
         if kept is not None:
             ids, scores = np.concatenate([kept.rows, ids]), np.concatenate([kept.scores, scores])
