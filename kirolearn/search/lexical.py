@@ -146,19 +146,24 @@ def exact(s: Search, conn: Connection, picked: Terms, limit: int
                                     newest, total)
     if kept is None:
         return None
+    return best(conn, added_up(s, conn, kept, rare, picked, newest), limit, s.request.types)
+
+
+def added_up(s: Search, conn: Connection, kept: list[postings.Scores], rare: list[str],
+             picked: Terms, newest: int) -> np.ndarray:
+    """Every record's score by row id: the kept scores, and the ``rare`` words' read now
+    for every record holding them, added up, then lifted (``s.lifts``)."""
     dense = np.zeros(max([newest, *(k.newest for k in kept)]) + 1, np.float32)
     for k in kept:
         dense[k.rows] += k.scores
-    types = s.request.types
     if rare:
         rows = conn.dialect.fts.rank(conn, s.namespaces, fts_expression(rare),
-                                     sum(freq[t] for t in rare), 0, types)
+                                     sum(picked.freq[t] for t in rare), 0, s.request.types)
         dense[np.fromiter((r for r, _ in rows), np.int64, len(rows))] -= np.fromiter(
             (score for _, score in rows), np.float32, len(rows))
     for rows, factor in s.lifts:
-        lifted_rows = np.array([r for r in rows if r < len(dense)], np.int64)
-        dense[lifted_rows] *= factor
-    return best(conn, dense, limit, types)
+        dense[np.array([r for r in rows if r < len(dense)], np.int64)] *= factor
+    return dense
 
 
 def best(conn: Connection, dense: np.ndarray, limit: int, types: Sequence[str]

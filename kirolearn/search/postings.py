@@ -12,7 +12,8 @@ A word is read in the background (the retrieval role's ``start``); until it is, 
 searches that need it are ranked as before. Records newer than a word's read gain its
 scores at the next top-up (TOPUP_S after a search finds them); a word is read whole
 again once the records have moved by a hundredth (its weight, and the records' mean
-length, have changed). In process, without ``start``, words are read when asked for.
+length, have changed). In process, without ``start``, words are read when asked for,
+and read again whole once a record is newer: the ranking is always the seed's.
 """
 
 from __future__ import annotations
@@ -103,7 +104,9 @@ class Postings:
                     wanted.append((key, None))  # read whole (again)
                     continue
                 self._kept.move_to_end(key)
-                if newest > kept.newest and (self._pool is None or now - kept.read_at > TOPUP_S):
+                if newest > kept.newest and self._pool is None:
+                    wanted.append((key, None))  # in process: every weight as it is now
+                elif newest > kept.newest and now - kept.read_at > TOPUP_S:
                     wanted.append((key, kept))
         if self._pool is None:  # in process: read now
             found.update((key, self._read(conn, key, kept)) for key, kept in wanted)
