@@ -81,10 +81,11 @@ class Postings:
         self._pool = concurrent.futures.ThreadPoolExecutor(1, "postings", initializer=_nice)
 
     def stop(self) -> None:
+        """Stop reading (the read under way ends first) and close the thread's connection."""
         if self._pool is not None:
-            self._pool.submit(self._close)
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+            self._close()
 
     def status(self) -> dict:
         with self._lock:
