@@ -77,11 +77,11 @@ def matches(s: Search, limit: int, within: list[int] | None = None,
             window = None
             ids = conn.dialect.fts.rank(conn, namespaces, expression, wanted, 0, types, within)
         else:
-            ids = exact(s, conn, picked, wanted)
-            if ids is None:
+            found = exact(s, conn, picked, wanted)
+            if found is None:
                 ids = lifted(conn, namespaces, expression, wanted, window, types, s.lifts)
             else:
-                window, ranked_by = None, picked.every
+                (ids, ranked_by), window = found, None
     except errors.StoreError:
         if time.monotonic() >= s.deadline:
             raise DeadlinePassed from None
@@ -105,6 +105,7 @@ class Terms(NamedTuple):
     total: int  # the documents indexed
     window: int | None  # the newest rows searched (None: all)
     every: list[str]  # its words chosen with no budget: the seed's
+    budget: int  # the rows the terms may match between them
 
 
 def _terms(engine: Means, conn: Connection, raw: list[str], said: int) -> Terms | None:
@@ -124,41 +125,49 @@ def _terms(engine: Means, conn: Connection, raw: list[str], said: int) -> Terms 
     most = most_matched_terms(said)
     terms, window = select_terms(candidates, token_freq, total, budget, most)
     every, _ = select_terms(candidates, token_freq, total, total, most)
-    return Terms(terms, stems, token_freq, total, window, every)
+    return Terms(terms, stems, token_freq, total, window, every, budget)
 
 
 def exact(s: Search, conn: Connection, picked: Terms, limit: int
-          ) -> list[tuple[int, float]] | None:
+          ) -> tuple[list[tuple[int, float]], list[str]] | None:
     """The BM25 ranking by every word of the query (``picked.every``: the seed's), lifted
-    as ``lifted`` does: the common words' scores from memory (``postings``), the others'
-    read for every record holding them, added up. None where the budget kept every word,
-    where the store's scores do not add up, or while a common word is being read. A
-    word in half the records or more weighs nothing in BM25 and is left out."""
+    as ``lifted`` does, and the words it is by: the scores of the common words and of the
+    phrases from memory (``postings``), the others' read for every record holding them,
+    added up. A word not read into memory yet is read as the search runs where it is
+    rare or the budget keeps it, and left out otherwise (as the budget does). None
+    where the store is too small for the budget to leave a word out, where its scores
+    do not add up, or where a word past the budget alone (ranked over the newest
+    records) is not read yet. A word in half the records or more weighs nothing in BM25
+    and is left out."""
     freq, total = picked.freq, picked.total
     every = [t for t in picked.every if freq[t] > 0 and freq[t] * 2 < total]
-    if (not every or not conn.dialect.fts.SCORES_ADD_UP
-            or (picked.window is None and set(every) <= set(picked.terms))):
+    if not every or total <= picked.budget or not conn.dialect.fts.SCORES_ADD_UP:
         return None
-    common = [t for t in every if freq[t] > postings.COMMON_MIN]
-    rare = [t for t in every if freq[t] <= postings.COMMON_MIN]
+    worth = {fts_expression([t]): t for t in every
+             if freq[t] > postings.COMMON_MIN or len(picked.stems[t]) > 1}
     newest = fts.newest_id(conn)
-    kept = s.engine.postings.scores(conn, s.namespaces, [fts_expression([t]) for t in common],
-                                    newest, total)
-    if kept is None:
+    kept = s.engine.postings.scores(conn, s.namespaces, list(worth), newest, total)
+    unread = [t for e, t in worth.items() if e not in kept]
+    if picked.window is not None and set(unread) & set(picked.terms):
         return None
-    return best(conn, added_up(s, conn, kept, rare, picked, newest), limit, s.request.types)
+    live = [t for t in every if fts_expression([t]) not in worth or (t in unread
+            and (freq[t] <= postings.COMMON_MIN or t in picked.terms))]
+    dense = added_up(s, conn, [k for scores in kept.values() for k in scores], live,
+                     picked, newest)
+    return (best(conn, dense, limit, s.request.types),
+            [t for t in every if t in live or fts_expression([t]) in kept])
 
 
-def added_up(s: Search, conn: Connection, kept: list[postings.Scores], rare: list[str],
+def added_up(s: Search, conn: Connection, kept: list[postings.Scores], live: list[str],
              picked: Terms, newest: int) -> np.ndarray:
-    """Every record's score by row id: the kept scores, and the ``rare`` words' read now
+    """Every record's score by row id: the kept scores, and the ``live`` words' read now
     for every record holding them, added up, then lifted (``s.lifts``)."""
     dense = np.zeros(max([newest, *(k.newest for k in kept)]) + 1, np.float32)
     for k in kept:
         dense[k.rows] += k.scores
-    if rare:
-        rows = conn.dialect.fts.rank(conn, s.namespaces, fts_expression(rare),
-                                     sum(picked.freq[t] for t in rare), 0, s.request.types)
+    if live:
+        rows = conn.dialect.fts.rank(conn, s.namespaces, fts_expression(live),
+                                     sum(picked.freq[t] for t in live), 0, s.request.types)
         dense[np.fromiter((r for r, _ in rows), np.int64, len(rows))] -= np.fromiter(
             (score for _, score in rows), np.float32, len(rows))
     for rows, factor in s.lifts:

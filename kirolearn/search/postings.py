@@ -8,8 +8,11 @@ over the query's words (``fts.SCORES_ADD_UP``): each common word's score for eac
 of a namespace can be read once (``term_scores``) and kept, and a search adds them up
 in numpy with the rare words' scores, read as usual, for every record they hold.
 
-A word is read in the background (the retrieval role's ``start``); until it is, the
-searches that need it are ranked as before. Records newer than a word's read gain its
+A phrase (``src/app.py``: the words ``src app py`` in a row) is kept too, whatever its
+frequency: FTS5 finds one by reading each of its words' doclists, common ones among them.
+A word is read in the background (the retrieval role's ``start``); until it is, a search
+reads it as it runs when it is rare, or where the budget keeps it, and leaves it out
+otherwise, as the budget does. Records newer than a word's read gain its
 scores at the next top-up (TOPUP_S after a search finds them); a word is read whole
 again once the records have moved by a hundredth (its weight, and the records' mean
 length, have changed). In process, without ``start``, words are read when asked for,
@@ -34,7 +37,7 @@ from kirolearn import db
 from kirolearn.db import fts
 from kirolearn.db.store import Connection
 
-COMMON_MIN = 250  # a word in more records than this is scored from memory
+COMMON_MIN = 250  # a word in more records than this is scored from memory (and a phrase)
 MAX_POSTINGS = 5_000_000  # (record, score) pairs kept, 40 MB: the least recently used go
 TOPUP_S = 5.0  # the longest records newer than a word's read wait for its scores
 MOVED = 100  # a word is read whole again once the record count moves by 1/MOVED
@@ -92,9 +95,10 @@ class Postings:
             return {"words": len(self._kept), "pairs": self.size, "reading": len(self._asked)}
 
     def scores(self, conn: Connection, namespaces: Sequence[str], expressions: Sequence[str],
-               newest: int, total: int) -> list[Scores] | None:
-        """Each word's scores in each namespace (``newest``, ``total``: the store's now);
-        None while one is not read yet (in the background: then it is asked for)."""
+               newest: int, total: int) -> dict[str, list[Scores]]:
+        """The scores of each word read in every namespace (``newest``, ``total``: the
+        store's now), by its expression; the others are asked for (in the background),
+        or read now (in process)."""
         found: dict[Key, Scores | None] = {}
         wanted: list[tuple[Key, Scores | None]] = []  # (to read, what is kept of it)
         now = time.monotonic()
@@ -113,8 +117,11 @@ class Postings:
             found.update((key, self._read(conn, key, kept)) for key, kept in wanted)
         else:
             self._ask(wanted)
-        scores = [kept for kept in found.values() if kept is not None]
-        return scores if len(scores) == len(found) else None
+        read: dict[str, list[Scores]] = {}
+        for (_, expression), kept in found.items():
+            if kept is not None:
+                read.setdefault(expression, []).append(kept)
+        return {e: kept for e, kept in read.items() if len(kept) == len(namespaces)}
 
     def _ask(self, wanted: list[tuple[Key, Scores | None]]) -> None:
         with self._lock:
