@@ -32,15 +32,17 @@ def of_types(conn: Connection, record_ids: Sequence[str],
         f"SELECT record_id FROM memory_records WHERE record_id IN {ids}{typed}", p.values)}
 
 
-def valid_rows(conn: Connection, rows: Sequence[int], types: Sequence[str] = ()) -> set[int]:
-    """Which of these row ids are of valid records (of these types, when given)."""
+def valid_rows(conn: Connection, rows: Sequence[int], namespaces: Sequence[str],
+               types: Sequence[str] = ()) -> set[int]:
+    """Which of these row ids are of valid records of these namespaces (and types, when
+    given)."""
     if not rows:
         return set()
     p = Params()
     typed = f" AND observation_type IN {p.list(types)}" if types else ""
     return {row[0] for row in conn.execute(
         f"SELECT id FROM memory_records WHERE id IN {p.list(rows)}"
-        f" AND invalid_reason IS NULL{typed}", p.values)}
+        f" AND namespace IN {p.list(namespaces)} AND invalid_reason IS NULL{typed}", p.values)}
 
 
 def like(conn: Connection, namespaces: Sequence[str], text: str,

@@ -150,12 +150,19 @@ def exact(s: Search, conn: Connection, picked: Terms, limit: int
     unread = [t for e, t in worth.items() if e not in kept]
     if picked.window is not None and set(unread) & set(picked.terms):
         return None
-    live = [t for t in every if fts_expression([t]) not in worth or (t in unread
-            and (freq[t] <= postings.COMMON_MIN or t in picked.terms))]
+    live = read_now(picked, every, set(worth.values()), unread)
     dense = added_up(s, conn, [k for scores in kept.values() for k in scores], live,
                      picked, newest)
-    return (best(conn, dense, limit, s.request.types),
+    return (best(conn, dense, limit, s.namespaces, s.request.types),
             [t for t in every if t in live or fts_expression([t]) in kept])
+
+
+def read_now(picked: Terms, every: list[str], worth: set[str], unread: list[str]
+             ) -> list[str]:
+    """The words read as the search runs: those never kept in memory (not ``worth``
+    it), and of those not read into it yet, the rare ones and those the budget keeps."""
+    return [t for t in every if t not in worth or (t in unread and (
+        picked.freq[t] <= postings.COMMON_MIN or t in picked.terms))]
 
 
 def added_up(s: Search, conn: Connection, kept: list[postings.Scores], live: list[str],
@@ -175,17 +182,17 @@ def added_up(s: Search, conn: Connection, kept: list[postings.Scores], live: lis
     return dense
 
 
-def best(conn: Connection, dense: np.ndarray, limit: int, types: Sequence[str]
-         ) -> list[tuple[int, float]]:
+def best(conn: Connection, dense: np.ndarray, limit: int, namespaces: Sequence[str],
+         types: Sequence[str]) -> list[tuple[int, float]]:
     """The ``limit`` best-scored rows (``dense``: by row id, higher is better) of valid
-    records of these types, as ``rank`` gives them (the score negated; the newer first
-    among equals)."""
+    records of the namespaces and types (the kept scores may be older than a record's
+    change), as ``rank`` gives them (the score negated; the newer first among equals)."""
     matched = np.flatnonzero(dense > 0)
     taken = min(len(matched), 2 * limit + SCOPE_SLACK)
     while True:
         top = matched[np.argpartition(-dense[matched], taken - 1)[:taken]] if taken else matched
         top = top[np.lexsort((-top, -dense[top]))]
-        valid = fts.valid_rows(conn, top.tolist(), types)
+        valid = fts.valid_rows(conn, top.tolist(), namespaces, types)
         found = [(int(r), -float(dense[r])) for r in top if int(r) in valid]
         if len(found) >= limit or taken == len(matched):
             return found[:limit]
