@@ -152,6 +152,10 @@ def test_a_record_written_or_invalidated_after_a_words_read_is_ranked_as_it_is_n
         after = ranked(budgeted, query)
         assert NEWEST not in [r for r, _ in after]
         same_ranking(after, ranked(seed, query), rel=0.02)  # its words' weights moved
+        # The best match now is moved to another project: not found in this one.
+        move(path, after[0][0], "/actor/alice/project/" + "c" * 64 + "/")
+        assert after[0][0] not in [r for r, _ in ranked(budgeted, query)]
+        same_ranking(ranked(budgeted, query), ranked(seed, query), rel=0.02)
     finally:
         budgeted.close()
         seed.close()
@@ -162,6 +166,14 @@ NEWEST = f"R{5000:025d}"
 
 def newest_record(query: str) -> dict:
     return {**records(1, NS_A, 5000, 4)[0], "title": query, "summary": query}
+
+
+def move(path, record_id: str, namespace: str) -> None:
+    writer = sqlite3.connect(path)
+    writer.execute("UPDATE memory_records SET namespace = ? WHERE record_id = ?",
+                   (namespace, record_id))
+    writer.commit()
+    writer.close()
 
 
 def invalidate(path, record_id: str) -> None:
