@@ -249,7 +249,8 @@ def test_the_daemon_ranks_by_every_word_once_it_has_read_them(home):
     kl("start", check=True)
     client = transport.Client(paths.Home(home).endpoint("retrieval"), timeout_ms=30_000)
     try:
-        body = {"query": query, "namespace": NS_A, "mode": "lexical", "limit": 10}
+        body = {"query": query, "namespace": NS_A, "mode": "lexical", "limit": 10,
+                "budget_ms": 20_000}  # a loaded machine is no failure
         first = client.call("search", body)
         assert first["outcome"] == "ok"
         wait_for(lambda: client.call("ping", {})["postings"]["reading"] == 0
