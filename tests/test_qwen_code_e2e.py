@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
 from helpers.agents import FIRST, E2EAgent, Sandbox, in_sandbox, stored_prompts
 from helpers.cli import BIN
 from helpers.events import stored_events, wait_records
@@ -49,6 +50,7 @@ QWEN_CODE = E2EAgent("qwen-code", "qwen", QwenApi, settings=qwen_settings,
                      argv=lambda prompt: ["-p", prompt, "--approval-mode", "yolo"])
 
 
+@pytest.mark.timeout(300)  # the real CLI runs three or four times: minutes under load
 @in_sandbox(QWEN_CODE)
 def test_qwen_code_remembers_across_runs(sandbox):
     sandbox.install()
@@ -101,6 +103,7 @@ QWEN_CODE_READING = E2EAgent("qwen-code", "qwen", ReadsARange, settings=qwen_set
                              argv=lambda prompt: ["-p", prompt, "--approval-mode", "yolo"])
 
 
+@pytest.mark.timeout(300)
 @in_sandbox(QWEN_CODE_READING)
 def test_qwen_code_is_told_why_lines_are_as_they_are_with_a_read_of_them(sandbox):
     """A seeded commit wrote the lines: with the result of a read_file of a range (Qwen
